@@ -1,0 +1,149 @@
+// dlpx::TensorView: metadata as the producer left it, numel/nbytes with
+// overflow checks, contiguity as torch/numpy define it, and data<T>()'s checks.
+#include <dlpx/dlpx.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+
+namespace {
+
+// A DLTensor over caller-owned arrays, so each case states its metadata.
+struct Fixture {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  DLTensor t{};
+  Fixture(void* data, DLDataType dtype, std::vector<int64_t> s, std::vector<int64_t> st, bool null_strides = false)
+      : shape(std::move(s)), strides(std::move(st)) {
+    t.data = data;
+    t.device = DLDevice{kDLCPU, 0};
+    t.ndim = static_cast<int32_t>(shape.size());
+    t.dtype = dtype;
+    t.shape = shape.empty() ? nullptr : shape.data();
+    t.strides = null_strides || strides.empty() ? nullptr : strides.data();
+  }
+};
+
+// Row-major strides, computed the plain way to compare with.
+std::vector<int64_t> row_major(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t k = shape.size(); k-- > 1;) s[k - 1] = s[k] * shape[k];
+  return s;
+}
+
+}  // namespace
+
+int main() {
+  alignas(64) float buf[64] = {};
+  const DLDataType f32 = dlpx::dtype_of<float>();
+
+  check::run("metadata_is_read_through", [&] {
+    Fixture f(buf, f32, {2, 3, 4}, row_major({2, 3, 4}));
+    f.t.device = DLDevice{kDLCUDA, 1};
+    f.t.byte_offset = 8;
+    dlpx::TensorView v(f.t);
+    CHECK_EQ(v.ndim(), 3);
+    CHECK_EQ(v.shape().size(), size_t(3));
+    CHECK_EQ(v.shape().data(), f.shape.data());
+    CHECK_EQ(v.strides().data(), f.strides.data());
+    for (int i = 0; i < 3; ++i) {
+      CHECK_EQ(v.size(i), f.shape[i]);
+      CHECK_EQ(v.stride(i), f.strides[i]);
+    }
+    CHECK(dlpx::same_dtype(v.dtype(), f32));
+    CHECK(dlpx::same_device(v.device(), DLDevice{kDLCUDA, 1}));
+    CHECK_EQ(v.byte_offset(), uint64_t(8));
+    CHECK_EQ(v.data_ptr(), static_cast<void*>(reinterpret_cast<char*>(buf) + 8));
+    CHECK_EQ(v.dtype_name(), std::string("float32"));
+    CHECK_EQ(v.device_name(), std::string("cuda:1"));
+    CHECK_EQ(&v.dltensor(), &f.t);
+  });
+  check::run("null_pointer_is_rejected", [&] {
+    const DLTensor* none = nullptr;
+    CHECK_THROWS(dlpx::Error, "tensor is NULL", dlpx::TensorView(none));
+  });
+  check::run("numel_and_nbytes", [&] {
+    const std::vector<std::vector<int64_t>> shapes = {{}, {5}, {2, 3}, {4, 0, 3}, {1, 1, 7}, {2, 3, 4, 5}};
+    for (const auto& s : shapes) {
+      Fixture f(buf, f32, s, row_major(s));
+      int64_t n = 1;
+      for (int64_t e : s) n *= e;
+      dlpx::TensorView v(f.t);
+      CHECK_EQ(v.numel(), n);
+      CHECK_EQ(v.nbytes(), n * int64_t(sizeof(float)));
+    }
+  });
+  check::run("nbytes_of_packed_subbyte_and_lanes", [&] {
+    Fixture f4(buf, DLDataType{kDLFloat4_e2m1fn, 4, 1}, {3}, {1});
+    CHECK_EQ(dlpx::TensorView(f4.t).nbytes(), int64_t((3 * 4 + 7) / 8));
+    Fixture f6(buf, DLDataType{kDLFloat6_e2m3fn, 6, 1}, {5}, {1});
+    CHECK_EQ(dlpx::TensorView(f6.t).nbytes(), int64_t((5 * 6 + 7) / 8));
+    Fixture x4(buf, DLDataType{kDLFloat, 32, 4}, {3}, {1});
+    CHECK_EQ(dlpx::TensorView(x4.t).nbytes(), int64_t(3 * 4 * sizeof(float)));
+  });
+  check::run("numel_overflow_and_negative_extent_throw", [&] {
+    const int64_t big = std::numeric_limits<int64_t>::max() / 2 + 1;
+    Fixture f(buf, f32, {big, 2}, {2, 1});
+    CHECK_THROWS(dlpx::Error, "overflows int64_t", dlpx::TensorView(f.t).numel());
+    Fixture g(buf, f32, {big / 2}, {1});
+    CHECK_THROWS(dlpx::Error, "overflows int64_t", dlpx::TensorView(g.t).nbytes());
+    Fixture h(buf, f32, {2, -3}, {1, 1});
+    CHECK_THROWS(dlpx::Error, "shape[1] = -3 is negative", dlpx::TensorView(h.t).numel());
+  });
+  check::run("null_strides_mean_row_major", [&] {
+    Fixture f(buf, f32, {2, 3, 4}, {}, true);
+    dlpx::TensorView v(f.t);
+    CHECK(v.strides().empty());
+    const auto expect = row_major(f.shape);
+    for (int i = 0; i < 3; ++i) CHECK_EQ(v.stride(i), expect[i]);
+    CHECK(v.is_contiguous());
+  });
+  check::run("is_contiguous_like_torch", [&] {
+    CHECK(dlpx::TensorView(Fixture(buf, f32, {2, 3}, {3, 1}).t).is_contiguous());
+    // Transposed.
+    CHECK(!dlpx::TensorView(Fixture(buf, f32, {3, 2}, {1, 3}).t).is_contiguous());
+    // Sliced every other column.
+    CHECK(!dlpx::TensorView(Fixture(buf, f32, {2, 3}, {6, 2}).t).is_contiguous());
+    // Extent-1 dimensions may carry any stride.
+    CHECK(dlpx::TensorView(Fixture(buf, f32, {2, 1, 3}, {3, 99, 1}).t).is_contiguous());
+    // Broadcast (stride 0) over a real extent is not contiguous.
+    CHECK(!dlpx::TensorView(Fixture(buf, f32, {2, 3}, {0, 1}).t).is_contiguous());
+    // Zero-size tensors are contiguous whatever their strides.
+    CHECK(dlpx::TensorView(Fixture(nullptr, f32, {0, 3}, {7, 5}).t).is_contiguous());
+    // Rank 0.
+    CHECK(dlpx::TensorView(Fixture(buf, f32, {}, {}).t).is_contiguous());
+  });
+  check::run("data_checks_dtype", [&] {
+    Fixture f(buf, f32, {4}, {1});
+    dlpx::TensorView v(f.t);
+    CHECK_EQ(v.data<float>(), buf);
+    CHECK_EQ(v.data<const float>(), static_cast<const float*>(buf));
+    CHECK_THROWS(dlpx::Error, "dlpx: TensorView::data: expected int32, got float32", v.data<int32_t>());
+    CHECK_THROWS(dlpx::Error, "expected float64, got float32", v.data<double>());
+    Fixture b(buf, DLDataType{kDLBfloat, 16, 1}, {4}, {1});
+    CHECK_THROWS(dlpx::Error, "expected uint16, got bfloat16", dlpx::TensorView(b.t).data<uint16_t>());
+    Fixture lanes(buf, DLDataType{kDLFloat, 32, 2}, {4}, {1});
+    CHECK_THROWS(dlpx::Error, "expected float32, got float32x2", dlpx::TensorView(lanes.t).data<float>());
+    try {
+      (void)v.data<int32_t>();
+    } catch (const dlpx::Error& e) {
+      CHECK_EQ(e.kind(), std::string("TypeError"));
+    }
+  });
+  check::run("data_checks_alignment", [&] {
+    Fixture f(buf, f32, {4}, {1});
+    f.t.byte_offset = 2;
+    dlpx::TensorView v(f.t);
+    CHECK_THROWS(dlpx::Error, "not aligned to 4 bytes", v.data<float>());
+    f.t.byte_offset = 4;
+    CHECK_EQ(v.data<float>(), buf + 1);
+  });
+  check::run("data_of_a_tensor_without_data_is_null", [&] {
+    Fixture f(nullptr, f32, {0}, {1});
+    CHECK(dlpx::TensorView(f.t).data<float>() == nullptr);
+  });
+  return check::finish();
+}

@@ -1,0 +1,252 @@
+// dlpx C++ layer: to_dltensor, a non-owning DLTensor for any mdspan-like view
+// or pointer + shape, with the shape and strides stored inline (no heap), as
+// CCCL's cuda::to_dlpack_tensor does for cuda::host/device/managed_mdspan.
+#ifndef DLPX_CPP_TO_DLTENSOR_HPP_
+#define DLPX_CPP_TO_DLTENSOR_HPP_
+
+#include <dlpx/cpp/dtype.hpp>
+#include <dlpx/dlpack.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace dlpx {
+
+/// Holds a DLTensor together with the storage of its shape and strides
+/// (`Rank` values each, inline). `get()` exists only on lvalues, because the
+/// DLTensor it returns points into this holder and must not outlive it:
+/// `auto h = to_dltensor(md); DLTensor t = h.get();` — never
+/// `to_dltensor(md).get()`. Copies are safe: `get()` points into the copy.
+template <std::size_t Rank>
+class DLTensorHolder {
+ public:
+  /// Builds the holder from already checked metadata.
+  DLTensorHolder(void* data, DLDevice device, DLDataType dtype, const std::array<int64_t, Rank>& shape,
+                 const std::array<int64_t, Rank>& strides) noexcept
+      : shape_(shape), strides_(strides) {
+    tensor_.data = data;
+    tensor_.device = device;
+    tensor_.ndim = static_cast<int32_t>(Rank);
+    tensor_.dtype = dtype;
+    tensor_.byte_offset = 0;
+  }
+
+  /// The DLTensor; its shape and strides point into this holder (NULL for
+  /// rank 0), so it is valid while the holder lives.
+  DLTensor get() const& noexcept {
+    DLTensor t = tensor_;
+    t.shape = Rank > 0 ? const_cast<int64_t*>(shape_.data()) : nullptr;
+    t.strides = Rank > 0 ? const_cast<int64_t*>(strides_.data()) : nullptr;
+    return t;
+  }
+  /// Deleted: the DLTensor of a temporary holder would dangle.
+  DLTensor get() const&& = delete;
+
+  /// The number of dimensions.
+  static constexpr std::size_t rank() noexcept { return Rank; }
+
+ private:
+  std::array<int64_t, Rank> shape_;
+  std::array<int64_t, Rank> strides_;
+  DLTensor tensor_{};
+};
+
+namespace detail {
+
+template <class M, class = void>
+struct is_mdspan_like : std::false_type {};
+// Only data_handle() and a constant rank() are required up front: extent(i)
+// and stride(i) are called for rank > 0 only, since a rank-0 layout_right
+// mapping has no stride().
+template <class M>
+struct is_mdspan_like<M, std::void_t<decltype(std::declval<const M&>().data_handle()),
+                                     std::integral_constant<std::size_t, M::rank()>>> : std::true_type {};
+
+template <class I>
+constexpr bool fits_int64(I v) noexcept {
+  if constexpr (std::is_signed<I>::value) {
+    return sizeof(I) <= sizeof(int64_t) || (v >= static_cast<I>(std::numeric_limits<int64_t>::min()) &&
+                                            v <= static_cast<I>(std::numeric_limits<int64_t>::max()));
+  } else {
+    return v <= static_cast<std::make_unsigned_t<int64_t>>(std::numeric_limits<int64_t>::max());
+  }
+}
+
+template <class I>
+std::string integer_text(I v) {
+  if constexpr (std::is_signed<I>::value) {
+    return std::to_string(static_cast<long long>(v));
+  } else {
+    return std::to_string(static_cast<unsigned long long>(v));
+  }
+}
+
+// Error paths live out of line so that the conversion itself stays small.
+template <class I>
+[[noreturn]] void throw_not_int64(const char* what, std::size_t i, I v) {
+  throw std::invalid_argument(std::string("dlpx: to_dltensor: ") + what + "(" + std::to_string(i) +
+                              ") = " + integer_text(v) + " does not fit in int64_t");
+}
+
+template <class I>
+[[noreturn]] void throw_negative_extent(std::size_t i, I v) {
+  throw std::invalid_argument("dlpx: to_dltensor: extent(" + std::to_string(i) + ") = " + integer_text(v) +
+                              " is negative");
+}
+
+[[noreturn]] inline void throw_stride_overflow() {
+  throw std::invalid_argument("dlpx: to_dltensor: the row-major strides of this shape overflow int64_t");
+}
+
+template <class I>
+int64_t checked_extent(std::size_t i, I v) {
+  static_assert(std::is_integral<I>::value, "dlpx: to_dltensor: extents must be integers");
+  if constexpr (std::is_signed<I>::value) {
+    if (v < 0) throw_negative_extent(i, v);
+  }
+  if (!fits_int64(v)) throw_not_int64("extent", i, v);
+  return static_cast<int64_t>(v);
+}
+
+template <class I>
+int64_t checked_stride(std::size_t i, I v) {
+  static_assert(std::is_integral<I>::value, "dlpx: to_dltensor: strides must be integers");
+  if (!fits_int64(v)) throw_not_int64("stride", i, v);
+  return static_cast<int64_t>(v);
+}
+
+template <std::size_t Rank>
+std::array<int64_t, Rank> row_major_strides(const std::array<int64_t, Rank>& shape) {
+  std::array<int64_t, Rank> strides{};
+  int64_t s = 1;
+  for (std::size_t k = Rank; k-- > 0;) {
+    strides[k] = s;
+    if (shape[k] != 0 && s > std::numeric_limits<int64_t>::max() / shape[k]) throw_stride_overflow();
+    s *= shape[k];
+  }
+  return strides;
+}
+
+template <std::size_t Rank>
+bool has_zero_extent(const std::array<int64_t, Rank>& shape) noexcept {
+  for (int64_t e : shape) {
+    if (e == 0) return true;
+  }
+  return false;
+}
+
+template <class T, std::size_t Rank>
+DLTensorHolder<Rank> make_holder(T* data, DLDevice device, const std::array<int64_t, Rank>& shape,
+                                 const std::array<int64_t, Rank>& strides) {
+  using U = std::remove_cv_t<T>;
+  // DLTensor::data is unqualified: a view of const elements is const_cast,
+  // as CCCL does; the DLTensor carries no read-only flag to say so.
+  void* p = has_zero_extent(shape) ? nullptr : const_cast<U*>(data);
+  return DLTensorHolder<Rank>(p, device, dtype_of<U>(), shape, strides);
+}
+
+#if defined(_CUDA___MDSPAN_HOST_DEVICE_ACCESSOR_H)
+template <class M>
+constexpr DLDevice default_device() noexcept {
+  using A = typename M::accessor_type;
+  static_assert(!::cuda::is_device_accessor_v<A>,
+                "dlpx::to_dltensor: a cuda::device_mdspan's device id is known only at run time; "
+                "pass it: to_dltensor(md, DLDevice{kDLCUDA, id})");
+  if constexpr (::cuda::is_managed_accessor_v<A>) {
+    return DLDevice{kDLCUDAManaged, 0};
+  } else {
+    return DLDevice{kDLCPU, 0};
+  }
+}
+#else
+template <class M>
+constexpr DLDevice default_device() noexcept {
+  return DLDevice{kDLCPU, 0};
+}
+#endif
+
+}  // namespace detail
+
+/// A non-owning DLTensor of any mdspan-like view — std::mdspan,
+/// cuda::std::mdspan, cuda::host/device/managed_mdspan, Kokkos' mdspan,
+/// dlpx::StridedView: anything with a constant `rank()`, `extent(i)`,
+/// `stride(i)` and a pointer `data_handle()` — on `device`. `data` is NULL when
+/// the view has no elements; `byte_offset` is 0. Throws std::invalid_argument
+/// when an extent or stride does not fit in int64_t. Allocates nothing.
+template <class M, std::enable_if_t<detail::is_mdspan_like<M>::value, int> = 0>
+DLTensorHolder<M::rank()> to_dltensor(const M& md, DLDevice device) {
+  using Handle = std::decay_t<decltype(md.data_handle())>;
+  static_assert(std::is_pointer<Handle>::value, "dlpx::to_dltensor: the mdspan's data_handle_type must be a pointer");
+  constexpr std::size_t rank = M::rank();
+  std::array<int64_t, rank> shape{};
+  std::array<int64_t, rank> strides{};
+  if constexpr (rank > 0) {
+    for (std::size_t i = 0; i < rank; ++i) {
+      shape[i] = detail::checked_extent(i, md.extent(i));
+      strides[i] = detail::checked_stride(i, md.stride(i));
+    }
+  }
+  return detail::make_holder(md.data_handle(), device, shape, strides);
+}
+
+/// `to_dltensor(md, device)` on the device the view's type implies: CPU,
+/// except cuda::managed_mdspan (cuda_managed:0) when <cuda/mdspan> came
+/// first; a cuda::device_mdspan must name its device.
+template <class M, std::enable_if_t<detail::is_mdspan_like<M>::value, int> = 0>
+DLTensorHolder<M::rank()> to_dltensor(const M& md) {
+  return to_dltensor(md, detail::default_device<M>());
+}
+
+/// A non-owning, row-major DLTensor of `Rank` extents at `data`:
+/// `to_dltensor(p, {2, 3})`. Extents must be non-negative.
+template <class T, class I, std::size_t Rank>
+DLTensorHolder<Rank> to_dltensor(T* data, const I (&shape)[Rank], DLDevice device = DLDevice{kDLCPU, 0}) {
+  std::array<int64_t, Rank> s{};
+  for (std::size_t i = 0; i < Rank; ++i) s[i] = detail::checked_extent(i, shape[i]);
+  return detail::make_holder(data, device, s, detail::row_major_strides(s));
+}
+
+/// A non-owning DLTensor of `Rank` extents and strides (in elements) at
+/// `data`: `to_dltensor(p, {2, 3}, {1, 2})`.
+template <class T, class I, class J, std::size_t Rank>
+DLTensorHolder<Rank> to_dltensor(T* data, const I (&shape)[Rank], const J (&strides)[Rank],
+                                 DLDevice device = DLDevice{kDLCPU, 0}) {
+  std::array<int64_t, Rank> s{};
+  std::array<int64_t, Rank> st{};
+  for (std::size_t i = 0; i < Rank; ++i) {
+    s[i] = detail::checked_extent(i, shape[i]);
+    st[i] = detail::checked_stride(i, strides[i]);
+  }
+  return detail::make_holder(data, device, s, st);
+}
+
+/// `to_dltensor(data, shape)` with the shape in a std::array (rank 0 too).
+template <class T, class I, std::size_t Rank>
+DLTensorHolder<Rank> to_dltensor(T* data, const std::array<I, Rank>& shape, DLDevice device = DLDevice{kDLCPU, 0}) {
+  std::array<int64_t, Rank> s{};
+  for (std::size_t i = 0; i < Rank; ++i) s[i] = detail::checked_extent(i, shape[i]);
+  return detail::make_holder(data, device, s, detail::row_major_strides(s));
+}
+
+/// `to_dltensor(data, shape, strides)` with std::arrays.
+template <class T, class I, class J, std::size_t Rank>
+DLTensorHolder<Rank> to_dltensor(T* data, const std::array<I, Rank>& shape, const std::array<J, Rank>& strides,
+                                 DLDevice device = DLDevice{kDLCPU, 0}) {
+  std::array<int64_t, Rank> s{};
+  std::array<int64_t, Rank> st{};
+  for (std::size_t i = 0; i < Rank; ++i) {
+    s[i] = detail::checked_extent(i, shape[i]);
+    st[i] = detail::checked_stride(i, strides[i]);
+  }
+  return detail::make_holder(data, device, s, st);
+}
+
+}  // namespace dlpx
+
+#endif  // DLPX_CPP_TO_DLTENSOR_HPP_

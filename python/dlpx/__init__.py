@@ -1,0 +1,58 @@
+"""dlpx: a DLPack exchange runtime.
+
+``dlpx.Tensor`` carries tensors between frameworks through DLPack and publishes dlpx's C
+exchange table (``__dlpack_c_exchange_api__``); ``dlpx.from_dlpack`` imports any producer's
+tensor, through its exchange table when it has one. The native code is ``libdlpx.so``, the
+same file C and C++ programs link: loading it here makes both share one copy.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from importlib.machinery import ExtensionFileLoader
+from importlib.util import module_from_spec, spec_from_loader
+
+from ._device import Device
+
+__all__ = ["Tensor", "Device", "empty", "from_dlpack", "exchange_api_info", "library_path", "__version__"]
+
+if sysconfig.get_config_var("Py_GIL_DISABLED"):
+    raise ImportError(
+        "dlpx: free-threaded CPython builds are not supported yet (dlpx relies on the GIL to "
+        "serialise its Python-side caches); use a standard CPython build"
+    )
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def library_path() -> str:
+    """Path of the libdlpx.so this package loaded (``$DLPX_LIBRARY`` overrides the packaged one)."""
+    override = os.environ.get("DLPX_LIBRARY")
+    if override:
+        return os.path.abspath(override)
+    return os.path.join(_HERE, "lib", "libdlpx.so")
+
+
+def _load_native():
+    path = library_path()
+    if not os.path.exists(path):
+        raise ImportError(f"dlpx: native library not found at {path} (reinstall dlpx, or set DLPX_LIBRARY)")
+    loader = ExtensionFileLoader("dlpx._native", path)
+    spec = spec_from_loader("dlpx._native", loader, origin=path)
+    module = module_from_spec(spec)
+    loader.exec_module(module)
+    sys.modules["dlpx._native"] = module
+    return module
+
+
+_native = _load_native()
+_native._set_device_class(Device)
+
+Tensor = _native.Tensor
+empty = _native.empty
+from_dlpack = _native.from_dlpack
+exchange_api_info = _native.exchange_api_info
+__version__ = _native.__version__
+DLPACK_VERSION = _native.DLPACK_VERSION

@@ -1,0 +1,60 @@
+"""dlpx.Device: a DLPack device as a (device_type, device_id) pair that prints as 'cuda:1'."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Union
+
+_NAMES = {
+    1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi", 10: "rocm",
+    11: "rocm_host", 12: "ext_dev", 13: "cuda_managed", 14: "oneapi", 15: "webgpu", 16: "hexagon",
+    17: "maia", 18: "trn",
+}
+_CODES = {name: code for code, name in _NAMES.items()}
+
+
+class Device(NamedTuple):
+    """A DLPack device. A tuple ``(device_type, device_id)`` as ``__dlpack_device__`` returns,
+    printed and compared as ``'cpu:0'`` / ``'cuda:1'`` (``'cpu'`` means ``'cpu:0'``)."""
+
+    device_type: int
+    device_id: int
+
+    @property
+    def type(self) -> str:
+        """The device type's name: 'cpu', 'cuda', 'cuda_host', ..."""
+        return _NAMES.get(self.device_type, f"device(type={self.device_type})")
+
+    @property
+    def index(self) -> int:
+        return self.device_id
+
+    @classmethod
+    def parse(cls, text: str) -> "Device":
+        """'cuda:1' -> Device(2, 1); 'cpu' -> Device(1, 0)."""
+        name, _, index = text.partition(":")
+        if name not in _CODES or (index and not index.isdigit()):
+            raise ValueError(f"dlpx: unknown device '{text}' (expected e.g. 'cpu', 'cuda:0')")
+        return cls(_CODES[name], int(index or 0))
+
+    def __str__(self) -> str:
+        return f"{self.type}:{self.device_id}"
+
+    def __repr__(self) -> str:
+        return f"dlpx.Device('{self}')"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            try:
+                other = Device.parse(other)
+            except ValueError:
+                return False
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return tuple.__hash__(self)
+
+
+DeviceLike = Union[Device, str, "tuple[int, int]"]

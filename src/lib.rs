@@ -1,0 +1,24 @@
+//! dlpx: a DLPack v1.3 exchange runtime with a C ABI.
+//!
+//! One shared library is the C library and the Python extension module (`dlpx._native`). It
+//! publishes a static `DLPackExchangeAPI` for its own tensor type and consumes every other
+//! producer's tensors.
+
+pub mod abi;
+pub mod allocation;
+pub mod capi;
+pub mod chain;
+pub mod copy;
+pub mod device;
+pub mod error;
+pub mod exchange;
+pub mod layout;
+pub mod memory;
+pub mod python;
+pub mod stream;
+pub mod tensor;
+
+pub use abi::{DLDataType, DLDevice, DLManagedTensorVersioned, DLTensor, DataTypeCode, DeviceType};
+pub use error::{Error, ErrorKind};
+pub use exchange::EXCHANGE_API;
+pub use tensor::Tensor;

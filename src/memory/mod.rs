@@ -1,0 +1,3 @@
+//! Where tensor data lives.
+
+pub mod cpu;

@@ -1,0 +1,122 @@
+//! Argument parsing for METH_VARARGS | METH_KEYWORDS functions, without the variadic
+//! `PyArg_ParseTupleAndKeywords` (which Rust cannot call portably through a pointer table).
+
+use pyo3_ffi::PyObject;
+
+use super::capi::{py, Python};
+use crate::error::{Error, Result};
+
+/// Fills `out[i]` with a borrowed reference to the argument named `names[i]` (NULL when absent).
+/// The first `positional` names may also be passed by position; the rest are keyword-only.
+///
+/// # Safety
+/// GIL held; `args` is a tuple; `kwargs` is a dict or NULL.
+pub unsafe fn parse(
+    context: &str,
+    args: *mut PyObject,
+    kwargs: *mut PyObject,
+    names: &[&str],
+    positional: usize,
+    out: &mut [*mut PyObject],
+) -> Result<()> {
+    let py = py();
+    out.iter_mut().for_each(|slot| *slot = std::ptr::null_mut());
+    // SAFETY: per the contract.
+    let nargs = if args.is_null() { 0 } else { unsafe { (py.PyTuple_Size)(args) } } as usize;
+    if nargs > positional {
+        return Err(Error::type_error(
+            context,
+            format!("takes at most {positional} positional argument{} ({nargs} given)", if positional == 1 { "" } else { "s" }),
+        ));
+    }
+    for (i, slot) in out.iter_mut().enumerate().take(nargs) {
+        // SAFETY: i < nargs; borrowed reference.
+        *slot = unsafe { (py.PyTuple_GetItem)(args, i as _) };
+    }
+    if kwargs.is_null() {
+        return Ok(());
+    }
+    let mut pos: pyo3_ffi::Py_ssize_t = 0;
+    let mut key = std::ptr::null_mut();
+    let mut value = std::ptr::null_mut();
+    // SAFETY: iterating a dict we do not modify; references are borrowed.
+    while unsafe { (py.PyDict_Next)(kwargs, &mut pos, &mut key, &mut value) } != 0 {
+        let name = py.str_value(key, context)?;
+        let Some(i) = names.iter().position(|n| *n == name) else {
+            return Err(Error::type_error(context, format!("got an unexpected keyword argument '{name}'")));
+        };
+        if !out[i].is_null() {
+            return Err(Error::type_error(context, format!("got multiple values for argument '{name}'")));
+        }
+        out[i] = value;
+    }
+    Ok(())
+}
+
+/// None or absent.
+pub fn is_none(py: &Python, object: *mut PyObject) -> bool {
+    object.is_null() || object == py.none
+}
+
+/// An optional bool argument: absent/None → None, True/False → the value, anything else a TypeError.
+pub fn optional_bool(py: &Python, object: *mut PyObject, context: &str, name: &str) -> Result<Option<bool>> {
+    if is_none(py, object) {
+        Ok(None)
+    } else if object == py.true_ {
+        Ok(Some(true))
+    } else if object == py.false_ {
+        Ok(Some(false))
+    } else {
+        Err(Error::type_error(context, format!("{name} must be True, False or None")))
+    }
+}
+
+/// An integer argument (anything with `__index__`).
+pub fn int_value(py: &Python, object: *mut PyObject, context: &str, name: &str) -> Result<i64> {
+    // SAFETY: GIL held; `object` is a live borrowed reference.
+    unsafe {
+        if (py.PyIndex_Check)(object) == 0 {
+            return Err(Error::type_error(context, format!("{name} must be an integer")));
+        }
+        let index = super::capi::Owned::new((py.PyNumber_Index)(object))?;
+        let value = (py.PyLong_AsLongLong)(index.as_ptr());
+        if value == -1 && !(py.PyErr_Occurred)().is_null() {
+            (py.PyErr_Clear)();
+            return Err(Error::value(context, format!("{name} does not fit in 64 bits")));
+        }
+        Ok(value)
+    }
+}
+
+/// A pair of integers given as a tuple or any sequence of length 2.
+pub fn int_pair(py: &Python, object: *mut PyObject, context: &str, name: &str) -> Result<(i64, i64)> {
+    let items = int_sequence(py, object, context, name)?;
+    match items[..] {
+        [a, b] => Ok((a, b)),
+        _ => Err(Error::type_error(context, format!("{name} must be a pair of integers, got {} items", items.len()))),
+    }
+}
+
+/// A sequence of integers (a shape).
+pub fn int_sequence(py: &Python, object: *mut PyObject, context: &str, name: &str) -> Result<Vec<i64>> {
+    // SAFETY: GIL held; `object` is live; items are new references released by `Owned`.
+    unsafe {
+        if (py.PyIndex_Check)(object) != 0 {
+            return Ok(vec![int_value(py, object, context, name)?]);
+        }
+        if (py.PySequence_Check)(object) == 0 {
+            return Err(Error::type_error(context, format!("{name} must be a sequence of integers")));
+        }
+        let n = (py.PySequence_Size)(object);
+        if n < 0 {
+            (py.PyErr_Clear)();
+            return Err(Error::type_error(context, format!("{name} must be a sequence of integers")));
+        }
+        let mut values = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let item = super::capi::Owned::new((py.PySequence_GetItem)(object, i))?;
+            values.push(int_value(py, item.as_ptr(), context, &format!("{name}[{i}]"))?);
+        }
+        Ok(values)
+    }
+}

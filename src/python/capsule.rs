@@ -1,0 +1,160 @@
+//! DLPack capsules: `"dltensor_versioned"` / `"dltensor"` out, consumed ones renamed to
+//! `"used_…"`, and a destructor that frees only what nobody consumed.
+
+use std::ffi::CStr;
+use std::ptr::NonNull;
+
+use pyo3_ffi::PyObject;
+
+use super::capi::{py, Python};
+use crate::abi::*;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+const VERSIONED: &CStr = c"dltensor_versioned";
+const USED_VERSIONED: &CStr = c"used_dltensor_versioned";
+const LEGACY: &CStr = c"dltensor";
+const USED_LEGACY: &CStr = c"used_dltensor";
+
+/// A `"dltensor_versioned"` capsule owning `managed`. On failure the tensor is deleted.
+pub fn versioned(py: &Python, managed: NonNull<DLManagedTensorVersioned>) -> Result<*mut PyObject> {
+    // SAFETY: GIL held; the capsule takes ownership of `managed` through its destructor.
+    let capsule = unsafe { (py.PyCapsule_New)(managed.as_ptr().cast(), VERSIONED.as_ptr(), Some(versioned_destructor)) };
+    if capsule.is_null() {
+        // SAFETY: nobody else owns it now.
+        unsafe { delete_versioned(managed.as_ptr()) };
+    }
+    py.check(capsule)
+}
+
+/// A legacy `"dltensor"` capsule owning `managed`. On failure the tensor is deleted.
+pub fn legacy(py: &Python, managed: NonNull<DLManagedTensor>) -> Result<*mut PyObject> {
+    // SAFETY: as in `versioned`.
+    let capsule = unsafe { (py.PyCapsule_New)(managed.as_ptr().cast(), LEGACY.as_ptr(), Some(legacy_destructor)) };
+    if capsule.is_null() {
+        // SAFETY: nobody else owns it now.
+        unsafe { delete_legacy(managed.as_ptr()) };
+    }
+    py.check(capsule)
+}
+
+unsafe extern "C" fn versioned_destructor(capsule: *mut PyObject) {
+    let py = py();
+    // SAFETY: CPython calls this with the GIL; IsValid sets no exception on a name mismatch,
+    // so a consumed ("used_…") capsule is left alone.
+    unsafe {
+        if (py.PyCapsule_IsValid)(capsule, VERSIONED.as_ptr()) != 0 {
+            delete_versioned((py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast());
+        }
+    }
+}
+
+unsafe extern "C" fn legacy_destructor(capsule: *mut PyObject) {
+    let py = py();
+    // SAFETY: as above.
+    unsafe {
+        if (py.PyCapsule_IsValid)(capsule, LEGACY.as_ptr()) != 0 {
+            delete_legacy((py.PyCapsule_GetPointer)(capsule, LEGACY.as_ptr()).cast());
+        }
+    }
+}
+
+unsafe fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
+    // SAFETY: the caller owns `managed` and gives it up; a NULL deleter means nothing to free.
+    unsafe {
+        if let Some(deleter) = managed.as_ref().and_then(|m| m.deleter) {
+            let _ = std::panic::catch_unwind(|| deleter(managed));
+        }
+    }
+}
+
+unsafe fn delete_legacy(managed: *mut DLManagedTensor) {
+    // SAFETY: as above.
+    unsafe {
+        if let Some(deleter) = managed.as_ref().and_then(|m| m.deleter) {
+            let _ = std::panic::catch_unwind(|| deleter(managed));
+        }
+    }
+}
+
+/// Takes the tensor out of a DLPack capsule, renaming it to `"used_…"` so its destructor no
+/// longer frees it. A tensor of an unknown major version is deleted and refused (BufferError);
+/// one that fails validation stays in the capsule, whose destructor frees it.
+pub fn consume(py: &Python, capsule: *mut PyObject, context: &str) -> Result<Tensor> {
+    // SAFETY: GIL held; `capsule` is live. IsValid neither raises nor reads a wrong-typed object.
+    unsafe {
+        if (py.PyCapsule_IsValid)(capsule, VERSIONED.as_ptr()) != 0 {
+            let managed = (py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>();
+            let managed = NonNull::new(managed).ok_or_else(|| Error::buffer(context, "capsule holds NULL"))?;
+            let major = managed.as_ref().version.major;
+            if major != DLPACK_MAJOR_VERSION {
+                mark_used(py, capsule, USED_VERSIONED)?;
+                delete_versioned(managed.as_ptr());
+                return Err(Error::buffer(
+                    context,
+                    format!("the producer sent DLPack major version {major}; dlpx supports {DLPACK_MAJOR_VERSION}"),
+                ));
+            }
+            mark_used(py, capsule, USED_VERSIONED)?;
+            // A tensor that fails validation goes back to the capsule, whose destructor frees it.
+            return Tensor::from_managed(context, managed).inspect_err(|_| {
+                let _ = mark_used(py, capsule, VERSIONED);
+            });
+        }
+        if (py.PyCapsule_IsValid)(capsule, LEGACY.as_ptr()) != 0 {
+            let managed = (py.PyCapsule_GetPointer)(capsule, LEGACY.as_ptr()).cast::<DLManagedTensor>();
+            let managed = NonNull::new(managed).ok_or_else(|| Error::buffer(context, "capsule holds NULL"))?;
+            mark_used(py, capsule, USED_LEGACY)?;
+            return Tensor::from_legacy(context, managed).inspect_err(|_| {
+                let _ = mark_used(py, capsule, LEGACY);
+            });
+        }
+    }
+    Err(bad_capsule(py, capsule, context))
+}
+
+fn mark_used(py: &Python, capsule: *mut PyObject, name: &'static CStr) -> Result<()> {
+    // SAFETY: GIL held; the name is 'static, as CPython keeps the pointer.
+    if unsafe { (py.PyCapsule_SetName)(capsule, name.as_ptr()) } != 0 {
+        return Err(super::capi::pending());
+    }
+    Ok(())
+}
+
+#[cold]
+fn bad_capsule(py: &Python, object: *mut PyObject, context: &str) -> Error {
+    // SAFETY: GIL held; GetName raises on non-capsules, which we clear.
+    let name = unsafe {
+        let name = (py.PyCapsule_GetName)(object);
+        if name.is_null() {
+            (py.PyErr_Clear)();
+            None
+        } else {
+            Some(CStr::from_ptr(name).to_string_lossy().into_owned())
+        }
+    };
+    match name.as_deref() {
+        Some("used_dltensor_versioned") | Some("used_dltensor") => {
+            Error::buffer(context, "the DLPack capsule was already consumed")
+        }
+        Some(name) => Error::type_error(
+            context,
+            format!("expected a capsule named 'dltensor_versioned' or 'dltensor', got '{name}'"),
+        ),
+        None => Error::type_error(context, format!("expected a DLPack capsule, got {}", super::tensor_type::type_name(object))),
+    }
+}
+
+/// Whether `object` is a capsule (of any name).
+pub fn is_capsule(py: &Python, object: *mut PyObject) -> bool {
+    // SAFETY: GIL held; GetName raises for non-capsules, cleared here.
+    unsafe {
+        let name = (py.PyCapsule_GetName)(object);
+        if name.is_null() && !(py.PyErr_Occurred)().is_null() {
+            (py.PyErr_Clear)();
+            return false;
+        }
+        true
+    }
+}
+

@@ -1,0 +1,210 @@
+//! The universal importer: any Python object that speaks DLPack becomes a [`Tensor`].
+//!
+//! Order of preference: the producer type's exchange table (a C call, no capsule), then
+//! `__dlpack__(max_version=(1, 3), …)`, then the legacy `__dlpack__()`.
+
+use std::cell::UnsafeCell;
+use std::ffi::CStr;
+use std::ptr::{self, NonNull};
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+use super::capi::{pending, py, Owned, Python};
+use super::{capsule, tensor_type};
+use crate::abi::*;
+use crate::copy;
+use crate::error::{Error, Result};
+use crate::exchange::EXCHANGE_API;
+use crate::tensor::Tensor;
+
+const CONTEXT: &str = "from_dlpack";
+
+/// Imports `object` (a tensor of any DLPack producer, or a DLPack capsule). `device` asks for
+/// the result on that device; `copy` follows the array API (True always, False never, None
+/// when needed).
+pub fn import(object: *mut PyObject, device: Option<DLDevice>, copy: Option<bool>) -> Result<Tensor> {
+    let py = py();
+    // SAFETY: GIL held; `object` is a live reference held by our caller.
+    let tensor = match unsafe { tensor_type::tensor_of(object) } {
+        Some(t) => t.clone(),
+        None => import_foreign(py, object, device, copy)?,
+    };
+    finish(tensor, device, copy)
+}
+
+/// Applies what the producer may not have done: a copy that `copy=True` demands, a move to
+/// the requested device, and the refusals of `copy=False`.
+fn finish(tensor: Tensor, device: Option<DLDevice>, copy: Option<bool>) -> Result<Tensor> {
+    let here = tensor.dl_tensor().device;
+    let moved = device.is_some_and(|d| d != here);
+    let copied_already = tensor.flags() & DLPACK_FLAG_BITMASK_IS_COPIED != 0;
+    match (moved, copy) {
+        (true, Some(false)) => Err(Error::buffer(
+            CONTEXT,
+            format!("the tensor is on {}; moving it to {} needs a copy, and copy=False forbids it", crate::device::name(here), crate::device::name(device.unwrap())),
+        )),
+        (true, _) => match device {
+            Some(DLDevice { device_type: DeviceType::CPU, device_id: 0 }) => copy::to_new_cpu_tensor(CONTEXT, &tensor),
+            Some(d) => Err(Error::buffer(CONTEXT, format!("dlpx cannot move a tensor to {}", crate::device::name(d)))),
+            None => unreachable!("moved implies a device"),
+        },
+        (false, Some(true)) if !copied_already => copy::to_new_cpu_tensor(CONTEXT, &tensor),
+        _ => Ok(tensor),
+    }
+}
+
+fn import_foreign(py: &Python, object: *mut PyObject, device: Option<DLDevice>, copy: Option<bool>) -> Result<Tensor> {
+    // SAFETY: GIL held; `object` is live.
+    let ty = unsafe { (*object).ob_type };
+    if let Some(api) = exchange_api_of_type(py, ty)? {
+        // SAFETY: the table came from the object's own type and stays alive for the process.
+        return unsafe { import_through_table(api, object) };
+    }
+    if capsule::is_capsule(py, object) {
+        return capsule::consume(py, object, CONTEXT);
+    }
+    import_through_protocol(py, object, device, copy)
+}
+
+/// # Safety
+/// GIL held; `api` is the exchange table of `object`'s type.
+unsafe fn import_through_table(api: &DLPackExchangeAPI, object: *mut PyObject) -> Result<Tensor> {
+    let from_py = api
+        .managed_tensor_from_py_object_no_sync
+        .ok_or_else(|| Error::buffer(CONTEXT, "the producer's exchange table has no managed_tensor_from_py_object_no_sync"))?;
+    let mut managed: *mut DLManagedTensorVersioned = ptr::null_mut();
+    // SAFETY: the producer's contract: GIL held, an object of its type, a writable out.
+    if unsafe { from_py(object.cast(), &mut managed) } != 0 {
+        return Err(pending());
+    }
+    let managed = NonNull::new(managed).ok_or_else(|| Error::buffer(CONTEXT, "the producer returned success and a NULL tensor"))?;
+    // SAFETY: we own `managed` now; on a validation failure we delete it ourselves.
+    unsafe {
+        Tensor::from_managed(CONTEXT, managed).inspect_err(|_| {
+            if let Some(deleter) = managed.as_ref().deleter {
+                deleter(managed.as_ptr());
+            }
+        })
+    }
+}
+
+fn import_through_protocol(py: &Python, object: *mut PyObject, device: Option<DLDevice>, copy: Option<bool>) -> Result<Tensor> {
+    // SAFETY: GIL held; every new reference is owned by an `Owned`.
+    unsafe {
+        let method = (py.PyObject_GetAttrString)(object, c"__dlpack__".as_ptr());
+        if method.is_null() {
+            (py.PyErr_Clear)();
+            return Err(Error::type_error(
+                CONTEXT,
+                format!("{} does not support DLPack (no __dlpack__ and no exchange table)", tensor_type::type_name(object)),
+            ));
+        }
+        let method = Owned(method);
+        let kwargs = Owned::new((py.PyDict_New)())?;
+        let version = Owned::new(tensor_type::int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
+        set_item(py, &kwargs, c"max_version", version.as_ptr())?;
+        if let Some(d) = device {
+            let pair = Owned::new(tensor_type::int_tuple(py, &[d.device_type.0 as i64, d.device_id as i64])?)?;
+            set_item(py, &kwargs, c"dl_device", pair.as_ptr())?;
+        }
+        if let Some(c) = copy {
+            set_item(py, &kwargs, c"copy", if c { py.true_ } else { py.false_ })?;
+        }
+        let empty = Owned::new((py.PyTuple_New)(0))?;
+        let mut result = (py.PyObject_Call)(method.as_ptr(), empty.as_ptr(), kwargs.as_ptr());
+        if result.is_null() && (py.PyErr_ExceptionMatches)(py.exc_type_error) != 0 && device.is_none() && copy.is_none() {
+            // A producer older than the 2023.12 array API: no keywords at all.
+            (py.PyErr_Clear)();
+            result = (py.PyObject_Call)(method.as_ptr(), empty.as_ptr(), ptr::null_mut());
+        }
+        let capsule = Owned::new(result)?;
+        capsule::consume(py, capsule.as_ptr(), CONTEXT)
+    }
+}
+
+fn set_item(py: &Python, dict: &Owned, key: &CStr, value: *mut PyObject) -> Result<()> {
+    // SAFETY: GIL held; the dict takes its own reference to `value`.
+    if unsafe { (py.PyDict_SetItemString)(dict.as_ptr(), key.as_ptr(), value) } != 0 {
+        return Err(pending());
+    }
+    Ok(())
+}
+
+// ---- exchange tables of Python types ------------------------------------------------------
+
+/// The head of the exchange-table chain a type publishes: the capsule
+/// `__dlpack_c_exchange_api__` first, then the integer `__c_dlpack_exchange_api__`; None when
+/// it publishes neither.
+pub fn published_head(py: &Python, ty: *mut PyTypeObject) -> Result<Option<(*const DLPackExchangeAPIHeader, &'static str)>> {
+    let ty = ty.cast::<PyObject>();
+    // SAFETY: GIL held; new references are owned; missing attributes are cleared.
+    unsafe {
+        let capsule = (py.PyObject_GetAttrString)(ty, c"__dlpack_c_exchange_api__".as_ptr());
+        if !capsule.is_null() {
+            let capsule = Owned(capsule);
+            let table = (py.PyCapsule_GetPointer)(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr());
+            if table.is_null() {
+                (py.PyErr_Clear)();
+                return Err(Error::type_error(
+                    CONTEXT,
+                    "__dlpack_c_exchange_api__ must be a PyCapsule named 'dlpack_exchange_api' holding a non-NULL table",
+                ));
+            }
+            return Ok(Some((table.cast_const().cast(), "__dlpack_c_exchange_api__")));
+        }
+        (py.PyErr_Clear)();
+        let address = (py.PyObject_GetAttrString)(ty, c"__c_dlpack_exchange_api__".as_ptr());
+        if address.is_null() {
+            (py.PyErr_Clear)();
+            return Ok(None);
+        }
+        let address = Owned(address);
+        let table = (py.PyLong_AsVoidPtr)(address.as_ptr());
+        if table.is_null() {
+            (py.PyErr_Clear)();
+            return Err(Error::type_error(CONTEXT, "__c_dlpack_exchange_api__ must be a non-zero integer address"));
+        }
+        Ok(Some((table.cast_const().cast(), "__c_dlpack_exchange_api__")))
+    }
+}
+
+/// Per-type cache of resolved tables. The GIL serialises every access. Each entry holds a
+/// strong reference to its type, so a cached type can never die and be replaced by another at
+/// the same address; eviction (round robin) releases it.
+struct TableCache {
+    entries: UnsafeCell<[(usize, usize); 8]>,
+    next: UnsafeCell<usize>,
+}
+
+// SAFETY: only touched with the GIL held.
+unsafe impl Sync for TableCache {}
+
+static CACHE: TableCache = TableCache { entries: UnsafeCell::new([(0, 0); 8]), next: UnsafeCell::new(0) };
+
+/// The v1 table for objects of type `ty`, or None when the type publishes none.
+pub fn exchange_api_of_type(py: &Python, ty: *mut PyTypeObject) -> Result<Option<&'static DLPackExchangeAPI>> {
+    if ty == tensor_type::tensor_type() {
+        return Ok(Some(&EXCHANGE_API));
+    }
+    // SAFETY: GIL held (see TableCache).
+    let entries = unsafe { &mut *CACHE.entries.get() };
+    if let Some(&(_, table)) = entries.iter().find(|(t, _)| *t == ty as usize) {
+        // SAFETY: only validated, process-lifetime tables are cached.
+        return Ok(Some(unsafe { &*(table as *const DLPackExchangeAPI) }));
+    }
+    let Some((head, _)) = published_head(py, ty)? else { return Ok(None) };
+    // SAFETY: the producer promises a readable chain that lives for the process.
+    let api = unsafe { crate::chain::select_supported(head)? };
+    // SAFETY: GIL held.
+    unsafe {
+        let slot = &mut *CACHE.next.get();
+        let (old_type, _) = entries[*slot];
+        (py.Py_IncRef)(ty.cast());
+        entries[*slot] = (ty as usize, api as *const _ as usize);
+        *slot = (*slot + 1) % entries.len();
+        if old_type != 0 {
+            (py.Py_DecRef)(old_type as *mut PyObject);
+        }
+    }
+    Ok(Some(api))
+}

@@ -1,0 +1,116 @@
+//! `dlpx.Tensor.__dlpack__` and `__dlpack_device__`, as the Python array API specifies them,
+//! with rulings 7 (versions), 9 (streams) and 10 (copies).
+
+use std::ffi::CStr;
+
+use pyo3_ffi::PyObject;
+
+use super::args;
+use super::capi::{py, Python};
+use super::capsule;
+use super::tensor_type::this;
+use crate::abi::*;
+use crate::copy;
+use crate::error::{boundary, Channel, Error, Result};
+use crate::tensor::Tensor;
+
+pub const DLPACK_DOC: &CStr = c"__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+
+Exports the tensor as a DLPack capsule: 'dltensor_versioned' (DLPack 1.3) when max_version
+has major >= 1, the legacy 'dltensor' otherwise. dl_device=(1, 0) asks for CPU memory;
+copy=True always copies (the capsule then carries DLPACK_FLAG_BITMASK_IS_COPIED), copy=False
+never does and raises BufferError when a copy would be needed. On CPU, stream must be None.";
+
+const CONTEXT: &str = "__dlpack__";
+
+pub unsafe extern "C" fn dlpack(object: *mut PyObject, args: *mut PyObject, kwargs: *mut PyObject) -> *mut PyObject {
+    boundary(Channel::Python, CONTEXT, || {
+        let py = py();
+        let mut a = [std::ptr::null_mut(); 4];
+        // SAFETY: CPython calls with the GIL, a tuple and a dict or NULL.
+        unsafe { args::parse(CONTEXT, args, kwargs, &["stream", "max_version", "dl_device", "copy"], 0, &mut a)? };
+        let [stream, max_version, dl_device, copy] = a;
+        // SAFETY: `object` is self.
+        let tensor = unsafe { this(object) }?;
+        let device = tensor.dl_tensor().device;
+        check_stream(py, stream, device)?;
+        let versioned = match args::is_none(py, max_version) {
+            true => false,
+            false => args::int_pair(py, max_version, CONTEXT, "max_version")?.0 >= 1,
+        };
+        let target = match args::is_none(py, dl_device) {
+            true => device,
+            false => {
+                let (t, id) = args::int_pair(py, dl_device, CONTEXT, "dl_device")?;
+                DLDevice { device_type: DeviceType(i32::try_from(t).unwrap_or(-1)), device_id: i32::try_from(id).unwrap_or(-1) }
+            }
+        };
+        let copy = args::optional_bool(py, copy, CONTEXT, "copy")?;
+        let (exported, copied) = export_for(tensor, target, copy)?;
+        let copied_flag = if copied { DLPACK_FLAG_BITMASK_IS_COPIED } else { 0 };
+        if versioned {
+            capsule::versioned(py, exported.export_versioned(copied_flag)?)
+        } else {
+            if exported.is_readonly() {
+                return Err(Error::buffer(
+                    CONTEXT,
+                    "a read-only tensor needs a versioned capsule to say so: pass max_version=(1, 0) or later",
+                ));
+            }
+            capsule::legacy(py, exported.export_legacy()?)
+        }
+    })
+}
+
+/// The tensor to export for a request of `target` with `copy` (ruling 10), and whether it is a copy.
+fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(Tensor, bool)> {
+    let device = tensor.dl_tensor().device;
+    let same_device = target == device;
+    if !same_device && !(target.device_type == DeviceType::CPU && target.device_id == 0) {
+        return Err(Error::buffer(
+            CONTEXT,
+            format!("cannot export a {} tensor to {}", crate::device::name(device), crate::device::name(target)),
+        ));
+    }
+    match (same_device, copy) {
+        (true, None | Some(false)) => Ok((tensor.clone(), false)),
+        (false, Some(false)) => Err(Error::buffer(
+            CONTEXT,
+            format!("dl_device={} needs a copy of this {} tensor, and copy=False forbids it", crate::device::name(target), crate::device::name(device)),
+        )),
+        (_, _) => Ok((copy::to_new_cpu_tensor(CONTEXT, tensor)?, true)),
+    }
+}
+
+/// Ruling 9 on host memory: only None (or -1, "no synchronisation", which is trivially met).
+fn check_stream(py: &Python, stream: *mut PyObject, device: DLDevice) -> Result<()> {
+    if args::is_none(py, stream) {
+        return Ok(());
+    }
+    let value = args::int_value(py, stream, CONTEXT, "stream")?;
+    if copy::host_accessible(device) {
+        if value == -1 {
+            return Ok(());
+        }
+        return Err(Error::value(CONTEXT, format!("stream must be None for a {} tensor, got {value}", crate::device::name(device))));
+    }
+    if value == 0 {
+        return Err(Error::value(CONTEXT, "stream=0 is ambiguous and not allowed (use 1 for the legacy default stream)"));
+    }
+    if value == -1 {
+        return Ok(());
+    }
+    Err(Error::buffer(
+        CONTEXT,
+        format!("stream synchronisation for {} tensors is not available in this build", crate::device::name(device)),
+    ))
+}
+
+pub unsafe extern "C" fn dlpack_device(object: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {
+    boundary(Channel::Python, "__dlpack_device__", || {
+        let py = py();
+        // SAFETY: `object` is self.
+        let device = unsafe { this(object) }?.dl_tensor().device;
+        super::tensor_type::int_tuple(py, &[device.device_type.0 as i64, device.device_id as i64])
+    })
+}

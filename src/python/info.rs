@@ -1,0 +1,91 @@
+//! `dlpx.exchange_api_info`: what a type publishes, for users debugging interop.
+
+use std::ffi::CStr;
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+use super::capi::{pending, Owned, Python};
+use super::consumer::published_head;
+use crate::chain::MAX_CHAIN;
+use super::tensor_type::int_tuple;
+use crate::abi::*;
+use crate::error::Result;
+
+/// Py_TPFLAGS_TYPE_SUBCLASS: set on `type` and every metaclass.
+const TYPE_SUBCLASS: std::ffi::c_ulong = 1 << 31;
+
+pub fn exchange_api_info(py: &Python, object: *mut PyObject) -> Result<*mut PyObject> {
+    // SAFETY: GIL held; `object` is a live argument.
+    let ty: *mut PyTypeObject = unsafe {
+        let own_type = (*object).ob_type;
+        if (py.PyType_GetFlags)(own_type) & TYPE_SUBCLASS != 0 { object.cast() } else { own_type }
+    };
+    let Some((head, attribute)) = published_head(py, ty)? else { return Ok(py.new_none()) };
+    let info = Owned::new(unsafe { (py.PyDict_New)() })?;
+    set(py, &info, c"attribute", py.new_str(attribute)?)?;
+    let chain = Owned::new(unsafe { (py.PyList_New)(0) })?;
+    let mut selected = None;
+    let mut seen: Vec<*const DLPackExchangeAPIHeader> = Vec::new();
+    let mut current = head;
+    let mut ending = "end";
+    while !current.is_null() {
+        if seen.contains(&current) {
+            ending = "cycle";
+            break;
+        }
+        if seen.len() == MAX_CHAIN {
+            ending = "too long";
+            break;
+        }
+        seen.push(current);
+        // SAFETY: the producer promises readable headers along its chain.
+        let header = unsafe { &*current };
+        let entry = Owned::new(unsafe { (py.PyDict_New)() })?;
+        set(py, &entry, c"version", int_tuple(py, &[header.version.major as i64, header.version.minor as i64])?)?;
+        set(py, &entry, c"address", py.check(unsafe { (py.PyLong_FromVoidPtr)(current.cast_mut().cast()) })?)?;
+        if header.version.major == DLPACK_MAJOR_VERSION {
+            selected.get_or_insert(seen.len() - 1);
+            // SAFETY: a major-1 header starts a v1 table.
+            let api = unsafe { &*current.cast::<DLPackExchangeAPI>() };
+            let entries = Owned::new(unsafe { (py.PyDict_New)() })?;
+            for (name, present) in [
+                (c"managed_tensor_allocator", api.managed_tensor_allocator.is_some()),
+                (c"managed_tensor_from_py_object_no_sync", api.managed_tensor_from_py_object_no_sync.is_some()),
+                (c"managed_tensor_to_py_object_no_sync", api.managed_tensor_to_py_object_no_sync.is_some()),
+                (c"dltensor_from_py_object_no_sync", api.dltensor_from_py_object_no_sync.is_some()),
+                (c"current_work_stream", api.current_work_stream.is_some()),
+            ] {
+                set(py, &entries, name, py.new_bool(present))?;
+            }
+            set(py, &entry, c"entries", entries.into_ptr())?;
+        }
+        if unsafe { (py.PyList_Append)(chain.as_ptr(), entry.as_ptr()) } != 0 {
+            return Err(pending());
+        }
+        current = header.prev_api;
+    }
+    let version = match seen.first() {
+        // SAFETY: read above.
+        Some(&h) => unsafe { int_tuple(py, &[(*h).version.major as i64, (*h).version.minor as i64])? },
+        None => py.new_none(),
+    };
+    set(py, &info, c"version", version)?;
+    set(py, &info, c"chain", chain.into_ptr())?;
+    set(py, &info, c"chain_end", py.new_str(ending)?)?;
+    let selected = match selected {
+        Some(i) => py.check(unsafe { (py.PyLong_FromLongLong)(i as i64) })?,
+        None => py.new_none(),
+    };
+    set(py, &info, c"selected", selected)?;
+    Ok(info.into_ptr())
+}
+
+/// `dict[key] = value`, stealing `value`.
+fn set(py: &Python, dict: &Owned, key: &CStr, value: *mut PyObject) -> Result<()> {
+    let value = Owned::new(value)?;
+    // SAFETY: GIL held; the dict takes its own reference.
+    if unsafe { (py.PyDict_SetItemString)(dict.as_ptr(), key.as_ptr(), value.as_ptr()) } != 0 {
+        return Err(pending());
+    }
+    Ok(())
+}

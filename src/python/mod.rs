@@ -1,0 +1,13 @@
+//! The Python face of dlpx: the `dlpx._native` module, the `dlpx.Tensor` type, the importer.
+//! All of it runs against a CPython resolved at run time (see `capi`).
+
+pub mod args;
+pub mod capi;
+pub mod capsule;
+pub mod consumer;
+pub mod dlpack_method;
+pub mod info;
+pub mod module;
+pub mod tensor_type;
+
+pub use capi::raise;

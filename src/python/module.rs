@@ -1,0 +1,170 @@
+//! The `dlpx._native` extension module: `PyInit__native` and the module-level functions.
+//!
+//! Single-phase initialisation: it works unchanged on CPython 3.9 through 3.13, where the
+//! multi-phase slot list would have to be assembled per version.
+
+use std::ffi::{c_void, CStr};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use pyo3_ffi::{PyMethodDef, PyMethodDefPointer, PyModuleDef, PyObject};
+
+use super::args;
+use super::capi::{pending, py, python, Owned, Python};
+use super::consumer;
+use super::tensor_type::{self, int_tuple};
+use crate::abi::*;
+use crate::error::{boundary, Channel, Error, Result};
+use crate::tensor::Tensor;
+
+/// The `dlpx.Device` class, registered by the Python package (a NamedTuple of two ints).
+static DEVICE_CLASS: AtomicPtr<PyObject> = AtomicPtr::new(ptr::null_mut());
+
+/// A `dlpx.Device` for `device` (a plain tuple before the package registered the class).
+pub fn make_device(py: &Python, device: DLDevice) -> Result<*mut PyObject> {
+    let pair = Owned::new(int_tuple(py, &[device.device_type.0 as i64, device.device_id as i64])?)?;
+    let class = DEVICE_CLASS.load(Ordering::Acquire);
+    if class.is_null() {
+        return Ok(pair.into_ptr());
+    }
+    // SAFETY: GIL held; the class is kept alive by the static's reference.
+    py.check(unsafe { (py.PyObject_CallObject)(class, pair.as_ptr()) })
+}
+
+/// A device argument: `"cpu"`, `"cuda:1"`, a `(type, id)` pair (a `dlpx.Device` is one).
+fn parse_device(py: &Python, object: *mut PyObject, context: &str) -> Result<DLDevice> {
+    if let Ok(text) = py.str_value(object, context) {
+        return crate::device::parse(&text)
+            .ok_or_else(|| Error::value(context, format!("unknown device '{text}' (expected e.g. 'cpu', 'cuda:0')")));
+    }
+    let (t, id) = args::int_pair(py, object, context, "device")?;
+    match (i32::try_from(t), i32::try_from(id)) {
+        (Ok(t), Ok(id)) if id >= 0 => Ok(DLDevice { device_type: DeviceType(t), device_id: id }),
+        _ => Err(Error::value(context, format!("invalid device ({t}, {id})"))),
+    }
+}
+
+unsafe extern "C" fn empty(_module: *mut PyObject, a: *mut PyObject, kw: *mut PyObject) -> *mut PyObject {
+    const CONTEXT: &str = "empty";
+    boundary(Channel::Python, CONTEXT, || {
+        let py = py();
+        let mut v = [ptr::null_mut(); 3];
+        // SAFETY: CPython's calling convention for METH_VARARGS | METH_KEYWORDS.
+        unsafe { args::parse(CONTEXT, a, kw, &["shape", "dtype", "device"], 3, &mut v)? };
+        let [shape, dtype, device] = v;
+        if shape.is_null() {
+            return Err(Error::type_error(CONTEXT, "missing required argument 'shape'"));
+        }
+        let shape = args::int_sequence(py, shape, CONTEXT, "shape")?;
+        let dtype = if args::is_none(py, dtype) { DLDataType { code: 2, bits: 32, lanes: 1 } } else { parse_dtype(py, dtype)? };
+        let device = if args::is_none(py, device) { DLDevice { device_type: DeviceType::CPU, device_id: 0 } } else { parse_device(py, device, CONTEXT)? };
+        tensor_type::wrap(Tensor::empty(&shape, dtype, device)?)
+    })
+}
+
+fn parse_dtype(py: &Python, object: *mut PyObject) -> Result<DLDataType> {
+    if let Ok(name) = py.str_value(object, "empty") {
+        return crate::layout::parse_dtype(&name).ok_or_else(|| Error::value("empty", format!("unknown dtype '{name}'")));
+    }
+    let raw = args::int_sequence(py, object, "empty", "dtype")?;
+    match raw[..] {
+        [code, bits, lanes] if (0..256).contains(&code) && (0..256).contains(&bits) && (0..65536).contains(&lanes) => {
+            Ok(DLDataType { code: code as u8, bits: bits as u8, lanes: lanes as u16 })
+        }
+        _ => Err(Error::value("empty", "dtype must be a name such as 'float32' or a (code, bits, lanes) triple")),
+    }
+}
+
+unsafe extern "C" fn from_dlpack(_module: *mut PyObject, a: *mut PyObject, kw: *mut PyObject) -> *mut PyObject {
+    const CONTEXT: &str = "from_dlpack";
+    boundary(Channel::Python, CONTEXT, || {
+        let py = py();
+        let mut v = [ptr::null_mut(); 3];
+        // SAFETY: as in `empty`.
+        unsafe { args::parse(CONTEXT, a, kw, &["x", "device", "copy"], 1, &mut v)? };
+        let [x, device, copy] = v;
+        if x.is_null() {
+            return Err(Error::type_error(CONTEXT, "missing required argument 'x'"));
+        }
+        let device = if args::is_none(py, device) { None } else { Some(parse_device(py, device, CONTEXT)?) };
+        let copy = args::optional_bool(py, copy, CONTEXT, "copy")?;
+        tensor_type::wrap(consumer::import(x, device, copy)?)
+    })
+}
+
+unsafe extern "C" fn exchange_api_info(_module: *mut PyObject, object: *mut PyObject) -> *mut PyObject {
+    boundary(Channel::Python, "exchange_api_info", || super::info::exchange_api_info(py(), object))
+}
+
+unsafe extern "C" fn set_device_class(_module: *mut PyObject, class: *mut PyObject) -> *mut PyObject {
+    boundary(Channel::Python, "_set_device_class", || {
+        let py = py();
+        // SAFETY: GIL held; the static keeps the new reference, the old one is released.
+        unsafe { (py.Py_IncRef)(class) };
+        let old = DEVICE_CLASS.swap(class, Ordering::AcqRel);
+        py.decref(old);
+        Ok(py.new_none())
+    })
+}
+
+macro_rules! method {
+    ($name:literal, kw $f:ident, $doc:literal) => {
+        PyMethodDef {
+            ml_name: $name.as_ptr(),
+            ml_meth: PyMethodDefPointer { PyCFunctionWithKeywords: $f },
+            ml_flags: pyo3_ffi::METH_VARARGS | pyo3_ffi::METH_KEYWORDS,
+            ml_doc: $doc.as_ptr(),
+        }
+    };
+    ($name:literal, one $f:ident, $doc:literal) => {
+        PyMethodDef { ml_name: $name.as_ptr(), ml_meth: PyMethodDefPointer { PyCFunction: $f }, ml_flags: pyo3_ffi::METH_O, ml_doc: $doc.as_ptr() }
+    };
+}
+
+const MODULE_DOC: &CStr = c"Native core of dlpx (libdlpx.so loaded as a Python extension module).";
+
+/// Entry point CPython calls when `dlpx._native` is loaded from `libdlpx.so`.
+#[no_mangle]
+pub unsafe extern "C" fn PyInit__native() -> *mut PyObject {
+    boundary(Channel::Python, "PyInit__native", || {
+        let py = python()?;
+        let methods: &'static mut [PyMethodDef] = Box::leak(Box::new([
+            method!(c"empty", kw empty, c"empty(shape, dtype='float32', device='cpu') -> Tensor\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
+            method!(c"from_dlpack", kw from_dlpack, c"from_dlpack(x, /, *, device=None, copy=None) -> Tensor\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
+            method!(c"exchange_api_info", one exchange_api_info, c"exchange_api_info(type_or_object) -> dict | None\n\nThe exchange table a type publishes: version, the prev_api chain, which entries are set."),
+            method!(c"_set_device_class", one set_device_class, c"Registers the class that Tensor.device returns."),
+            PyMethodDef::zeroed(),
+        ]));
+        let def: &'static mut PyModuleDef = Box::leak(Box::new(PyModuleDef {
+            m_base: pyo3_ffi::PyModuleDef_HEAD_INIT,
+            m_name: c"dlpx._native".as_ptr(),
+            m_doc: MODULE_DOC.as_ptr(),
+            m_size: -1,
+            m_methods: methods.as_mut_ptr(),
+            m_slots: ptr::null_mut(),
+            m_traverse: None,
+            m_clear: None,
+            m_free: None,
+        }));
+        // SAFETY: GIL held (CPython is importing us); 3 is the stable ABI's API version.
+        let module = Owned::new(unsafe { (py.PyModule_Create2)(def, 3) })?;
+        let ty = tensor_type::create_type(py)?;
+        add(py, &module, c"Tensor", ty)?;
+        add(py, &module, c"__version__", py.new_str(env!("CARGO_PKG_VERSION"))?)?;
+        add(py, &module, c"DLPACK_VERSION", int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
+        let table = ptr::addr_of!(crate::exchange::EXCHANGE_API).cast_mut().cast::<c_void>();
+        // SAFETY: GIL held.
+        add(py, &module, c"_exchange_api_address", py.check(unsafe { (py.PyLong_FromVoidPtr)(table) })?)?;
+        Ok(module.into_ptr())
+    })
+}
+
+/// Adds `value` (a new reference, stolen) to the module.
+fn add(py: &Python, module: &Owned, name: &CStr, value: *mut PyObject) -> Result<()> {
+    // SAFETY: GIL held; PyModule_AddObject steals `value` only on success.
+    if unsafe { (py.PyModule_AddObject)(module.as_ptr(), name.as_ptr(), value) } != 0 {
+        py.decref(value);
+        return Err(pending());
+    }
+    Ok(())
+}

@@ -1,0 +1,387 @@
+//! `dlpx.Tensor`: the Python object over a [`Tensor`], its properties, and the three PyObject
+//! entry points of the exchange table.
+
+use std::ffi::{c_int, c_void, CStr};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use pyo3_ffi::{PyGetSetDef, PyMethodDef, PyMethodDefPointer, PyObject, PyTypeObject, PyType_Slot, PyType_Spec};
+
+use super::capi::{py, Owned, Python};
+use super::dlpack_method;
+use crate::abi::*;
+use crate::device;
+use crate::error::{boundary, Channel, Error, Result};
+use crate::layout;
+use crate::tensor::Tensor;
+
+/// The object layout. `tensor` is `None` only between allocation and initialisation (and in
+/// an object whose initialisation failed), so deallocation never sees garbage.
+#[repr(C)]
+pub struct PyTensor {
+    ob_base: PyObject,
+    tensor: Option<Tensor>,
+}
+
+static TENSOR_TYPE: AtomicPtr<PyTypeObject> = AtomicPtr::new(ptr::null_mut());
+
+/// The `dlpx.Tensor` type object, once the module has created it.
+#[inline]
+pub fn tensor_type() -> *mut PyTypeObject {
+    TENSOR_TYPE.load(Ordering::Relaxed)
+}
+
+/// The tensor inside `object` when it is a `dlpx.Tensor` (or a subclass), else None.
+///
+/// # Safety
+/// GIL held; `object` is a live object.
+#[inline]
+pub unsafe fn tensor_of<'a>(object: *mut PyObject) -> Option<&'a Tensor> {
+    // SAFETY: a live object has a type; our type's instances have the PyTensor layout.
+    unsafe {
+        let ty = (*object).ob_type;
+        if ty == tensor_type() || is_subclass(ty) {
+            (*object.cast::<PyTensor>()).tensor.as_ref()
+        } else {
+            None
+        }
+    }
+}
+
+#[cold]
+unsafe fn is_subclass(ty: *mut PyTypeObject) -> bool {
+    let base = tensor_type();
+    // SAFETY: GIL held; both are live type objects.
+    !base.is_null() && unsafe { (py().PyType_IsSubtype)(ty, base) } != 0
+}
+
+/// A new `dlpx.Tensor` holding `tensor`.
+pub fn wrap(tensor: Tensor) -> Result<*mut PyObject> {
+    let object = alloc_empty(tensor_type())?;
+    // SAFETY: a fresh, zeroed PyTensor that nobody else sees yet.
+    unsafe { (*object.cast::<PyTensor>()).tensor = Some(tensor) };
+    Ok(object)
+}
+
+fn alloc_empty(ty: *mut PyTypeObject) -> Result<*mut PyObject> {
+    let py = py();
+    if ty.is_null() {
+        return Err(Error::runtime("dlpx.Tensor", "the dlpx module is not initialised (import dlpx first)"));
+    }
+    // SAFETY: GIL held; `ty` is our (sub)type; tp_alloc zeroes the object, so `tensor` is None.
+    let object = unsafe {
+        let alloc = (py.PyType_GetSlot)(ty, pyo3_ffi::Py_tp_alloc);
+        let alloc: pyo3_ffi::allocfunc = std::mem::transmute(alloc);
+        alloc(ty, 0)
+    };
+    py.check(object)
+}
+
+// ---- the exchange table's PyObject entry points -------------------------------------------
+
+/// `managed_tensor_from_py_object_no_sync` for dlpx tensors.
+///
+/// # Safety
+/// GIL held; `object` is NULL or live; `out` is NULL or writable.
+pub unsafe fn managed_from_py(object: *mut PyObject, out: *mut *mut DLManagedTensorVersioned) -> Result<c_int> {
+    const CONTEXT: &str = "managed_tensor_from_py_object_no_sync";
+    let (tensor, out) = unsafe { checked_args(CONTEXT, object, out)? };
+    let managed = tensor.export_versioned(0)?;
+    // SAFETY: `out` is non-NULL and writable.
+    unsafe { out.as_ptr().write(managed.as_ptr()) };
+    Ok(0)
+}
+
+/// `dltensor_from_py_object_no_sync` for dlpx tensors: the view's shape and strides live in
+/// the tensor the object holds, so they stay valid while the caller holds the object.
+///
+/// # Safety
+/// GIL held; `object` is NULL or live; `out` is NULL or writable.
+pub unsafe fn dltensor_from_py(object: *mut PyObject, out: *mut DLTensor) -> Result<c_int> {
+    let (tensor, out) = unsafe { checked_args("dltensor_from_py_object_no_sync", object, out)? };
+    // SAFETY: `out` is non-NULL and writable.
+    unsafe { out.as_ptr().write(*tensor.dl_tensor()) };
+    Ok(0)
+}
+
+#[inline(always)]
+unsafe fn checked_args<'a, T>(context: &str, object: *mut PyObject, out: *mut T) -> Result<(&'a Tensor, NonNull<T>)> {
+    if object.is_null() {
+        return Err(Error::value(context, "py_object is NULL"));
+    }
+    let Some(out) = NonNull::new(out) else { return Err(Error::value(context, "out is NULL")) };
+    // SAFETY: GIL held and `object` live, by the caller's contract.
+    match unsafe { tensor_of(object) } {
+        Some(tensor) => Ok((tensor, out)),
+        None => Err(not_a_tensor(context, object)),
+    }
+}
+
+#[cold]
+fn not_a_tensor(context: &str, object: *mut PyObject) -> Error {
+    Error::type_error(context, format!("expected a dlpx.Tensor, got {}", type_name(object)))
+}
+
+/// `managed_tensor_to_py_object_no_sync`: any producer's managed tensor becomes a dlpx.Tensor.
+/// Ownership moves only on success (ruling 4): on failure the caller still owns `managed`.
+///
+/// # Safety
+/// GIL held; `managed` is NULL or a live managed tensor the caller owns; `out` NULL or writable.
+pub unsafe fn to_py(managed: *mut DLManagedTensorVersioned, out: *mut *mut PyObject) -> Result<c_int> {
+    const CONTEXT: &str = "managed_tensor_to_py_object_no_sync";
+    let managed = NonNull::new(managed).ok_or_else(|| Error::value(CONTEXT, "tensor is NULL"))?;
+    let out = NonNull::new(out).ok_or_else(|| Error::value(CONTEXT, "out_py_object is NULL"))?;
+    // Allocate first: once the tensor is adopted, a failure could no longer leave it with the caller.
+    let object = alloc_empty(tensor_type())?;
+    // SAFETY: the caller owns `managed` and gives it up only if this succeeds.
+    match unsafe { Tensor::from_managed(CONTEXT, managed) } {
+        Ok(tensor) => {
+            // SAFETY: fresh object, not yet visible to anyone.
+            unsafe {
+                (*object.cast::<PyTensor>()).tensor = Some(tensor);
+                out.as_ptr().write(object);
+            }
+            Ok(0)
+        }
+        Err(err) => {
+            py().decref(object);
+            Err(err)
+        }
+    }
+}
+
+// ---- the type ----------------------------------------------------------------------------
+
+unsafe extern "C" fn tensor_dealloc(object: *mut PyObject) {
+    // SAFETY: called by CPython with the GIL, once, for an instance of our (sub)type.
+    unsafe {
+        let ty = (*object).ob_type;
+        // Dropping may run a producer's deleter; it must not unwind into CPython.
+        let tensor = (*object.cast::<PyTensor>()).tensor.take();
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(tensor)));
+        let free = (py().PyType_GetSlot)(ty, pyo3_ffi::Py_tp_free);
+        let free: pyo3_ffi::freefunc = std::mem::transmute(free);
+        free(object.cast());
+        (py().Py_DecRef)(ty.cast());
+    }
+}
+
+unsafe extern "C" fn tensor_new(ty: *mut PyTypeObject, args: *mut PyObject, kwargs: *mut PyObject) -> *mut PyObject {
+    boundary(Channel::Python, "dlpx.Tensor", || {
+        let py = py();
+        // SAFETY: CPython passes a tuple of arguments and a dict or NULL, with the GIL held.
+        let nargs = unsafe { (py.PyTuple_Size)(args) };
+        if nargs != 1 || (!kwargs.is_null() && unsafe { (py.PyDict_Size)(kwargs) } != 0) {
+            return Err(Error::type_error(
+                "dlpx.Tensor",
+                "takes exactly one argument, an object that supports DLPack (or use dlpx.empty / dlpx.from_dlpack)",
+            ));
+        }
+        // SAFETY: index 0 exists; the reference is borrowed.
+        let source = unsafe { (py.PyTuple_GetItem)(args, 0) };
+        let tensor = super::consumer::import(source, None, None)?;
+        let object = alloc_empty(ty)?;
+        // SAFETY: fresh object of our (sub)type.
+        unsafe { (*object.cast::<PyTensor>()).tensor = Some(tensor) };
+        Ok(object)
+    })
+}
+
+unsafe extern "C" fn tensor_repr(object: *mut PyObject) -> *mut PyObject {
+    boundary(Channel::Python, "dlpx.Tensor.__repr__", || {
+        let t = unsafe { this(object) }?;
+        let text = format!(
+            "dlpx.Tensor(shape={}, dtype={}, device={}, strides={}{})",
+            tuple_text(t.shape()),
+            layout::dtype_name(t.dl_tensor().dtype),
+            device::name(t.dl_tensor().device),
+            tuple_text(t.strides()),
+            if t.is_readonly() { ", readonly=True" } else { "" }
+        );
+        py().new_str(&text)
+    })
+}
+
+fn tuple_text(values: &[i64]) -> String {
+    match values {
+        [one] => format!("({one},)"),
+        _ => format!("({})", values.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// The tensor of `self` in a method or getter.
+///
+/// # Safety
+/// GIL held; `object` is `self` of a dlpx.Tensor method.
+pub unsafe fn this<'a>(object: *mut PyObject) -> Result<&'a Tensor> {
+    // SAFETY: per the contract.
+    unsafe { tensor_of(object) }.ok_or_else(|| Error::runtime("dlpx.Tensor", "uninitialised dlpx.Tensor"))
+}
+
+pub fn type_name(object: *mut PyObject) -> String {
+    if object.is_null() {
+        return "NULL".to_string();
+    }
+    let py = py();
+    // SAFETY: GIL held; `object` is live; `__qualname__`/`__module__` reads do not keep references.
+    unsafe {
+        let ty = (*object).ob_type.cast::<PyObject>();
+        let read = |name: &CStr| -> Option<String> {
+            let attr = Owned::new((py.PyObject_GetAttrString)(ty, name.as_ptr())).ok()?;
+            py.str_value(attr.as_ptr(), "type name").ok()
+        };
+        let qualname = read(c"__qualname__").unwrap_or_else(|| "?".to_string());
+        let module = read(c"__module__").filter(|m| m != "builtins");
+        (py.PyErr_Clear)();
+        match module {
+            Some(m) => format!("{m}.{qualname}"),
+            None => qualname,
+        }
+    }
+}
+
+// ---- getters -----------------------------------------------------------------------------
+
+macro_rules! getter {
+    ($name:ident, |$py:ident, $t:ident| $body:expr) => {
+        unsafe extern "C" fn $name(object: *mut PyObject, _closure: *mut c_void) -> *mut PyObject {
+            boundary(Channel::Python, concat!("dlpx.Tensor.", stringify!($name)), || {
+                let $py: &Python = py();
+                // SAFETY: CPython calls getters with the GIL and a live `self`.
+                let $t: &Tensor = unsafe { this(object) }?;
+                $body
+            })
+        }
+    };
+}
+
+pub fn int_tuple(py: &Python, values: &[i64]) -> Result<*mut PyObject> {
+    // SAFETY: GIL held; PyTuple_SetItem steals each new integer.
+    unsafe {
+        let tuple = Owned::new((py.PyTuple_New)(values.len() as _))?;
+        for (i, &v) in values.iter().enumerate() {
+            let item = py.check((py.PyLong_FromLongLong)(v))?;
+            (py.PyTuple_SetItem)(tuple.as_ptr(), i as _, item);
+        }
+        Ok(tuple.into_ptr())
+    }
+}
+
+getter!(get_shape, |py, t| int_tuple(py, t.shape()));
+getter!(get_strides, |py, t| int_tuple(py, t.strides()));
+getter!(get_ndim, |py, t| py.check(unsafe { (py.PyLong_FromLongLong)(t.dl_tensor().ndim as i64) }));
+getter!(get_numel, |py, t| py.check(unsafe { (py.PyLong_FromUnsignedLongLong)(t.numel()) }));
+getter!(get_nbytes, |py, t| py.check(unsafe { (py.PyLong_FromUnsignedLongLong)(t.nbytes()) }));
+getter!(get_byte_offset, |py, t| py.check(unsafe { (py.PyLong_FromUnsignedLongLong)(t.dl_tensor().byte_offset) }));
+getter!(get_data_ptr, |py, t| {
+    let dl = t.dl_tensor();
+    let address = (dl.data as u64).wrapping_add(dl.byte_offset);
+    py.check(unsafe { (py.PyLong_FromUnsignedLongLong)(if dl.data.is_null() { 0 } else { address }) })
+});
+getter!(get_is_contiguous, |py, t| Ok(py.new_bool(t.is_contiguous())));
+getter!(get_readonly, |py, t| Ok(py.new_bool(t.is_readonly())));
+getter!(get_dtype, |py, t| py.new_str(&layout::dtype_name(t.dl_tensor().dtype)));
+getter!(get_dtype_raw, |py, t| {
+    let d = t.dl_tensor().dtype;
+    int_tuple(py, &[d.code as i64, d.bits as i64, d.lanes as i64])
+});
+getter!(get_device, |py, t| super::module::make_device(py, t.dl_tensor().device));
+
+// ---- type creation -----------------------------------------------------------------------
+
+const DOC: &CStr = c"A tensor that dlpx carries between frameworks through DLPack.
+
+dlpx.Tensor does no arithmetic: it owns (or shares) memory, describes it, and exchanges it
+through __dlpack__ and the C exchange table published on the type as
+__dlpack_c_exchange_api__. Make one with dlpx.empty(...) or dlpx.from_dlpack(obj);
+dlpx.Tensor(obj) is the same as dlpx.from_dlpack(obj).";
+
+macro_rules! getset {
+    ($name:literal, $getter:ident, $doc:literal) => {
+        PyGetSetDef { name: $name.as_ptr(), get: Some($getter), set: None, doc: $doc.as_ptr(), closure: ptr::null_mut() }
+    };
+}
+
+/// Creates the type, publishes the exchange table on it, and remembers it. Called once at
+/// module initialisation; a second call returns the same type.
+pub fn create_type(py: &Python) -> Result<*mut PyObject> {
+    let existing = tensor_type();
+    if !existing.is_null() {
+        // SAFETY: GIL held; the module keeps one more reference.
+        unsafe { (py.Py_IncRef)(existing.cast()) };
+        return Ok(existing.cast());
+    }
+    // CPython keeps pointers into these arrays for the life of the type: leak them once.
+    let getset: &'static mut [PyGetSetDef] = Box::leak(Box::new([
+        getset!(c"shape", get_shape, c"Extents of each dimension, a tuple of ints."),
+        getset!(c"strides", get_strides, c"Strides of each dimension in elements (not bytes), a tuple of ints."),
+        getset!(c"ndim", get_ndim, c"Number of dimensions."),
+        getset!(c"numel", get_numel, c"Number of elements."),
+        getset!(c"nbytes", get_nbytes, c"Bytes the elements occupy (sub-byte types packed unless flagged padded)."),
+        getset!(c"byte_offset", get_byte_offset, c"DLTensor.byte_offset: bytes from the data pointer to the first element."),
+        getset!(c"data_ptr", get_data_ptr, c"Address of the first element (data + byte_offset), 0 for empty tensors."),
+        getset!(c"is_contiguous", get_is_contiguous, c"Whether the strides are compact row-major."),
+        getset!(c"readonly", get_readonly, c"Whether the producer marked the memory read-only."),
+        getset!(c"dtype", get_dtype, c"Element type name: 'float32', 'bfloat16', 'float8_e4m3fn', 'bool', 'complex64', ..."),
+        getset!(c"dtype_raw", get_dtype_raw, c"The DLPack dtype as (code, bits, lanes)."),
+        getset!(c"device", get_device, c"The device, a dlpx.Device (prints as 'cpu:0', compares with such strings)."),
+        PyGetSetDef { name: ptr::null(), get: None, set: None, doc: ptr::null(), closure: ptr::null_mut() },
+    ]));
+    let methods: &'static mut [PyMethodDef] = Box::leak(Box::new([
+        PyMethodDef {
+            ml_name: c"__dlpack__".as_ptr(),
+            ml_meth: PyMethodDefPointer { PyCFunctionWithKeywords: dlpack_method::dlpack },
+            ml_flags: pyo3_ffi::METH_VARARGS | pyo3_ffi::METH_KEYWORDS,
+            ml_doc: dlpack_method::DLPACK_DOC.as_ptr(),
+        },
+        PyMethodDef {
+            ml_name: c"__dlpack_device__".as_ptr(),
+            ml_meth: PyMethodDefPointer { PyCFunction: dlpack_method::dlpack_device },
+            ml_flags: pyo3_ffi::METH_NOARGS,
+            ml_doc: c"__dlpack_device__() -> (device_type, device_id) as DLPack integers.".as_ptr(),
+        },
+        PyMethodDef::zeroed(),
+    ]));
+    let slots: &'static mut [PyType_Slot] = Box::leak(Box::new([
+        PyType_Slot { slot: pyo3_ffi::Py_tp_dealloc, pfunc: tensor_dealloc as *mut c_void },
+        PyType_Slot { slot: pyo3_ffi::Py_tp_new, pfunc: tensor_new as *mut c_void },
+        PyType_Slot { slot: pyo3_ffi::Py_tp_repr, pfunc: tensor_repr as *mut c_void },
+        PyType_Slot { slot: pyo3_ffi::Py_tp_doc, pfunc: DOC.as_ptr() as *mut c_void },
+        PyType_Slot { slot: pyo3_ffi::Py_tp_getset, pfunc: getset.as_mut_ptr().cast() },
+        PyType_Slot { slot: pyo3_ffi::Py_tp_methods, pfunc: methods.as_mut_ptr().cast() },
+        PyType_Slot { slot: 0, pfunc: ptr::null_mut() },
+    ]));
+    let spec: &'static mut PyType_Spec = Box::leak(Box::new(PyType_Spec {
+        name: c"dlpx.Tensor".as_ptr(),
+        basicsize: std::mem::size_of::<PyTensor>() as c_int,
+        itemsize: 0,
+        // Py_TPFLAGS_DEFAULT before 3.10 (version tag; ignored later) | BASETYPE so users may subclass.
+        flags: ((1u64 << 18) | pyo3_ffi::Py_TPFLAGS_BASETYPE as u64) as std::ffi::c_uint,
+        slots: slots.as_mut_ptr(),
+    }));
+    // SAFETY: GIL held; the spec and everything it points to is 'static.
+    let ty = Owned::new(unsafe { (py.PyType_FromSpecWithBases)(spec, ptr::null_mut()) })?;
+    publish_exchange_api(py, ty.as_ptr())?;
+    TENSOR_TYPE.store(ty.as_ptr().cast(), Ordering::Release);
+    // The static keeps one reference for the life of the process.
+    // SAFETY: GIL held.
+    unsafe { (py.Py_IncRef)(ty.as_ptr()) };
+    Ok(ty.into_ptr())
+}
+
+/// Ruling 1: the capsule (DLPack 1.3) and the older integer attribute, both on the type.
+fn publish_exchange_api(py: &Python, ty: *mut PyObject) -> Result<()> {
+    let table = ptr::addr_of!(crate::exchange::EXCHANGE_API).cast_mut().cast::<c_void>();
+    // SAFETY: GIL held; the table is a static, so the capsule needs no destructor.
+    unsafe {
+        let capsule = Owned::new((py.PyCapsule_New)(table, c"dlpack_exchange_api".as_ptr(), None))?;
+        if (py.PyObject_SetAttrString)(ty, c"__dlpack_c_exchange_api__".as_ptr(), capsule.as_ptr()) != 0 {
+            return Err(super::capi::pending());
+        }
+        let address = Owned::new((py.PyLong_FromVoidPtr)(table))?;
+        if (py.PyObject_SetAttrString)(ty, c"__c_dlpack_exchange_api__".as_ptr(), address.as_ptr()) != 0 {
+            return Err(super::capi::pending());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,282 @@
+//! `Tensor`: shared ownership (`Arc`) of one managed tensor — allocated by dlpx or imported from
+//! any producer — and its export as fresh managed tensors whose deleters need no GIL.
+
+use std::ffi::c_void;
+use std::mem::size_of;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::abi::*;
+use crate::allocation;
+use crate::error::{Error, Result};
+use crate::layout;
+use crate::memory::cpu::{self, Capacity};
+
+/// What keeps the memory alive: the producer's managed tensor, whose deleter runs exactly once
+/// when the last `Tensor` (and the last export) is gone.
+enum Owner {
+    Versioned(NonNull<DLManagedTensorVersioned>),
+    Legacy(NonNull<DLManagedTensor>),
+}
+
+struct Core {
+    dl: DLTensor,
+    flags: u64,
+    owner: Owner,
+    /// Shape and strides when the producer's cannot be used as they are (NULL strides of an old
+    /// producer); `dl.shape`/`dl.strides` point here then.
+    _dims: Option<Box<[i64]>>,
+}
+
+// SAFETY: the core is immutable after construction; DLPack deleters may run on any thread (the
+// producer's contract), which is what dropping the last reference elsewhere does.
+unsafe impl Send for Core {}
+unsafe impl Sync for Core {}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        // SAFETY: we own the managed tensor and call its deleter exactly once, here.
+        unsafe {
+            match self.owner {
+                Owner::Versioned(m) => {
+                    if let Some(deleter) = (*m.as_ptr()).deleter {
+                        deleter(m.as_ptr())
+                    }
+                }
+                Owner::Legacy(m) => {
+                    if let Some(deleter) = (*m.as_ptr()).deleter {
+                        deleter(m.as_ptr())
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A tensor: cheap to clone, safe to send, immutable metadata.
+#[derive(Clone)]
+pub struct Tensor(Arc<Core>);
+
+impl Tensor {
+    /// A new compact CPU tensor, uninitialised, from dlpx's allocator.
+    pub fn empty(shape: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Tensor> {
+        let ndim = i32::try_from(shape.len()).map_err(|_| Error::value("empty", "too many dimensions"))?;
+        let prototype = DLTensor {
+            data: std::ptr::null_mut(),
+            device,
+            ndim,
+            dtype,
+            shape: shape.as_ptr().cast_mut(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        // SAFETY: `shape` is a live slice of `ndim` values.
+        let managed = unsafe { allocation::allocate("empty", &prototype)? };
+        // SAFETY: a fresh, valid tensor from our allocator; ownership passes to the Tensor.
+        Ok(unsafe { Self::adopt_valid(managed) })
+    }
+
+    /// Takes ownership of a versioned managed tensor after validating it. On error the caller
+    /// keeps ownership (and must call the deleter).
+    ///
+    /// # Safety
+    /// `managed` points to a live managed tensor that the caller owns.
+    pub unsafe fn from_managed(context: &str, managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
+        // SAFETY: live by the caller's contract; only the stable prefix is read before the version check.
+        let m = unsafe { managed.as_ref() };
+        if m.version.major != DLPACK_MAJOR_VERSION {
+            return Err(Error::buffer(
+                context,
+                format!("unsupported DLPack major version {} (dlpx supports {DLPACK_MAJOR_VERSION})", m.version.major),
+            ));
+        }
+        if allocation::is_ours(m) {
+            // SAFETY: our own allocator's output is valid by construction.
+            return Ok(unsafe { Self::adopt_valid(managed) });
+        }
+        // SAFETY: as above; the version is known, so the whole struct may be read.
+        let dims = unsafe { check_imported(context, &m.dl_tensor, m.flags)? };
+        Ok(Self::build(m.dl_tensor, m.flags, Owner::Versioned(managed), dims))
+    }
+
+    /// Takes ownership of a legacy (unversioned) managed tensor after validating it. On error the
+    /// caller keeps ownership.
+    ///
+    /// # Safety
+    /// `managed` points to a live legacy managed tensor that the caller owns.
+    pub unsafe fn from_legacy(context: &str, managed: NonNull<DLManagedTensor>) -> Result<Tensor> {
+        // SAFETY: live by the caller's contract.
+        let m = unsafe { managed.as_ref() };
+        // SAFETY: as above.
+        let dims = unsafe { check_imported(context, &m.dl_tensor, 0)? };
+        Ok(Self::build(m.dl_tensor, 0, Owner::Legacy(managed), dims))
+    }
+
+    /// # Safety
+    /// `managed` is valid (checked or ours) and owned by the caller, who gives it up.
+    unsafe fn adopt_valid(managed: NonNull<DLManagedTensorVersioned>) -> Tensor {
+        // SAFETY: per the contract.
+        let m = unsafe { managed.as_ref() };
+        Self::build(m.dl_tensor, m.flags, Owner::Versioned(managed), None)
+    }
+
+    fn build(mut dl: DLTensor, flags: u64, owner: Owner, dims: Option<Box<[i64]>>) -> Tensor {
+        if let Some(dims) = &dims {
+            let ndim = dl.ndim as usize;
+            dl.shape = dims.as_ptr().cast_mut();
+            // SAFETY: `dims` holds shape then strides, 2 * ndim values.
+            dl.strides = unsafe { dims.as_ptr().add(ndim).cast_mut() };
+        }
+        Tensor(Arc::new(Core { dl, flags: flags & !DLPACK_FLAG_BITMASK_IS_COPIED, owner, _dims: dims }))
+    }
+
+    /// The tensor's description; shape and strides live as long as this `Tensor`.
+    #[inline]
+    pub fn dl_tensor(&self) -> &DLTensor {
+        &self.0.dl
+    }
+
+    pub fn flags(&self) -> u64 {
+        self.0.flags
+    }
+
+    pub fn is_readonly(&self) -> bool {
+        self.0.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0
+    }
+
+    pub fn shape(&self) -> &[i64] {
+        dims(self.0.dl.shape, self.0.dl.ndim)
+    }
+
+    pub fn strides(&self) -> &[i64] {
+        dims(self.0.dl.strides, self.0.dl.ndim)
+    }
+
+    pub fn numel(&self) -> u64 {
+        self.shape().iter().map(|&e| e as u64).product()
+    }
+
+    /// Bytes the elements occupy (packed sub-byte types unless flagged padded).
+    pub fn nbytes(&self) -> u64 {
+        layout::nbytes("nbytes", self.numel(), self.0.dl.dtype, self.0.flags).unwrap_or(u64::MAX)
+    }
+
+    pub fn is_contiguous(&self) -> bool {
+        layout::is_contiguous(self.shape(), self.strides())
+    }
+
+    /// Whether both handles share one owner (no copy was made between them).
+    pub fn same_owner(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// A new owning managed tensor sharing this tensor's memory; its deleter releases one
+    /// reference and needs no GIL. `extra_flags` adds e.g. IS_COPIED.
+    pub fn export_versioned(&self, extra_flags: u64) -> Result<NonNull<DLManagedTensorVersioned>> {
+        let block = export_block()?;
+        let managed = block.cast::<DLManagedTensorVersioned>();
+        // SAFETY: the block is 256 bytes, aligned, and exclusively ours until handed out.
+        unsafe {
+            managed.as_ptr().write(DLManagedTensorVersioned {
+                version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
+                manager_ctx: Arc::into_raw(self.0.clone()).cast_mut().cast::<c_void>(),
+                deleter: Some(delete_versioned_export),
+                flags: self.0.flags | extra_flags,
+                dl_tensor: self.0.dl,
+            });
+        }
+        Ok(managed)
+    }
+
+    /// A new owning legacy managed tensor sharing this tensor's memory (for consumers that ask
+    /// for no version). Legacy tensors cannot carry flags.
+    pub fn export_legacy(&self) -> Result<NonNull<DLManagedTensor>> {
+        let block = export_block()?;
+        let managed = block.cast::<DLManagedTensor>();
+        // SAFETY: as in `export_versioned`.
+        unsafe {
+            managed.as_ptr().write(DLManagedTensor {
+                dl_tensor: self.0.dl,
+                manager_ctx: Arc::into_raw(self.0.clone()).cast_mut().cast::<c_void>(),
+                deleter: Some(delete_legacy_export),
+            });
+        }
+        Ok(managed)
+    }
+}
+
+fn dims<'a>(ptr: *const i64, ndim: i32) -> &'a [i64] {
+    if ndim <= 0 || ptr.is_null() {
+        &[]
+    } else {
+        // SAFETY: a core's shape and strides are `ndim` long and live as long as the core.
+        unsafe { std::slice::from_raw_parts(ptr, ndim as usize) }
+    }
+}
+
+const EXPORT_BLOCK: Capacity = match cpu::capacity_for(size_of::<DLManagedTensorVersioned>()) {
+    Some(c) => c,
+    None => panic!("export block fits a size class"),
+};
+
+const _: () = assert!(size_of::<DLManagedTensor>() <= size_of::<DLManagedTensorVersioned>());
+
+#[inline]
+fn export_block() -> Result<NonNull<u8>> {
+    cpu::alloc(EXPORT_BLOCK).ok_or_else(|| Error::memory("export", "out of memory for a managed tensor"))
+}
+
+unsafe extern "C" fn delete_versioned_export(managed: *mut DLManagedTensorVersioned) {
+    if let Some(managed) = NonNull::new(managed) {
+        // SAFETY: `managed` is an export block whose manager_ctx holds one Arc reference.
+        unsafe { release_export(managed.as_ref().manager_ctx, managed.cast()) }
+    }
+}
+
+unsafe extern "C" fn delete_legacy_export(managed: *mut DLManagedTensor) {
+    if let Some(managed) = NonNull::new(managed) {
+        // SAFETY: as above, for the legacy layout.
+        unsafe { release_export(managed.as_ref().manager_ctx, managed.cast()) }
+    }
+}
+
+/// # Safety
+/// `ctx` is the `Arc::into_raw` of an export, `block` its export block; both are given up.
+unsafe fn release_export(ctx: *mut c_void, block: NonNull<u8>) {
+    // SAFETY: per the contract; dropping the Arc may run the producer's deleter, on this thread.
+    unsafe {
+        drop(Arc::from_raw(ctx.cast_const().cast::<Core>()));
+        cpu::free(block, EXPORT_BLOCK);
+    }
+}
+
+/// Checks what a foreign producer sent; returns owned shape+strides when its strides are NULL
+/// (pre-1.2 producers meant compact row-major by that).
+///
+/// # Safety
+/// `dl.shape` and `dl.strides`, when non-NULL, point to `dl.ndim` values.
+unsafe fn check_imported(context: &str, dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
+    let bad = |fact: String| Error::buffer(context, fact);
+    let ndim = allocation::checked_ndim(context, dl.ndim).map_err(Error::into_buffer_error)?;
+    if ndim > 0 && dl.shape.is_null() {
+        return Err(bad(format!("shape is NULL with ndim = {ndim}")));
+    }
+    if !crate::device::is_known(dl.device.device_type) {
+        return Err(bad(format!("unknown device type {}", dl.device.device_type.0)));
+    }
+    layout::check_dtype(context, dl.dtype).map_err(Error::into_buffer_error)?;
+    let shape = dims(dl.shape, dl.ndim);
+    let numel = layout::numel(context, shape).map_err(Error::into_buffer_error)?;
+    layout::nbytes(context, numel, dl.dtype, flags).map_err(Error::into_buffer_error)?;
+    if numel > 0 && dl.data.is_null() {
+        return Err(bad(format!("data is NULL for {numel} elements")));
+    }
+    if ndim == 0 || !dl.strides.is_null() {
+        return Ok(None);
+    }
+    let mut owned = vec![0i64; 2 * ndim].into_boxed_slice();
+    owned[..ndim].copy_from_slice(shape);
+    let (shape_part, strides_part) = owned.split_at_mut(ndim);
+    layout::compact_strides(shape_part, strides_part);
+    Ok(Some(owned))
+}
