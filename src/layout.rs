@@ -75,11 +75,11 @@ pub fn compact_strides(shape: &[i64], out: &mut [i64]) {
 
 /// Row-major contiguity; extents of 0 or 1 make their stride irrelevant.
 pub fn is_contiguous(shape: &[i64], strides: &[i64]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
     let mut expected: i64 = 1;
     for (&extent, &stride) in shape.iter().zip(strides).rev() {
-        if extent == 0 {
-            return true;
-        }
         if extent != 1 && stride != expected {
             return false;
         }
