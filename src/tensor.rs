@@ -90,6 +90,16 @@ impl Tensor {
                 format!("unsupported DLPack major version {} (dlpx supports {DLPACK_MAJOR_VERSION})", m.version.major),
             ));
         }
+        if is_our_export(m) {
+            // One of our exports coming home (a round trip): take back its reference instead of
+            // wrapping it in a second owner.
+            // SAFETY: our export's manager_ctx is an `Arc::into_raw`, its block ours to free.
+            return Ok(unsafe {
+                let core = Arc::from_raw(m.manager_ctx.cast_const().cast::<Core>());
+                cpu::free(managed.cast(), EXPORT_BLOCK);
+                Tensor(core)
+            });
+        }
         if allocation::is_ours(m) {
             // SAFETY: our own allocator's output is valid by construction.
             return Ok(unsafe { Self::adopt_valid(managed) });
@@ -224,6 +234,10 @@ const _: () = assert!(size_of::<DLManagedTensor>() <= size_of::<DLManagedTensorV
 #[inline]
 fn export_block() -> Result<NonNull<u8>> {
     cpu::alloc(EXPORT_BLOCK).ok_or_else(|| Error::memory("export", "out of memory for a managed tensor"))
+}
+
+fn is_our_export(m: &DLManagedTensorVersioned) -> bool {
+    m.deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, delete_versioned_export as unsafe extern "C" fn(*mut DLManagedTensorVersioned)))
 }
 
 unsafe extern "C" fn delete_versioned_export(managed: *mut DLManagedTensorVersioned) {

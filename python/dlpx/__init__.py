@@ -28,11 +28,18 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def library_path() -> str:
-    """Path of the libdlpx.so this package loaded (``$DLPX_LIBRARY`` overrides the packaged one)."""
+    """Path of the libdlpx shared library this package loads (``$DLPX_LIBRARY`` overrides it).
+
+    A wheel holds one file named after the SONAME (``libdlpx.so.0``): wheels cannot hold the
+    usual ``libdlpx.so`` symlink, and C extensions linked against dlpx ask for the SONAME."""
     override = os.environ.get("DLPX_LIBRARY")
     if override:
         return os.path.abspath(override)
-    return os.path.join(_HERE, "lib", "libdlpx.so")
+    for name in ("libdlpx.so.0", "libdlpx.so"):
+        candidate = os.path.join(_HERE, "lib", name)
+        if os.path.exists(candidate):
+            return candidate
+    return os.path.join(_HERE, "lib", "libdlpx.so.0")
 
 
 def _load_native():

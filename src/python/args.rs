@@ -1,10 +1,44 @@
 //! Argument parsing for METH_VARARGS | METH_KEYWORDS functions, without the variadic
 //! `PyArg_ParseTupleAndKeywords` (which Rust cannot call portably through a pointer table).
 
+use std::ffi::CStr;
+
+use once_cell::sync::OnceCell;
 use pyo3_ffi::PyObject;
 
 use super::capi::{py, Python};
 use crate::error::{Error, Result};
+
+/// A function's parameter names, interned once: keyword names at a call site are interned
+/// strings too, so matching is a pointer comparison (string comparison stays the fallback).
+pub struct Names {
+    names: &'static [&'static CStr],
+    interned: OnceCell<Vec<usize>>,
+}
+
+impl Names {
+    pub const fn new(names: &'static [&'static CStr]) -> Names {
+        Names { names, interned: OnceCell::new() }
+    }
+
+    fn position(&self, py: &Python, key: *mut PyObject, context: &str) -> Result<usize> {
+        let interned = self.interned.get_or_init(|| {
+            self.names
+                .iter()
+                // SAFETY: GIL held; interned strings are immortal for the interpreter's life.
+                .map(|n| unsafe { (py.PyUnicode_InternFromString)(n.as_ptr()) } as usize)
+                .collect()
+        });
+        if let Some(i) = interned.iter().position(|&k| k == key as usize) {
+            return Ok(i);
+        }
+        let name = py.str_value(key, context)?;
+        self.names
+            .iter()
+            .position(|n| n.to_bytes() == name.as_bytes())
+            .ok_or_else(|| Error::type_error(context, format!("got an unexpected keyword argument '{name}'")))
+    }
+}
 
 /// Fills `out[i]` with a borrowed reference to the argument named `names[i]` (NULL when absent).
 /// The first `positional` names may also be passed by position; the rest are keyword-only.
@@ -15,7 +49,7 @@ pub unsafe fn parse(
     context: &str,
     args: *mut PyObject,
     kwargs: *mut PyObject,
-    names: &[&str],
+    names: &Names,
     positional: usize,
     out: &mut [*mut PyObject],
 ) -> Result<()> {
@@ -41,14 +75,57 @@ pub unsafe fn parse(
     let mut value = std::ptr::null_mut();
     // SAFETY: iterating a dict we do not modify; references are borrowed.
     while unsafe { (py.PyDict_Next)(kwargs, &mut pos, &mut key, &mut value) } != 0 {
-        let name = py.str_value(key, context)?;
-        let Some(i) = names.iter().position(|n| *n == name) else {
-            return Err(Error::type_error(context, format!("got an unexpected keyword argument '{name}'")));
-        };
+        let i = names.position(py, key, context)?;
         if !out[i].is_null() {
+            let name = names.names[i].to_string_lossy();
             return Err(Error::type_error(context, format!("got multiple values for argument '{name}'")));
         }
         out[i] = value;
+    }
+    Ok(())
+}
+
+/// Like [`parse`], for METH_FASTCALL | METH_KEYWORDS functions: positional values in
+/// `args[..nargs]`, keyword values after them, named by the tuple `kwnames`. (The calling
+/// convention is the same on every CPython dlpx supports; it avoids a dict per call.)
+///
+/// # Safety
+/// GIL held; `args` holds `nargs` + len(`kwnames`) borrowed references; `kwnames` is a tuple or NULL.
+pub unsafe fn parse_fast(
+    context: &str,
+    args: *const *mut PyObject,
+    nargs: pyo3_ffi::Py_ssize_t,
+    kwnames: *mut PyObject,
+    names: &Names,
+    positional: usize,
+    out: &mut [*mut PyObject],
+) -> Result<()> {
+    let py = py();
+    out.iter_mut().for_each(|slot| *slot = std::ptr::null_mut());
+    let nargs = nargs as usize;
+    if nargs > positional {
+        return Err(Error::type_error(
+            context,
+            format!("takes at most {positional} positional argument{} ({nargs} given)", if positional == 1 { "" } else { "s" }),
+        ));
+    }
+    for (i, slot) in out.iter_mut().enumerate().take(nargs) {
+        // SAFETY: i < nargs.
+        *slot = unsafe { *args.add(i) };
+    }
+    if kwnames.is_null() {
+        return Ok(());
+    }
+    // SAFETY: kwnames is a tuple of str; values follow the positional arguments.
+    let nkw = unsafe { (py.PyTuple_Size)(kwnames) } as usize;
+    for k in 0..nkw {
+        let key = unsafe { (py.PyTuple_GetItem)(kwnames, k as _) };
+        let i = names.position(py, key, context)?;
+        if !out[i].is_null() {
+            let name = names.names[i].to_string_lossy();
+            return Err(Error::type_error(context, format!("got multiple values for argument '{name}'")));
+        }
+        out[i] = unsafe { *args.add(nargs + k) };
     }
     Ok(())
 }
@@ -90,6 +167,18 @@ pub fn int_value(py: &Python, object: *mut PyObject, context: &str, name: &str) 
 
 /// A pair of integers given as a tuple or any sequence of length 2.
 pub fn int_pair(py: &Python, object: *mut PyObject, context: &str, name: &str) -> Result<(i64, i64)> {
+    // The common case, a tuple of two small ints, without building a Vec.
+    // SAFETY: GIL held; PyTuple_Size fails (cleared below) on non-tuples; items are borrowed.
+    unsafe {
+        if (py.PyTuple_Size)(object) == 2 {
+            let a = (py.PyLong_AsLongLong)((py.PyTuple_GetItem)(object, 0));
+            let b = (py.PyLong_AsLongLong)((py.PyTuple_GetItem)(object, 1));
+            if (py.PyErr_Occurred)().is_null() {
+                return Ok((a, b));
+            }
+        }
+        (py.PyErr_Clear)();
+    }
     let items = int_sequence(py, object, context, name)?;
     match items[..] {
         [a, b] => Ok((a, b)),

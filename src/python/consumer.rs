@@ -100,26 +100,51 @@ fn import_through_protocol(py: &Python, object: *mut PyObject, device: Option<DL
             ));
         }
         let method = Owned(method);
-        let kwargs = Owned::new((py.PyDict_New)())?;
-        let version = Owned::new(tensor_type::int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
-        set_item(py, &kwargs, c"max_version", version.as_ptr())?;
-        if let Some(d) = device {
-            let pair = Owned::new(tensor_type::int_tuple(py, &[d.device_type.0 as i64, d.device_id as i64])?)?;
-            set_item(py, &kwargs, c"dl_device", pair.as_ptr())?;
-        }
-        if let Some(c) = copy {
-            set_item(py, &kwargs, c"copy", if c { py.true_ } else { py.false_ })?;
-        }
-        let empty = Owned::new((py.PyTuple_New)(0))?;
-        let mut result = (py.PyObject_Call)(method.as_ptr(), empty.as_ptr(), kwargs.as_ptr());
+        let (empty, common_kwargs) = shared_call_arguments(py)?;
+        let kwargs = match (device, copy) {
+            (None, None) => None,
+            _ => Some(request_kwargs(py, device, copy)?),
+        };
+        let kwargs_ptr = kwargs.as_ref().map_or(common_kwargs, Owned::as_ptr);
+        let mut result = (py.PyObject_Call)(method.as_ptr(), empty, kwargs_ptr);
         if result.is_null() && (py.PyErr_ExceptionMatches)(py.exc_type_error) != 0 && device.is_none() && copy.is_none() {
             // A producer older than the 2023.12 array API: no keywords at all.
             (py.PyErr_Clear)();
-            result = (py.PyObject_Call)(method.as_ptr(), empty.as_ptr(), ptr::null_mut());
+            result = (py.PyObject_Call)(method.as_ptr(), empty, ptr::null_mut());
         }
         let capsule = Owned::new(result)?;
         capsule::consume(py, capsule.as_ptr(), CONTEXT)
     }
+}
+
+/// `()` and `{"max_version": (1, 3)}`, built once: CPython never mutates the arguments of a call,
+/// so every `__dlpack__` call without device or copy can share them.
+fn shared_call_arguments(py: &Python) -> Result<(*mut PyObject, *mut PyObject)> {
+    static SHARED: once_cell::sync::OnceCell<(usize, usize)> = once_cell::sync::OnceCell::new();
+    let &(empty, kwargs) = SHARED.get_or_try_init(|| {
+        // SAFETY: GIL held; the objects are kept for the life of the process.
+        unsafe {
+            let empty = Owned::new((py.PyTuple_New)(0))?;
+            let kwargs = request_kwargs(py, None, None)?;
+            Ok::<_, Error>((empty.into_ptr() as usize, kwargs.into_ptr() as usize))
+        }
+    })?;
+    Ok((empty as *mut PyObject, kwargs as *mut PyObject))
+}
+
+fn request_kwargs(py: &Python, device: Option<DLDevice>, copy: Option<bool>) -> Result<Owned> {
+    // SAFETY: GIL held.
+    let kwargs = Owned::new(unsafe { (py.PyDict_New)() })?;
+    let version = Owned::new(tensor_type::int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
+    set_item(py, &kwargs, c"max_version", version.as_ptr())?;
+    if let Some(d) = device {
+        let pair = Owned::new(tensor_type::int_tuple(py, &[d.device_type.0 as i64, d.device_id as i64])?)?;
+        set_item(py, &kwargs, c"dl_device", pair.as_ptr())?;
+    }
+    if let Some(c) = copy {
+        set_item(py, &kwargs, c"copy", if c { py.true_ } else { py.false_ })?;
+    }
+    Ok(kwargs)
 }
 
 fn set_item(py: &Python, dict: &Owned, key: &CStr, value: *mut PyObject) -> Result<()> {
@@ -168,18 +193,19 @@ pub fn published_head(py: &Python, ty: *mut PyTypeObject) -> Result<Option<(*con
     }
 }
 
-/// Per-type cache of resolved tables. The GIL serialises every access. Each entry holds a
-/// strong reference to its type, so a cached type can never die and be replaced by another at
-/// the same address; eviction (round robin) releases it.
+/// Per-type cache of resolved tables (0: the type publishes none). The GIL serialises every
+/// access. Each entry holds a strong reference to its type, so a cached type can never die and
+/// be replaced by another at the same address; eviction (round robin) releases it. A type is
+/// looked up once: attribute lookups that miss cost an AttributeError each, microseconds.
 struct TableCache {
-    entries: UnsafeCell<[(usize, usize); 8]>,
+    entries: UnsafeCell<[(usize, usize); 32]>,
     next: UnsafeCell<usize>,
 }
 
 // SAFETY: only touched with the GIL held.
 unsafe impl Sync for TableCache {}
 
-static CACHE: TableCache = TableCache { entries: UnsafeCell::new([(0, 0); 8]), next: UnsafeCell::new(0) };
+static CACHE: TableCache = TableCache { entries: UnsafeCell::new([(0, 0); 32]), next: UnsafeCell::new(0) };
 
 /// The v1 table for objects of type `ty`, or None when the type publishes none.
 pub fn exchange_api_of_type(py: &Python, ty: *mut PyTypeObject) -> Result<Option<&'static DLPackExchangeAPI>> {
@@ -189,22 +215,24 @@ pub fn exchange_api_of_type(py: &Python, ty: *mut PyTypeObject) -> Result<Option
     // SAFETY: GIL held (see TableCache).
     let entries = unsafe { &mut *CACHE.entries.get() };
     if let Some(&(_, table)) = entries.iter().find(|(t, _)| *t == ty as usize) {
-        // SAFETY: only validated, process-lifetime tables are cached.
-        return Ok(Some(unsafe { &*(table as *const DLPackExchangeAPI) }));
+        // SAFETY: only validated, process-lifetime tables (or 0) are cached.
+        return Ok(unsafe { (table as *const DLPackExchangeAPI).as_ref() });
     }
-    let Some((head, _)) = published_head(py, ty)? else { return Ok(None) };
-    // SAFETY: the producer promises a readable chain that lives for the process.
-    let api = unsafe { crate::chain::select_supported(head)? };
+    let api = match published_head(py, ty)? {
+        // SAFETY: the producer promises a readable chain that lives for the process.
+        Some((head, _)) => Some(unsafe { crate::chain::select_supported(head)? }),
+        None => None,
+    };
     // SAFETY: GIL held.
     unsafe {
         let slot = &mut *CACHE.next.get();
         let (old_type, _) = entries[*slot];
         (py.Py_IncRef)(ty.cast());
-        entries[*slot] = (ty as usize, api as *const _ as usize);
+        entries[*slot] = (ty as usize, api.map_or(0, |a| a as *const _ as usize));
         *slot = (*slot + 1) % entries.len();
         if old_type != 0 {
             (py.Py_DecRef)(old_type as *mut PyObject);
         }
     }
-    Ok(Some(api))
+    Ok(api)
 }

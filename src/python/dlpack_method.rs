@@ -22,13 +22,19 @@ copy=True always copies (the capsule then carries DLPACK_FLAG_BITMASK_IS_COPIED)
 never does and raises BufferError when a copy would be needed. On CPU, stream must be None.";
 
 const CONTEXT: &str = "__dlpack__";
+static NAMES: args::Names = args::Names::new(&[c"stream", c"max_version", c"dl_device", c"copy"]);
 
-pub unsafe extern "C" fn dlpack(object: *mut PyObject, args: *mut PyObject, kwargs: *mut PyObject) -> *mut PyObject {
+pub unsafe extern "C" fn dlpack(
+    object: *mut PyObject,
+    args: *const *mut PyObject,
+    nargs: pyo3_ffi::Py_ssize_t,
+    kwnames: *mut PyObject,
+) -> *mut PyObject {
     boundary(Channel::Python, CONTEXT, || {
         let py = py();
         let mut a = [std::ptr::null_mut(); 4];
-        // SAFETY: CPython calls with the GIL, a tuple and a dict or NULL.
-        unsafe { args::parse(CONTEXT, args, kwargs, &["stream", "max_version", "dl_device", "copy"], 0, &mut a)? };
+        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
+        unsafe { args::parse_fast(CONTEXT, args, nargs, kwnames, &NAMES, 0, &mut a)? };
         let [stream, max_version, dl_device, copy] = a;
         // SAFETY: `object` is self.
         let tensor = unsafe { this(object) }?;

@@ -23,6 +23,19 @@ pub struct PyTensor {
     tensor: Option<Tensor>,
 }
 
+/// METH_FASTCALL: in the limited API from 3.10, with the same value and convention since 3.7.
+pub const METH_FASTCALL: c_int = 0x0080;
+
+/// A METH_FASTCALL | METH_KEYWORDS function, stored where CPython reads it back by its flags.
+pub type FastCallKeywords = unsafe extern "C" fn(*mut PyObject, *const *mut PyObject, pyo3_ffi::Py_ssize_t, *mut PyObject) -> *mut PyObject;
+
+/// # Safety
+/// The method's flags must say METH_FASTCALL | METH_KEYWORDS, so CPython calls it as such.
+pub unsafe fn fastcall_as_cfunction(f: FastCallKeywords) -> pyo3_ffi::PyCFunction {
+    // SAFETY: function pointers of the C ABI have one size; CPython casts back by the flags.
+    unsafe { std::mem::transmute::<FastCallKeywords, pyo3_ffi::PyCFunction>(f) }
+}
+
 static TENSOR_TYPE: AtomicPtr<PyTypeObject> = AtomicPtr::new(ptr::null_mut());
 
 /// The `dlpx.Tensor` type object, once the module has created it.
@@ -63,6 +76,10 @@ pub fn wrap(tensor: Tensor) -> Result<*mut PyObject> {
     Ok(object)
 }
 
+/// `dlpx.Tensor`'s own tp_alloc / tp_free, read once: PyType_GetSlot costs a call per object.
+static ALLOC: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
+static FREE: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
+
 fn alloc_empty(ty: *mut PyTypeObject) -> Result<*mut PyObject> {
     let py = py();
     if ty.is_null() {
@@ -70,7 +87,7 @@ fn alloc_empty(ty: *mut PyTypeObject) -> Result<*mut PyObject> {
     }
     // SAFETY: GIL held; `ty` is our (sub)type; tp_alloc zeroes the object, so `tensor` is None.
     let object = unsafe {
-        let alloc = (py.PyType_GetSlot)(ty, pyo3_ffi::Py_tp_alloc);
+        let alloc = if ty == tensor_type() { ALLOC.load(Ordering::Relaxed) } else { (py.PyType_GetSlot)(ty, pyo3_ffi::Py_tp_alloc) };
         let alloc: pyo3_ffi::allocfunc = std::mem::transmute(alloc);
         alloc(ty, 0)
     };
@@ -159,7 +176,7 @@ unsafe extern "C" fn tensor_dealloc(object: *mut PyObject) {
         // Dropping may run a producer's deleter; it must not unwind into CPython.
         let tensor = (*object.cast::<PyTensor>()).tensor.take();
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(tensor)));
-        let free = (py().PyType_GetSlot)(ty, pyo3_ffi::Py_tp_free);
+        let free = if ty == tensor_type() { FREE.load(Ordering::Relaxed) } else { (py().PyType_GetSlot)(ty, pyo3_ffi::Py_tp_free) };
         let free: pyo3_ffi::freefunc = std::mem::transmute(free);
         free(object.cast());
         (py().Py_DecRef)(ty.cast());
@@ -330,8 +347,9 @@ pub fn create_type(py: &Python) -> Result<*mut PyObject> {
     let methods: &'static mut [PyMethodDef] = Box::leak(Box::new([
         PyMethodDef {
             ml_name: c"__dlpack__".as_ptr(),
-            ml_meth: PyMethodDefPointer { PyCFunctionWithKeywords: dlpack_method::dlpack },
-            ml_flags: pyo3_ffi::METH_VARARGS | pyo3_ffi::METH_KEYWORDS,
+            // SAFETY: the same pointer type CPython expects for METH_FASTCALL | METH_KEYWORDS.
+            ml_meth: PyMethodDefPointer { PyCFunction: unsafe { fastcall_as_cfunction(dlpack_method::dlpack) } },
+            ml_flags: METH_FASTCALL | pyo3_ffi::METH_KEYWORDS,
             ml_doc: dlpack_method::DLPACK_DOC.as_ptr(),
         },
         PyMethodDef {
@@ -362,6 +380,11 @@ pub fn create_type(py: &Python) -> Result<*mut PyObject> {
     // SAFETY: GIL held; the spec and everything it points to is 'static.
     let ty = Owned::new(unsafe { (py.PyType_FromSpecWithBases)(spec, ptr::null_mut()) })?;
     publish_exchange_api(py, ty.as_ptr())?;
+    // SAFETY: GIL held; a live type; both slots are always filled (inherited from object).
+    unsafe {
+        ALLOC.store((py.PyType_GetSlot)(ty.as_ptr().cast(), pyo3_ffi::Py_tp_alloc), Ordering::Relaxed);
+        FREE.store((py.PyType_GetSlot)(ty.as_ptr().cast(), pyo3_ffi::Py_tp_free), Ordering::Relaxed);
+    }
     TENSOR_TYPE.store(ty.as_ptr().cast(), Ordering::Release);
     // The static keeps one reference for the life of the process.
     // SAFETY: GIL held.

@@ -127,6 +127,8 @@ std::array<int64_t, Rank> row_major_strides(const std::array<int64_t, Rank>& sha
   int64_t s = 1;
   for (std::size_t k = Rank; k-- > 0;) {
     strides[k] = s;
+    // The product of all extents is not a stride: only k > 0 must fit.
+    if (k == 0) break;
     if (shape[k] != 0 && s > std::numeric_limits<int64_t>::max() / shape[k]) throw_stride_overflow();
     s *= shape[k];
   }

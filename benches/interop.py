@@ -1,0 +1,123 @@
+"""The Python-level DLPack interop matrix: ns per `X.from_dlpack(y)` for every pair of
+frameworks, `y.__dlpack__()`, and the targets dlpx is held to. 16-element float32 CPU tensors.
+
+    python benches/interop.py [--quick]
+"""
+
+from __future__ import annotations
+
+import sys
+import timeit
+
+import numpy as np
+import torch
+
+import dlpx
+
+try:
+    import tvm_ffi
+except ImportError:  # pragma: no cover - optional peer
+    tvm_ffi = None
+try:
+    import jax
+    import jax.numpy as jnp
+    import jax.dlpack
+except ImportError:  # pragma: no cover - optional peer
+    jax = None
+
+QUICK = "--quick" in sys.argv
+NUMBER = 2_000 if QUICK else 20_000
+REPEAT = 3 if QUICK else 7
+
+
+def ns_per_call(fn) -> float:
+    fn()  # warm caches (type tables, imports)
+    return min(timeit.repeat(fn, number=NUMBER, repeat=REPEAT)) / NUMBER * 1e9
+
+
+def sources():
+    base = np.arange(16, dtype=np.float32)
+    out = {
+        "dlpx": dlpx.from_dlpack(base.copy()),
+        "torch": torch.arange(16, dtype=torch.float32),
+        "numpy": base.copy(),
+    }
+    if tvm_ffi is not None:
+        out["tvm_ffi"] = tvm_ffi.from_dlpack(base.copy())
+    if jax is not None:
+        out["jax"] = jnp.arange(16, dtype=jnp.float32)
+    return out
+
+
+def importers():
+    out = {
+        "dlpx": dlpx.from_dlpack,
+        "torch": torch.from_dlpack,
+        "numpy": np.from_dlpack,
+    }
+    if tvm_ffi is not None:
+        out["tvm_ffi"] = tvm_ffi.from_dlpack
+    if jax is not None:
+        out["jax"] = jax.dlpack.from_dlpack
+    return out
+
+
+def main() -> int:
+    srcs = sources()
+    imps = importers()
+    names = list(srcs)
+    matrix = {}
+    for importer in imps:
+        for source in names:
+            x = srcs[source]
+            fn = imps[importer]
+            try:
+                fn(x)
+            except Exception as exc:  # a pair that does not interoperate is reported, not hidden
+                matrix[importer, source] = f"error: {type(exc).__name__}"
+                continue
+            matrix[importer, source] = ns_per_call(lambda fn=fn, x=x: fn(x))
+
+    print(f"ns per X.from_dlpack(y), 16 float32 on CPU, best of {REPEAT} x {NUMBER}\n")
+    header = "| X \\ y | " + " | ".join(names) + " |"
+    print(header)
+    print("|" + "---|" * (len(names) + 1))
+    for importer in imps:
+        cells = []
+        for source in names:
+            v = matrix[importer, source]
+            cells.append(f"{v:.0f}" if isinstance(v, float) else v)
+        print(f"| {importer}.from_dlpack | " + " | ".join(cells) + " |")
+
+    print("\nns per y.__dlpack__() (versioned when the producer supports max_version)\n")
+    print("| y | __dlpack__() | __dlpack__(max_version=(1, 3)) |")
+    print("|---|---|---|")
+    for source in names:
+        x = srcs[source]
+        legacy = ns_per_call(lambda x=x: x.__dlpack__())
+        try:
+            versioned = f"{ns_per_call(lambda x=x: x.__dlpack__(max_version=(1, 3))):.0f}"
+        except TypeError:
+            versioned = "n/a"
+        print(f"| {source} | {legacy:.0f} | {versioned} |")
+
+    targets = []
+    if tvm_ffi is not None:
+        a = matrix["dlpx", "torch"]
+        b = matrix["tvm_ffi", "torch"]
+        targets.append(("dlpx.from_dlpack(torch) < tvm_ffi.from_dlpack(torch)", a, b, a < b))
+    a = matrix["torch", "dlpx"]
+    b = matrix["torch", "numpy"]
+    targets.append(("torch.from_dlpack(dlpx) <= torch.from_dlpack(numpy)", a, b, a <= b * 1.0))
+    print("\n| target | dlpx side ns | peer ns | |")
+    print("|---|---|---|---|")
+    missed = 0
+    for label, a, b, ok in targets:
+        missed += not ok
+        print(f"| {label} | {a:.0f} | {b:.0f} | {'ok' if ok else 'MISSED'} |")
+    print(f"\ntargets missed: {missed}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

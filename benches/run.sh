@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every dlpx benchmark and prints its tables: the C harness over the exchange tables
+# (dlpx vs torch) and the Python interop matrix. Pass --quick for a short run.
+# DLPX_PYTHON names a Python with dlpx installed and the peers (default: .venv/bin/python).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${DLPX_PYTHON:-.venv/bin/python}
+quick=${1:-}
+base=$("$PY" -c 'import sys; print(sys.base_prefix)')
+ver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+site=$("$PY" -c 'import site; print(site.getsitepackages()[0])')
+libdir=$("$PY" -m dlpx --libdir)
+incdir=$("$PY" -m dlpx --includedir)
+out=build/bench
+mkdir -p "$out"
+cc -O2 -std=c11 -Wall -Wextra -I"$incdir" $("$base/bin/python$ver-config" --includes) benches/exchange_bench.c \
+   -o "$out/exchange_bench" "$libdir/libdlpx.so.0" $("$base/bin/python$ver-config" --ldflags --embed) \
+   -Wl,-rpath,"$libdir" -lpthread
+echo "== exchange tables from C (machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
+PYTHONPATH="$site" PYTHONNOUSERSITE=1 "$out/exchange_bench" $quick dlpx.Tensor torch.Tensor
+echo
+echo "== Python interop matrix"
+"$PY" benches/interop.py $quick

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs every dlpx test: Rust, the generated-header check, C/C++ (plain and sanitized) through
+# ctest, the Python package (pip install . then pytest), and a load check on CPython 3.9–3.13.
+# DLPX_PYTHON names the Python that has the peers (default: .venv/bin/python).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${DLPX_PYTHON:-.venv/bin/python}
+PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
+BUILD=${DLPX_BUILD_DIR:-build/ci}
+
+echo "== cargo test"
+cargo test --release --quiet 2>&1 | tail -n 30
+
+echo "== generated headers are up to date"
+git diff --exit-code -- include/dlpx/dlpack.h include/dlpx/dlpx.h
+git ls-files --error-unmatch include/dlpx/dlpack.h include/dlpx/dlpx.h >/dev/null
+
+echo "== cmake build + ctest (C11, C++17, ASan/UBSan/LSan)"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLPX_TEST_PYTHON="$PY" -DDLPX_REQUIRE_ALL_TESTS=ON >/dev/null
+cmake --build "$BUILD" -j 2
+ctest --test-dir "$BUILD" --output-on-failure -j 2
+
+echo "== pip install . and pytest"
+"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation .
+(cd tests && "$PY" -m pytest -q -p no:cacheprovider python)
+
+echo "== one binary on every CPython 3.9-3.13 found"
+bash scripts/check_python_versions.sh "$("$PY" -m dlpx --library)"
