@@ -129,3 +129,149 @@ pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *c
         Ok(())
     })
 }
+
+// ---- the kernel API: Python objects of any framework in C kernels (GIL held) ----------------
+
+/// The exchange table that serves `py_object` (a `PyObject*`, GIL held): its type's own table
+/// (`__dlpack_c_exchange_api__`, else `__c_dlpack_exchange_api__`, walked to major 1 and cached
+/// per type), or else dlpx's universal table, which imports anything that implements
+/// `__dlpack__`, allocates with dlpx's allocator and returns `dlpx.Tensor`s (its
+/// `dltensor_from_py_object_no_sync` is NULL). Returns NULL with a Python exception set when the
+/// type publishes a broken table or no interpreter is running.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const DLPackExchangeAPI {
+    boundary(Channel::Python, "exchange_api_of", || {
+        crate::python::kernel::api_of(py_object.cast()).map(|api| api as *const DLPackExchangeAPI)
+    })
+}
+
+/// Imports any DLPack producer's object (GIL held) as an owning managed tensor: through its
+/// type's exchange table when it has one, else `__dlpack__(max_version=(1, 3))`, else the legacy
+/// `__dlpack__()`. The caller calls `(*out)->deleter(*out)` when done (no GIL needed for dlpx's
+/// own deleters). Returns 0, or -1 with a Python exception set.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_import(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
+    boundary(Channel::Python, "import", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::value("import", "out is NULL"))?;
+        let managed = crate::python::kernel::import_managed(py_object.cast())?;
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { out.as_ptr().write(managed.as_ptr()) };
+        Ok(0)
+    })
+}
+
+/// A kernel argument: a `DLTensor` describing a Python object's tensor, and what keeps it valid.
+#[repr(C)]
+pub struct DlpxTensorView {
+    /// The tensor; valid until `dlpx_view_release`, and while the viewed object lives.
+    pub tensor: DLTensor,
+    /// NULL when the producer gave a non-owning view (valid while the object lives and the
+    /// caller holds the GIL); otherwise the managed tensor backing `tensor`, released by
+    /// `dlpx_view_release`.
+    pub owner: *mut DLManagedTensorVersioned,
+}
+
+/// Fills `out` with a view of `py_object` (GIL held): the producer's
+/// `dltensor_from_py_object_no_sync` when its table has one (no allocation), else an owning
+/// import kept in `out->owner`. Always pair with `dlpx_view_release(out)`. Returns 0, or -1 with
+/// a Python exception set (then `out` needs no release).
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_view_of(py_object: *mut c_void, out: *mut DlpxTensorView) -> c_int {
+    boundary(Channel::Python, "view_of", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::value("view_of", "out is NULL"))?;
+        // SAFETY: non-NULL and writable by the caller's contract.
+        let out = unsafe { &mut *out.as_ptr() };
+        out.owner = std::ptr::null_mut();
+        out.owner = crate::python::kernel::view(py_object.cast(), &mut out.tensor)?;
+        Ok(0)
+    })
+}
+
+/// Releases what `dlpx_view_of` took (nothing for non-owning views). Idempotent; NULL is allowed.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
+    boundary(Channel::LastError, "view_release", || {
+        // SAFETY: a view filled by dlpx_view_of, or NULL.
+        if let Some(view) = unsafe { view.as_mut() } {
+            let owner = std::mem::replace(&mut view.owner, std::ptr::null_mut());
+            // SAFETY: we own `owner` and call its deleter once.
+            if let Some(deleter) = unsafe { owner.as_ref() }.and_then(|m| m.deleter) {
+                unsafe { deleter(owner) };
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Allocates an output like `prototype` (dtype, ndim, shape, device) in the framework of
+/// `like_py_object` (GIL held): with its table's allocator (a torch tensor in → torch's
+/// allocator), or dlpx's when it has none. Errors go to `SetError(error_ctx, kind, message)`
+/// exactly once (`dlpx_set_error_python` raises them as Python exceptions); with a NULL
+/// `SetError` they go to `dlpx_last_error()`. Returns 0, or -1.
+#[no_mangle]
+#[allow(non_snake_case)] // `SetError` keeps the DLPack header's parameter name
+pub unsafe extern "C" fn dlpx_allocate_like(
+    like_py_object: *mut c_void,
+    prototype: *mut DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_ctx: *mut c_void,
+    SetError: Option<unsafe extern "C" fn(error_ctx: *mut c_void, kind: *const c_char, message: *const c_char)>,
+) -> c_int {
+    let api = boundary(Channel::SetError(error_ctx, SetError), "allocate_like", || {
+        crate::python::kernel::api_of(like_py_object.cast()).map_err(|err| match err.message.as_str() {
+            // A Python exception is already set: move it into SetError's channel.
+            crate::python::capi::PENDING => crate::python::capi::take_pending("allocate_like"),
+            _ => err,
+        }).map(|api| api as *const DLPackExchangeAPI)
+    });
+    if api.is_null() {
+        return -1;
+    }
+    // SAFETY: a live table; the allocator reports its own errors through SetError.
+    match unsafe { (*api).managed_tensor_allocator } {
+        Some(allocate) => unsafe { allocate(prototype, out, error_ctx, SetError) },
+        None => boundary(Channel::SetError(error_ctx, SetError), "allocate_like", || {
+            Err::<c_int, _>(Error::not_implemented("allocate_like", "the producer's table has no allocator"))
+        }),
+    }
+}
+
+/// Turns `managed` into a Python object of `like_py_object`'s framework (GIL held): its table's
+/// `managed_tensor_to_py_object_no_sync`, or a `dlpx.Tensor` when it has none (or `like_py_object`
+/// is NULL). On success the object owns `managed`; on failure (-1, Python exception set) the
+/// caller still owns it and must call its deleter.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_to_py_like(
+    like_py_object: *mut c_void,
+    managed: *mut DLManagedTensorVersioned,
+    out_py_object: *mut *mut c_void,
+) -> c_int {
+    boundary(Channel::Python, "to_py_like", || {
+        let out = NonNull::new(out_py_object).ok_or_else(|| Error::value("to_py_like", "out_py_object is NULL"))?;
+        let object = crate::python::kernel::to_py_like(like_py_object.cast(), managed)?;
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { out.as_ptr().write(object.cast()) };
+        Ok(0)
+    })
+}
+
+/// The current work stream of `like_py_object`'s framework on a device (GIL held), e.g. torch's
+/// `torch.cuda.current_stream()` for a torch tensor; dlpx's per-thread stream for objects
+/// without a table; NULL for CPU. Launch kernels there. Returns 0, or -1 with a Python exception.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_current_stream_of(
+    like_py_object: *mut c_void,
+    device_type: DeviceType,
+    device_id: i32,
+    out_stream: *mut *mut c_void,
+) -> c_int {
+    boundary(Channel::Python, "current_stream_of", || {
+        let api = crate::python::kernel::api_of(like_py_object.cast())?;
+        let stream = api.current_work_stream.ok_or_else(|| Error::buffer("current_stream_of", "the table has no current_work_stream"))?;
+        // SAFETY: the producer's contract.
+        match unsafe { stream(device_type, device_id, out_stream) } {
+            0 => Ok(0),
+            _ => Err(crate::python::capi::pending()),
+        }
+    })
+}

@@ -8,6 +8,22 @@
 #error "dlpx.h needs DLPack 1.3: an older dlpack.h was included before dlpx.h"
 #endif
 
+/**
+ * A kernel argument: a `DLTensor` describing a Python object's tensor, and what keeps it valid.
+ */
+typedef struct {
+  /**
+   * The tensor; valid until `dlpx_view_release`, and while the viewed object lives.
+   */
+  DLTensor tensor;
+  /**
+   * NULL when the producer gave a non-owning view (valid while the object lives and the
+   * caller holds the GIL); otherwise the managed tensor backing `tensor`, released by
+   * `dlpx_view_release`.
+   */
+  DLManagedTensorVersioned *owner;
+} DlpxTensorView;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -77,6 +93,68 @@ const DLPackExchangeAPI *dlpx_exchange_api_select(const DLPackExchangeAPIHeader 
  * Python interpreter in the process the message goes to `dlpx_last_error()`.
  */
 void dlpx_set_error_python(void *_error_ctx, const char *kind, const char *message);
+
+/**
+ * The exchange table that serves `py_object` (a `PyObject*`, GIL held): its type's own table
+ * (`__dlpack_c_exchange_api__`, else `__c_dlpack_exchange_api__`, walked to major 1 and cached
+ * per type), or else dlpx's universal table, which imports anything that implements
+ * `__dlpack__`, allocates with dlpx's allocator and returns `dlpx.Tensor`s (its
+ * `dltensor_from_py_object_no_sync` is NULL). Returns NULL with a Python exception set when the
+ * type publishes a broken table or no interpreter is running.
+ */
+const DLPackExchangeAPI *dlpx_exchange_api_of(void *py_object);
+
+/**
+ * Imports any DLPack producer's object (GIL held) as an owning managed tensor: through its
+ * type's exchange table when it has one, else `__dlpack__(max_version=(1, 3))`, else the legacy
+ * `__dlpack__()`. The caller calls `(*out)->deleter(*out)` when done (no GIL needed for dlpx's
+ * own deleters). Returns 0, or -1 with a Python exception set.
+ */
+int dlpx_import(void *py_object, DLManagedTensorVersioned **out);
+
+/**
+ * Fills `out` with a view of `py_object` (GIL held): the producer's
+ * `dltensor_from_py_object_no_sync` when its table has one (no allocation), else an owning
+ * import kept in `out->owner`. Always pair with `dlpx_view_release(out)`. Returns 0, or -1 with
+ * a Python exception set (then `out` needs no release).
+ */
+int dlpx_view_of(void *py_object, DlpxTensorView *out);
+
+/**
+ * Releases what `dlpx_view_of` took (nothing for non-owning views). Idempotent; NULL is allowed.
+ */
+void dlpx_view_release(DlpxTensorView *view);
+
+/**
+ * Allocates an output like `prototype` (dtype, ndim, shape, device) in the framework of
+ * `like_py_object` (GIL held): with its table's allocator (a torch tensor in → torch's
+ * allocator), or dlpx's when it has none. Errors go to `SetError(error_ctx, kind, message)`
+ * exactly once (`dlpx_set_error_python` raises them as Python exceptions); with a NULL
+ * `SetError` they go to `dlpx_last_error()`. Returns 0, or -1.
+ */
+int dlpx_allocate_like(void *like_py_object,
+                       DLTensor *prototype,
+                       DLManagedTensorVersioned **out,
+                       void *error_ctx,
+                       void (*SetError)(void *error_ctx, const char *kind, const char *message));
+
+/**
+ * Turns `managed` into a Python object of `like_py_object`'s framework (GIL held): its table's
+ * `managed_tensor_to_py_object_no_sync`, or a `dlpx.Tensor` when it has none (or `like_py_object`
+ * is NULL). On success the object owns `managed`; on failure (-1, Python exception set) the
+ * caller still owns it and must call its deleter.
+ */
+int dlpx_to_py_like(void *like_py_object, DLManagedTensorVersioned *managed, void **out_py_object);
+
+/**
+ * The current work stream of `like_py_object`'s framework on a device (GIL held), e.g. torch's
+ * `torch.cuda.current_stream()` for a torch tensor; dlpx's per-thread stream for objects
+ * without a table; NULL for CPU. Launch kernels there. Returns 0, or -1 with a Python exception.
+ */
+int dlpx_current_stream_of(void *like_py_object,
+                           DLDeviceType device_type,
+                           int32_t device_id,
+                           void **out_stream);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -274,6 +274,33 @@ pub fn pending() -> Error {
     Error { kind: ErrorKind::RuntimeError, message: PENDING.to_string() }
 }
 
+/// Moves the pending Python exception into an `Error` (for channels other than Python).
+pub fn take_pending(context: &str) -> Error {
+    let Ok(py) = python() else { return Error::runtime(context, "no Python interpreter") };
+    // SAFETY: GIL held by the caller; the fetched references are released here.
+    unsafe {
+        let kind = [
+            (py.exc_memory_error, ErrorKind::MemoryError),
+            (py.exc_value_error, ErrorKind::ValueError),
+            (py.exc_type_error, ErrorKind::TypeError),
+            (py.exc_buffer_error, ErrorKind::BufferError),
+            (py.exc_not_implemented_error, ErrorKind::NotImplementedError),
+        ]
+        .into_iter()
+        .find(|(exc, _)| (py.PyErr_ExceptionMatches)(*exc) != 0)
+        .map_or(ErrorKind::RuntimeError, |(_, kind)| kind);
+        let (mut ty, mut value, mut tb) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        (py.PyErr_Fetch)(&mut ty, &mut value, &mut tb);
+        let text = if value.is_null() { None } else { Owned::new((py.PyObject_Str)(value)).ok() };
+        let message = text.and_then(|t| py.str_value(t.as_ptr(), context).ok()).unwrap_or_default();
+        (py.PyErr_Clear)();
+        for object in [ty, value, tb] {
+            py.decref(object);
+        }
+        Error { kind, message }
+    }
+}
+
 /// Sets `err` as the current Python exception (the GIL is held), unless it stands for one that
 /// is already set.
 pub fn raise(err: &Error) {

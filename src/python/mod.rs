@@ -7,6 +7,7 @@ pub mod capsule;
 pub mod consumer;
 pub mod dlpack_method;
 pub mod info;
+pub mod kernel;
 pub mod module;
 pub mod tensor_type;
 
