@@ -98,7 +98,7 @@ impl DataTypeCode {
 #[cfg(dlpx_header_only)]
 mod header_enums {
     /// The device type in DLDevice.
-    #[repr(C)]
+    #[repr(i32)]
     pub enum DLDeviceType {
         /// CPU device.
         kDLCPU = 1,

@@ -92,7 +92,7 @@ pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i3
 pub unsafe extern "C" fn dlpx_exchange_api_select(head: *const DLPackExchangeAPIHeader) -> *const DLPackExchangeAPI {
     boundary(Channel::LastError, "exchange_api_select", || {
         // SAFETY: the caller passes a readable chain (or NULL, which is handled).
-        Ok(unsafe { crate::chain::select_supported(head)? } as *const DLPackExchangeAPI)
+        Ok(unsafe { crate::chain::select_supported("exchange_api_select", head)? } as *const DLPackExchangeAPI)
     })
 }
 

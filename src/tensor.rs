@@ -137,7 +137,7 @@ impl Tensor {
             // SAFETY: `dims` holds shape then strides, 2 * ndim values.
             dl.strides = unsafe { dims.as_ptr().add(ndim).cast_mut() };
         }
-        Tensor(Arc::new(Core { dl, flags: flags & !DLPACK_FLAG_BITMASK_IS_COPIED, owner, _dims: dims }))
+        Tensor(Arc::new(Core { dl, flags, owner, _dims: dims }))
     }
 
     /// The tensor's description; shape and strides live as long as this `Tensor`.
@@ -146,8 +146,15 @@ impl Tensor {
         &self.0.dl
     }
 
+    /// The producer's flags. IS_COPIED here means the producer made this tensor as a private
+    /// copy for dlpx; exports never repeat it (dlpx keeps a reference, so the consumer of an
+    /// export does not own the memory alone).
     pub fn flags(&self) -> u64 {
         self.0.flags
+    }
+
+    fn export_flags(&self, extra: u64) -> u64 {
+        (self.0.flags & !DLPACK_FLAG_BITMASK_IS_COPIED) | extra
     }
 
     pub fn is_readonly(&self) -> bool {
@@ -191,7 +198,7 @@ impl Tensor {
                 version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
                 manager_ctx: Arc::into_raw(self.0.clone()).cast_mut().cast::<c_void>(),
                 deleter: Some(delete_versioned_export),
-                flags: self.0.flags | extra_flags,
+                flags: self.export_flags(extra_flags),
                 dl_tensor: self.0.dl,
             });
         }

@@ -4,6 +4,7 @@
 #include <dlpx/dlpx.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "check.hpp"
@@ -14,9 +15,11 @@ DLDataType dt(int code, int bits, int lanes = 1) {
   return DLDataType{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), static_cast<uint16_t>(lanes)};
 }
 
-DLDevice dev(int type, int id) {
+// Unknown types are written as bytes: casting 42 to an enum without a fixed
+// underlying type would itself be undefined behaviour.
+DLDevice dev(int32_t type, int id) {
   DLDevice d{};
-  d.device_type = static_cast<DLDeviceType>(type);
+  std::memcpy(&d.device_type, &type, sizeof type);
   d.device_id = id;
   return d;
 }

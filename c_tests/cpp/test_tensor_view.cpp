@@ -109,6 +109,8 @@ int main() {
     CHECK(!dlpx::TensorView(Fixture(buf, f32, {2, 3}, {6, 2}).t).is_contiguous());
     // Extent-1 dimensions may carry any stride.
     CHECK(dlpx::TensorView(Fixture(buf, f32, {2, 1, 3}, {3, 99, 1}).t).is_contiguous());
+    // ...but do not excuse the dimensions around them.
+    CHECK(!dlpx::TensorView(Fixture(buf, f32, {2, 1, 3}, {7, 99, 1}).t).is_contiguous());
     // Broadcast (stride 0) over a real extent is not contiguous.
     CHECK(!dlpx::TensorView(Fixture(buf, f32, {2, 3}, {0, 1}).t).is_contiguous());
     // Zero-size tensors are contiguous whatever their strides.

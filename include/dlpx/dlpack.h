@@ -57,7 +57,11 @@
 /**
  * The device type in DLDevice.
  */
-typedef enum DLDeviceType {
+enum DLDeviceType
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
   /**
    * CPU device.
    */
@@ -122,7 +126,14 @@ typedef enum DLDeviceType {
    * AWS Trainium.
    */
   kDLTrn = 18,
-} DLDeviceType;
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum DLDeviceType DLDeviceType;
+#else
+typedef int32_t DLDeviceType;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
 
 /**
  * The type code options of DLDataType.

@@ -13,12 +13,18 @@ use crate::error::{Error, Result};
 /// strings too, so matching is a pointer comparison (string comparison stays the fallback).
 pub struct Names {
     names: &'static [&'static CStr],
+    /// How many leading parameters are positional-only (`def f(x, /, ...)`).
+    positional_only: usize,
     interned: OnceCell<Vec<usize>>,
 }
 
 impl Names {
     pub const fn new(names: &'static [&'static CStr]) -> Names {
-        Names { names, interned: OnceCell::new() }
+        Names { names, positional_only: 0, interned: OnceCell::new() }
+    }
+
+    pub const fn with_positional_only(names: &'static [&'static CStr], positional_only: usize) -> Names {
+        Names { names, positional_only, interned: OnceCell::new() }
     }
 
     fn position(&self, py: &Python, key: *mut PyObject, context: &str) -> Result<usize> {
@@ -29,14 +35,24 @@ impl Names {
                 .map(|n| unsafe { (py.PyUnicode_InternFromString)(n.as_ptr()) } as usize)
                 .collect()
         });
-        if let Some(i) = interned.iter().position(|&k| k == key as usize) {
-            return Ok(i);
+        let found = match interned.iter().position(|&k| k == key as usize) {
+            Some(i) => Some(i),
+            None => {
+                let name = py.str_value(key, context)?;
+                self.names.iter().position(|n| n.to_bytes() == name.as_bytes())
+            }
+        };
+        match found {
+            Some(i) if i >= self.positional_only => Ok(i),
+            Some(i) => Err(Error::type_error(
+                context,
+                format!("'{}' is positional-only and cannot be passed by keyword", self.names[i].to_string_lossy()),
+            )),
+            None => {
+                let name = py.str_value(key, context)?;
+                Err(Error::type_error(context, format!("got an unexpected keyword argument '{name}'")))
+            }
         }
-        let name = py.str_value(key, context)?;
-        self.names
-            .iter()
-            .position(|n| n.to_bytes() == name.as_bytes())
-            .ok_or_else(|| Error::type_error(context, format!("got an unexpected keyword argument '{name}'")))
     }
 }
 

@@ -160,7 +160,7 @@ fn set_item(py: &Python, dict: &Owned, key: &CStr, value: *mut PyObject) -> Resu
 /// The head of the exchange-table chain a type publishes: the capsule
 /// `__dlpack_c_exchange_api__` first, then the integer `__c_dlpack_exchange_api__`; None when
 /// it publishes neither.
-pub fn published_head(py: &Python, ty: *mut PyTypeObject) -> Result<Option<(*const DLPackExchangeAPIHeader, &'static str)>> {
+pub fn published_head(py: &Python, ty: *mut PyTypeObject, context: &str) -> Result<Option<(*const DLPackExchangeAPIHeader, &'static str)>> {
     let ty = ty.cast::<PyObject>();
     // SAFETY: GIL held; new references are owned; missing attributes are cleared.
     unsafe {
@@ -171,7 +171,7 @@ pub fn published_head(py: &Python, ty: *mut PyTypeObject) -> Result<Option<(*con
             if table.is_null() {
                 (py.PyErr_Clear)();
                 return Err(Error::type_error(
-                    CONTEXT,
+                    context,
                     "__dlpack_c_exchange_api__ must be a PyCapsule named 'dlpack_exchange_api' holding a non-NULL table",
                 ));
             }
@@ -187,7 +187,7 @@ pub fn published_head(py: &Python, ty: *mut PyTypeObject) -> Result<Option<(*con
         let table = (py.PyLong_AsVoidPtr)(address.as_ptr());
         if table.is_null() {
             (py.PyErr_Clear)();
-            return Err(Error::type_error(CONTEXT, "__c_dlpack_exchange_api__ must be a non-zero integer address"));
+            return Err(Error::type_error(context, "__c_dlpack_exchange_api__ must be a non-zero integer address"));
         }
         Ok(Some((table.cast_const().cast(), "__c_dlpack_exchange_api__")))
     }
@@ -218,9 +218,11 @@ pub fn exchange_api_of_type(py: &Python, ty: *mut PyTypeObject) -> Result<Option
         // SAFETY: only validated, process-lifetime tables (or 0) are cached.
         return Ok(unsafe { (table as *const DLPackExchangeAPI).as_ref() });
     }
-    let api = match published_head(py, ty)? {
+    // A chain without a major-1 table (a producer that moved on to a new major) is no table to
+    // dlpx: its objects still import through `__dlpack__`.
+    let api = match published_head(py, ty, CONTEXT)? {
         // SAFETY: the producer promises a readable chain that lives for the process.
-        Some((head, _)) => Some(unsafe { crate::chain::select_supported(head)? }),
+        Some((head, _)) => unsafe { crate::chain::select_supported(CONTEXT, head) }.ok(),
         None => None,
     };
     // SAFETY: GIL held.

@@ -20,7 +20,7 @@ pub fn exchange_api_info(py: &Python, object: *mut PyObject) -> Result<*mut PyOb
         let own_type = (*object).ob_type;
         if (py.PyType_GetFlags)(own_type) & TYPE_SUBCLASS != 0 { object.cast() } else { own_type }
     };
-    let Some((head, attribute)) = published_head(py, ty)? else { return Ok(py.new_none()) };
+    let Some((head, attribute)) = published_head(py, ty, "exchange_api_info")? else { return Ok(py.new_none()) };
     let info = Owned::new(unsafe { (py.PyDict_New)() })?;
     set(py, &info, c"attribute", py.new_str(attribute)?)?;
     let chain = Owned::new(unsafe { (py.PyList_New)(0) })?;

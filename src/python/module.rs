@@ -45,7 +45,7 @@ fn parse_device(py: &Python, object: *mut PyObject, context: &str) -> Result<DLD
 }
 
 static EMPTY_NAMES: args::Names = args::Names::new(&[c"shape", c"dtype", c"device"]);
-static FROM_DLPACK_NAMES: args::Names = args::Names::new(&[c"x", c"device", c"copy"]);
+static FROM_DLPACK_NAMES: args::Names = args::Names::with_positional_only(&[c"x", c"device", c"copy"], 1);
 
 unsafe extern "C" fn empty(_module: *mut PyObject, a: *mut PyObject, kw: *mut PyObject) -> *mut PyObject {
     const CONTEXT: &str = "empty";

@@ -123,6 +123,9 @@ pub unsafe fn dltensor_from_py(object: *mut PyObject, out: *mut DLTensor) -> Res
 
 #[inline(always)]
 unsafe fn checked_args<'a, T>(context: &str, object: *mut PyObject, out: *mut T) -> Result<(&'a Tensor, NonNull<T>)> {
+    if tensor_type().is_null() {
+        return Err(no_tensor_type(context));
+    }
     if object.is_null() {
         return Err(Error::value(context, "py_object is NULL"));
     }
@@ -131,6 +134,16 @@ unsafe fn checked_args<'a, T>(context: &str, object: *mut PyObject, out: *mut T)
     match unsafe { tensor_of(object) } {
         Some(tensor) => Ok((tensor, out)),
         None => Err(not_a_tensor(context, object)),
+    }
+}
+
+/// Without `import dlpx` there is no dlpx.Tensor, so no object can be one; without Python at
+/// all the message says so (and goes to dlpx_last_error()).
+#[cold]
+fn no_tensor_type(context: &str) -> Error {
+    match super::capi::python() {
+        Err(err) => Error::runtime(context, err.message.trim_start_matches("dlpx: python: ")),
+        Ok(_) => Error::runtime(context, "the dlpx module is not initialised (import dlpx first)"),
     }
 }
 
@@ -148,6 +161,9 @@ pub unsafe fn to_py(managed: *mut DLManagedTensorVersioned, out: *mut *mut PyObj
     const CONTEXT: &str = "managed_tensor_to_py_object_no_sync";
     let managed = NonNull::new(managed).ok_or_else(|| Error::value(CONTEXT, "tensor is NULL"))?;
     let out = NonNull::new(out).ok_or_else(|| Error::value(CONTEXT, "out_py_object is NULL"))?;
+    if tensor_type().is_null() {
+        return Err(no_tensor_type(CONTEXT));
+    }
     // Allocate first: once the tensor is adopted, a failure could no longer leave it with the caller.
     let object = alloc_empty(tensor_type())?;
     // SAFETY: the caller owns `managed` and gives it up only if this succeeds.

@@ -203,7 +203,7 @@ mdspan_t<T, Rank> as_mdspan_impl(const DLTensor& t, DLDeviceType device_type, bo
   if (!same_dtype(t.dtype, want)) {
     as_mdspan_fail("TypeError", "expected " + dtype_name(want) + ", got " + dtype_name(t.dtype));
   }
-  if (static_cast<int32_t>(t.device.device_type) != static_cast<int32_t>(device_type)) {
+  if (device_type_of(t.device) != static_cast<int32_t>(device_type)) {
     const char* name = device_type_name(static_cast<int32_t>(device_type));
     as_mdspan_fail("ValueError", std::string("expected a ") + (name != nullptr ? name : "device(type=?)") +
                                      " tensor, got " + device_name(t.device));

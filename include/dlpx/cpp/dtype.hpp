@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <complex>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -164,9 +165,20 @@ constexpr bool same_dtype(DLDataType a, DLDataType b) noexcept {
   return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
 }
 
+/// The device type of `device` as a plain integer. A newer producer may send
+/// a type this header's enum does not list, and where DLDeviceType has no
+/// fixed underlying type, loading such a value as the enum is undefined
+/// behaviour; the bytes are therefore copied, never read as the enum.
+inline int32_t device_type_of(const DLDevice& device) noexcept {
+  static_assert(sizeof(device.device_type) == sizeof(int32_t), "DLDeviceType must be 32 bits (DLPack ABI)");
+  int32_t type = 0;
+  std::memcpy(&type, &device.device_type, sizeof type);
+  return type;
+}
+
 /// True when two devices are the same (type and id).
-constexpr bool same_device(DLDevice a, DLDevice b) noexcept {
-  return a.device_type == b.device_type && a.device_id == b.device_id;
+inline bool same_device(const DLDevice& a, const DLDevice& b) noexcept {
+  return device_type_of(a) == device_type_of(b) && a.device_id == b.device_id;
 }
 
 namespace detail {
@@ -263,10 +275,8 @@ inline std::string dtype_name(DLDataType dtype) {
 
 /// The printable name of a device, equal to the Python side's: "cpu:0",
 /// "cuda:1", and "device(type=N):id" for a type this header does not know.
-inline std::string device_name(DLDevice device) {
-  // The enum is read as an integer because a newer producer may send a
-  // device type this header has never heard of.
-  const int32_t type = static_cast<int32_t>(device.device_type);
+inline std::string device_name(const DLDevice& device) {
+  const int32_t type = device_type_of(device);
   const char* base = device_type_name(type);
   std::string name = base != nullptr ? std::string(base) : "device(type=" + std::to_string(type) + ")";
   return name + ":" + std::to_string(device.device_id);

@@ -1,0 +1,56 @@
+/* A tiny assertion kit for the C tests (C11 and C++17): CHECK records a failure with where and
+ * what, then carries on; test_summary() prints the final "N passed, M failed" line and returns
+ * the process exit status (0 only when nothing failed). CHECK may be called from any thread. */
+#ifndef DLPX_C_TESTS_TEST_UTIL_H_
+#define DLPX_C_TESTS_TEST_UTIL_H_
+
+#include <stdio.h>
+#include <string.h>
+
+static int test_passed_count;
+static int test_failed_count;
+
+/* Counts one check; prints "file:line: FAILED: cond -- message" when it failed. */
+static inline int test_record(int ok, const char *file, int line, const char *what) {
+  if (ok) {
+    __atomic_add_fetch(&test_passed_count, 1, __ATOMIC_RELAXED);
+  } else {
+    __atomic_add_fetch(&test_failed_count, 1, __ATOMIC_RELAXED);
+    fprintf(stderr, "%s:%d: FAILED: %s -- ", file, line, what);
+  }
+  return ok;
+}
+
+/* CHECK(cond, fmt, ...): the message is printed (after the condition) only on failure. */
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    if (!test_record((cond) ? 1 : 0, __FILE__, __LINE__, #cond)) {    \
+      fprintf(stderr, __VA_ARGS__);                                   \
+      fputc('\n', stderr);                                            \
+    }                                                                 \
+  } while (0)
+
+/* Strings: NULL-safe equality, containment and prefix tests for messages. */
+static inline int test_streq(const char *a, const char *b) {
+  return a != NULL && b != NULL && strcmp(a, b) == 0;
+}
+static inline int test_contains(const char *haystack, const char *needle) {
+  return haystack != NULL && needle != NULL && strstr(haystack, needle) != NULL;
+}
+static inline int test_starts_with(const char *s, const char *prefix) {
+  return s != NULL && prefix != NULL && strncmp(s, prefix, strlen(prefix)) == 0;
+}
+/* For printing a possibly NULL string. */
+static inline const char *test_str(const char *s) { return s != NULL ? s : "(null)"; }
+
+/* Prints "N passed, M failed" and returns the exit status. */
+static inline int test_summary(void) {
+  int passed = __atomic_load_n(&test_passed_count, __ATOMIC_SEQ_CST);
+  int failed = __atomic_load_n(&test_failed_count, __ATOMIC_SEQ_CST);
+  fflush(stderr);
+  printf("%d passed, %d failed\n", passed, failed);
+  fflush(stdout);
+  return failed == 0 ? 0 : 1;
+}
+
+#endif /* DLPX_C_TESTS_TEST_UTIL_H_ */

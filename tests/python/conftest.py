@@ -1,0 +1,28 @@
+"""Shared setup for the dlpx pytest suite.
+
+The suite imports `dlpx` as installed (CI pip-installs it; in-tree runs set DLPX_LIBRARY and
+PYTHONPATH). `dlpack_abi.py` beside this file is the ctypes reading of the ABI the tests use.
+"""
+
+import os
+import sys
+
+# jax probes for accelerators at import; the tests need its CPU backend only.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# Make the helper module importable whatever pytest's import mode is.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+import pytest  # noqa: E402
+
+import dlpack_abi  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def no_double_delete():
+    """Every test: no deleter of a hand-made tensor runs twice (or for a tensor it never made)."""
+    before = len(dlpack_abi.STRAY_DELETES)
+    yield
+    assert dlpack_abi.STRAY_DELETES[before:] == [], "a DLPack deleter ran twice"

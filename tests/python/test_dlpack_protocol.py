@@ -1,0 +1,271 @@
+"""dlpx.Tensor.__dlpack__ and __dlpack_device__ exactly as the array API (spec 002) says, with
+ruling 7 (versions), ruling 9 (streams on CPU) and ruling 10 (copies)."""
+
+import numpy as np
+import pytest
+
+import dlpack_abi as abi
+import dlpx
+
+
+@pytest.fixture
+def tensor():
+    """A 2x3 float32 dlpx tensor holding 0..5."""
+    t = dlpx.empty((2, 3), "float32")
+    np.from_dlpack(t)[...] = np.arange(6, dtype=np.float32).reshape(2, 3)
+    return t
+
+
+@pytest.fixture
+def readonly_tensor():
+    a = np.arange(4, dtype=np.int32)
+    a.flags.writeable = False
+    return dlpx.from_dlpack(a)
+
+
+def values(capsule):
+    """The capsule's elements, read by numpy (which consumes the capsule)."""
+    return np.from_dlpack(abi.CapsuleHolder(capsule)).copy()
+
+
+def check_describes(info, t):
+    assert info["data"] + info["byte_offset"] == t.data_ptr
+    assert info["shape"] == t.shape
+    assert info["strides"] == t.strides
+    assert info["dtype"] == t.dtype_raw
+    assert info["device"] == (1, 0)
+    assert info["ndim"] == t.ndim
+
+
+# ---- max_version: ruling 7 ---------------------------------------------------------------------
+
+
+def test_no_max_version_gives_a_legacy_capsule(tensor):
+    capsule = tensor.__dlpack__()
+    assert abi.capsule_name(capsule) == "dltensor"
+    check_describes(abi.read_capsule(capsule), tensor)
+
+
+def test_explicit_none_max_version_gives_a_legacy_capsule(tensor):
+    assert abi.capsule_name(tensor.__dlpack__(max_version=None)) == "dltensor"
+
+
+@pytest.mark.parametrize("max_version", [(1, 0), (1, 2), (1, 3), (1, 99), (2, 0), (99, 99)])
+def test_major_at_least_1_gives_a_versioned_1_3_capsule(tensor, max_version):
+    capsule = tensor.__dlpack__(max_version=max_version)
+    info = abi.read_capsule(capsule)
+    assert info["name"] == "dltensor_versioned"
+    assert info["version"] == (1, 3)
+    assert info["flags"] == 0
+    check_describes(info, tensor)
+
+
+@pytest.mark.parametrize("max_version", [(0, 8), (0, 0), (-1, 0)])
+def test_major_below_1_gives_a_legacy_capsule(tensor, max_version):
+    assert abi.capsule_name(tensor.__dlpack__(max_version=max_version)) == "dltensor"
+
+
+@pytest.mark.parametrize("max_version", [1, (1,), (1, 2, 3), "1.3", (1.0, 0), (1, "3"), object(), {"major": 1}])
+def test_malformed_max_version_is_a_type_error(tensor, max_version):
+    with pytest.raises(TypeError, match=r"^dlpx: __dlpack__: .*max_version"):
+        tensor.__dlpack__(max_version=max_version)
+
+
+def test_both_capsules_hold_the_tensor_elements(tensor):
+    expected = np.from_dlpack(tensor).copy()
+    np.testing.assert_array_equal(values(tensor.__dlpack__()), expected)
+    np.testing.assert_array_equal(values(tensor.__dlpack__(max_version=(1, 3))), expected)
+
+
+# ---- stream: ruling 9 on CPU -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [None, -1])
+def test_stream_none_or_no_sync_is_accepted_on_cpu(tensor, stream):
+    capsule = tensor.__dlpack__(stream=stream, max_version=(1, 3))
+    assert abi.read_capsule(capsule)["data"] == tensor.data_ptr
+
+
+@pytest.mark.parametrize("stream", [0, 1, 2, 3, 12345, 2**40])
+def test_a_stream_number_on_cpu_is_a_value_error(tensor, stream):
+    with pytest.raises(ValueError, match=r"^dlpx: __dlpack__: .*stream"):
+        tensor.__dlpack__(stream=stream)
+
+
+@pytest.mark.parametrize("stream", ["1", 1.5, object()])
+def test_a_non_integer_stream_is_a_type_error(tensor, stream):
+    with pytest.raises(TypeError, match=r"^dlpx: __dlpack__: .*stream"):
+        tensor.__dlpack__(stream=stream)
+
+
+# ---- dl_device ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dl_device", [(1, 0), dlpx.Device(1, 0), [1, 0]])
+def test_dl_device_cpu_exports_without_copy(tensor, dl_device):
+    info = abi.read_capsule(tensor.__dlpack__(dl_device=dl_device, max_version=(1, 3)))
+    assert info["data"] == tensor.data_ptr
+    assert info["flags"] & abi.FLAG_IS_COPIED == 0
+
+
+@pytest.mark.parametrize("dl_device", [(2, 0), (2, 1), (10, 0), (1, 1), (99, 0)])
+def test_dl_device_dlpx_cannot_reach_is_a_buffer_error(tensor, dl_device):
+    with pytest.raises(BufferError, match=r"^dlpx: __dlpack__: "):
+        tensor.__dlpack__(dl_device=dl_device, max_version=(1, 3))
+
+
+@pytest.mark.parametrize("dl_device", ["cpu", (1,), (1, 0, 0), 1.0])
+def test_malformed_dl_device_is_a_type_error(tensor, dl_device):
+    with pytest.raises(TypeError, match=r"^dlpx: __dlpack__: .*dl_device"):
+        tensor.__dlpack__(dl_device=dl_device)
+
+
+# ---- copy: ruling 10 ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dl_device", [None, (1, 0)])
+def test_copy_true_always_copies_and_flags_it(tensor, dl_device):
+    capsule = tensor.__dlpack__(copy=True, dl_device=dl_device, max_version=(1, 3))
+    info = abi.read_capsule(capsule)
+    assert info["flags"] & abi.FLAG_IS_COPIED
+    assert not info["flags"] & abi.FLAG_READ_ONLY
+    assert info["data"] != tensor.data_ptr
+    assert info["shape"] == tensor.shape
+    assert info["dtype"] == tensor.dtype_raw
+    np.testing.assert_array_equal(values(capsule), np.from_dlpack(tensor))
+
+
+def test_copy_true_with_a_legacy_capsule_still_copies(tensor):
+    capsule = tensor.__dlpack__(copy=True)
+    info = abi.read_capsule(capsule)
+    assert info["name"] == "dltensor"
+    assert info["data"] != tensor.data_ptr
+    np.testing.assert_array_equal(values(capsule), np.from_dlpack(tensor))
+
+
+def test_a_copy_is_independent_and_writable(tensor):
+    original = np.from_dlpack(tensor).copy()
+    copied = np.from_dlpack(abi.CapsuleHolder(tensor.__dlpack__(copy=True, max_version=(1, 3))))
+    assert copied.flags.writeable
+    copied[...] = -1
+    np.testing.assert_array_equal(np.from_dlpack(tensor), original)
+
+
+def test_a_copy_of_a_strided_tensor_is_compact():
+    base = np.arange(24, dtype=np.int16).reshape(4, 6)
+    view = base[::2, ::-3]
+    t = dlpx.from_dlpack(view)
+    capsule = t.__dlpack__(copy=True, max_version=(1, 3))
+    info = abi.read_capsule(capsule)
+    assert info["strides"] == (view.shape[1], 1)
+    np.testing.assert_array_equal(values(capsule), view)
+
+
+def test_a_copy_of_a_readonly_tensor_is_writable(readonly_tensor):
+    info = abi.read_capsule(readonly_tensor.__dlpack__(copy=True, max_version=(1, 3)))
+    assert info["flags"] == abi.FLAG_IS_COPIED
+    # ... and so it may travel in a legacy capsule, which cannot say "read-only".
+    assert abi.capsule_name(readonly_tensor.__dlpack__(copy=True)) == "dltensor"
+
+
+@pytest.mark.parametrize("copy", [False, None])
+def test_copy_false_or_none_shares_memory(tensor, copy):
+    info = abi.read_capsule(tensor.__dlpack__(copy=copy, dl_device=(1, 0), max_version=(1, 3)))
+    assert info["data"] == tensor.data_ptr
+    assert info["flags"] & abi.FLAG_IS_COPIED == 0
+
+
+def test_copy_false_to_another_device_is_a_buffer_error(tensor):
+    with pytest.raises(BufferError, match=r"^dlpx: __dlpack__: "):
+        tensor.__dlpack__(copy=False, dl_device=(2, 0), max_version=(1, 3))
+
+
+@pytest.mark.parametrize("copy", [1, 0, "yes", []])
+def test_non_bool_copy_is_a_type_error(tensor, copy):
+    with pytest.raises(TypeError, match=r"^dlpx: __dlpack__: .*copy"):
+        tensor.__dlpack__(copy=copy)
+
+
+def test_copy_of_a_zero_size_tensor():
+    t = dlpx.empty((0, 3), "float32")
+    info = abi.read_capsule(t.__dlpack__(copy=True, max_version=(1, 3)))
+    assert info["shape"] == (0, 3)
+    assert info["flags"] & abi.FLAG_IS_COPIED
+
+
+def test_copy_of_a_0d_tensor():
+    t = dlpx.from_dlpack(np.array(2.5))
+    capsule = t.__dlpack__(copy=True, max_version=(1, 3))
+    assert abi.read_capsule(capsule)["shape"] == ()
+    assert values(capsule) == 2.5
+
+
+# ---- read-only tensors -------------------------------------------------------------------------
+
+
+def test_readonly_is_carried_in_the_versioned_capsule(readonly_tensor):
+    info = abi.read_capsule(readonly_tensor.__dlpack__(max_version=(1, 0)))
+    assert info["flags"] & abi.FLAG_READ_ONLY
+    assert info["data"] == readonly_tensor.data_ptr
+
+
+def test_readonly_cannot_travel_in_a_legacy_capsule(readonly_tensor):
+    with pytest.raises(BufferError, match=r"^dlpx: __dlpack__: .*read-only"):
+        readonly_tensor.__dlpack__()
+
+
+# ---- the signature -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [(None,), (None, (1, 3)), ((1, 3),)])
+def test_positional_arguments_are_a_type_error(tensor, args):
+    with pytest.raises(TypeError, match=r"^dlpx: __dlpack__: .*positional"):
+        tensor.__dlpack__(*args)
+
+
+@pytest.mark.parametrize("kwargs", [{"version": 1}, {"device": (1, 0)}, {"max_versions": (1, 3)}])
+def test_unknown_keywords_are_a_type_error(tensor, kwargs):
+    with pytest.raises(TypeError, match=r"^dlpx: __dlpack__: .*unexpected keyword"):
+        tensor.__dlpack__(**kwargs)
+
+
+def test_all_keywords_together(tensor):
+    capsule = tensor.__dlpack__(stream=None, max_version=(1, 3), dl_device=(1, 0), copy=False)
+    assert abi.read_capsule(capsule)["data"] == tensor.data_ptr
+
+
+def test_dlpack_device_is_cpu_0(tensor):
+    device = tensor.__dlpack_device__()
+    assert device == (1, 0)
+    assert type(device[0]) is int and type(device[1]) is int
+
+
+def test_dlpack_device_takes_no_arguments(tensor):
+    with pytest.raises(TypeError):
+        tensor.__dlpack_device__(None)
+
+
+# ---- what the exported tensor owns -------------------------------------------------------------
+
+
+def test_each_export_is_a_fresh_managed_tensor(tensor):
+    a = abi.read_capsule(tensor.__dlpack__(max_version=(1, 3)))
+    capsules = [tensor.__dlpack__(max_version=(1, 3)) for _ in range(3)]
+    addresses = {abi.capsule_pointer(c) for c in capsules}
+    assert len(addresses) == 3
+    assert all(abi.read_capsule(c)["data"] == a["data"] for c in capsules)
+
+
+def test_export_of_a_zero_size_tensor_has_null_data():
+    t = dlpx.empty((2, 0), "int8")
+    info = abi.read_capsule(t.__dlpack__(max_version=(1, 3)))
+    assert info["data"] == 0
+    assert info["shape"] == (2, 0)
+    assert info["strides"] is not None and len(info["strides"]) == 2  # ruling 5
+
+
+def test_export_of_a_0d_tensor():
+    t = dlpx.from_dlpack(np.array(7, dtype=np.int64))
+    info = abi.read_capsule(t.__dlpack__(max_version=(1, 3)))
+    assert info["ndim"] == 0
+    assert info["data"] == t.data_ptr

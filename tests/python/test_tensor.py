@@ -1,0 +1,348 @@
+"""dlpx.Tensor and dlpx.empty: shapes, dtypes, devices, every property, repr, construction,
+subclassing, and the errors of dlpx.empty."""
+
+import math
+
+import numpy as np
+import pytest
+
+import dlpx
+
+# The DLPack 1.3 dtype codes (ARCHITECTURE.md, "The ABI, v1.3"): name -> (code, bits, lanes).
+DTYPES = {
+    "bool": (6, 8, 1),
+    "int8": (0, 8, 1),
+    "int16": (0, 16, 1),
+    "int32": (0, 32, 1),
+    "int64": (0, 64, 1),
+    "uint8": (1, 8, 1),
+    "uint16": (1, 16, 1),
+    "uint32": (1, 32, 1),
+    "uint64": (1, 64, 1),
+    "float16": (2, 16, 1),
+    "float32": (2, 32, 1),
+    "float64": (2, 64, 1),
+    "bfloat16": (4, 16, 1),
+    "complex64": (5, 64, 1),
+    "complex128": (5, 128, 1),
+    "float8_e3m4": (7, 8, 1),
+    "float8_e4m3": (8, 8, 1),
+    "float8_e4m3b11fnuz": (9, 8, 1),
+    "float8_e4m3fn": (10, 8, 1),
+    "float8_e4m3fnuz": (11, 8, 1),
+    "float8_e5m2": (12, 8, 1),
+    "float8_e5m2fnuz": (13, 8, 1),
+    "float8_e8m0fnu": (14, 8, 1),
+    "float6_e2m3fn": (15, 6, 1),
+    "float6_e3m2fn": (16, 6, 1),
+    "float4_e2m1fn": (17, 4, 1),
+}
+
+
+def row_major_strides(shape):
+    return tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+
+
+def packed_nbytes(numel, code_bits_lanes):
+    _, bits, lanes = code_bits_lanes
+    return -(-numel * bits * lanes // 8)
+
+
+# ---- dlpx.empty: shapes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (2, 3), (4, 1, 5), (2, 3, 4, 5), (1,) * 8])
+def test_empty_has_the_requested_shape_and_compact_strides(shape):
+    t = dlpx.empty(shape, "float32")
+    assert t.shape == shape
+    assert t.ndim == len(shape)
+    assert t.numel == math.prod(shape)
+    assert t.strides == row_major_strides(shape)
+    assert t.nbytes == 4 * math.prod(shape)
+    assert t.is_contiguous
+    assert t.byte_offset == 0
+    assert not t.readonly
+
+
+@pytest.mark.parametrize("shape", [(0,), (2, 0, 4), (0, 0), (3, 0)])
+def test_empty_zero_size_tensor_has_no_data(shape):
+    t = dlpx.empty(shape, "float64")
+    assert t.shape == shape
+    assert t.numel == 0
+    assert t.nbytes == 0
+    assert t.data_ptr == 0
+    assert len(t.strides) == len(shape)
+    assert t.is_contiguous
+
+
+def test_empty_accepts_an_int_and_any_integer_sequence():
+    assert dlpx.empty(5).shape == (5,)
+    assert dlpx.empty([2, 3]).shape == (2, 3)
+    assert dlpx.empty(np.int64(4)).shape == (4,)
+    assert dlpx.empty((np.int32(2), 3)).shape == (2, 3)
+    assert dlpx.empty(range(1, 4)).shape == (1, 2, 3)
+
+
+def test_empty_keywords_and_defaults():
+    t = dlpx.empty(shape=(2,), dtype="int8", device="cpu")
+    assert (t.shape, t.dtype, t.device) == ((2,), "int8", "cpu")
+    d = dlpx.empty((2,))
+    assert d.dtype == "float32"
+    assert d.device == "cpu:0"
+
+
+@pytest.mark.parametrize("shape", [(1,), (3,), (1000,), (17, 33), (2, 2, 2)])
+@pytest.mark.parametrize("dtype", ["int8", "float32", "complex128"])
+def test_empty_data_is_256_byte_aligned(shape, dtype):
+    t = dlpx.empty(shape, dtype)
+    assert t.data_ptr != 0
+    assert t.data_ptr % 256 == 0
+
+
+def test_empty_tensors_do_not_overlap():
+    tensors = [dlpx.empty((n,), "uint8") for n in (1, 3, 64, 255, 256, 257, 4096)]
+    spans = sorted((t.data_ptr, t.data_ptr + t.nbytes) for t in tensors)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert end <= start
+
+
+def test_empty_memory_is_writable_through_numpy():
+    t = dlpx.empty((3, 4), "int32")
+    view = np.from_dlpack(t)
+    view[...] = np.arange(12, dtype=np.int32).reshape(3, 4)
+    assert np.from_dlpack(t).sum() == sum(range(12))
+
+
+# ---- dtypes --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(DTYPES))
+def test_empty_dtype_by_name(name):
+    t = dlpx.empty((3,), name)
+    assert t.dtype == name
+    assert t.dtype_raw == DTYPES[name]
+    assert t.nbytes == packed_nbytes(3, DTYPES[name])
+
+
+@pytest.mark.parametrize("name", sorted(DTYPES))
+def test_empty_dtype_by_raw_triple_names_it(name):
+    t = dlpx.empty((2,), DTYPES[name])
+    assert t.dtype == name
+    assert t.dtype_raw == DTYPES[name]
+
+
+def test_subbyte_dtypes_are_packed():
+    # Ruling 6: bytes = ceil(numel * bits * lanes / 8).
+    assert dlpx.empty((3,), "float4_e2m1fn").nbytes == 2
+    assert dlpx.empty((4,), "float6_e2m3fn").nbytes == 3
+    assert dlpx.empty((5, 2), "float4_e2m1fn").nbytes == 5
+
+
+def test_vector_lanes_dtype_round_trips_through_its_name():
+    t = dlpx.empty((3,), (2, 32, 4))
+    assert t.dtype == "float32x4"
+    assert t.dtype_raw == (2, 32, 4)
+    assert t.nbytes == 3 * 16
+    assert dlpx.empty((1,), "float32x4").dtype_raw == (2, 32, 4)
+
+
+def test_unnamed_raw_dtype_is_still_reachable():
+    t = dlpx.empty((2,), (3, 64, 1))  # an opaque handle
+    assert t.dtype_raw == (3, 64, 1)
+    assert isinstance(t.dtype, str) and t.dtype
+
+
+# ---- devices -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu:0", dlpx.Device(1, 0), (1, 0), dlpx.Device.parse("cpu")])
+def test_empty_on_cpu_in_every_spelling(device):
+    t = dlpx.empty((2,), "float32", device)
+    assert t.device == "cpu"
+    assert t.device == "cpu:0"
+    assert t.device == (1, 0)
+    assert t.device == dlpx.Device(1, 0)
+    assert str(t.device) == "cpu:0"
+    assert t.__dlpack_device__() == (1, 0)
+
+
+def test_device_object_describes_itself():
+    device = dlpx.empty((1,)).device
+    assert isinstance(device, dlpx.Device)
+    assert isinstance(device, tuple)
+    assert (device.device_type, device.device_id) == (1, 0)
+    assert device.type == "cpu"
+    assert device.index == 0
+    assert repr(device) == "dlpx.Device('cpu:0')"
+    assert hash(device) == hash((1, 0))
+    assert device != "cuda:0"
+    assert device != "not a device"
+    assert device != (2, 0)
+    assert str(dlpx.Device(2, 1)) == "cuda:1"
+    assert dlpx.Device(2, 1) == "cuda:1"
+    assert dlpx.Device.parse("cuda:3") == (2, 3)
+
+
+@pytest.mark.parametrize("device", ["cuda:0", "cuda", "cuda_host", "rocm:1", (2, 0)])
+def test_empty_on_a_device_dlpx_cannot_allocate_is_not_implemented(device):
+    with pytest.raises(NotImplementedError, match=r"^dlpx: "):
+        dlpx.empty((2,), "float32", device)
+
+
+@pytest.mark.parametrize("device", ["gpu", "cpu:x", "cpu:-1", "cpu:1", (99, 0), (1, -1), ""])
+def test_empty_with_an_invalid_device_is_a_value_error(device):
+    with pytest.raises(ValueError, match=r"^dlpx: "):
+        dlpx.empty((2,), "float32", device)
+
+
+# ---- properties ----------------------------------------------------------------------------
+
+
+def test_properties_describe_a_foreign_view():
+    base = np.arange(60, dtype=np.float64).reshape(3, 4, 5)
+    view = base[1:, ::2, 1::2]
+    t = dlpx.from_dlpack(view)
+    assert t.shape == view.shape
+    assert t.strides == tuple(s // view.itemsize for s in view.strides)
+    assert t.ndim == 3
+    assert t.numel == view.size
+    assert t.nbytes == view.nbytes
+    assert t.data_ptr == view.ctypes.data
+    assert t.data_ptr == t.data_ptr  # stable
+    assert not t.is_contiguous
+    assert t.dtype == "float64"
+    assert t.dtype_raw == (2, 64, 1)
+    assert t.device == "cpu"
+
+
+def test_properties_cannot_be_assigned():
+    t = dlpx.empty((2,))
+    for name in ("shape", "strides", "ndim", "numel", "nbytes", "byte_offset", "data_ptr",
+                 "is_contiguous", "readonly", "dtype", "dtype_raw", "device"):
+        with pytest.raises(AttributeError):
+            setattr(t, name, getattr(t, name))
+
+
+def test_property_types():
+    t = dlpx.empty((2, 3), "int16")
+    assert type(t.shape) is tuple and all(type(v) is int for v in t.shape)
+    assert type(t.strides) is tuple and all(type(v) is int for v in t.strides)
+    for name in ("ndim", "numel", "nbytes", "byte_offset", "data_ptr"):
+        assert type(getattr(t, name)) is int, name
+    assert type(t.is_contiguous) is bool
+    assert type(t.readonly) is bool
+    assert type(t.dtype) is str
+    assert type(t.dtype_raw) is tuple
+
+
+def test_tensor_has_no_arithmetic():
+    t = dlpx.empty((2,))
+    with pytest.raises(TypeError):
+        t + t  # noqa: B018
+
+
+# ---- repr ----------------------------------------------------------------------------------
+
+
+def test_repr_names_shape_dtype_device_and_strides():
+    text = repr(dlpx.empty((2, 3), "bfloat16"))
+    assert text.startswith("dlpx.Tensor(")
+    assert "shape=(2, 3)" in text
+    assert "dtype=bfloat16" in text
+    assert "device=cpu:0" in text
+    assert "strides=(3, 1)" in text
+    assert "readonly" not in text
+
+
+def test_repr_of_0d_1d_and_readonly_tensors():
+    assert "shape=()" in repr(dlpx.empty(()))
+    assert "shape=(4,)" in repr(dlpx.empty((4,)))
+    frozen = np.zeros(2)
+    frozen.flags.writeable = False
+    assert "readonly=True" in repr(dlpx.from_dlpack(frozen))
+
+
+# ---- the constructor -----------------------------------------------------------------------
+
+
+def test_constructor_imports_like_from_dlpack():
+    a = np.arange(6, dtype=np.int32)
+    t = dlpx.Tensor(a)
+    assert type(t) is dlpx.Tensor
+    assert t.data_ptr == a.ctypes.data
+    assert t.shape == (6,)
+    assert t.dtype == "int32"
+
+
+def test_constructor_from_a_dlpx_tensor_shares_memory():
+    t = dlpx.empty((4,), "int64")
+    u = dlpx.Tensor(t)
+    assert u is not t
+    assert u.data_ptr == t.data_ptr
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [((), {}), ((np.zeros(1), np.zeros(1)), {}), ((), {"x": np.zeros(1)}), ((np.zeros(1),), {"copy": True})],
+)
+def test_constructor_takes_exactly_one_positional_argument(args, kwargs):
+    with pytest.raises(TypeError, match=r"^dlpx: "):
+        dlpx.Tensor(*args, **kwargs)
+
+
+def test_constructor_rejects_an_object_without_dlpack():
+    with pytest.raises(TypeError, match=r"^dlpx: .*list"):
+        dlpx.Tensor([1, 2, 3])
+
+
+# ---- subclassing ---------------------------------------------------------------------------
+
+
+class Labelled(dlpx.Tensor):
+    """A user subclass with its own attribute and method."""
+
+    def describe(self):
+        return f"{self.label}: {self.shape}"
+
+
+def test_subclass_instances_keep_their_type_and_behaviour():
+    a = np.arange(5, dtype=np.float32)
+    t = Labelled(a)
+    t.label = "x"
+    assert type(t) is Labelled
+    assert isinstance(t, dlpx.Tensor)
+    assert t.describe() == "x: (5,)"
+    assert t.data_ptr == a.ctypes.data
+    assert t.dtype == "float32"
+    assert t.__dlpack_device__() == (1, 0)
+
+
+def test_subclass_exports_through_inherited_dlpack():
+    a = np.arange(5, dtype=np.float32)
+    t = Labelled(a)
+    back = np.from_dlpack(t)
+    assert back.ctypes.data == a.ctypes.data
+    np.testing.assert_array_equal(back, a)
+
+
+def test_from_dlpack_of_a_subclass_gives_a_plain_tensor_on_the_same_memory():
+    t = Labelled(np.ones(3))
+    u = dlpx.from_dlpack(t)
+    assert type(u) is dlpx.Tensor
+    assert u.data_ptr == t.data_ptr
+
+
+def test_subclass_inherits_the_exchange_attributes():
+    assert Labelled.__dlpack_c_exchange_api__ is dlpx.Tensor.__dlpack_c_exchange_api__
+    assert Labelled.__c_dlpack_exchange_api__ == dlpx.Tensor.__c_dlpack_exchange_api__
+
+
+# ---- module ---------------------------------------------------------------------------------
+
+
+def test_module_metadata():
+    assert dlpx.DLPACK_VERSION == (1, 3)
+    assert isinstance(dlpx.__version__, str) and dlpx.__version__
+    assert dlpx._native.Tensor is dlpx.Tensor
+    for name in dlpx.__all__:
+        assert hasattr(dlpx, name), name
