@@ -22,7 +22,7 @@ ctest --test-dir "$BUILD" --output-on-failure -j 2
 
 echo "== pip install . and pytest"
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation .
-(cd tests && "$PY" -m pytest -q -p no:cacheprovider python)
+(cd tests && DLPX_REQUIRE_ALL_TESTS=1 "$PY" -m pytest -q -p no:cacheprovider python)
 
 echo "== one binary on every CPython 3.9-3.13 found"
 bash scripts/check_python_versions.sh "$("$PY" -m dlpx --library)"

@@ -188,6 +188,7 @@ pub unsafe extern "C" fn dlpx_view_of(py_object: *mut c_void, out: *mut DlpxTens
 }
 
 /// Releases what `dlpx_view_of` took (nothing for non-owning views). Idempotent; NULL is allowed.
+/// A Python exception pending on this thread survives the release.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
     boundary(Channel::LastError, "view_release", || {
@@ -196,6 +197,8 @@ pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
             let owner = std::mem::replace(&mut view.owner, std::ptr::null_mut());
             // SAFETY: we own `owner` and call its deleter once.
             if let Some(deleter) = unsafe { owner.as_ref() }.and_then(|m| m.deleter) {
+                // A kernel often releases its views after setting its error.
+                let _guard = crate::python::capi::ExceptionGuard::save();
                 unsafe { deleter(owner) };
             }
         }

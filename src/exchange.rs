@@ -63,6 +63,22 @@ unsafe extern "C" fn managed_tensor_to_py_object_no_sync(
 }
 
 unsafe extern "C" fn dltensor_from_py_object_no_sync(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
+    // The hot case, a dlpx.Tensor (not a subclass), in a few loads and one 48-byte copy: nothing
+    // here can fail or panic, so it needs no boundary.
+    // SAFETY: GIL held and a live object, by the caller's contract; exact-type instances have
+    // the PyTensor layout.
+    if let Some(view) = unsafe { tensor_type::exact_tensor_view(py_object.cast()) } {
+        if !out.is_null() {
+            // SAFETY: non-NULL and writable by the caller's contract.
+            unsafe { out.write(*view) };
+            return 0;
+        }
+    }
+    dltensor_from_py_object_checked(py_object, out)
+}
+
+#[cold]
+unsafe fn dltensor_from_py_object_checked(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
     boundary(Channel::Python, "dltensor_from_py_object_no_sync", || {
         // SAFETY: the caller holds the GIL and passes a live object and writable `out`.
         unsafe { tensor_type::dltensor_from_py(py_object.cast(), out) }
@@ -70,7 +86,18 @@ unsafe extern "C" fn dltensor_from_py_object_no_sync(py_object: *mut c_void, out
 }
 
 unsafe extern "C" fn current_work_stream(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
-    // Never touches Python: tvm-ffi calls it with the GIL released. Errors go to dlpx_last_error().
+    // CPU has no streams: answered without touching anything else (and nothing here can panic).
+    if device_type == DeviceType::CPU && !out.is_null() {
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { out.write(std::ptr::null_mut()) };
+        return 0;
+    }
+    current_work_stream_checked(device_type, device_id, out)
+}
+
+/// Never touches Python: tvm-ffi calls it with the GIL released. Errors go to dlpx_last_error().
+#[cold]
+unsafe fn current_work_stream_checked(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
     boundary(Channel::LastError, "current_work_stream", || {
         let out = NonNull::new(out).ok_or_else(|| Error::value("current_work_stream", "out_current_stream is NULL"))?;
         let stream = stream::current(DLDevice { device_type, device_id });

@@ -122,6 +122,7 @@ int dlpx_view_of(void *py_object, DlpxTensorView *out);
 
 /**
  * Releases what `dlpx_view_of` took (nothing for non-owning views). Idempotent; NULL is allowed.
+ * A Python exception pending on this thread survives the release.
  */
 void dlpx_view_release(DlpxTensorView *view);
 

@@ -323,6 +323,40 @@ pub fn raise(err: &Error) {
     unsafe { (py.PyErr_SetString)(py.exception(err.kind), message.as_ptr()) };
 }
 
+/// Keeps the pending Python exception aside while foreign code (a producer's deleter) runs:
+/// a deleter that runs Python code must not see, or clobber, an exception set before it.
+/// Only acts when an interpreter is running and this thread holds the GIL.
+pub struct ExceptionGuard(Option<[*mut PyObject; 3]>);
+
+impl ExceptionGuard {
+    pub fn save() -> ExceptionGuard {
+        let Ok(py) = python() else { return ExceptionGuard(None) };
+        // SAFETY: PyGILState_Check may be called without the GIL; Fetch only with it.
+        unsafe {
+            if (py.PyGILState_Check)() == 0 || (py.PyErr_Occurred)().is_null() {
+                return ExceptionGuard(None);
+            }
+            let mut saved = [std::ptr::null_mut(); 3];
+            (py.PyErr_Fetch)(&mut saved[0], &mut saved[1], &mut saved[2]);
+            ExceptionGuard(Some(saved))
+        }
+    }
+}
+
+impl Drop for ExceptionGuard {
+    fn drop(&mut self) {
+        if let Some([ty, value, tb]) = self.0.take() {
+            let py = py();
+            // SAFETY: GIL held (checked in `save`); Restore steals the three references and
+            // replaces anything the deleter left behind, which is reported as unraisable-free noise.
+            unsafe {
+                (py.PyErr_Clear)();
+                (py.PyErr_Restore)(ty, value, tb);
+            }
+        }
+    }
+}
+
 /// An owned reference that is released on drop (the GIL is held throughout its life).
 pub struct Owned(pub(crate) *mut PyObject);
 

@@ -60,6 +60,7 @@ unsafe extern "C" fn legacy_destructor(capsule: *mut PyObject) {
 }
 
 unsafe fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
+    let _guard = super::capi::ExceptionGuard::save();
     // SAFETY: the caller owns `managed` and gives it up; a NULL deleter means nothing to free.
     unsafe {
         if let Some(deleter) = managed.as_ref().and_then(|m| m.deleter) {
@@ -69,6 +70,7 @@ unsafe fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
 }
 
 unsafe fn delete_legacy(managed: *mut DLManagedTensor) {
+    let _guard = super::capi::ExceptionGuard::save();
     // SAFETY: as above.
     unsafe {
         if let Some(deleter) = managed.as_ref().and_then(|m| m.deleter) {

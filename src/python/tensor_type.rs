@@ -61,6 +61,21 @@ pub unsafe fn tensor_of<'a>(object: *mut PyObject) -> Option<&'a Tensor> {
     }
 }
 
+/// The DLTensor of `object` when its type is exactly dlpx.Tensor (the hot path of the view).
+///
+/// # Safety
+/// `object` is NULL or a live object (GIL held).
+#[inline(always)]
+pub unsafe fn exact_tensor_view<'a>(object: *mut PyObject) -> Option<&'a DLTensor> {
+    // SAFETY: per the contract; a NULL tensor type never equals a live object's type.
+    unsafe {
+        if object.is_null() || (*object).ob_type != tensor_type() {
+            return None;
+        }
+        (*object.cast::<PyTensor>()).tensor.as_ref().map(Tensor::dl_tensor)
+    }
+}
+
 #[cold]
 unsafe fn is_subclass(ty: *mut PyTypeObject) -> bool {
     let base = tensor_type();
@@ -191,7 +206,9 @@ unsafe extern "C" fn tensor_dealloc(object: *mut PyObject) {
         let ty = (*object).ob_type;
         // Dropping may run a producer's deleter; it must not unwind into CPython.
         let tensor = (*object.cast::<PyTensor>()).tensor.take();
+        let guard = super::capi::ExceptionGuard::save();
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(tensor)));
+        drop(guard);
         let free = if ty == tensor_type() { FREE.load(Ordering::Relaxed) } else { (py().PyType_GetSlot)(ty, pyo3_ffi::Py_tp_free) };
         let free: pyo3_ffi::freefunc = std::mem::transmute(free);
         free(object.cast());
