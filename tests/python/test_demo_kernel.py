@@ -3,10 +3,7 @@ dlpx with find_package(dlpx): results and output types per framework, every erro
 memory and reference counts over many calls."""
 
 import gc
-import importlib.util
 import os
-import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -14,37 +11,13 @@ import pytest
 
 import dlpx
 from dlpack_abi import Producer
+from examples_build import build_example
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCE = os.path.join(REPO, "examples", "add_extension")
-
-
-def _cmake_dir():
-    out = subprocess.run([sys.executable, "-m", "dlpx", "--cmakedir"], capture_output=True, text=True, check=True)
-    return out.stdout.strip()
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    cmake_dir = _cmake_dir()
-    missing = shutil.which("cmake") is None or not os.path.exists(os.path.join(cmake_dir, "dlpxConfig.cmake"))
-    if missing:
-        reason = f"needs cmake and an installed dlpx (pip install .); no dlpxConfig.cmake in {cmake_dir}"
-        if os.environ.get("DLPX_REQUIRE_ALL_TESTS"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    build = tmp_path_factory.mktemp("demo_build")
-    subprocess.run(
-        ["cmake", "-S", SOURCE, "-B", str(build), f"-Ddlpx_DIR={cmake_dir}", f"-DPython3_EXECUTABLE={sys.executable}",
-         "-DCMAKE_BUILD_TYPE=Release"],
-        check=True, capture_output=True,
-    )
-    subprocess.run(["cmake", "--build", str(build)], check=True, capture_output=True)
-    [path] = [os.path.join(build, f) for f in os.listdir(build) if f.startswith("dlpx_demo") and f.endswith(".so")]
-    spec = importlib.util.spec_from_file_location("dlpx_demo", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return build_example("add_extension", "dlpx_demo", tmp_path_factory)
 
 
 def test_the_extension_shares_dlpx_s_one_library(demo):

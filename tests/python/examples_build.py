@@ -1,0 +1,35 @@
+"""Builds an example extension from examples/ out of tree, as a user would: CMake with
+find_package(dlpx) located through `python -m dlpx --cmakedir` of the installed package."""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def build_example(directory, module_name, tmp_path_factory):
+    out = subprocess.run([sys.executable, "-m", "dlpx", "--cmakedir"], capture_output=True, text=True, check=True)
+    cmake_dir = out.stdout.strip()
+    if shutil.which("cmake") is None or not os.path.exists(os.path.join(cmake_dir, "dlpxConfig.cmake")):
+        reason = f"needs cmake and an installed dlpx (pip install .); no dlpxConfig.cmake in {cmake_dir}"
+        if os.environ.get("DLPX_REQUIRE_ALL_TESTS"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    build = tmp_path_factory.mktemp(directory)
+    configure = [
+        "cmake", "-S", os.path.join(REPO, "examples", directory), "-B", str(build), f"-Ddlpx_DIR={cmake_dir}",
+        f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release",
+    ]
+    for command in (configure, ["cmake", "--build", str(build)]):
+        done = subprocess.run(command, capture_output=True, text=True)
+        assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}"
+    [path] = [os.path.join(build, f) for f in os.listdir(build) if f.startswith(module_name) and f.endswith(".so")]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
