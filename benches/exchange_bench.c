@@ -12,6 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -201,6 +202,71 @@ static double bench_alloc_free_2threads(const DLPackExchangeAPI *api) {
   return args[0].ns > args[1].ns ? args[0].ns : args[1].ns;
 }
 
+/* ---- memory per tensor ------------------------------------------------------------------ */
+
+static size_t heap_in_use(void) {
+  struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd; /* malloc'd bytes + mmap'd blocks (CPython's arenas among them) */
+}
+
+#define MEMORY_COUNT 20000
+
+/* Heap bytes per live Python tensor made by allocator + to_py (shape: ndim dims, 16 elements). */
+static double bytes_per_tensor(const DLPackExchangeAPI *api, int ndim) {
+  static PyObject *held[MEMORY_COUNT];
+  int64_t shape[32];
+  for (int i = 0; i < ndim; ++i) shape[i] = i < 4 ? 2 : 1;
+  if (ndim == 1) shape[0] = 16;
+  DLTensor proto = prototype_16;
+  proto.ndim = ndim;
+  proto.shape = shape;
+  size_t before = heap_in_use();
+  for (int i = 0; i < MEMORY_COUNT; ++i) {
+    DLManagedTensorVersioned *out = NULL;
+    void *object = NULL;
+    if (api->managed_tensor_allocator(&proto, &out, NULL, NULL) != 0) die("allocator failed");
+    if (api->managed_tensor_to_py_object_no_sync(out, &object) != 0) die("to_py failed");
+    held[i] = (PyObject *)object;
+  }
+  double per = (double)(heap_in_use() - before) / MEMORY_COUNT;
+  for (int i = 0; i < MEMORY_COUNT; ++i) Py_DECREF(held[i]);
+  return per;
+}
+
+/* Heap bytes per live exported managed tensor of one Python tensor. */
+static double bytes_per_export(const DLPackExchangeAPI *api, PyObject *sample) {
+  static DLManagedTensorVersioned *held[MEMORY_COUNT];
+  size_t before = heap_in_use();
+  for (int i = 0; i < MEMORY_COUNT; ++i)
+    if (api->managed_tensor_from_py_object_no_sync(sample, &held[i]) != 0) die("from_py failed");
+  double per = (double)(heap_in_use() - before) / MEMORY_COUNT;
+  for (int i = 0; i < MEMORY_COUNT; ++i) held[i]->deleter(held[i]);
+  return per;
+}
+
+static void print_memory(Producer *producers, int n) {
+  printf("\nheap bytes per live object (16 elements = 64 bytes of data included in tensors), by ndim\n\n");
+  printf("| %-34s |", "object");
+  for (int i = 0; i < n; ++i) printf(" %12s |", producers[i].name);
+  printf("\n|------------------------------------|");
+  for (int i = 0; i < n; ++i) printf("--------------|");
+  printf("\n");
+  for (int k = 0; k < 4; ++k) {
+    char label[64];
+    snprintf(label, sizeof label, "tensor (allocator + to_py), ndim %d", k_ndims[k]);
+    printf("| %-34s |", label);
+    for (int i = 0; i < n; ++i) printf(" %12.0f |", bytes_per_tensor(producers[i].api, k_ndims[k]));
+    printf("\n");
+  }
+  for (int k = 0; k < 4; ++k) {
+    char label[64];
+    snprintf(label, sizeof label, "exported managed tensor, ndim %d", k_ndims[k]);
+    printf("| %-34s |", label);
+    for (int i = 0; i < n; ++i) printf(" %12.0f |", bytes_per_export(producers[i].api, producers[i].by_ndim[k]));
+    printf("\n");
+  }
+}
+
 /* ---- driver ---------------------------------------------------------------------------- */
 
 enum {
@@ -335,6 +401,7 @@ int main(int argc, char **argv) {
     printf("\n");
   }
   printf("\ntargets missed: %d\n", missed);
+  print_memory(producers, n);
   for (int i = 0; i < n; ++i) {
     Py_DECREF(producers[i].sample);
     for (int k = 0; k < 4; ++k) Py_DECREF(producers[i].by_ndim[k]);

@@ -1,7 +1,8 @@
-//! Tensors dlpx allocates: one block holding the managed tensor, its shape and strides, and the
-//! 256-byte aligned data, so that allocate + delete is one cache pop and one push.
+//! Tensors dlpx allocates: one block holding the 256-byte aligned data, the managed tensor, its
+//! shape and strides, so that allocate + delete is one cache pop and one push.
 //!
-//! Block layout: `[Header | shape[ndim] | strides[ndim] | pad to 256 | data]`.
+//! Block layout: `[data | pad to 16 | Header | shape[ndim] | strides[ndim]]`. The data leads so
+//! it takes the block's 256-byte alignment without padding: 16 floats fit a 256-byte block.
 
 use std::ffi::c_void;
 use std::mem::size_of;
@@ -15,6 +16,7 @@ use crate::memory::cpu::{self, Capacity};
 #[repr(C)]
 struct Header {
     managed: DLManagedTensorVersioned,
+    block: NonNull<u8>,
     capacity: Capacity,
 }
 
@@ -39,27 +41,31 @@ pub unsafe fn allocate(context: &str, prototype: &DLTensor) -> Result<NonNull<DL
     let numel = layout::numel(context, shape)?;
     let nbytes = layout::nbytes(context, numel, prototype.dtype, 0)?;
 
-    let dims_end = size_of::<Header>() + 2 * ndim * size_of::<i64>();
-    let data_offset = dims_end.next_multiple_of(cpu::ALIGN);
     let too_large = || Error::memory(context, format!("cannot allocate {nbytes} bytes: larger than the address space"));
-    let block_size = if nbytes == 0 {
-        dims_end
-    } else {
-        usize::try_from(nbytes).ok().and_then(|n| data_offset.checked_add(n)).ok_or_else(too_large)?
-    };
+    let header_offset = usize::try_from(nbytes)
+        .ok()
+        .and_then(|n| n.checked_next_multiple_of(16))
+        .ok_or_else(too_large)?;
+    let mut block_size = header_offset
+        .checked_add(size_of::<Header>() + 2 * ndim * size_of::<i64>())
+        .ok_or_else(too_large)?;
+    if nbytes > 0 {
+        // Only blocks of at least ALIGN bytes come 256-byte aligned.
+        block_size = block_size.max(cpu::ALIGN);
+    }
     let capacity = cpu::capacity_for(block_size).ok_or_else(too_large)?;
     let block = cpu::alloc(capacity)
         .ok_or_else(|| Error::memory(context, format!("out of memory allocating {nbytes} bytes")))?;
 
-    // SAFETY: the block is at least `block_size` bytes and 256-byte aligned, so the header, the
-    // dims and the data all fit and are aligned for their types.
+    // SAFETY: the block is at least `block_size` bytes and 256-byte aligned (16 for blocks too
+    // small to hold data), so the data, the header and the dims fit and are aligned for their types.
     unsafe {
         let base = block.as_ptr();
-        let dims = base.add(size_of::<Header>()).cast::<i64>();
+        let header = base.add(header_offset).cast::<Header>();
+        let dims = header.add(1).cast::<i64>();
         ptr::copy_nonoverlapping(shape.as_ptr(), dims, ndim);
         let strides = dims.add(ndim);
         layout::compact_strides(shape, std::slice::from_raw_parts_mut(strides, ndim));
-        let header = base.cast::<Header>();
         header.write(Header {
             managed: DLManagedTensorVersioned {
                 version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
@@ -67,7 +73,7 @@ pub unsafe fn allocate(context: &str, prototype: &DLTensor) -> Result<NonNull<DL
                 deleter: Some(delete),
                 flags: 0,
                 dl_tensor: DLTensor {
-                    data: if nbytes == 0 { ptr::null_mut() } else { base.add(data_offset).cast::<c_void>() },
+                    data: if nbytes == 0 { ptr::null_mut() } else { base.cast::<c_void>() },
                     device: prototype.device,
                     ndim: ndim as i32,
                     dtype: prototype.dtype,
@@ -76,6 +82,7 @@ pub unsafe fn allocate(context: &str, prototype: &DLTensor) -> Result<NonNull<DL
                     byte_offset: 0,
                 },
             },
+            block,
             capacity,
         });
         Ok(NonNull::new_unchecked(header.cast()))
@@ -91,11 +98,11 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
     if managed.is_null() {
         return;
     }
-    // SAFETY: `managed` is the header at the start of a block from `allocate`; the capacity was
-    // written there at allocation and the caller gives the block up.
+    // SAFETY: `managed` is the header of a block from `allocate`, which recorded the block and
+    // its capacity there; the caller gives the block up.
     unsafe {
-        let capacity = (*managed.cast::<Header>()).capacity;
-        cpu::free(NonNull::new_unchecked(managed.cast()), capacity);
+        let header = &*managed.cast::<Header>();
+        cpu::free(header.block, header.capacity);
     }
 }
 

@@ -11,7 +11,7 @@ use std::ptr::NonNull;
 /// DLPack asks for 256-byte aligned data (as CUDA gives).
 pub const ALIGN: usize = 256;
 
-const MIN_CLASS_SHIFT: u32 = 8; // 256 bytes
+const MIN_CLASS_SHIFT: u32 = 7; // 128 bytes: exports and data-less tensors
 const MAX_CLASS_SHIFT: u32 = 16; // 64 KiB: larger blocks go straight to the system allocator
 const CLASSES: usize = (MAX_CLASS_SHIFT - MIN_CLASS_SHIFT + 1) as usize;
 /// Blocks kept per class and thread: bounds what an idle thread holds to about 2 MiB.
@@ -74,7 +74,8 @@ thread_local! {
     };
 }
 
-/// Allocates an aligned block of at least `capacity` bytes; None when the system is out of memory.
+/// Allocates a block of at least `capacity` bytes, 256-byte aligned when the capacity is at least
+/// 256 (16-byte aligned below); None when the system is out of memory.
 #[inline]
 pub fn alloc(capacity: Capacity) -> Option<NonNull<u8>> {
     if let Some(class) = capacity.class() {
@@ -124,8 +125,14 @@ pub unsafe fn free(block: NonNull<u8>, capacity: Capacity) {
     unsafe { libc::free(block.as_ptr().cast()) }
 }
 
+/// Blocks smaller than ALIGN cannot hold data (whose first byte needs ALIGN), so malloc's own
+/// 16-byte alignment serves them without posix_memalign's padding.
 #[cold]
 fn system_alloc(size: usize) -> Option<NonNull<u8>> {
+    if size < ALIGN {
+        // SAFETY: plain malloc of a non-zero size.
+        return NonNull::new(unsafe { libc::malloc(size) }.cast());
+    }
     let mut out: *mut libc::c_void = std::ptr::null_mut();
     // SAFETY: ALIGN is a power of two and a multiple of the pointer size, as posix_memalign asks.
     let rc = unsafe { libc::posix_memalign(&mut out, ALIGN, size) };
@@ -143,6 +150,7 @@ mod tests {
     fn blocks_are_aligned_and_reused() {
         let cap = capacity_for(300).unwrap();
         assert_eq!(cap.bytes(), 512);
+        assert_eq!(capacity_for(80).unwrap().bytes(), 128);
         let a = alloc(cap).unwrap();
         assert_eq!(a.as_ptr() as usize % ALIGN, 0);
         unsafe { free(a, cap) };
