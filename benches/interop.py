@@ -62,6 +62,29 @@ def importers():
     return out
 
 
+def kernel_overhead() -> None:
+    """The demo kernel (examples/add_extension) on 1-element tensors: the whole cost of taking
+    two framework tensors, allocating the output in the caller's framework and returning it."""
+    try:
+        import dlpx_demo
+    except ImportError:
+        print("\n(dlpx_demo not built: run benches/run.sh for the kernel call overhead)")
+        return
+    rows = [
+        ("dlpx_demo.add(torch, torch) -> torch", dlpx_demo.add, torch.ones(1), torch.ones(1)),
+        ("torch.add(a, b)", torch.add, torch.ones(1), torch.ones(1)),
+        ("dlpx_demo.add(numpy, numpy) -> dlpx", dlpx_demo.add, np.ones(1, np.float32), np.ones(1, np.float32)),
+        ("numpy.add(a, b)", np.add, np.ones(1, np.float32), np.ones(1, np.float32)),
+        ("dlpx_demo.add(dlpx, dlpx) -> dlpx", dlpx_demo.add, dlpx.from_dlpack(np.ones(1, np.float32)),
+         dlpx.from_dlpack(np.ones(1, np.float32))),
+    ]
+    print("\nkernel call overhead: 1-element float32 inputs, one allocated output, ns per call\n")
+    print("| call | ns |")
+    print("|---|---|")
+    for label, fn, a, b in rows:
+        print(f"| {label} | {ns_per_call(lambda fn=fn, a=a, b=b: fn(a, b)):.0f} |")
+
+
 def main() -> int:
     srcs = sources()
     imps = importers()
@@ -100,6 +123,8 @@ def main() -> int:
         except TypeError:
             versioned = "n/a"
         print(f"| {source} | {legacy:.0f} | {versioned} |")
+
+    kernel_overhead()
 
     targets = []
     if tvm_ffi is not None:

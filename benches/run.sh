@@ -20,4 +20,7 @@ echo "== exchange tables from C (machine: $(nproc) cores, $(grep -m1 'model name
 PYTHONPATH="$site" PYTHONNOUSERSITE=1 "$out/exchange_bench" $quick dlpx.Tensor torch.Tensor
 echo
 echo "== Python interop matrix"
-"$PY" benches/interop.py $quick
+cmake -S examples/add_extension -B "$out/demo" -Ddlpx_DIR="$("$PY" -m dlpx --cmakedir)" -DPython3_EXECUTABLE="$PY" \
+      -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$out/demo" >/dev/null
+PYTHONPATH="$out/demo" "$PY" benches/interop.py $quick
