@@ -1,4 +1,4 @@
-//! Argument parsing for METH_VARARGS | METH_KEYWORDS functions, without the variadic
+//! Argument parsing for METH_FASTCALL | METH_KEYWORDS functions, without the variadic
 //! `PyArg_ParseTupleAndKeywords` (which Rust cannot call portably through a pointer table).
 
 use std::ffi::CStr;
@@ -56,58 +56,15 @@ impl Names {
     }
 }
 
-/// Fills `out[i]` with a borrowed reference to the argument named `names[i]` (NULL when absent).
-/// The first `positional` names may also be passed by position; the rest are keyword-only.
-///
-/// # Safety
-/// GIL held; `args` is a tuple; `kwargs` is a dict or NULL.
-pub unsafe fn parse(
-    context: &str,
-    args: *mut PyObject,
-    kwargs: *mut PyObject,
-    names: &Names,
-    positional: usize,
-    out: &mut [*mut PyObject],
-) -> Result<()> {
-    let py = py();
-    out.iter_mut().for_each(|slot| *slot = std::ptr::null_mut());
-    // SAFETY: per the contract.
-    let nargs = if args.is_null() { 0 } else { unsafe { (py.PyTuple_Size)(args) } } as usize;
-    if nargs > positional {
-        return Err(Error::type_error(
-            context,
-            format!("takes at most {positional} positional argument{} ({nargs} given)", if positional == 1 { "" } else { "s" }),
-        ));
-    }
-    for (i, slot) in out.iter_mut().enumerate().take(nargs) {
-        // SAFETY: i < nargs; borrowed reference.
-        *slot = unsafe { (py.PyTuple_GetItem)(args, i as _) };
-    }
-    if kwargs.is_null() {
-        return Ok(());
-    }
-    let mut pos: pyo3_ffi::Py_ssize_t = 0;
-    let mut key = std::ptr::null_mut();
-    let mut value = std::ptr::null_mut();
-    // SAFETY: iterating a dict we do not modify; references are borrowed.
-    while unsafe { (py.PyDict_Next)(kwargs, &mut pos, &mut key, &mut value) } != 0 {
-        let i = names.position(py, key, context)?;
-        if !out[i].is_null() {
-            let name = names.names[i].to_string_lossy();
-            return Err(Error::type_error(context, format!("got multiple values for argument '{name}'")));
-        }
-        out[i] = value;
-    }
-    Ok(())
-}
-
-/// Like [`parse`], for METH_FASTCALL | METH_KEYWORDS functions: positional values in
-/// `args[..nargs]`, keyword values after them, named by the tuple `kwnames`. (The calling
-/// convention is the same on every CPython dlpx supports; it avoids a dict per call.)
+/// Fills `out[i]` with a borrowed reference to the argument named `names[i]` (NULL when absent)
+/// for a METH_FASTCALL | METH_KEYWORDS function: positional values in `args[..nargs]`, keyword
+/// values after them, named by the tuple `kwnames`. The first `positional` names may be passed
+/// by position. (The calling convention is the same on every CPython dlpx supports, and it
+/// needs no dict per call.)
 ///
 /// # Safety
 /// GIL held; `args` holds `nargs` + len(`kwnames`) borrowed references; `kwnames` is a tuple or NULL.
-pub unsafe fn parse_fast(
+pub unsafe fn parse(
     context: &str,
     args: *const *mut PyObject,
     nargs: pyo3_ffi::Py_ssize_t,

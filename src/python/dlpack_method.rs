@@ -34,7 +34,7 @@ pub unsafe extern "C" fn dlpack(
         let py = py();
         let mut a = [std::ptr::null_mut(); 4];
         // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse_fast(CONTEXT, args, nargs, kwnames, &NAMES, 0, &mut a)? };
+        unsafe { args::parse(CONTEXT, args, nargs, kwnames, &NAMES, 0, &mut a)? };
         let [stream, max_version, dl_device, copy] = a;
         // SAFETY: `object` is self.
         let tensor = unsafe { this(object) }?;

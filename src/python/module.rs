@@ -47,13 +47,18 @@ fn parse_device(py: &Python, object: *mut PyObject, context: &str) -> Result<DLD
 static EMPTY_NAMES: args::Names = args::Names::new(&[c"shape", c"dtype", c"device"]);
 static FROM_DLPACK_NAMES: args::Names = args::Names::with_positional_only(&[c"x", c"device", c"copy"], 1);
 
-unsafe extern "C" fn empty(_module: *mut PyObject, a: *mut PyObject, kw: *mut PyObject) -> *mut PyObject {
+unsafe extern "C" fn empty(
+    _module: *mut PyObject,
+    a: *const *mut PyObject,
+    nargs: pyo3_ffi::Py_ssize_t,
+    kwnames: *mut PyObject,
+) -> *mut PyObject {
     const CONTEXT: &str = "empty";
     boundary(Channel::Python, CONTEXT, || {
         let py = py();
         let mut v = [ptr::null_mut(); 3];
-        // SAFETY: CPython's calling convention for METH_VARARGS | METH_KEYWORDS.
-        unsafe { args::parse(CONTEXT, a, kw, &EMPTY_NAMES, 3, &mut v)? };
+        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
+        unsafe { args::parse(CONTEXT, a, nargs, kwnames, &EMPTY_NAMES, 3, &mut v)? };
         let [shape, dtype, device] = v;
         if shape.is_null() {
             return Err(Error::type_error(CONTEXT, "missing required argument 'shape'"));
@@ -89,7 +94,7 @@ unsafe extern "C" fn from_dlpack(
         let py = py();
         let mut v = [ptr::null_mut(); 3];
         // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse_fast(CONTEXT, a, nargs, kwnames, &FROM_DLPACK_NAMES, 1, &mut v)? };
+        unsafe { args::parse(CONTEXT, a, nargs, kwnames, &FROM_DLPACK_NAMES, 1, &mut v)? };
         let [x, device, copy] = v;
         if x.is_null() {
             return Err(Error::type_error(CONTEXT, "missing required argument 'x'"));
@@ -116,14 +121,6 @@ unsafe extern "C" fn set_device_class(_module: *mut PyObject, class: *mut PyObje
 }
 
 macro_rules! method {
-    ($name:literal, kw $f:ident, $doc:literal) => {
-        PyMethodDef {
-            ml_name: $name.as_ptr(),
-            ml_meth: PyMethodDefPointer { PyCFunctionWithKeywords: $f },
-            ml_flags: pyo3_ffi::METH_VARARGS | pyo3_ffi::METH_KEYWORDS,
-            ml_doc: $doc.as_ptr(),
-        }
-    };
     ($name:literal, fast $f:ident, $doc:literal) => {
         PyMethodDef {
             ml_name: $name.as_ptr(),
@@ -145,7 +142,7 @@ pub unsafe extern "C" fn PyInit__native() -> *mut PyObject {
     boundary(Channel::Python, "PyInit__native", || {
         let py = python()?;
         let methods: &'static mut [PyMethodDef] = Box::leak(Box::new([
-            method!(c"empty", kw empty, c"empty(shape, dtype='float32', device='cpu') -> Tensor\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
+            method!(c"empty", fast empty, c"empty(shape, dtype='float32', device='cpu') -> Tensor\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
             method!(c"from_dlpack", fast from_dlpack, c"from_dlpack(x, /, *, device=None, copy=None) -> Tensor\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
             method!(c"exchange_api_info", one exchange_api_info, c"exchange_api_info(type_or_object) -> dict | None\n\nThe exchange table a type publishes: version, the prev_api chain, which entries are set."),
             method!(c"_set_device_class", one set_device_class, c"Registers the class that Tensor.device returns."),
