@@ -24,5 +24,12 @@ echo "== pip install . and pytest"
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation .
 (cd tests && DLPX_REQUIRE_ALL_TESTS=1 "$PY" -m pytest -q -p no:cacheprovider python)
 
+echo "== pip install . into a fresh venv (isolated build: the build backend comes from PyPI)"
+rm -rf build/fresh-venv
+python3 -m venv build/fresh-venv
+build/fresh-venv/bin/python -m pip install -q --disable-pip-version-check .
+(cd build && fresh-venv/bin/python -c "import dlpx; t = dlpx.empty((2, 3)); print('fresh venv:', dlpx.__version__, t, dlpx.library_path())")
+build/fresh-venv/bin/python -m dlpx --cmakedir
+
 echo "== one binary on every CPython 3.9-3.13 found"
 bash scripts/check_python_versions.sh "$("$PY" -m dlpx --library)"
