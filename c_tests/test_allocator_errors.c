@@ -87,8 +87,10 @@ static const struct bad_case cases[] = {
     {"device type 0", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 32, 1, 0, 0, "ValueError", "unknown device type 0"},
     {"device type 5 (a gap in the enum)", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 32, 1, 5, 0, "ValueError",
      "unknown device type 5"},
-    {"CUDA", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 32, 1, kDLCUDA, 0, "NotImplementedError", "cuda:0"},
-    {"CUDA device 3", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 32, 1, kDLCUDA, 3, "NotImplementedError", "cuda:3"},
+    {"ROCm", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 32, 1, kDLROCM, 0, "NotImplementedError", "rocm:0"},
+    {"Vulkan device 3", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 32, 1, kDLVulkan, 3, "NotImplementedError", "vulkan:3"},
+    {"CUDA device -1", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 32, 1, kDLCUDA, -1, "ValueError", "cuda:-1"},
+    {"CUDA host device 1", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 32, 1, kDLCUDAHost, 1, "ValueError", "cuda_host:1"},
     {"OpenCL", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 32, 1, kDLOpenCL, 0, "NotImplementedError", "opencl:0"},
     {"CPU device_id 1", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 32, 1, CPU, 1, "ValueError", "cpu:1"},
     {"CPU device_id -1", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 32, 1, CPU, -1, "ValueError", "cpu:-1"},
@@ -173,9 +175,9 @@ static void test_messages_say_exactly_what_is_wrong(void) {
       {"dtype code 18", PREFIX "unknown dtype code 18 (DLPack 1.3 defines 0..=17)"},
       {"fp4 with bits 8", PREFIX "dtype code 17 (float4_e2m1fn) needs bits = 4, got 8"},
       {"unknown device type 99", PREFIX "unknown device type 99 (DLPack 1.3 defines 1..=18)"},
-      {"CUDA", PREFIX "allocation on device cuda:0 is not supported (dlpx allocates on cpu)"},
-      {"OpenCL", PREFIX "allocation on device opencl:0 is not supported (dlpx allocates on cpu)"},
-      {"CPU device_id 1", PREFIX "device cpu:1 is invalid: CPU device_id must be 0"},
+      {"ROCm", PREFIX "allocation on device rocm:0 is not supported (dlpx allocates on cpu, cuda, cuda_host and cuda_managed)"},
+      {"OpenCL", PREFIX "allocation on device opencl:0 is not supported (dlpx allocates on cpu, cuda, cuda_host and cuda_managed)"},
+      {"CPU device_id 1", PREFIX "device cpu:1 is invalid: device_id must be 0 for host, pinned and managed memory"},
   };
   for (size_t k = 0; k < sizeof exact / sizeof exact[0]; ++k) {
     const struct bad_case *c = find_case(exact[k].case_name);

@@ -1,5 +1,6 @@
-//! Tensors dlpx allocates: one block holding the 256-byte aligned data, the managed tensor, its
-//! shape and strides, so that allocate + delete is one cache pop and one push.
+//! Tensors dlpx allocates. On the CPU, one block holds the 256-byte aligned data, the managed
+//! tensor, its shape and strides, so that allocate + delete is one cache pop and one push.
+//! On CUDA devices the block holds the description and the data comes from the driver.
 //!
 //! Block layout: `[data | pad to 16 | Header | shape[ndim] | strides[ndim]]`. The data leads so
 //! it takes the block's 256-byte alignment without padding: 16 floats fit a 256-byte block.
@@ -12,12 +13,26 @@ use crate::abi::*;
 use crate::error::{Error, Result};
 use crate::layout;
 use crate::memory::cpu::{self, Capacity};
+use crate::memory::cuda;
 
 #[repr(C)]
 struct Header {
     managed: DLManagedTensorVersioned,
     block: NonNull<u8>,
     capacity: Capacity,
+    data: Data,
+}
+
+/// Where the data lives, so the deleter knows how to free it.
+#[derive(Clone, Copy)]
+enum Data {
+    /// In the block itself (CPU), or none (zero size).
+    InBlock,
+    /// cuMemAllocAsync'd, freed on the same stream.
+    CudaDevice { device_id: i32, stream: *mut c_void },
+    /// Pinned host memory of this capacity, returned to the pinned cache.
+    CudaHost { capacity: usize },
+    CudaManaged,
 }
 
 /// Allocates a compact row-major tensor like `prototype` (dtype, ndim, shape, device; its
@@ -26,6 +41,17 @@ struct Header {
 /// # Safety
 /// `prototype.shape` points to `ndim` readable values when `ndim > 0`.
 pub unsafe fn allocate(context: &str, prototype: &DLTensor) -> Result<NonNull<DLManagedTensorVersioned>> {
+    // SAFETY: forwarded contract.
+    unsafe { allocate_with_flags(context, prototype, 0) }
+}
+
+/// [`allocate`], with DLPack `flags` recorded on the tensor; IS_SUBBYTE_TYPE_PADDED also sizes
+/// sub-byte dtypes one element per byte (what a copy of a padded tensor needs).
+///
+/// # Safety
+/// As for [`allocate`].
+pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u64) -> Result<NonNull<DLManagedTensorVersioned>> {
+    let flags = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
     let ndim = checked_ndim(context, prototype.ndim)?;
     if ndim > 0 && prototype.shape.is_null() {
         return Err(Error::value(context, format!("prototype.shape is NULL with ndim = {ndim}")));
@@ -39,23 +65,33 @@ pub unsafe fn allocate(context: &str, prototype: &DLTensor) -> Result<NonNull<DL
     layout::check_dtype(context, prototype.dtype)?;
     check_device(context, prototype.device)?;
     let numel = layout::numel(context, shape)?;
-    let nbytes = layout::nbytes(context, numel, prototype.dtype, 0)?;
+    let nbytes = layout::nbytes(context, numel, prototype.dtype, flags)?;
+    let on_cpu = prototype.device.device_type == DeviceType::CPU;
 
     let too_large = || Error::memory(context, format!("cannot allocate {nbytes} bytes: larger than the address space"));
-    let header_offset = usize::try_from(nbytes)
-        .ok()
-        .and_then(|n| n.checked_next_multiple_of(16))
-        .ok_or_else(too_large)?;
+    let nbytes = usize::try_from(nbytes).map_err(|_| too_large())?;
+    let header_offset = if on_cpu { nbytes.checked_next_multiple_of(16).ok_or_else(too_large)? } else { 0 };
     let mut block_size = header_offset
         .checked_add(size_of::<Header>() + 2 * ndim * size_of::<i64>())
         .ok_or_else(too_large)?;
-    if nbytes > 0 {
+    if on_cpu && nbytes > 0 {
         // Only blocks of at least ALIGN bytes come 256-byte aligned.
         block_size = block_size.max(cpu::ALIGN);
     }
-    let capacity = cpu::capacity_for(block_size).ok_or_else(too_large)?;
-    let block = cpu::alloc(capacity)
-        .ok_or_else(|| Error::memory(context, format!("out of memory allocating {nbytes} bytes")))?;
+    let (data, storage) = if on_cpu || nbytes == 0 {
+        if !on_cpu {
+            check_device_exists(context, prototype.device)?;
+        }
+        (ptr::null_mut(), Data::InBlock)
+    } else {
+        allocate_device_data(context, prototype.device, nbytes)?
+    };
+    let block = cpu::capacity_for(block_size).and_then(|capacity| Some((cpu::alloc(capacity)?, capacity)));
+    let Some((block, capacity)) = block else {
+        // SAFETY: the data was allocated just above and nobody else has seen it.
+        unsafe { free_data(data, storage) };
+        return Err(Error::memory(context, format!("out of memory allocating {nbytes} bytes")));
+    };
 
     // SAFETY: the block is at least `block_size` bytes and 256-byte aligned (16 for blocks too
     // small to hold data), so the data, the header and the dims fit and are aligned for their types.
@@ -71,9 +107,9 @@ pub unsafe fn allocate(context: &str, prototype: &DLTensor) -> Result<NonNull<DL
                 version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
                 manager_ctx: base.cast(),
                 deleter: Some(delete),
-                flags: 0,
+                flags,
                 dl_tensor: DLTensor {
-                    data: if nbytes == 0 { ptr::null_mut() } else { base.cast::<c_void>() },
+                    data: if !on_cpu { data } else if nbytes == 0 { ptr::null_mut() } else { base.cast::<c_void>() },
                     device: prototype.device,
                     ndim: ndim as i32,
                     dtype: prototype.dtype,
@@ -84,6 +120,7 @@ pub unsafe fn allocate(context: &str, prototype: &DLTensor) -> Result<NonNull<DL
             },
             block,
             capacity,
+            data: storage,
         });
         Ok(NonNull::new_unchecked(header.cast()))
     }
@@ -98,12 +135,61 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
     if managed.is_null() {
         return;
     }
-    // SAFETY: `managed` is the header of a block from `allocate`, which recorded the block and
-    // its capacity there; the caller gives the block up.
+    // SAFETY: `managed` is the header of a block from `allocate`, which recorded the block, its
+    // capacity and where the data lives there; the caller gives the tensor up.
     unsafe {
         let header = &*managed.cast::<Header>();
-        cpu::free(header.block, header.capacity);
+        let (block, capacity) = (header.block, header.capacity);
+        free_data(header.managed.dl_tensor.data, header.data);
+        cpu::free(block, capacity);
     }
+}
+
+/// Releases data that does not live in the block. A deleter cannot report failure: the reason
+/// goes to dlpx_last_error(), and a panic (a driver lacking a symbol) is caught here.
+unsafe fn free_data(data: *mut c_void, storage: Data) {
+    if matches!(storage, Data::InBlock) || data.is_null() {
+        return;
+    }
+    let freed = std::panic::catch_unwind(|| {
+        // SAFETY: `data` was allocated as `storage` says and is given up by the caller.
+        unsafe {
+            match storage {
+                Data::InBlock => Ok(()),
+                Data::CudaDevice { device_id, stream } => cuda::free_device(device_id, data, stream),
+                Data::CudaHost { capacity } => cuda::free_pinned(data, capacity),
+                Data::CudaManaged => cuda::free_managed(data),
+            }
+        }
+    });
+    match freed {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => crate::error::set_last_error(&err),
+        Err(_) => crate::error::set_last_error(&Error::runtime("deleter", "the CUDA driver failed while freeing")),
+    }
+}
+
+fn allocate_device_data(context: &str, device: DLDevice, nbytes: usize) -> Result<(*mut c_void, Data)> {
+    match device.device_type {
+        DeviceType::CUDA => {
+            let stream = crate::stream::current(device);
+            let data = cuda::alloc_device(context, device.device_id, nbytes, stream)?;
+            Ok((data, Data::CudaDevice { device_id: device.device_id, stream }))
+        }
+        DeviceType::CUDA_HOST => {
+            let capacity = cuda::pinned_capacity(nbytes)
+                .ok_or_else(|| Error::memory(context, format!("cannot allocate {nbytes} pinned bytes")))?;
+            Ok((cuda::alloc_pinned(context, capacity)?, Data::CudaHost { capacity }))
+        }
+        DeviceType::CUDA_MANAGED => Ok((cuda::alloc_managed(context, nbytes)?, Data::CudaManaged)),
+        _ => unreachable!("check_device admits only CPU and CUDA kinds"),
+    }
+}
+
+/// A zero-size CUDA tensor needs no memory, but its device must still exist.
+fn check_device_exists(context: &str, device: DLDevice) -> Result<()> {
+    let id = if device.device_type == DeviceType::CUDA { device.device_id } else { 0 };
+    cuda::primary_context(context, id).map(|_| ())
 }
 
 pub fn checked_ndim(context: &str, ndim: i32) -> Result<usize> {
@@ -118,11 +204,18 @@ pub fn checked_ndim(context: &str, ndim: i32) -> Result<usize> {
 
 fn check_device(context: &str, device: DLDevice) -> Result<()> {
     match device.device_type {
-        DeviceType::CPU if device.device_id == 0 => Ok(()),
-        DeviceType::CPU => Err(Error::value(context, format!("device cpu:{} is invalid: CPU device_id must be 0", device.device_id))),
+        DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED if device.device_id != 0 => Err(Error::value(
+            context,
+            format!("device {} is invalid: device_id must be 0 for host, pinned and managed memory", crate::device::name(device)),
+        )),
+        DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED => Ok(()),
+        DeviceType::CUDA if device.device_id < 0 => {
+            Err(Error::value(context, format!("device {} is invalid: device_id is negative", crate::device::name(device))))
+        }
+        DeviceType::CUDA => Ok(()),
         t if crate::device::is_known(t) => Err(Error::not_implemented(
             context,
-            format!("allocation on device {} is not supported (dlpx allocates on cpu)", crate::device::name(device)),
+            format!("allocation on device {} is not supported (dlpx allocates on cpu, cuda, cuda_host and cuda_managed)", crate::device::name(device)),
         )),
         t => Err(Error::value(context, format!("unknown device type {} (DLPack 1.3 defines 1..=18)", t.0))),
     }

@@ -208,7 +208,7 @@ pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
 
 /// Allocates an output like `prototype` (dtype, ndim, shape, device) in the framework of
 /// `like_py_object` (GIL held): with its table's allocator (a torch tensor in → torch's
-/// allocator), or dlpx's when it has none. Errors go to `SetError(error_ctx, kind, message)`
+/// allocator), or dlpx's when it has none or `like_py_object` is NULL. Errors go to `SetError(error_ctx, kind, message)`
 /// exactly once (`dlpx_set_error_python` raises them as Python exceptions); with a NULL
 /// `SetError` they go to `dlpx_last_error()`. Returns 0, or -1.
 #[no_mangle]
@@ -221,6 +221,9 @@ pub unsafe extern "C" fn dlpx_allocate_like(
     SetError: Option<unsafe extern "C" fn(error_ctx: *mut c_void, kind: *const c_char, message: *const c_char)>,
 ) -> c_int {
     let api = boundary(Channel::SetError(error_ctx, SetError), "allocate_like", || {
+        if like_py_object.is_null() {
+            return Ok(&crate::exchange::EXCHANGE_API as *const DLPackExchangeAPI);
+        }
         crate::python::kernel::api_of(like_py_object.cast()).map_err(|err| match err.message.as_str() {
             // A Python exception is already set: move it into SetError's channel.
             crate::python::capi::PENDING => crate::python::capi::take_pending("allocate_like"),
@@ -269,10 +272,17 @@ pub unsafe extern "C" fn dlpx_current_stream_of(
     out_stream: *mut *mut c_void,
 ) -> c_int {
     boundary(Channel::Python, "current_stream_of", || {
+        let out = NonNull::new(out_stream).ok_or_else(|| Error::value("current_stream_of", "out_stream is NULL"))?;
         let api = crate::python::kernel::api_of(like_py_object.cast())?;
+        if std::ptr::eq(api, &crate::exchange::EXCHANGE_API) || std::ptr::eq(api, &crate::python::kernel::UNIVERSAL_API) {
+            // dlpx's own registry (its table reports errors to dlpx_last_error, not Python).
+            // SAFETY: non-NULL and writable by the caller's contract.
+            unsafe { out.as_ptr().write(crate::stream::current(DLDevice { device_type, device_id })) };
+            return Ok(0);
+        }
         let stream = api.current_work_stream.ok_or_else(|| Error::buffer("current_stream_of", "the table has no current_work_stream"))?;
         // SAFETY: the producer's contract.
-        match unsafe { stream(device_type, device_id, out_stream) } {
+        match unsafe { stream(device_type, device_id, out.as_ptr()) } {
             0 => Ok(0),
             _ => Err(crate::python::capi::pending()),
         }

@@ -12,14 +12,16 @@ pub fn host_accessible(device: DLDevice) -> bool {
 /// A compact, writable copy of `src` in CPU memory.
 pub fn to_new_cpu_tensor(context: &str, src: &Tensor) -> Result<Tensor> {
     let dl = src.dl_tensor();
+    if dl.device.device_type == DeviceType::CUDA {
+        return cuda_to_cpu(context, src);
+    }
     if !host_accessible(dl.device) {
         return Err(Error::buffer(
             context,
             format!("cannot copy from {} to cpu:0: dlpx copies host-accessible memory only", crate::device::name(dl.device)),
         ));
     }
-    let cpu = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
-    let dst = Tensor::empty(src.shape(), dl.dtype, cpu)?;
+    let dst = empty_like_on_cpu(src)?;
     let bits = dl.dtype.bits as u64 * dl.dtype.lanes as u64;
     if src.numel() == 0 {
         return Ok(dst);
@@ -27,7 +29,9 @@ pub fn to_new_cpu_tensor(context: &str, src: &Tensor) -> Result<Tensor> {
     let src_base = dl.data.cast::<u8>().wrapping_add(dl.byte_offset as usize);
     let dst_base = dst.dl_tensor().data.cast::<u8>();
     if src.is_contiguous() {
-        // SAFETY: both regions hold `nbytes` bytes (same shape and dtype, compact) and do not overlap.
+        debug_assert_eq!(src.nbytes(), dst.nbytes());
+        // SAFETY: both regions hold `nbytes` bytes (same shape, dtype and padding, compact) and do
+        // not overlap.
         unsafe { std::ptr::copy_nonoverlapping(src_base, dst_base, src.nbytes() as usize) };
         return Ok(dst);
     }
@@ -57,4 +61,29 @@ unsafe fn copy_strided(src: *const u8, shape: &[i64], strides: &[i64], item: usi
             }
         }
     }
+}
+
+/// A compact CPU tensor of `src`'s shape, dtype and sub-byte padding, so the byte sizes agree.
+fn empty_like_on_cpu(src: &Tensor) -> Result<Tensor> {
+    let cpu = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
+    Tensor::empty_with_flags(src.shape(), src.dl_tensor().dtype, cpu, src.flags())
+}
+
+/// A device-to-host copy on dlpx's current stream of the device, waited for before returning.
+fn cuda_to_cpu(context: &str, src: &Tensor) -> Result<Tensor> {
+    let dl = src.dl_tensor();
+    if !src.is_contiguous() {
+        return Err(Error::buffer(context, "cannot copy a non-contiguous CUDA tensor to cpu (make it contiguous first)"));
+    }
+    let dst = empty_like_on_cpu(src)?;
+    if src.numel() == 0 {
+        return Ok(dst);
+    }
+    let stream = crate::stream::current(dl.device);
+    let from = dl.data.cast::<u8>().wrapping_add(dl.byte_offset as usize).cast_const().cast();
+    // SAFETY: both tensors hold `nbytes` bytes (same shape and dtype, compact).
+    unsafe {
+        crate::memory::cuda::copy_to_host(context, dl.device.device_id, dst.dl_tensor().data, from, src.nbytes() as usize, stream)?;
+    }
+    Ok(dst)
 }

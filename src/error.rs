@@ -95,29 +95,42 @@ thread_local! {
 }
 
 /// Stores `err` as this thread's last error (what `dlpx_last_error()` returns).
+/// Stores `err` as this thread's last error (what `dlpx_last_error()` returns). While the thread
+/// is being torn down the slot is gone and the message is dropped (nothing here may panic).
 pub fn set_last_error(err: &Error) {
     let message = err.c_message();
-    LAST_ERROR.with(|slot| *slot.borrow_mut() = Some((err.kind, message)));
+    let _ = LAST_ERROR.try_with(|slot| {
+        if let Ok(mut slot) = slot.try_borrow_mut() {
+            *slot = Some((err.kind, message));
+        }
+    });
+}
+
+fn read_last_error(field: impl Fn(&(ErrorKind, CString)) -> *const c_char) -> *const c_char {
+    LAST_ERROR
+        .try_with(|slot| match slot.try_borrow().as_deref() {
+            Ok(Some(entry)) => field(entry),
+            _ => std::ptr::null(),
+        })
+        .unwrap_or(std::ptr::null())
 }
 
 /// The last error's message on this thread; valid until the next failure on this thread.
 pub fn last_error_ptr() -> *const c_char {
-    LAST_ERROR.with(|slot| match &*slot.borrow() {
-        Some((_, message)) => message.as_ptr(),
-        None => std::ptr::null(),
-    })
+    read_last_error(|(_, message)| message.as_ptr())
 }
 
 /// The last error's kind name on this thread, or NULL.
 pub fn last_error_kind_ptr() -> *const c_char {
-    LAST_ERROR.with(|slot| match &*slot.borrow() {
-        Some((kind, _)) => kind.name().as_ptr(),
-        None => std::ptr::null(),
-    })
+    read_last_error(|(kind, _)| kind.name().as_ptr())
 }
 
 pub fn clear_last_error() {
-    LAST_ERROR.with(|slot| *slot.borrow_mut() = None);
+    let _ = LAST_ERROR.try_with(|slot| {
+        if let Ok(mut slot) = slot.try_borrow_mut() {
+            *slot = None;
+        }
+    });
 }
 
 /// Where an entry point reports its failure (ARCHITECTURE decision 6).

@@ -41,11 +41,15 @@ pub fn check_dtype(context: &str, dtype: DLDataType) -> Result<()> {
 
 /// Number of elements, with every product checked; negative extents are errors.
 pub fn numel(context: &str, shape: &[i64]) -> Result<u64> {
+    if let Some((i, extent)) = shape.iter().enumerate().find(|(_, &e)| e < 0) {
+        return Err(Error::value(context, format!("shape[{i}] = {extent} is negative")));
+    }
+    // With a zero extent there are no elements, whatever the other extents multiply to.
+    if shape.contains(&0) {
+        return Ok(0);
+    }
     let mut n: u64 = 1;
-    for (i, &extent) in shape.iter().enumerate() {
-        if extent < 0 {
-            return Err(Error::value(context, format!("shape[{i}] = {extent} is negative")));
-        }
+    for &extent in shape {
         n = n
             .checked_mul(extent as u64)
             .ok_or_else(|| Error::value(context, format!("shape {shape:?}: the element count overflows 64 bits")))?;
@@ -68,8 +72,8 @@ pub fn compact_strides(shape: &[i64], out: &mut [i64]) {
     let mut stride: i64 = 1;
     for (extent, slot) in shape.iter().zip(out.iter_mut()).rev() {
         *slot = stride;
-        // Only reachable for valid shapes, whose element count fits in 63 bits.
-        stride = stride.wrapping_mul((*extent).max(1));
+        // Saturates only for zero-size tensors with huge extents, whose strides address nothing.
+        stride = stride.saturating_mul((*extent).max(1));
     }
 }
 
@@ -196,6 +200,7 @@ mod tests {
         assert_eq!(numel("t", &[2, -3]).unwrap_err().message, "dlpx: t: shape[1] = -3 is negative");
         assert_eq!(numel("t", &[]).unwrap(), 1);
         assert_eq!(numel("t", &[5, 0, i64::MAX]).unwrap(), 0);
+        assert_eq!(numel("t", &[i64::MAX, i64::MAX, 0]).unwrap(), 0);
     }
 
     #[test]

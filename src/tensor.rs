@@ -60,6 +60,12 @@ pub struct Tensor(Arc<Core>);
 impl Tensor {
     /// A new compact CPU tensor, uninitialised, from dlpx's allocator.
     pub fn empty(shape: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Tensor> {
+        Self::empty_with_flags(shape, dtype, device, 0)
+    }
+
+    /// [`Tensor::empty`] recording DLPack flags; only IS_SUBBYTE_TYPE_PADDED is kept (it sizes
+    /// sub-byte dtypes one element per byte).
+    pub fn empty_with_flags(shape: &[i64], dtype: DLDataType, device: DLDevice, flags: u64) -> Result<Tensor> {
         let ndim = i32::try_from(shape.len()).map_err(|_| Error::value("empty", "too many dimensions"))?;
         let prototype = DLTensor {
             data: std::ptr::null_mut(),
@@ -71,7 +77,7 @@ impl Tensor {
             byte_offset: 0,
         };
         // SAFETY: `shape` is a live slice of `ndim` values.
-        let managed = unsafe { allocation::allocate("empty", &prototype)? };
+        let managed = unsafe { allocation::allocate_with_flags("empty", &prototype, flags)? };
         // SAFETY: a fresh, valid tensor from our allocator; ownership passes to the Tensor.
         Ok(unsafe { Self::adopt_valid(managed) })
     }
@@ -82,14 +88,17 @@ impl Tensor {
     /// # Safety
     /// `managed` points to a live managed tensor that the caller owns.
     pub unsafe fn from_managed(context: &str, managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
-        // SAFETY: live by the caller's contract; only the stable prefix is read before the version check.
-        let m = unsafe { managed.as_ref() };
-        if m.version.major != DLPACK_MAJOR_VERSION {
+        // SAFETY: live by the caller's contract; only the version (in every major's stable prefix)
+        // is read before the version check allows a reference to the whole v1 struct.
+        let major = unsafe { std::ptr::addr_of!((*managed.as_ptr()).version.major).read() };
+        if major != DLPACK_MAJOR_VERSION {
             return Err(Error::buffer(
                 context,
-                format!("unsupported DLPack major version {} (dlpx supports {DLPACK_MAJOR_VERSION})", m.version.major),
+                format!("unsupported DLPack major version {major} (dlpx supports {DLPACK_MAJOR_VERSION})"),
             ));
         }
+        // SAFETY: a v1 struct, live and owned by the caller.
+        let m = unsafe { managed.as_ref() };
         if is_our_export(m) {
             // One of our exports coming home (a round trip): take back its reference instead of
             // wrapping it in a second owner.

@@ -129,7 +129,7 @@ void dlpx_view_release(DlpxTensorView *view);
 /**
  * Allocates an output like `prototype` (dtype, ndim, shape, device) in the framework of
  * `like_py_object` (GIL held): with its table's allocator (a torch tensor in → torch's
- * allocator), or dlpx's when it has none. Errors go to `SetError(error_ctx, kind, message)`
+ * allocator), or dlpx's when it has none or `like_py_object` is NULL. Errors go to `SetError(error_ctx, kind, message)`
  * exactly once (`dlpx_set_error_python` raises them as Python exceptions); with a NULL
  * `SetError` they go to `dlpx_last_error()`. Returns 0, or -1.
  */

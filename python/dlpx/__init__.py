@@ -16,7 +16,7 @@ from importlib.util import module_from_spec, spec_from_loader
 
 from ._device import Device
 
-__all__ = ["Tensor", "Device", "empty", "from_dlpack", "exchange_api_info", "library_path", "__version__"]
+__all__ = ["Tensor", "Device", "empty", "from_dlpack", "exchange_api_info", "library_path", "cuda", "__version__"]
 
 if sysconfig.get_config_var("Py_GIL_DISABLED"):
     raise ImportError(
@@ -63,3 +63,5 @@ from_dlpack = _native.from_dlpack
 exchange_api_info = _native.exchange_api_info
 __version__ = _native.__version__
 DLPACK_VERSION = _native.DLPACK_VERSION
+
+from . import cuda  # noqa: E402  (needs _native)

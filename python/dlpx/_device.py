@@ -43,6 +43,8 @@ class Device(NamedTuple):
         return f"dlpx.Device('{self}')"
 
     def __eq__(self, other: object) -> bool:
+        # Equal to the pair it is and to its printed name ("cpu:0", or "cpu" for index 0). It
+        # hashes as the pair, so a dict keyed by names does not find it: look up str(device).
         if isinstance(other, str):
             try:
                 other = Device.parse(other)
@@ -51,7 +53,8 @@ class Device(NamedTuple):
         return tuple.__eq__(self, other)
 
     def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
 
     def __hash__(self) -> int:
         return tuple.__hash__(self)

@@ -1,3 +1,4 @@
 //! Where tensor data lives.
 
 pub mod cpu;
+pub mod cuda;

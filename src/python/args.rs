@@ -3,10 +3,9 @@
 
 use std::ffi::CStr;
 
-use once_cell::sync::OnceCell;
 use pyo3_ffi::PyObject;
 
-use super::capi::{py, Python};
+use super::capi::{py, GilCell, Python};
 use crate::error::{Error, Result};
 
 /// A function's parameter names, interned once: keyword names at a call site are interned
@@ -15,26 +14,28 @@ pub struct Names {
     names: &'static [&'static CStr],
     /// How many leading parameters are positional-only (`def f(x, /, ...)`).
     positional_only: usize,
-    interned: OnceCell<Vec<usize>>,
+    interned: GilCell<&'static [usize]>,
 }
 
 impl Names {
     pub const fn new(names: &'static [&'static CStr]) -> Names {
-        Names { names, positional_only: 0, interned: OnceCell::new() }
+        Names { names, positional_only: 0, interned: GilCell::new() }
     }
 
     pub const fn with_positional_only(names: &'static [&'static CStr], positional_only: usize) -> Names {
-        Names { names, positional_only, interned: OnceCell::new() }
+        Names { names, positional_only, interned: GilCell::new() }
     }
 
     fn position(&self, py: &Python, key: *mut PyObject, context: &str) -> Result<usize> {
-        let interned = self.interned.get_or_init(|| {
-            self.names
+        let interned = self.interned.get_or_try_init(|| {
+            let names: Vec<usize> = self
+                .names
                 .iter()
                 // SAFETY: GIL held; interned strings are immortal for the interpreter's life.
                 .map(|n| unsafe { (py.PyUnicode_InternFromString)(n.as_ptr()) } as usize)
-                .collect()
-        });
+                .collect();
+            Ok::<_, Error>(&*Box::leak(names.into_boxed_slice()))
+        })?;
         let found = match interned.iter().position(|&k| k == key as usize) {
             Some(i) => Some(i),
             None => {

@@ -167,14 +167,12 @@ fn lookup(name: &'static str) -> std::result::Result<*mut c_void, &'static str> 
     }
 }
 
-static PYTHON: OnceCell<std::result::Result<Python, String>> = OnceCell::new();
+/// Only success is kept: a process may call dlpx before it starts its interpreter.
+static PYTHON: OnceCell<Python> = OnceCell::new();
 
 /// The interpreter's API, or why there is none (no Python in this process, or one without a symbol).
 pub fn python() -> Result<&'static Python> {
-    match PYTHON.get_or_init(load) {
-        Ok(py) => Ok(py),
-        Err(why) => Err(Error::runtime("python", why)),
-    }
+    PYTHON.get_or_try_init(load).map_err(|why| Error::runtime("python", why))
 }
 
 #[cold]
@@ -198,8 +196,8 @@ fn load() -> std::result::Result<Python, String> {
 #[inline]
 pub fn py() -> &'static Python {
     match PYTHON.get() {
-        Some(Ok(py)) => py,
-        _ => python().expect("CPython is loaded when a PyObject exists"),
+        Some(py) => py,
+        None => python().expect("CPython is loaded when a PyObject exists"),
     }
 }
 
@@ -321,6 +319,41 @@ pub fn raise(err: &Error) {
     let message = err.c_message();
     // SAFETY: GIL held; both arguments are valid.
     unsafe { (py.PyErr_SetString)(py.exception(err.kind), message.as_ptr()) };
+}
+
+/// A lazily computed value that lives in the interpreter's world: only touched with the GIL,
+/// and never blocks. (A blocking once-cell could deadlock: its initialiser runs Python code,
+/// which may hand the GIL to a thread that then waits on the cell while holding the GIL.) Two
+/// threads may both compute it; the first to finish wins and the other's value is dropped
+/// unused, so values must be cheap to discard (leaked duplicates of immortal objects at worst).
+pub struct GilCell<T: Copy>(std::cell::UnsafeCell<Option<T>>);
+
+// SAFETY: every access happens with the GIL held, which serialises them.
+unsafe impl<T: Copy> Sync for GilCell<T> {}
+
+impl<T: Copy> GilCell<T> {
+    pub const fn new() -> Self {
+        GilCell(std::cell::UnsafeCell::new(None))
+    }
+
+    /// The value, computing it with `init` the first time (the GIL is held).
+    pub fn get_or_try_init<E>(&self, init: impl FnOnce() -> std::result::Result<T, E>) -> std::result::Result<T, E> {
+        // SAFETY: GIL held; no reference into the cell outlives these statements.
+        if let Some(value) = unsafe { *self.0.get() } {
+            return Ok(value);
+        }
+        let value = init()?;
+        // SAFETY: as above; `init` may have let another thread fill the cell meanwhile.
+        unsafe {
+            match *self.0.get() {
+                Some(existing) => Ok(existing),
+                None => {
+                    *self.0.get() = Some(value);
+                    Ok(value)
+                }
+            }
+        }
+    }
 }
 
 /// Keeps the pending Python exception aside while foreign code (a producer's deleter) runs:

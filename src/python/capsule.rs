@@ -60,10 +60,14 @@ unsafe extern "C" fn legacy_destructor(capsule: *mut PyObject) {
 }
 
 unsafe fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
+    if managed.is_null() {
+        return;
+    }
     let _guard = super::capi::ExceptionGuard::save();
-    // SAFETY: the caller owns `managed` and gives it up; a NULL deleter means nothing to free.
+    // SAFETY: the caller owns `managed` and gives it up; the deleter sits in the prefix every
+    // major version keeps; a NULL deleter means nothing to free.
     unsafe {
-        if let Some(deleter) = managed.as_ref().and_then(|m| m.deleter) {
+        if let Some(deleter) = std::ptr::addr_of!((*managed).deleter).read() {
             let _ = std::panic::catch_unwind(|| deleter(managed));
         }
     }
@@ -88,7 +92,8 @@ pub fn consume(py: &Python, capsule: *mut PyObject, context: &str) -> Result<Ten
         if (py.PyCapsule_IsValid)(capsule, VERSIONED.as_ptr()) != 0 {
             let managed = (py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>();
             let managed = NonNull::new(managed).ok_or_else(|| Error::buffer(context, "capsule holds NULL"))?;
-            let major = managed.as_ref().version.major;
+            // Only the stable prefix (version, deleter) may be read before the version check.
+            let major = std::ptr::addr_of!((*managed.as_ptr()).version.major).read();
             if major != DLPACK_MAJOR_VERSION {
                 mark_used(py, capsule, USED_VERSIONED)?;
                 delete_versioned(managed.as_ptr());

@@ -78,10 +78,11 @@ unsafe fn import_through_table(api: &DLPackExchangeAPI, object: *mut PyObject) -
         return Err(pending());
     }
     let managed = NonNull::new(managed).ok_or_else(|| Error::buffer(CONTEXT, "the producer returned success and a NULL tensor"))?;
-    // SAFETY: we own `managed` now; on a validation failure we delete it ourselves.
+    // SAFETY: we own `managed` now; on a validation failure we delete it ourselves (the
+    // deleter sits in the prefix every major version keeps).
     unsafe {
         Tensor::from_managed(CONTEXT, managed).inspect_err(|_| {
-            if let Some(deleter) = managed.as_ref().deleter {
+            if let Some(deleter) = std::ptr::addr_of!((*managed.as_ptr()).deleter).read() {
                 deleter(managed.as_ptr());
             }
         })
@@ -107,8 +108,13 @@ fn import_through_protocol(py: &Python, object: *mut PyObject, device: Option<DL
         };
         let kwargs_ptr = kwargs.as_ref().map_or(common_kwargs, Owned::as_ptr);
         let mut result = (py.PyObject_Call)(method.as_ptr(), empty, kwargs_ptr);
-        if result.is_null() && (py.PyErr_ExceptionMatches)(py.exc_type_error) != 0 && device.is_none() && copy.is_none() {
-            // A producer older than the 2023.12 array API: no keywords at all.
+        // Producers older than the 2023.12 array API take fewer keywords: retry with max_version
+        // alone, then with none. `finish` then makes any copy or move the producer did not.
+        if result.is_null() && kwargs.is_some() && (py.PyErr_ExceptionMatches)(py.exc_type_error) != 0 {
+            (py.PyErr_Clear)();
+            result = (py.PyObject_Call)(method.as_ptr(), empty, common_kwargs);
+        }
+        if result.is_null() && (py.PyErr_ExceptionMatches)(py.exc_type_error) != 0 {
             (py.PyErr_Clear)();
             result = (py.PyObject_Call)(method.as_ptr(), empty, ptr::null_mut());
         }
@@ -120,8 +126,8 @@ fn import_through_protocol(py: &Python, object: *mut PyObject, device: Option<DL
 /// `()` and `{"max_version": (1, 3)}`, built once: CPython never mutates the arguments of a call,
 /// so every `__dlpack__` call without device or copy can share them.
 fn shared_call_arguments(py: &Python) -> Result<(*mut PyObject, *mut PyObject)> {
-    static SHARED: once_cell::sync::OnceCell<(usize, usize)> = once_cell::sync::OnceCell::new();
-    let &(empty, kwargs) = SHARED.get_or_try_init(|| {
+    static SHARED: super::capi::GilCell<(usize, usize)> = super::capi::GilCell::new();
+    let (empty, kwargs) = SHARED.get_or_try_init(|| {
         // SAFETY: GIL held; the objects are kept for the life of the process.
         unsafe {
             let empty = Owned::new((py.PyTuple_New)(0))?;
@@ -212,21 +218,24 @@ pub fn exchange_api_of_type(py: &Python, ty: *mut PyTypeObject) -> Result<Option
     if ty == tensor_type::tensor_type() {
         return Ok(Some(&EXCHANGE_API));
     }
-    // SAFETY: GIL held (see TableCache).
-    let entries = unsafe { &mut *CACHE.entries.get() };
-    if let Some(&(_, table)) = entries.iter().find(|(t, _)| *t == ty as usize) {
+    // SAFETY: GIL held (see TableCache); the borrow ends before any Python code runs.
+    let cached = unsafe { (*CACHE.entries.get()).iter().find(|(t, _)| *t == ty as usize).map(|&(_, table)| table) };
+    if let Some(table) = cached {
         // SAFETY: only validated, process-lifetime tables (or 0) are cached.
         return Ok(unsafe { (table as *const DLPackExchangeAPI).as_ref() });
     }
-    // A chain without a major-1 table (a producer that moved on to a new major) is no table to
-    // dlpx: its objects still import through `__dlpack__`.
-    let api = match published_head(py, ty, CONTEXT)? {
+    // What dlpx cannot use is no table to dlpx: an attribute of the wrong form, or a chain
+    // without a major-1 table (a producer that moved on to a new major). Such objects still
+    // import through `__dlpack__`; `exchange_api_info` reports why the table was not used.
+    // (The lookup may run Python code: no borrow of the cache lives across it.)
+    let api = match published_head(py, ty, CONTEXT) {
         // SAFETY: the producer promises a readable chain that lives for the process.
-        Some((head, _)) => unsafe { crate::chain::select_supported(CONTEXT, head) }.ok(),
-        None => None,
+        Ok(Some((head, _))) => unsafe { crate::chain::select_supported(CONTEXT, head) }.ok(),
+        Ok(None) | Err(_) => None,
     };
-    // SAFETY: GIL held.
+    // SAFETY: GIL held; no Python code runs while these borrows live (the decref is last).
     unsafe {
+        let entries = &mut *CACHE.entries.get();
         let slot = &mut *CACHE.next.get();
         let (old_type, _) = entries[*slot];
         (py.Py_IncRef)(ty.cast());

@@ -1,7 +1,7 @@
 //! `dlpx.Tensor.__dlpack__` and `__dlpack_device__`, as the Python array API specifies them,
 //! with rulings 7 (versions), 9 (streams) and 10 (copies).
 
-use std::ffi::CStr;
+use std::ffi::{c_void, CStr};
 
 use pyo3_ffi::PyObject;
 
@@ -11,6 +11,7 @@ use super::capsule;
 use super::tensor_type::this;
 use crate::abi::*;
 use crate::copy;
+use crate::memory::cuda;
 use crate::error::{boundary, Channel, Error, Result};
 use crate::tensor::Tensor;
 
@@ -19,7 +20,9 @@ pub const DLPACK_DOC: &CStr = c"__dlpack__(*, stream=None, max_version=None, dl_
 Exports the tensor as a DLPack capsule: 'dltensor_versioned' (DLPack 1.3) when max_version
 has major >= 1, the legacy 'dltensor' otherwise. dl_device=(1, 0) asks for CPU memory;
 copy=True always copies (the capsule then carries DLPACK_FLAG_BITMASK_IS_COPIED), copy=False
-never does and raises BufferError when a copy would be needed. On CPU, stream must be None.";
+never does and raises BufferError when a copy would be needed. On host memory, stream must be
+None (or -1); on CUDA, None/1 (legacy default), 2 (per-thread default), a CUstream, or -1 (no
+synchronisation): the consumer's stream then waits on an event recorded on dlpx's stream.";
 
 const CONTEXT: &str = "__dlpack__";
 static NAMES: args::Names = args::Names::new(&[c"stream", c"max_version", c"dl_device", c"copy"]);
@@ -39,7 +42,6 @@ pub unsafe extern "C" fn dlpack(
         // SAFETY: `object` is self.
         let tensor = unsafe { this(object) }?;
         let device = tensor.dl_tensor().device;
-        check_stream(py, stream, device)?;
         let versioned = match args::is_none(py, max_version) {
             true => false,
             false => args::int_pair(py, max_version, CONTEXT, "max_version")?.0 >= 1,
@@ -52,11 +54,28 @@ pub unsafe extern "C" fn dlpack(
             }
         };
         let copy = args::optional_bool(py, copy, CONTEXT, "copy")?;
+        // A request for another device is refused by export_for below; the stream only means
+        // something for the device the capsule will describe.
+        let consumer = match target == device || copy::host_accessible(target) {
+            true => consumer_stream(py, stream, device, target)?,
+            false => None,
+        };
         let (exported, copied) = export_for(tensor, target, copy)?;
+        if let Some(consumer) = consumer {
+            // The consumer's stream waits for what dlpx enqueued on its own (an event, never a
+            // device synchronisation).
+            cuda::order_after(CONTEXT, device.device_id, crate::stream::current(device), consumer)?;
+        }
         let copied_flag = if copied { DLPACK_FLAG_BITMASK_IS_COPIED } else { 0 };
         if versioned {
             capsule::versioned(py, exported.export_versioned(copied_flag)?)
         } else {
+            if exported.flags() & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0 && exported.dl_tensor().dtype.bits < 8 {
+                return Err(Error::buffer(
+                    CONTEXT,
+                    "a padded sub-byte tensor needs a versioned capsule to say so: pass max_version=(1, 0) or later",
+                ));
+            }
             if exported.is_readonly() {
                 return Err(Error::buffer(
                     CONTEXT,
@@ -88,28 +107,29 @@ fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(
     }
 }
 
-/// Ruling 9 on host memory: only None (or -1, "no synchronisation", which is trivially met).
-fn check_stream(py: &Python, stream: *mut PyObject, device: DLDevice) -> Result<()> {
-    if args::is_none(py, stream) {
-        return Ok(());
+/// The consumer's stream for ruling 9: None when no ordering is needed (host memory, or -1),
+/// else the CUDA stream to order after dlpx's current stream.
+fn consumer_stream(py: &Python, stream: *mut PyObject, device: DLDevice, target: DLDevice) -> Result<Option<*mut c_void>> {
+    let value = if args::is_none(py, stream) { None } else { Some(args::int_value(py, stream, CONTEXT, "stream")?) };
+    let on_host = copy::host_accessible(target);
+    match value {
+        // -1: the consumer asks for no synchronisation; host memory has nothing to order.
+        Some(-1) => Ok(None),
+        None if on_host => Ok(None),
+        Some(v) if on_host => Err(Error::value(
+            CONTEXT,
+            format!("stream must be None for a {} tensor, got {v}", crate::device::name(target)),
+        )),
+        _ if device.device_type != DeviceType::CUDA => Err(Error::buffer(
+            CONTEXT,
+            format!("stream synchronisation for {} tensors is not supported", crate::device::name(device)),
+        )),
+        None | Some(1) => Ok(Some(cuda::STREAM_LEGACY as *mut c_void)),
+        Some(2) => Ok(Some(cuda::STREAM_PER_THREAD as *mut c_void)),
+        Some(0) => Err(Error::value(CONTEXT, "stream=0 is ambiguous and not allowed (use 1 for the legacy default stream)")),
+        Some(v) if v > 2 => Ok(Some(v as usize as *mut c_void)),
+        Some(v) => Err(Error::value(CONTEXT, format!("stream={v} is not a CUDA stream"))),
     }
-    let value = args::int_value(py, stream, CONTEXT, "stream")?;
-    if copy::host_accessible(device) {
-        if value == -1 {
-            return Ok(());
-        }
-        return Err(Error::value(CONTEXT, format!("stream must be None for a {} tensor, got {value}", crate::device::name(device))));
-    }
-    if value == 0 {
-        return Err(Error::value(CONTEXT, "stream=0 is ambiguous and not allowed (use 1 for the legacy default stream)"));
-    }
-    if value == -1 {
-        return Ok(());
-    }
-    Err(Error::buffer(
-        CONTEXT,
-        format!("stream synchronisation for {} tensors is not available in this build", crate::device::name(device)),
-    ))
 }
 
 pub unsafe extern "C" fn dlpack_device(object: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {

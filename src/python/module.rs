@@ -105,6 +105,68 @@ unsafe extern "C" fn from_dlpack(
     })
 }
 
+static STREAM_NAMES: args::Names = args::Names::with_positional_only(&[c"device_type", c"device_id", c"stream"], 3);
+
+fn stream_device(py: &Python, v: &[*mut PyObject], context: &str) -> Result<DLDevice> {
+    if v[0].is_null() || v[1].is_null() {
+        return Err(Error::type_error(context, "expected (device_type, device_id, ...)"));
+    }
+    let device_type = args::int_value(py, v[0], context, "device_type")?;
+    let device_id = args::int_value(py, v[1], context, "device_id")?;
+    match (i32::try_from(device_type), i32::try_from(device_id)) {
+        (Ok(t), Ok(id)) if id >= 0 => Ok(DLDevice { device_type: DeviceType(t), device_id: id }),
+        _ => Err(Error::value(context, format!("invalid device ({device_type}, {device_id})"))),
+    }
+}
+
+/// `_set_current_stream(device_type, device_id, handle) -> previous handle` (0: the default).
+unsafe extern "C" fn set_current_stream(
+    _module: *mut PyObject,
+    a: *const *mut PyObject,
+    nargs: pyo3_ffi::Py_ssize_t,
+    kwnames: *mut PyObject,
+) -> *mut PyObject {
+    const CONTEXT: &str = "set_current_stream";
+    boundary(Channel::Python, CONTEXT, || {
+        let py = py();
+        let mut v = [ptr::null_mut(); 3];
+        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
+        unsafe { args::parse(CONTEXT, a, nargs, kwnames, &STREAM_NAMES, 3, &mut v)? };
+        let device = stream_device(py, &v, CONTEXT)?;
+        if device.device_type == DeviceType::CPU {
+            return Err(Error::value(CONTEXT, "cpu has no streams"));
+        }
+        let handle = if args::is_none(py, v[2]) { 0 } else { args::int_value(py, v[2], CONTEXT, "stream")? };
+        let previous = crate::stream::set_current(device, handle as usize as *mut c_void);
+        // SAFETY: GIL held.
+        py.check(unsafe { (py.PyLong_FromUnsignedLongLong)(previous as usize as u64) })
+    })
+}
+
+/// `_current_stream(device_type, device_id) -> handle` (0: the default stream).
+unsafe extern "C" fn current_stream(
+    _module: *mut PyObject,
+    a: *const *mut PyObject,
+    nargs: pyo3_ffi::Py_ssize_t,
+    kwnames: *mut PyObject,
+) -> *mut PyObject {
+    const CONTEXT: &str = "current_stream";
+    boundary(Channel::Python, CONTEXT, || {
+        let py = py();
+        let mut v = [ptr::null_mut(); 3];
+        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
+        unsafe { args::parse(CONTEXT, a, nargs, kwnames, &STREAM_NAMES, 2, &mut v)? };
+        let device = stream_device(py, &v, CONTEXT)?;
+        let stream = crate::stream::current(device);
+        // SAFETY: GIL held.
+        py.check(unsafe { (py.PyLong_FromUnsignedLongLong)(stream as usize as u64) })
+    })
+}
+
+unsafe extern "C" fn cuda_driver_present(_module: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {
+    boundary(Channel::Python, "cuda_driver_present", || Ok(py().new_bool(crate::memory::cuda::driver_present())))
+}
+
 unsafe extern "C" fn exchange_api_info(_module: *mut PyObject, object: *mut PyObject) -> *mut PyObject {
     boundary(Channel::Python, "exchange_api_info", || super::info::exchange_api_info(py(), object))
 }
@@ -146,6 +208,14 @@ pub unsafe extern "C" fn PyInit__native() -> *mut PyObject {
             method!(c"from_dlpack", fast from_dlpack, c"from_dlpack(x, /, *, device=None, copy=None) -> Tensor\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
             method!(c"exchange_api_info", one exchange_api_info, c"exchange_api_info(type_or_object) -> dict | None\n\nThe exchange table a type publishes: version, the prev_api chain, which entries are set."),
             method!(c"_set_device_class", one set_device_class, c"Registers the class that Tensor.device returns."),
+            method!(c"_set_current_stream", fast set_current_stream, c"_set_current_stream(device_type, device_id, handle) -> previous handle"),
+            method!(c"_current_stream", fast current_stream, c"_current_stream(device_type, device_id) -> handle (0: default)"),
+            PyMethodDef {
+                ml_name: c"_cuda_driver_present".as_ptr(),
+                ml_meth: PyMethodDefPointer { PyCFunction: cuda_driver_present },
+                ml_flags: pyo3_ffi::METH_NOARGS,
+                ml_doc: c"Whether libcuda can be loaded in this process.".as_ptr(),
+            },
             PyMethodDef::zeroed(),
         ]));
         let def: &'static mut PyModuleDef = Box::leak(Box::new(PyModuleDef {

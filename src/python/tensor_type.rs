@@ -2,6 +2,7 @@
 //! entry points of the exchange table.
 
 use std::ffi::{c_int, c_void, CStr};
+use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -15,12 +16,49 @@ use crate::error::{boundary, Channel, Error, Result};
 use crate::layout;
 use crate::tensor::Tensor;
 
-/// The object layout. `tensor` is `None` only between allocation and initialisation (and in
-/// an object whose initialisation failed), so deallocation never sees garbage.
+/// The object layout. tp_alloc zeroes the object, so `ready` is 0 until `tensor` is written:
+/// an object whose initialisation failed deallocates without touching `tensor`.
 #[repr(C)]
 pub struct PyTensor {
     ob_base: PyObject,
-    tensor: Option<Tensor>,
+    ready: u8,
+    tensor: MaybeUninit<Tensor>,
+}
+
+impl PyTensor {
+    /// # Safety
+    /// `object` is a live instance of dlpx.Tensor or a subclass (GIL held).
+    #[inline(always)]
+    unsafe fn get<'a>(object: *mut PyObject) -> Option<&'a Tensor> {
+        let this = object.cast::<PyTensor>();
+        // SAFETY: per the contract; `ready` says whether `tensor` was written.
+        unsafe { ((*this).ready != 0).then(|| (*this).tensor.assume_init_ref()) }
+    }
+
+    /// # Safety
+    /// `object` is a fresh, zeroed instance nobody else sees yet.
+    unsafe fn init(object: *mut PyObject, tensor: Tensor) {
+        let this = object.cast::<PyTensor>();
+        // SAFETY: per the contract; written without reading (or dropping) the zeroed bytes.
+        unsafe {
+            ptr::addr_of_mut!((*this).tensor).write(MaybeUninit::new(tensor));
+            (*this).ready = 1;
+        }
+    }
+
+    /// # Safety
+    /// `object` is being deallocated (GIL held); nobody reads it afterwards.
+    unsafe fn take(object: *mut PyObject) -> Option<Tensor> {
+        let this = object.cast::<PyTensor>();
+        // SAFETY: per the contract; `ready` is cleared so the value is read out once.
+        unsafe {
+            if (*this).ready == 0 {
+                return None;
+            }
+            (*this).ready = 0;
+            Some((*this).tensor.assume_init_read())
+        }
+    }
 }
 
 /// METH_FASTCALL: in the limited API from 3.10, with the same value and convention since 3.7.
@@ -54,7 +92,7 @@ pub unsafe fn tensor_of<'a>(object: *mut PyObject) -> Option<&'a Tensor> {
     unsafe {
         let ty = (*object).ob_type;
         if ty == tensor_type() || is_subclass(ty) {
-            (*object.cast::<PyTensor>()).tensor.as_ref()
+            PyTensor::get(object)
         } else {
             None
         }
@@ -72,7 +110,7 @@ pub unsafe fn exact_tensor_view<'a>(object: *mut PyObject) -> Option<&'a DLTenso
         if object.is_null() || (*object).ob_type != tensor_type() {
             return None;
         }
-        (*object.cast::<PyTensor>()).tensor.as_ref().map(Tensor::dl_tensor)
+        PyTensor::get(object).map(Tensor::dl_tensor)
     }
 }
 
@@ -87,7 +125,7 @@ unsafe fn is_subclass(ty: *mut PyTypeObject) -> bool {
 pub fn wrap(tensor: Tensor) -> Result<*mut PyObject> {
     let object = alloc_empty(tensor_type())?;
     // SAFETY: a fresh, zeroed PyTensor that nobody else sees yet.
-    unsafe { (*object.cast::<PyTensor>()).tensor = Some(tensor) };
+    unsafe { PyTensor::init(object, tensor) };
     Ok(object)
 }
 
@@ -186,7 +224,7 @@ pub unsafe fn to_py(managed: *mut DLManagedTensorVersioned, out: *mut *mut PyObj
         Ok(tensor) => {
             // SAFETY: fresh object, not yet visible to anyone.
             unsafe {
-                (*object.cast::<PyTensor>()).tensor = Some(tensor);
+                PyTensor::init(object, tensor);
                 out.as_ptr().write(object);
             }
             Ok(0)
@@ -205,7 +243,7 @@ unsafe extern "C" fn tensor_dealloc(object: *mut PyObject) {
     unsafe {
         let ty = (*object).ob_type;
         // Dropping may run a producer's deleter; it must not unwind into CPython.
-        let tensor = (*object.cast::<PyTensor>()).tensor.take();
+        let tensor = PyTensor::take(object);
         let guard = super::capi::ExceptionGuard::save();
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(tensor)));
         drop(guard);
@@ -232,7 +270,7 @@ unsafe extern "C" fn tensor_new(ty: *mut PyTypeObject, args: *mut PyObject, kwar
         let tensor = super::consumer::import(source, None, None)?;
         let object = alloc_empty(ty)?;
         // SAFETY: fresh object of our (sub)type.
-        unsafe { (*object.cast::<PyTensor>()).tensor = Some(tensor) };
+        unsafe { PyTensor::init(object, tensor) };
         Ok(object)
     })
 }

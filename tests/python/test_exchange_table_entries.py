@@ -261,9 +261,9 @@ def test_allocator_reports_failure_through_set_error_exactly_once():
 
 @pytest.mark.parametrize(
     "proto, kind",
-    [(dict(shape=(2,), device=(2, 0)), "NotImplementedError"), (dict(shape=(2,), dtype=(99, 8, 1)), "ValueError"),
+    [(dict(shape=(2,), device=(4, 0)), "NotImplementedError"), (dict(shape=(2,), dtype=(99, 8, 1)), "ValueError"),
      (dict(shape=(2**62, 2**62)), "ValueError"), (dict(shape=(2**40,)), "MemoryError")],
-    ids=["cuda", "bad-dtype", "overflow", "too-large"],
+    ids=["opencl", "bad-dtype", "overflow", "too-large"],
 )
 def test_allocator_with_a_null_set_error_leaves_the_message_in_last_error(proto, kind):
     LIB.dlpx_clear_last_error()
@@ -277,7 +277,7 @@ def test_allocator_with_a_null_set_error_leaves_the_message_in_last_error(proto,
 def test_dlpx_set_error_raises_the_matching_python_exception():
     out = ctypes.c_void_p()
     with pytest.raises(NotImplementedError, match=r"^dlpx: allocator: "):
-        allocate_held(ctypes.byref(prototype((2,), device=(2, 0))), ctypes.byref(out), None, SET_ERROR_PYTHON)
+        allocate_held(ctypes.byref(prototype((2,), device=(4, 0))), ctypes.byref(out), None, SET_ERROR_PYTHON)
     with pytest.raises(ValueError, match=r"^dlpx: allocator: "):
         allocate_held(ctypes.byref(prototype((-1,))), ctypes.byref(out), None, SET_ERROR_PYTHON)
 

@@ -4,6 +4,8 @@ the legacy fallback, and its `device=` / `copy=` arguments (ruling 10).
 The producer here is pure Python (dlpack_abi.Producer): it records every call and counts
 every deleter call, so the tests see exactly what dlpx asks and what it frees."""
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -177,3 +179,49 @@ def test_x_is_required():
 def test_unknown_keywords_are_refused():
     with pytest.raises(TypeError, match=r"^dlpx: from_dlpack: .*stream"):
         dlpx.from_dlpack(np.zeros(2), stream=None)
+
+
+# ---- found in review: padded sub-byte copies, keyword fallbacks, malformed tables ---------------
+
+
+def padded_fp4(n=1024):
+    """A producer's fp4 tensor stored one element per byte (IS_SUBBYTE_TYPE_PADDED)."""
+    array = (np.arange(n) % 16).astype(np.uint8)
+    managed = abi.Managed(array, dtype=(17, 4, 1), flags=abi.FLAG_IS_SUBBYTE_TYPE_PADDED)
+    return array, dlpx.from_dlpack(managed.capsule())
+
+
+def test_a_copy_of_a_padded_sub_byte_tensor_keeps_its_padding_and_bytes():
+    array, t = padded_fp4()
+    assert t.nbytes == array.nbytes
+    copied = dlpx.from_dlpack(t, copy=True)
+    assert copied.nbytes == array.nbytes and copied.data_ptr != t.data_ptr
+    info = abi.read_capsule(copied.__dlpack__(max_version=(1, 3)))
+    assert info["flags"] & abi.FLAG_IS_SUBBYTE_TYPE_PADDED
+    assert bytes((ctypes.c_uint8 * array.nbytes).from_address(copied.data_ptr)) == array.tobytes()
+
+
+def test_a_padded_sub_byte_tensor_cannot_travel_in_a_legacy_capsule():
+    _, t = padded_fp4(8)
+    with pytest.raises(BufferError, match="padded sub-byte"):
+        t.__dlpack__()
+
+
+def test_a_producer_without_the_copy_keyword_still_gets_a_copy():
+    source = np.arange(6, dtype=np.float32)
+    producer = abi.Producer(source, legacy_signature=True)
+    t = dlpx.from_dlpack(producer, copy=True)
+    assert t.data_ptr != source.ctypes.data
+    np.testing.assert_array_equal(np.from_dlpack(t), source)
+    assert [sorted(c) for c in producer.calls] == [[]]  # only the keyword-free call got through
+
+
+def test_a_malformed_exchange_attribute_falls_back_to_the_protocol():
+    class Malformed(abi.Producer):
+        __c_dlpack_exchange_api__ = None
+
+    source = np.arange(3, dtype=np.int32)
+    t = dlpx.from_dlpack(Malformed(source))
+    assert t.data_ptr == source.ctypes.data
+    with pytest.raises(TypeError, match=r"^dlpx: exchange_api_info: __c_dlpack_exchange_api__"):
+        dlpx.exchange_api_info(Malformed)

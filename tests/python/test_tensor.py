@@ -183,7 +183,7 @@ def test_device_object_describes_itself():
     assert dlpx.Device.parse("cuda:3") == (2, 3)
 
 
-@pytest.mark.parametrize("device", ["cuda:0", "cuda", "cuda_host", "rocm:1", (2, 0)])
+@pytest.mark.parametrize("device", ["rocm:1", "opencl", "vulkan:2", (10, 0)])
 def test_empty_on_a_device_dlpx_cannot_allocate_is_not_implemented(device):
     with pytest.raises(NotImplementedError, match=r"^dlpx: "):
         dlpx.empty((2,), "float32", device)

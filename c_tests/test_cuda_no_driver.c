@@ -1,0 +1,80 @@
+/* Without a CUDA driver, every CUDA allocation fails cleanly: -1, SetError called once with
+ * RuntimeError "CUDA driver not found", nothing leaked, no panic and no abort. On a machine with
+ * a driver this test has nothing to observe and says so. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dlpx/dlpx.h"
+#include "test_util.h"
+
+struct record {
+  int calls;
+  char kind[64];
+  char message[256];
+};
+
+static void set_error(void *ctx, const char *kind, const char *message) {
+  struct record *r = (struct record *)ctx;
+  ++r->calls;
+  snprintf(r->kind, sizeof r->kind, "%s", kind);
+  snprintf(r->message, sizeof r->message, "%s", message);
+}
+
+static void expect_failure(DLDeviceType type, int32_t id, int64_t extent, const char *kind, const char *text) {
+  int64_t shape[1];
+  shape[0] = extent;
+  DLTensor proto;
+  memset(&proto, 0, sizeof proto);
+  proto.device.device_type = type;
+  proto.device.device_id = id;
+  proto.ndim = 1;
+  proto.dtype.code = kDLFloat;
+  proto.dtype.bits = 32;
+  proto.dtype.lanes = 1;
+  proto.shape = shape;
+  struct record r;
+  memset(&r, 0, sizeof r);
+  DLManagedTensorVersioned *out = NULL;
+  int rc = dlpx_exchange_api()->managed_tensor_allocator(&proto, &out, &r, set_error);
+  CHECK(rc == -1 && out == NULL, "device type %d id %d extent %lld fails", (int)type, id, (long long)extent);
+  CHECK(r.calls == 1, "SetError called once (%d)", r.calls);
+  CHECK(test_streq(r.kind, kind), "kind %s, expected %s", r.kind, kind);
+  CHECK(test_starts_with(r.message, "dlpx: allocator: ") && test_contains(r.message, text), "message: %s", r.message);
+  /* the same through dlpx_last_error with a NULL SetError */
+  rc = dlpx_exchange_api()->managed_tensor_allocator(&proto, &out, NULL, NULL);
+  CHECK(rc == -1 && test_streq(dlpx_last_error_kind(), kind) && test_contains(dlpx_last_error(), text),
+        "NULL SetError: %s", test_str(dlpx_last_error()));
+}
+
+int main(void) {
+  void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!driver) driver = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+  if (driver) {
+    printf("skipped: a CUDA driver is present, so its absence cannot be observed here\n");
+    dlclose(driver);
+    return test_summary();
+  }
+  const char *missing = "CUDA driver not found";
+  expect_failure(kDLCUDA, 0, 16, "RuntimeError", missing);
+  expect_failure(kDLCUDA, 1, 16, "RuntimeError", missing);
+  expect_failure(kDLCUDA, 0, 0, "RuntimeError", missing); /* zero-size: the device must still exist */
+  expect_failure(kDLCUDAHost, 0, 16, "RuntimeError", missing);
+  expect_failure(kDLCUDAManaged, 0, 16, "RuntimeError", missing);
+  expect_failure(kDLCUDA, -1, 16, "ValueError", "cuda:-1");
+  expect_failure(kDLCUDAHost, 2, 16, "ValueError", "cuda_host:2");
+  /* the CPU keeps working after CUDA failures */
+  int64_t shape[1] = {4};
+  DLTensor proto;
+  memset(&proto, 0, sizeof proto);
+  proto.device.device_type = kDLCPU;
+  proto.ndim = 1;
+  proto.dtype.code = kDLFloat;
+  proto.dtype.bits = 32;
+  proto.dtype.lanes = 1;
+  proto.shape = shape;
+  DLManagedTensorVersioned *out = NULL;
+  CHECK(dlpx_exchange_api()->managed_tensor_allocator(&proto, &out, NULL, NULL) == 0 && out, "cpu allocation");
+  if (out) out->deleter(out);
+  return test_summary();
+}

@@ -1,0 +1,65 @@
+"""CUDA streams for dlpx: per thread and device, the stream dlpx allocates on (``dlpx.empty(...,
+device="cuda:0")``), orders exports after (``__dlpack__(stream=...)``) and reports through its
+exchange table's ``current_work_stream``.
+
+    with dlpx.cuda.stream(torch.cuda.current_stream()):
+        t = dlpx.empty((1024,), device="cuda:0")      # cuMemAllocAsync on that stream
+
+Nothing here needs a GPU until memory is touched: streams are handles that dlpx records.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from . import _native
+
+KDL_CUDA = 2
+
+__all__ = ["stream", "current_stream", "set_current_stream", "is_available"]
+
+
+def _handle(stream: Any) -> int:
+    """A CUstream handle as an int from an int, None (the default stream), or a stream object:
+    ``__cuda_stream__()`` (CUDA Python's protocol), ``cuda_stream`` (torch), ``ptr`` (cupy)."""
+    if stream is None:
+        return 0
+    if isinstance(stream, int):
+        if stream < 0:
+            raise ValueError(f"dlpx: cuda.stream: a stream handle cannot be negative, got {stream}")
+        return stream
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if protocol is not None:
+        value = protocol() if callable(protocol) else protocol
+        return int(value[1] if isinstance(value, tuple) else value)
+    for attribute in ("cuda_stream", "ptr", "handle"):
+        value = getattr(stream, attribute, None)
+        if isinstance(value, int):
+            return value
+    raise TypeError(f"dlpx: cuda.stream: expected an int handle or a CUDA stream object, got {type(stream).__name__}")
+
+
+def current_stream(device: int = 0) -> int:
+    """This thread's current stream on ``cuda:device`` as a handle (0: the legacy default)."""
+    return _native._current_stream(KDL_CUDA, device)
+
+
+def set_current_stream(stream: Any, device: int = 0) -> int:
+    """Makes ``stream`` this thread's current stream on ``cuda:device``; returns the previous handle."""
+    return _native._set_current_stream(KDL_CUDA, device, _handle(stream))
+
+
+@contextmanager
+def stream(stream: Any, device: int = 0) -> Iterator[int]:
+    """Within the block, ``stream`` is this thread's current stream on ``cuda:device``."""
+    previous = set_current_stream(stream, device)
+    try:
+        yield _handle(stream)
+    finally:
+        _native._set_current_stream(KDL_CUDA, device, previous)
+
+
+def is_available() -> bool:
+    """Whether a CUDA driver can be loaded in this process (it says nothing of devices)."""
+    return _native._cuda_driver_present()

@@ -1,0 +1,211 @@
+"""CUDA: per-thread streams (no GPU needed), clean failures without a driver, and — where a GPU
+and torch with CUDA are present — allocation, streams and stream-ordered exports."""
+
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+
+import dlpx
+import dlpack_abi as abi
+
+DRIVER = dlpx.cuda.is_available()
+try:
+    import torch
+
+    GPU = torch.cuda.is_available()
+except ImportError:  # pragma: no cover
+    torch = None
+    GPU = False
+
+needs_no_driver = pytest.mark.skipif(DRIVER, reason="a CUDA driver is present: the no-driver paths cannot be observed")
+needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA GPU (torch.cuda.is_available() is False)")
+
+
+# ---- streams: bookkeeping that needs no GPU -------------------------------------------------
+
+
+def test_the_default_stream_is_zero():
+    assert dlpx.cuda.current_stream(0) == 0
+
+
+def test_a_stream_is_current_inside_its_block_and_restored_after():
+    with dlpx.cuda.stream(0x1234, device=1) as handle:
+        assert handle == 0x1234
+        assert dlpx.cuda.current_stream(1) == 0x1234
+        assert dlpx.cuda.current_stream(0) == 0
+        with dlpx.cuda.stream(0x5678, device=1):
+            assert dlpx.cuda.current_stream(1) == 0x5678
+        assert dlpx.cuda.current_stream(1) == 0x1234
+    assert dlpx.cuda.current_stream(1) == 0
+
+
+def test_streams_are_per_thread():
+    seen = []
+    with dlpx.cuda.stream(0xABC):
+        worker = threading.Thread(target=lambda: seen.append(dlpx.cuda.current_stream(0)))
+        worker.start()
+        worker.join()
+        assert dlpx.cuda.current_stream(0) == 0xABC
+    assert seen == [0]
+
+
+class TorchLikeStream:
+    cuda_stream = 0x7000
+
+
+class CudaPythonStream:
+    def __cuda_stream__(self):
+        return (0, 0x8000)
+
+
+@pytest.mark.parametrize("stream, handle", [(TorchLikeStream(), 0x7000), (CudaPythonStream(), 0x8000), (None, 0), (5, 5)])
+def test_stream_objects_give_their_handle(stream, handle):
+    with dlpx.cuda.stream(stream):
+        assert dlpx.cuda.current_stream() == handle
+
+
+CURRENT_WORK_STREAM = abi.CurrentWorkStream(abi.exchange_table(dlpx.Tensor).current_work_stream)
+
+
+def test_the_exchange_table_reports_the_current_stream():
+    out = ctypes.c_void_p(1)
+    with dlpx.cuda.stream(0x4242, device=0):
+        assert CURRENT_WORK_STREAM(2, 0, ctypes.byref(out)) == 0
+        assert out.value == 0x4242
+        assert CURRENT_WORK_STREAM(1, 0, ctypes.byref(out)) == 0
+        assert out.value is None
+    assert CURRENT_WORK_STREAM(2, 0, ctypes.byref(out)) == 0
+    assert out.value is None
+
+
+@pytest.mark.parametrize("stream, error", [(-5, ValueError), ("s", TypeError), (1.5, TypeError)])
+def test_bad_streams_are_refused(stream, error):
+    with pytest.raises(error, match=r"^dlpx: "):
+        with dlpx.cuda.stream(stream):
+            pass
+
+
+def test_cpu_has_no_streams():
+    with pytest.raises(ValueError, match="cpu has no streams"):
+        dlpx._native._set_current_stream(1, 0, 5)
+
+
+# ---- no driver: every CUDA path fails cleanly ------------------------------------------------
+
+
+@needs_no_driver
+@pytest.mark.parametrize("device", ["cuda:0", "cuda:1", "cuda_host", "cuda_managed"])
+@pytest.mark.parametrize("shape", [(4,), (0,)])
+def test_without_a_driver_cuda_allocation_is_a_runtime_error(device, shape):
+    with pytest.raises(RuntimeError, match=r"^dlpx: empty: CUDA driver not found"):
+        dlpx.empty(shape, "float32", device)
+
+
+@needs_no_driver
+def test_without_a_driver_the_allocator_calls_set_error_once():
+    calls = []
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+    def set_error(ctx, kind, message):
+        calls.append((kind.decode(), message.decode()))
+
+    table = abi.exchange_table(dlpx.Tensor)
+    shape = (ctypes.c_int64 * 1)(8)
+    proto = abi.DLTensor()
+    proto.device = abi.DLDevice(2, 0)
+    proto.ndim = 1
+    proto.dtype = abi.DLDataType(2, 32, 1)
+    proto.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+    out = ctypes.c_void_p()
+    allocate = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+        ctypes.cast(table.managed_tensor_allocator, ctypes.c_void_p).value
+    )
+    assert allocate(ctypes.addressof(proto), ctypes.addressof(out), None, ctypes.cast(set_error, ctypes.c_void_p).value) == -1
+    assert out.value is None
+    assert calls == [("RuntimeError", "dlpx: allocator: CUDA driver not found (libcuda.so could not be loaded)")]
+
+
+@pytest.mark.parametrize("device", ["cuda:-1", "cuda_host:1", "cuda_managed:2"])
+def test_invalid_cuda_device_ids_are_value_errors(device):
+    with pytest.raises(ValueError, match=r"^dlpx: "):
+        dlpx.empty((2,), "float32", device)
+
+
+# ---- with a GPU ------------------------------------------------------------------------------
+
+
+@needs_gpu
+@pytest.mark.parametrize("device", ["cuda:0", "cuda_host", "cuda_managed"])
+def test_allocation_of_each_kind(device):
+    t = dlpx.empty((3, 5), "float32", device)
+    assert t.device == device.split(":")[0] + ":0"
+    assert t.data_ptr % 256 == 0
+    assert t.strides == (5, 1)
+    assert dlpx.empty((0, 5), "float32", device).data_ptr == 0
+
+
+@needs_gpu
+def test_an_invalid_device_id_names_the_device_count():
+    n = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=f"this machine has {n} CUDA device"):
+        dlpx.empty((2,), "float32", f"cuda:{n}")
+
+
+@needs_gpu
+def test_out_of_memory_is_a_memory_error_with_the_size():
+    with pytest.raises(MemoryError, match="out of memory allocating"):
+        dlpx.empty((1 << 50,), "uint8", "cuda:0")
+
+
+@needs_gpu
+def test_deleters_run_on_another_thread():
+    tensors = [dlpx.empty((1024,), "float32", "cuda:0") for _ in range(8)]
+    worker = threading.Thread(target=tensors.clear)
+    worker.start()
+    worker.join()
+    torch.cuda.synchronize()
+
+
+@needs_gpu
+def test_current_work_stream_is_the_stream_set_from_torch():
+    s = torch.cuda.Stream()
+    out = ctypes.c_void_p()
+    with dlpx.cuda.stream(s):
+        assert CURRENT_WORK_STREAM(2, 0, ctypes.byref(out)) == 0
+        assert out.value == s.cuda_stream
+
+
+@needs_gpu
+def test_zero_copy_round_trip_with_torch_on_cuda():
+    x = torch.arange(10.0, device="cuda")
+    d = dlpx.from_dlpack(x)
+    assert d.device == "cuda:0" and d.data_ptr == x.data_ptr()
+    y = torch.from_dlpack(d)
+    y[0] = 42
+    assert x[0].item() == 42
+
+
+@needs_gpu
+def test_an_export_orders_the_consumer_stream_after_dlpx_s():
+    producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(producer), dlpx.cuda.stream(producer):
+        t = dlpx.empty((1 << 20,), "float32", "cuda:0")
+        torch.from_dlpack(t).fill_(7.0)  # enqueued on the producer stream
+    with torch.cuda.stream(consumer):
+        seen = torch.from_dlpack(t.__dlpack__(stream=consumer.cuda_stream, max_version=(1, 3)))
+        total = seen.sum()
+    consumer.synchronize()
+    assert total.item() == 7.0 * (1 << 20)
+
+
+@needs_gpu
+def test_a_cuda_tensor_copies_to_cpu():
+    x = torch.arange(6.0, device="cuda").reshape(2, 3)
+    d = dlpx.from_dlpack(x)
+    host = dlpx.from_dlpack(d, device="cpu")
+    assert host.device == "cpu:0"
+    np.testing.assert_array_equal(np.from_dlpack(host), x.cpu().numpy())
+    with pytest.raises(BufferError):
+        dlpx.from_dlpack(d, device="cpu", copy=False)
