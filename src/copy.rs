@@ -2,6 +2,7 @@
 
 use crate::abi::*;
 use crate::error::{Error, Result};
+use crate::memory::cuda;
 use crate::tensor::Tensor;
 
 /// Whether the host can read the tensor's memory directly.
@@ -9,40 +10,70 @@ pub fn host_accessible(device: DLDevice) -> bool {
     matches!(device.device_type, DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::ROCM_HOST | DeviceType::CUDA_MANAGED)
 }
 
-/// A compact, writable copy of `src` in CPU memory.
+/// A compact, writable copy of `src` in CPU memory (a device move when `src` is elsewhere).
 pub fn to_new_cpu_tensor(context: &str, src: &Tensor) -> Result<Tensor> {
+    copy_to(context, src, DLDevice { device_type: DeviceType::CPU, device_id: 0 })
+}
+
+/// A compact, writable copy of `src` on its own device (what `copy=True` asks for).
+pub fn duplicate(context: &str, src: &Tensor) -> Result<Tensor> {
+    copy_to(context, src, src.dl_tensor().device)
+}
+
+fn copy_to(context: &str, src: &Tensor, target: DLDevice) -> Result<Tensor> {
     let dl = src.dl_tensor();
-    if dl.device.device_type == DeviceType::CUDA {
-        return cuda_to_cpu(context, src);
-    }
-    if !host_accessible(dl.device) {
+    let cuda_source = dl.device.device_type == DeviceType::CUDA;
+    let supported = (cuda_source && (target == dl.device || host_accessible(target)))
+        || (host_accessible(dl.device) && host_accessible(target));
+    if !supported {
         return Err(Error::buffer(
             context,
-            format!("cannot copy from {} to cpu:0: dlpx copies host-accessible memory only", crate::device::name(dl.device)),
+            format!(
+                "cannot copy from {} to {}: dlpx copies host-accessible memory and CUDA memory",
+                crate::device::name(dl.device),
+                crate::device::name(target)
+            ),
         ));
     }
-    let dst = empty_like_on_cpu(src)?;
-    let bits = dl.dtype.bits as u64 * dl.dtype.lanes as u64;
+    // Same shape, dtype and sub-byte padding, so the byte sizes agree.
+    let dst = Tensor::empty_with_flags(src.shape(), dl.dtype, target, src.flags())?;
     if src.numel() == 0 {
         return Ok(dst);
     }
     let src_base = dl.data.cast::<u8>().wrapping_add(dl.byte_offset as usize);
     let dst_base = dst.dl_tensor().data.cast::<u8>();
-    if src.is_contiguous() {
-        debug_assert_eq!(src.nbytes(), dst.nbytes());
-        // SAFETY: both regions hold `nbytes` bytes (same shape, dtype and padding, compact) and do
-        // not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(src_base, dst_base, src.nbytes() as usize) };
+    let nbytes = src.nbytes() as usize;
+    debug_assert_eq!(src.nbytes(), dst.nbytes());
+    if cuda_source {
+        if !src.is_contiguous() {
+            return Err(Error::buffer(context, "cannot copy a non-contiguous CUDA tensor (make it contiguous first)"));
+        }
+        // On dlpx's current stream of the device: an export orders its consumer after it, and a
+        // copy to the host waits for it.
+        let stream = crate::stream::current(dl.device);
+        // SAFETY: both regions hold `nbytes` bytes of their devices.
+        unsafe {
+            if target == dl.device {
+                cuda::copy_device_to_device(context, dl.device.device_id, dst_base.cast(), src_base.cast(), nbytes, stream)?;
+            } else {
+                cuda::copy_to_host(context, dl.device.device_id, dst_base.cast(), src_base.cast(), nbytes, stream)?;
+            }
+        }
         return Ok(dst);
     }
+    if src.is_contiguous() {
+        // SAFETY: both regions hold `nbytes` host-readable bytes and do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src_base, dst_base, nbytes) };
+        return Ok(dst);
+    }
+    let bits = dl.dtype.bits as u64 * dl.dtype.lanes as u64;
     if bits % 8 != 0 {
         return Err(Error::buffer(context, "cannot copy a strided tensor of a packed sub-byte dtype"));
     }
-    let item = (bits / 8) as usize;
-    let mut offset_out = 0usize;
+    let mut written = 0usize;
     // SAFETY: every source offset lies inside the producer's tensor (its strides describe it);
     // the destination is filled in order and holds numel * item bytes.
-    unsafe { copy_strided(src_base, src.shape(), src.strides(), item, dst_base, &mut offset_out) };
+    unsafe { copy_strided(src_base, src.shape(), src.strides(), (bits / 8) as usize, dst_base, &mut written) };
     Ok(dst)
 }
 
@@ -61,29 +92,4 @@ unsafe fn copy_strided(src: *const u8, shape: &[i64], strides: &[i64], item: usi
             }
         }
     }
-}
-
-/// A compact CPU tensor of `src`'s shape, dtype and sub-byte padding, so the byte sizes agree.
-fn empty_like_on_cpu(src: &Tensor) -> Result<Tensor> {
-    let cpu = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
-    Tensor::empty_with_flags(src.shape(), src.dl_tensor().dtype, cpu, src.flags())
-}
-
-/// A device-to-host copy on dlpx's current stream of the device, waited for before returning.
-fn cuda_to_cpu(context: &str, src: &Tensor) -> Result<Tensor> {
-    let dl = src.dl_tensor();
-    if !src.is_contiguous() {
-        return Err(Error::buffer(context, "cannot copy a non-contiguous CUDA tensor to cpu (make it contiguous first)"));
-    }
-    let dst = empty_like_on_cpu(src)?;
-    if src.numel() == 0 {
-        return Ok(dst);
-    }
-    let stream = crate::stream::current(dl.device);
-    let from = dl.data.cast::<u8>().wrapping_add(dl.byte_offset as usize).cast_const().cast();
-    // SAFETY: both tensors hold `nbytes` bytes (same shape and dtype, compact).
-    unsafe {
-        crate::memory::cuda::copy_to_host(context, dl.device.device_id, dst.dl_tensor().data, from, src.nbytes() as usize, stream)?;
-    }
-    Ok(dst)
 }

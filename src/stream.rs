@@ -25,6 +25,12 @@ pub fn current(device: DLDevice) -> *mut c_void {
         .unwrap_or(std::ptr::null_mut())
 }
 
+/// Whether this thread has set any stream (else every device uses its default stream).
+#[inline]
+pub fn any_set() -> bool {
+    CURRENT.try_with(|streams| !streams.borrow().is_empty()).unwrap_or(false)
+}
+
 /// Makes `stream` this thread's current stream on `device` (NULL clears it) and returns the
 /// previous one, so a caller can restore it.
 pub fn set_current(device: DLDevice, stream: *mut c_void) -> *mut c_void {

@@ -224,3 +224,17 @@ pub unsafe fn copy_to_host(context: &str, device_id: i32, dst: *mut c_void, src:
         }
     })
 }
+
+/// Copies `nbytes` between two allocations of one device, ordered on `stream`.
+///
+/// # Safety
+/// Both regions hold `nbytes` bytes of device memory on `device_id`.
+pub unsafe fn copy_device_to_device(context: &str, device_id: i32, dst: *mut c_void, src: *const c_void, nbytes: usize, stream: *mut c_void) -> Result<()> {
+    let ctx = primary_context(context, device_id)?;
+    with_context(context, ctx, || {
+        // SAFETY: per the contract.
+        checked(context, "cuMemcpyDtoDAsync", unsafe {
+            sys::cuMemcpyDtoDAsync_v2(dst as CUdeviceptr, src as CUdeviceptr, nbytes, stream as CUstream)
+        })
+    })
+}

@@ -48,7 +48,7 @@ fn finish(tensor: Tensor, device: Option<DLDevice>, copy: Option<bool>) -> Resul
             Some(d) => Err(Error::buffer(CONTEXT, format!("dlpx cannot move a tensor to {}", crate::device::name(d)))),
             None => unreachable!("moved implies a device"),
         },
-        (false, Some(true)) if !copied_already => copy::to_new_cpu_tensor(CONTEXT, &tensor),
+        (false, Some(true)) if !copied_already => copy::duplicate(CONTEXT, &tensor),
         _ => Ok(tensor),
     }
 }
@@ -58,12 +58,62 @@ fn import_foreign(py: &Python, object: *mut PyObject, device: Option<DLDevice>, 
     let ty = unsafe { (*object).ob_type };
     if let Some(api) = exchange_api_of_type(py, ty)? {
         // SAFETY: the table came from the object's own type and stays alive for the process.
-        return unsafe { import_through_table(api, object) };
+        let tensor = unsafe { import_through_table(api, object)? };
+        order_after_producer(api, tensor.dl_tensor().device)?;
+        return Ok(tensor);
     }
     if capsule::is_capsule(py, object) {
         return capsule::consume(py, object, CONTEXT);
     }
     import_through_protocol(py, object, device, copy)
+}
+
+/// The table's entry points do not synchronise: on CUDA, dlpx's current stream waits for the
+/// producer's current work stream (an event), so work dlpx orders next sees the data.
+fn order_after_producer(api: &DLPackExchangeAPI, device: DLDevice) -> Result<()> {
+    if device.device_type != DeviceType::CUDA {
+        return Ok(());
+    }
+    let mut producer: *mut std::ffi::c_void = ptr::null_mut();
+    if let Some(current_work_stream) = api.current_work_stream {
+        // SAFETY: the producer's contract (GIL held, a writable out).
+        if unsafe { current_work_stream(device.device_type, device.device_id, &mut producer) } != 0 {
+            return Err(pending());
+        }
+    }
+    crate::memory::cuda::order_after(CONTEXT, device.device_id, producer, crate::stream::current(device))
+}
+
+/// The `stream` to pass to `__dlpack__`: dlpx's current stream when the object is on a CUDA
+/// device and this thread set one; None otherwise, which means the legacy default stream —
+/// dlpx's stream when none is set — so the device is only asked for when it matters.
+fn stream_request(py: &Python, object: *mut PyObject) -> Result<Option<i64>> {
+    if !crate::stream::any_set() {
+        return Ok(None);
+    }
+    // SAFETY: GIL held; new references are owned; a missing or failing method means "unknown".
+    unsafe {
+        let method = (py.PyObject_GetAttrString)(object, c"__dlpack_device__".as_ptr());
+        if method.is_null() {
+            (py.PyErr_Clear)();
+            return Ok(None);
+        }
+        let method = Owned(method);
+        let device = (py.PyObject_CallObject)(method.as_ptr(), ptr::null_mut());
+        if device.is_null() {
+            (py.PyErr_Clear)();
+            return Ok(None);
+        }
+        let device = Owned(device);
+        match super::args::int_pair(py, device.as_ptr(), CONTEXT, "__dlpack_device__()") {
+            Ok((t, id)) if t == DeviceType::CUDA.0 as i64 => {
+                let dev = DLDevice { device_type: DeviceType::CUDA, device_id: id as i32 };
+                let stream = crate::stream::current(dev) as usize as i64;
+                Ok(Some(if stream == 0 { 1 } else { stream }))
+            }
+            _ => Ok(None),
+        }
+    }
 }
 
 /// # Safety
@@ -102,9 +152,10 @@ fn import_through_protocol(py: &Python, object: *mut PyObject, device: Option<DL
         }
         let method = Owned(method);
         let (empty, common_kwargs) = shared_call_arguments(py)?;
-        let kwargs = match (device, copy) {
-            (None, None) => None,
-            _ => Some(request_kwargs(py, device, copy)?),
+        let stream = stream_request(py, object)?;
+        let kwargs = match (device, copy, stream) {
+            (None, None, None) => None,
+            _ => Some(request_kwargs(py, device, copy, stream)?),
         };
         let kwargs_ptr = kwargs.as_ref().map_or(common_kwargs, Owned::as_ptr);
         let mut result = (py.PyObject_Call)(method.as_ptr(), empty, kwargs_ptr);
@@ -131,14 +182,14 @@ fn shared_call_arguments(py: &Python) -> Result<(*mut PyObject, *mut PyObject)> 
         // SAFETY: GIL held; the objects are kept for the life of the process.
         unsafe {
             let empty = Owned::new((py.PyTuple_New)(0))?;
-            let kwargs = request_kwargs(py, None, None)?;
+            let kwargs = request_kwargs(py, None, None, None)?;
             Ok::<_, Error>((empty.into_ptr() as usize, kwargs.into_ptr() as usize))
         }
     })?;
     Ok((empty as *mut PyObject, kwargs as *mut PyObject))
 }
 
-fn request_kwargs(py: &Python, device: Option<DLDevice>, copy: Option<bool>) -> Result<Owned> {
+fn request_kwargs(py: &Python, device: Option<DLDevice>, copy: Option<bool>, stream: Option<i64>) -> Result<Owned> {
     // SAFETY: GIL held.
     let kwargs = Owned::new(unsafe { (py.PyDict_New)() })?;
     let version = Owned::new(tensor_type::int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
@@ -149,6 +200,11 @@ fn request_kwargs(py: &Python, device: Option<DLDevice>, copy: Option<bool>) -> 
     }
     if let Some(c) = copy {
         set_item(py, &kwargs, c"copy", if c { py.true_ } else { py.false_ })?;
+    }
+    if let Some(handle) = stream {
+        // SAFETY: GIL held.
+        let handle = Owned::new(unsafe { (py.PyLong_FromLongLong)(handle) })?;
+        set_item(py, &kwargs, c"stream", handle.as_ptr())?;
     }
     Ok(kwargs)
 }

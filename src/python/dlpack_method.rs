@@ -99,11 +99,12 @@ fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(
     }
     match (same_device, copy) {
         (true, None | Some(false)) => Ok((tensor.clone(), false)),
+        (true, Some(true)) => Ok((copy::duplicate(CONTEXT, tensor)?, true)),
         (false, Some(false)) => Err(Error::buffer(
             CONTEXT,
             format!("dl_device={} needs a copy of this {} tensor, and copy=False forbids it", crate::device::name(target), crate::device::name(device)),
         )),
-        (_, _) => Ok((copy::to_new_cpu_tensor(CONTEXT, tensor)?, true)),
+        (false, _) => Ok((copy::to_new_cpu_tensor(CONTEXT, tensor)?, true)),
     }
 }
 

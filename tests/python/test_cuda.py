@@ -209,3 +209,31 @@ def test_a_cuda_tensor_copies_to_cpu():
     np.testing.assert_array_equal(np.from_dlpack(host), x.cpu().numpy())
     with pytest.raises(BufferError):
         dlpx.from_dlpack(d, device="cpu", copy=False)
+
+
+# ---- what dlpx asks a CUDA producer for (no GPU needed: the producer only describes) ----------
+
+
+def cuda_producer():
+    return abi.Producer(np.arange(4, dtype=np.float32), device=(2, 0))
+
+
+def test_a_cuda_producer_is_asked_for_dlpx_s_current_stream():
+    producer = cuda_producer()
+    with dlpx.cuda.stream(0x5150, device=0):
+        t = dlpx.from_dlpack(producer)
+    assert t.device == "cuda:0"
+    assert producer.calls[0]["stream"] == 0x5150
+
+
+def test_without_a_current_stream_the_producer_assumes_the_default_stream():
+    producer = cuda_producer()
+    dlpx.from_dlpack(producer)
+    assert "stream" not in producer.calls[0]  # None: the legacy default stream, dlpx's own
+
+
+def test_a_cpu_producer_is_never_given_a_stream():
+    producer = abi.Producer(np.arange(4, dtype=np.float32))
+    with dlpx.cuda.stream(0x5150, device=0):
+        dlpx.from_dlpack(producer)
+    assert "stream" not in producer.calls[0]
