@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every dlpx benchmark and prints its tables: the C harness over the exchange tables
-# (dlpx vs torch) and the Python interop matrix. Pass --quick for a short run.
+# (dlpx vs torch), the C++ layer's conversions, and the Python interop matrix with the demo
+# kernel's call overhead. Pass --quick for a short run.
 # DLPX_PYTHON names a Python with dlpx installed and the peers (default: .venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,11 @@ cc -O2 -std=c11 -Wall -Wextra -I"$incdir" $("$base/bin/python$ver-config" --incl
    -Wl,-rpath,"$libdir" -lpthread
 echo "== exchange tables from C (machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
 PYTHONPATH="$site" PYTHONNOUSERSITE=1 "$out/exchange_bench" $quick dlpx.Tensor torch.Tensor
+echo
+echo "== C++ layer: mdspan <-> DLTensor conversions"
+c++ -O2 -std=c++17 -I"$incdir" c_tests/cpp/bench_conversions.cpp -o "$out/cpp_conversions" "$libdir/libdlpx.so.0" \
+    -Wl,-rpath,"$libdir"
+"$out/cpp_conversions"
 echo
 echo "== Python interop matrix"
 cmake -S examples/add_extension -B "$out/demo" -Ddlpx_DIR="$("$PY" -m dlpx --cmakedir)" -DPython3_EXECUTABLE="$PY" \
