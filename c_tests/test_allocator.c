@@ -18,21 +18,6 @@
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-/* What SetError received; the allocator must not call it on success. */
-struct error_record {
-  int calls;
-  void *ctx;
-  char kind[64];
-  char message[512];
-};
-
-static void record_error(void *error_ctx, const char *kind, const char *message) {
-  struct error_record *rec = (struct error_record *)error_ctx;
-  rec->calls += 1;
-  rec->ctx = error_ctx;
-  snprintf(rec->kind, sizeof rec->kind, "%s", kind != NULL ? kind : "(null)");
-  snprintf(rec->message, sizeof rec->message, "%s", message != NULL ? message : "(null)");
-}
 
 static DLTensor make_prototype(int32_t ndim, int64_t *shape, int code, int bits, int lanes) {
   DLTensor t;

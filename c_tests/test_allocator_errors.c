@@ -22,20 +22,6 @@ __attribute__((used)) const char *__asan_default_options(void) { return "allocat
 }
 #endif
 
-struct error_record {
-  int calls;
-  void *ctx;
-  char kind[64];
-  char message[512];
-};
-
-static void record_error(void *error_ctx, const char *kind, const char *message) {
-  struct error_record *rec = (struct error_record *)error_ctx;
-  rec->calls += 1;
-  rec->ctx = error_ctx;
-  snprintf(rec->kind, sizeof rec->kind, "%s", kind != NULL ? kind : "(null)");
-  snprintf(rec->message, sizeof rec->message, "%s", message != NULL ? message : "(null)");
-}
 
 /* One bad input: the prototype (or NULL), whether `out` is NULL, and what must be reported. */
 struct bad_case {

@@ -8,19 +8,6 @@
 #include "dlpx/dlpx.h"
 #include "test_util.h"
 
-struct record {
-  int calls;
-  char kind[64];
-  char message[256];
-};
-
-static void set_error(void *ctx, const char *kind, const char *message) {
-  struct record *r = (struct record *)ctx;
-  ++r->calls;
-  snprintf(r->kind, sizeof r->kind, "%s", kind);
-  snprintf(r->message, sizeof r->message, "%s", message);
-}
-
 static void expect_failure(DLDeviceType type, int32_t id, int64_t extent, const char *kind, const char *text) {
   int64_t shape[1];
   shape[0] = extent;
@@ -33,10 +20,10 @@ static void expect_failure(DLDeviceType type, int32_t id, int64_t extent, const 
   proto.dtype.bits = 32;
   proto.dtype.lanes = 1;
   proto.shape = shape;
-  struct record r;
+  struct error_record r;
   memset(&r, 0, sizeof r);
   DLManagedTensorVersioned *out = NULL;
-  int rc = dlpx_exchange_api()->managed_tensor_allocator(&proto, &out, &r, set_error);
+  int rc = dlpx_exchange_api()->managed_tensor_allocator(&proto, &out, &r, record_error);
   CHECK(rc == -1 && out == NULL, "device type %d id %d extent %lld fails", (int)type, id, (long long)extent);
   CHECK(r.calls == 1, "SetError called once (%d)", r.calls);
   CHECK(test_streq(r.kind, kind), "kind %s, expected %s", r.kind, kind);

@@ -43,6 +43,22 @@ static inline int test_starts_with(const char *s, const char *prefix) {
 /* For printing a possibly NULL string. */
 static inline const char *test_str(const char *s) { return s != NULL ? s : "(null)"; }
 
+/* What a SetError callback received (pass the record as error_ctx to record_error). */
+struct error_record {
+  int calls;
+  void *ctx;
+  char kind[64];
+  char message[512];
+};
+
+static inline void record_error(void *error_ctx, const char *kind, const char *message) {
+  struct error_record *rec = (struct error_record *)error_ctx;
+  rec->calls += 1;
+  rec->ctx = error_ctx;
+  snprintf(rec->kind, sizeof rec->kind, "%s", kind != NULL ? kind : "(null)");
+  snprintf(rec->message, sizeof rec->message, "%s", message != NULL ? message : "(null)");
+}
+
 /* Prints "N passed, M failed" and returns the exit status. */
 static inline int test_summary(void) {
   int passed = __atomic_load_n(&test_passed_count, __ATOMIC_SEQ_CST);
