@@ -138,6 +138,14 @@ pub unsafe extern "C" fn dlpack_device(object: *mut PyObject, _unused: *mut PyOb
         let py = py();
         // SAFETY: `object` is self.
         let device = unsafe { this(object) }?.dl_tensor().device;
+        if device == (DLDevice { device_type: DeviceType::CPU, device_id: 0 }) {
+            // Consumers ask before every import (torch.from_dlpack does): one shared (1, 0).
+            static CPU: super::capi::GilCell<usize> = super::capi::GilCell::new();
+            let tuple = CPU.get_or_try_init(|| super::tensor_type::int_tuple(py, &[1, 0]).map(|t| t as usize))?;
+            // SAFETY: GIL held; the cell keeps its own reference forever.
+            unsafe { (py.Py_IncRef)(tuple as *mut PyObject) };
+            return Ok(tuple as *mut PyObject);
+        }
         super::tensor_type::int_tuple(py, &[device.device_type.0 as i64, device.device_id as i64])
     })
 }
