@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The GPU tests, for a machine with an NVIDIA GPU whose python3 already has torch (and cupy)
+# with CUDA: no package registry needed. Build here (cargo build --release), carry
+# target/release/libdlpx.so (and build/wheels when that python lacks pytest), run this there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${DLPX_PYTHON:-python3}
+lib=${DLPX_LIBRARY:-$PWD/target/release/libdlpx.so}
+stage=$(mktemp -d)
+ln -sf "$lib" "$stage/libdlpx.so.0"
+export DLPX_LIBRARY="$stage/libdlpx.so.0" PYTHONPATH="$PWD/python:$PWD/tests/python"
+"$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA GPU visible to torch'; print('GPU:', torch.cuda.get_device_name(0))"
+if ! "$PY" -c "import pytest" 2>/dev/null; then
+  # No registry there: bring pytest along (here: pip download -d build/wheels pytest; carry build/wheels).
+  [ -d build/wheels ] || { echo "pytest is missing: carry wheels from 'pip download -d build/wheels pytest'"; exit 2; }
+  "$PY" -m pip install -q --no-index --find-links build/wheels --target "$stage/site" pytest
+  export PYTHONPATH="$PYTHONPATH:$stage/site"
+fi
+exec "$PY" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py -rs
