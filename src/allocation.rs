@@ -174,7 +174,11 @@ fn allocate_device_data(context: &str, device: DLDevice, nbytes: usize) -> Resul
         DeviceType::CUDA => {
             let stream = crate::stream::current(device);
             let data = cuda::alloc_device(context, device.device_id, nbytes, stream)?;
-            Ok((data, Data::CudaDevice { device_id: device.device_id, stream }))
+            // The deleter may run on another thread, whose per-thread default stream is another
+            // stream: free on the legacy stream instead, which every blocking stream follows.
+            // (A stream handle the user set must outlive the tensors allocated on it.)
+            let free_on = if stream as usize == cuda::STREAM_PER_THREAD { cuda::STREAM_LEGACY as *mut c_void } else { stream };
+            Ok((data, Data::CudaDevice { device_id: device.device_id, stream: free_on }))
         }
         DeviceType::CUDA_HOST => {
             let capacity = cuda::pinned_capacity(nbytes)

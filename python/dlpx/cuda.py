@@ -50,9 +50,25 @@ def set_current_stream(stream: Any, device: int = 0) -> int:
     return _native._set_current_stream(KDL_CUDA, device, _handle(stream))
 
 
+def _device_of(stream: Any, device: Any) -> int:
+    """The device a stream belongs to: `device` when given, else the stream object's own
+    (torch and cupy streams know theirs), else 0."""
+    if device is not None:
+        return int(device)
+    own = getattr(stream, "device", None)
+    index = getattr(own, "index", None)
+    if isinstance(index, int):
+        return index
+    own = getattr(stream, "device_id", None)
+    return own if isinstance(own, int) else 0
+
+
 @contextmanager
-def stream(stream: Any, device: int = 0) -> Iterator[int]:
-    """Within the block, ``stream`` is this thread's current stream on ``cuda:device``."""
+def stream(stream: Any, device: Any = None) -> Iterator[int]:
+    """Within the block, ``stream`` is this thread's current stream on ``cuda:device`` (by
+    default the stream object's own device, else 0). An int handle must stay valid as long as
+    tensors allocated on it live: their memory is freed on the stream it was allocated on."""
+    device = _device_of(stream, device)
     previous = set_current_stream(stream, device)
     try:
         yield _handle(stream)

@@ -29,6 +29,13 @@ pub fn device_count(context: &str) -> Result<i32> {
         }
         // SAFETY: cuInit may be called any number of times from any thread.
         check("cuInit", unsafe { sys::cuInit(0) }).map_err(|e| (e.kind, e.message))?;
+        let mut version = 0;
+        // SAFETY: a valid out pointer.
+        check("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&mut version) }).map_err(|e| (e.kind, e.message))?;
+        if version < 11020 {
+            // cuMemAllocAsync and cuMemFreeAsync arrived in CUDA 11.2.
+            return Err((ErrorKind::RuntimeError, format!("the CUDA driver is too old: version {version}, dlpx needs 11.2 or later")));
+        }
         let mut count = 0;
         // SAFETY: a valid out pointer after a successful cuInit.
         check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut count) }).map_err(|e| (e.kind, e.message))?;
@@ -81,13 +88,19 @@ pub fn primary_context(context: &str, device_id: i32) -> Result<CUcontext> {
 
 /// Runs `f` with `ctx` current on this thread, restoring the caller's context afterwards.
 fn with_context<T>(context: &str, ctx: CUcontext, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    /// Pops on drop, so a panic inside `f` (a driver lacking a symbol) leaves no context pushed.
+    struct Pushed;
+    impl Drop for Pushed {
+        fn drop(&mut self) {
+            let mut popped: CUcontext = std::ptr::null_mut();
+            // SAFETY: pops what `with_context` pushed on this thread.
+            unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+        }
+    }
     // SAFETY: a retained primary context; push and pop are paired on this thread.
     unsafe { checked(context, "cuCtxPushCurrent", sys::cuCtxPushCurrent_v2(ctx))? };
-    let result = f();
-    let mut popped: CUcontext = std::ptr::null_mut();
-    // SAFETY: pops what we pushed.
-    unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
-    result
+    let _pushed = Pushed;
+    f()
 }
 
 /// `nbytes` of device memory on `device_id`, ordered on `stream` (NULL: the legacy default).

@@ -152,7 +152,8 @@ fn import_through_protocol(py: &Python, object: *mut PyObject, device: Option<DL
         }
         let method = Owned(method);
         let (empty, common_kwargs) = shared_call_arguments(py)?;
-        let stream = stream_request(py, object)?;
+        // A stream belongs to the object's own device: none when another device is asked for.
+        let stream = if device.is_none() { stream_request(py, object)? } else { None };
         let kwargs = match (device, copy, stream) {
             (None, None, None) => None,
             _ => Some(request_kwargs(py, device, copy, stream)?),

@@ -112,7 +112,8 @@ fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(
 /// else the CUDA stream to order after dlpx's current stream.
 fn consumer_stream(py: &Python, stream: *mut PyObject, device: DLDevice, target: DLDevice) -> Result<Option<*mut c_void>> {
     let value = if args::is_none(py, stream) { None } else { Some(args::int_value(py, stream, CONTEXT, "stream")?) };
-    let on_host = copy::host_accessible(target);
+    // Managed memory is host-accessible, yet CUDA consumers (cupy) order it by stream.
+    let on_host = copy::host_accessible(target) && target.device_type != DeviceType::CUDA_MANAGED;
     match value {
         // -1: the consumer asks for no synchronisation; host memory has nothing to order.
         Some(-1) => Ok(None),
@@ -121,7 +122,7 @@ fn consumer_stream(py: &Python, stream: *mut PyObject, device: DLDevice, target:
             CONTEXT,
             format!("stream must be None for a {} tensor, got {v}", crate::device::name(target)),
         )),
-        _ if device.device_type != DeviceType::CUDA => Err(Error::buffer(
+        _ if !matches!(device.device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) => Err(Error::buffer(
             CONTEXT,
             format!("stream synchronisation for {} tensors is not supported", crate::device::name(device)),
         )),

@@ -192,9 +192,11 @@ def test_an_export_orders_the_consumer_stream_after_dlpx_s():
     producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
     with torch.cuda.stream(producer), dlpx.cuda.stream(producer):
         t = dlpx.empty((1 << 20,), "float32", "cuda:0")
+        torch.cuda._sleep(10**8)  # keeps the producer busy: a missing wait would read early
         torch.from_dlpack(t).fill_(7.0)  # enqueued on the producer stream
+        capsule = t.__dlpack__(stream=consumer.cuda_stream, max_version=(1, 3))
     with torch.cuda.stream(consumer):
-        seen = torch.from_dlpack(t.__dlpack__(stream=consumer.cuda_stream, max_version=(1, 3)))
+        seen = torch.from_dlpack(capsule)
         total = seen.sum()
     consumer.synchronize()
     assert total.item() == 7.0 * (1 << 20)
