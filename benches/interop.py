@@ -7,6 +7,7 @@ frameworks, `y.__dlpack__()`, and the targets dlpx is held to. 16-element float3
 from __future__ import annotations
 
 import sys
+import time
 import timeit
 
 import numpy as np
@@ -30,14 +31,23 @@ NUMBER = 2_000 if QUICK else 20_000
 REPEAT = 3 if QUICK else 7
 
 
+def warm_up(fn, seconds: float = 0.05 if QUICK else 0.3) -> None:
+    """Runs `fn` for a while first: caches, allocator arenas and the CPU's clock settle (the
+    first few hundred thousand calls of a fresh process measure up to 1.7x slower here)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(1000):
+            fn()
+
+
 def ns_per_call(fn) -> float:
-    fn()  # warm caches (type tables, imports)
+    warm_up(fn)
     return min(timeit.repeat(fn, number=NUMBER, repeat=REPEAT)) / NUMBER * 1e9
 
 
 def paired(first, second, rounds: int = 3 if QUICK else 15):
     """Best ns per call of two functions timed in alternation."""
-    first(), second()
+    warm_up(first), warm_up(second)
     best = [float("inf"), float("inf")]
     for _ in range(rounds):
         for i, fn in enumerate((first, second)):
