@@ -362,11 +362,22 @@ impl<T: Copy> GilCell<T> {
 pub struct ExceptionGuard(Option<[*mut PyObject; 3]>);
 
 impl ExceptionGuard {
+    /// For callers that may or may not hold the GIL (C code releasing a view).
     pub fn save() -> ExceptionGuard {
         let Ok(py) = python() else { return ExceptionGuard(None) };
-        // SAFETY: PyGILState_Check may be called without the GIL; Fetch only with it.
+        // SAFETY: PyGILState_Check may be called without the GIL.
+        if unsafe { (py.PyGILState_Check)() } == 0 {
+            return ExceptionGuard(None);
+        }
+        Self::save_with_gil(py)
+    }
+
+    /// For callers that hold the GIL (tp_dealloc, capsule destructors): one call when no
+    /// exception is pending, the common case on the hot path of every tensor's death.
+    pub fn save_with_gil(py: &Python) -> ExceptionGuard {
+        // SAFETY: the GIL is held by the caller.
         unsafe {
-            if (py.PyGILState_Check)() == 0 || (py.PyErr_Occurred)().is_null() {
+            if (py.PyErr_Occurred)().is_null() {
                 return ExceptionGuard(None);
             }
             let mut saved = [std::ptr::null_mut(); 3];

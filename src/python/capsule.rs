@@ -63,7 +63,7 @@ unsafe fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     if managed.is_null() {
         return;
     }
-    let _guard = super::capi::ExceptionGuard::save();
+    let _guard = super::capi::ExceptionGuard::save_with_gil(py());
     // SAFETY: the caller owns `managed` and gives it up; the deleter sits in the prefix every
     // major version keeps; a NULL deleter means nothing to free.
     unsafe {
@@ -74,7 +74,7 @@ unsafe fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
 }
 
 unsafe fn delete_legacy(managed: *mut DLManagedTensor) {
-    let _guard = super::capi::ExceptionGuard::save();
+    let _guard = super::capi::ExceptionGuard::save_with_gil(py());
     // SAFETY: as above.
     unsafe {
         if let Some(deleter) = managed.as_ref().and_then(|m| m.deleter) {

@@ -244,7 +244,7 @@ unsafe extern "C" fn tensor_dealloc(object: *mut PyObject) {
         let ty = (*object).ob_type;
         // Dropping may run a producer's deleter; it must not unwind into CPython.
         let tensor = PyTensor::take(object);
-        let guard = super::capi::ExceptionGuard::save();
+        let guard = super::capi::ExceptionGuard::save_with_gil(py());
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(tensor)));
         drop(guard);
         let free = if ty == tensor_type() { FREE.load(Ordering::Relaxed) } else { (py().PyType_GetSlot)(ty, pyo3_ffi::Py_tp_free) };
