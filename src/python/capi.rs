@@ -61,16 +61,12 @@ python_api! {
         PyGILState_Ensure: fn() -> c_int;
         PyGILState_Release: fn(c_int) -> ();
         PyErr_SetString: fn(*mut PyObject, *const c_char) -> ();
-        PyErr_SetObject: fn(*mut PyObject, *mut PyObject) -> ();
         PyErr_Occurred: fn() -> *mut PyObject;
         PyErr_ExceptionMatches: fn(*mut PyObject) -> c_int;
         PyErr_Clear: fn() -> ();
         PyErr_Fetch: fn(*mut *mut PyObject, *mut *mut PyObject, *mut *mut PyObject) -> ();
         PyErr_Restore: fn(*mut PyObject, *mut PyObject, *mut PyObject) -> ();
-        PyErr_NormalizeException: fn(*mut *mut PyObject, *mut *mut PyObject, *mut *mut PyObject) -> ();
-        PyException_SetCause: fn(*mut PyObject, *mut PyObject) -> ();
         PyType_FromSpecWithBases: fn(*mut PyType_Spec, *mut PyObject) -> *mut PyObject;
-        PyType_GenericAlloc: fn(*mut PyTypeObject, Py_ssize_t) -> *mut PyObject;
         PyType_GetSlot: fn(*mut PyTypeObject, c_int) -> *mut c_void;
         PyType_IsSubtype: fn(*mut PyTypeObject, *mut PyTypeObject) -> c_int;
         PyType_GetFlags: fn(*mut PyTypeObject) -> std::ffi::c_ulong;
@@ -84,7 +80,6 @@ python_api! {
         PyLong_FromLongLong: fn(c_longlong) -> *mut PyObject;
         PyLong_FromUnsignedLongLong: fn(c_ulonglong) -> *mut PyObject;
         PyLong_AsLongLong: fn(*mut PyObject) -> c_longlong;
-        PyLong_FromLong: fn(c_long) -> *mut PyObject;
         PyBool_FromLong: fn(c_long) -> *mut PyObject;
         PyTuple_New: fn(Py_ssize_t) -> *mut PyObject;
         PyTuple_SetItem: fn(*mut PyObject, Py_ssize_t, *mut PyObject) -> c_int;
@@ -96,58 +91,33 @@ python_api! {
         PySequence_Size: fn(*mut PyObject) -> Py_ssize_t;
         PySequence_GetItem: fn(*mut PyObject, Py_ssize_t) -> *mut PyObject;
         PyDict_New: fn() -> *mut PyObject;
-        PyDict_GetItemString: fn(*mut PyObject, *const c_char) -> *mut PyObject;
         PyDict_SetItemString: fn(*mut PyObject, *const c_char, *mut PyObject) -> c_int;
         PyDict_Size: fn(*mut PyObject) -> Py_ssize_t;
-        PyDict_Next: fn(*mut PyObject, *mut Py_ssize_t, *mut *mut PyObject, *mut *mut PyObject) -> c_int;
-        PyUnicode_FromString: fn(*const c_char) -> *mut PyObject;
         PyUnicode_FromStringAndSize: fn(*const c_char, Py_ssize_t) -> *mut PyObject;
         PyUnicode_AsUTF8String: fn(*mut PyObject) -> *mut PyObject;
         PyBytes_AsString: fn(*mut PyObject) -> *mut c_char;
         PyObject_GetAttrString: fn(*mut PyObject, *const c_char) -> *mut PyObject;
-        PyObject_GetAttr: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
         PyObject_SetAttrString: fn(*mut PyObject, *const c_char, *mut PyObject) -> c_int;
-        PyObject_HasAttrString: fn(*mut PyObject, *const c_char) -> c_int;
         PyObject_Call: fn(*mut PyObject, *mut PyObject, *mut PyObject) -> *mut PyObject;
         PyObject_CallObject: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
         PyObject_Str: fn(*mut PyObject) -> *mut PyObject;
-        PyObject_IsTrue: fn(*mut PyObject) -> c_int;
-        PyObject_RichCompareBool: fn(*mut PyObject, *mut PyObject, c_int) -> c_int;
-        PyObject_GenericGetAttr: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
         PyIndex_Check: fn(*mut PyObject) -> c_int;
         PyNumber_Index: fn(*mut PyObject) -> *mut PyObject;
-        PyImport_ImportModule: fn(*const c_char) -> *mut PyObject;
         PyModule_Create2: fn(*mut PyModuleDef, c_int) -> *mut PyObject;
         PyModule_AddObject: fn(*mut PyObject, *const c_char, *mut PyObject) -> c_int;
-        PyModule_GetDict: fn(*mut PyObject) -> *mut PyObject;
-        PyCMethod_New: fn(*mut PyMethodDef, *mut PyObject, *mut PyObject, *mut PyTypeObject) -> *mut PyObject;
-        PyWeakref_NewRef: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
-        PyErr_NewException: fn(*const c_char, *mut PyObject, *mut PyObject) -> *mut PyObject;
-        PyFloat_AsDouble: fn(*mut PyObject) -> f64;
-        PyFloat_FromDouble: fn(f64) -> *mut PyObject;
-        PyEval_SaveThread: fn() -> *mut c_void;
-        PyEval_RestoreThread: fn(*mut c_void) -> ();
-        PyThreadState_Get: fn() -> *mut c_void;
         PyGILState_Check: fn() -> c_int;
-        PyArg_ValidateKeywordArguments: fn(*mut PyObject) -> c_int;
-        PyObject_Hash: fn(*mut PyObject) -> Py_ssize_t;
-        PyUnicode_Compare: fn(*mut PyObject, *mut PyObject) -> c_int;
         PyUnicode_InternFromString: fn(*const c_char) -> *mut PyObject;
     }
     data {
         none: "_Py_NoneStruct";
         true_: "_Py_TrueStruct";
         false_: "_Py_FalseStruct";
-        not_implemented: "_Py_NotImplementedStruct";
         exc_value_error: "PyExc_ValueError";
         exc_type_error: "PyExc_TypeError";
         exc_buffer_error: "PyExc_BufferError";
         exc_memory_error: "PyExc_MemoryError";
         exc_not_implemented_error: "PyExc_NotImplementedError";
         exc_runtime_error: "PyExc_RuntimeError";
-        exc_attribute_error: "PyExc_AttributeError";
-        exc_overflow_error: "PyExc_OverflowError";
-        exc_index_error: "PyExc_IndexError";
     }
 }
 
