@@ -19,10 +19,12 @@ echo "== cmake build + ctest (C11, C++17, ASan/UBSan/LSan)"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLPX_TEST_PYTHON="$PY" -DDLPX_REQUIRE_ALL_TESTS=ON >/dev/null
 cmake --build "$BUILD" -j 2
 ctest --test-dir "$BUILD" --output-on-failure -j 2
+SIM_CUDA_DIR=$(cd "$BUILD" && pwd)/sim_cuda
 
 echo "== pip install . and pytest"
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation .
-(cd tests && DLPX_REQUIRE_ALL_TESTS=1 "$PY" -m pytest -q -p no:cacheprovider python)
+# The simulated CUDA driver ctest built runs dlpx's CUDA paths in Python too (test_cuda_simulated.py).
+(cd tests && DLPX_REQUIRE_ALL_TESTS=1 DLPX_SIM_CUDA_DIR="$SIM_CUDA_DIR" "$PY" -m pytest -q -p no:cacheprovider python)
 
 echo "== pip install . into a fresh venv (isolated build: the build backend comes from PyPI)"
 rm -rf build/fresh-venv

@@ -8,6 +8,8 @@
 use std::ffi::c_void;
 use std::mem::size_of;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Mutex;
 
 use crate::abi::*;
 use crate::error::{Error, Result};
@@ -21,7 +23,12 @@ struct Header {
     block: NonNull<u8>,
     capacity: Capacity,
     data: Data,
+    /// Streams other than the allocation stream that work on the data was ordered on (NULL until
+    /// the first): freeing waits for them, so reused memory cannot be overwritten under a reader.
+    uses: AtomicPtr<Uses>,
 }
+
+type Uses = Mutex<Vec<cuda::StreamUse>>;
 
 /// Where the data lives, so the deleter knows how to free it.
 #[derive(Clone, Copy)]
@@ -89,7 +96,7 @@ pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u6
     let block = cpu::capacity_for(block_size).and_then(|capacity| Some((cpu::alloc(capacity)?, capacity)));
     let Some((block, capacity)) = block else {
         // SAFETY: the data was allocated just above and nobody else has seen it.
-        unsafe { free_data(data, storage) };
+        unsafe { free_data(data, storage, &[]) };
         return Err(Error::memory(context, format!("out of memory allocating {nbytes} bytes")));
     };
 
@@ -121,6 +128,7 @@ pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u6
             block,
             capacity,
             data: storage,
+            uses: AtomicPtr::new(ptr::null_mut()),
         });
         Ok(NonNull::new_unchecked(header.cast()))
     }
@@ -129,6 +137,45 @@ pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u6
 /// Whether `managed` is a block from [`allocate`] (its deleter is ours).
 pub fn is_ours(managed: &DLManagedTensorVersioned) -> bool {
     managed.deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, delete as unsafe extern "C" fn(*mut DLManagedTensorVersioned)))
+}
+
+/// Records that work on the data of `managed` (a block from [`allocate`]; anything else is
+/// ignored) is being ordered on `stream` of CUDA device `device_id`: freeing the data then waits
+/// for that stream's work (device memory), or reuse does (pinned memory). Torch's
+/// `record_stream`, done for the consumer streams dlpx hears of.
+pub fn record_use(managed: &DLManagedTensorVersioned, device_id: i32, stream: *mut c_void) {
+    if !is_ours(managed) {
+        return;
+    }
+    // SAFETY: ours, so `managed` is the first field of a live Header.
+    let header = unsafe { &*(managed as *const DLManagedTensorVersioned).cast::<Header>() };
+    match header.data {
+        Data::CudaDevice { device_id: home, stream: allocated_on } if home == device_id => {
+            if cuda::same_stream(allocated_on as usize, stream as usize) {
+                return;
+            }
+        }
+        Data::CudaHost { .. } => {}
+        _ => return,
+    }
+    let mut uses = header.uses.load(Ordering::Acquire);
+    if uses.is_null() {
+        let fresh = Box::into_raw(Box::new(Uses::new(Vec::new())));
+        match header.uses.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => uses = fresh,
+            Err(winner) => {
+                // SAFETY: `fresh` lost the race and was never shared.
+                drop(unsafe { Box::from_raw(fresh) });
+                uses = winner;
+            }
+        }
+    }
+    // SAFETY: the list lives until the deleter, which cannot run while the caller holds the tensor.
+    let mut uses = unsafe { &*uses }.lock().unwrap_or_else(|p| p.into_inner());
+    let entry = (device_id, stream as usize);
+    if !uses.contains(&entry) {
+        uses.push(entry);
+    }
 }
 
 unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
@@ -140,14 +187,16 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
     unsafe {
         let header = &*managed.cast::<Header>();
         let (block, capacity) = (header.block, header.capacity);
-        free_data(header.managed.dl_tensor.data, header.data);
+        let uses = header.uses.load(Ordering::Acquire);
+        let uses = if uses.is_null() { Vec::new() } else { Box::from_raw(uses).into_inner().unwrap_or_else(|p| p.into_inner()) };
+        free_data(header.managed.dl_tensor.data, header.data, &uses);
         cpu::free(block, capacity);
     }
 }
 
 /// Releases data that does not live in the block. A deleter cannot report failure: the reason
 /// goes to dlpx_last_error(), and a panic (a driver lacking a symbol) is caught here.
-unsafe fn free_data(data: *mut c_void, storage: Data) {
+unsafe fn free_data(data: *mut c_void, storage: Data, uses: &[cuda::StreamUse]) {
     if matches!(storage, Data::InBlock) || data.is_null() {
         return;
     }
@@ -156,8 +205,8 @@ unsafe fn free_data(data: *mut c_void, storage: Data) {
         unsafe {
             match storage {
                 Data::InBlock => Ok(()),
-                Data::CudaDevice { device_id, stream } => cuda::free_device(device_id, data, stream),
-                Data::CudaHost { capacity } => cuda::free_pinned(data, capacity),
+                Data::CudaDevice { device_id, stream } => cuda::free_device(device_id, data, stream, uses),
+                Data::CudaHost { capacity } => cuda::free_pinned(data, capacity, uses),
                 Data::CudaManaged => cuda::free_managed(data),
             }
         }
@@ -193,7 +242,7 @@ fn allocate_device_data(context: &str, device: DLDevice, nbytes: usize) -> Resul
 /// A zero-size CUDA tensor needs no memory, but its device must still exist.
 fn check_device_exists(context: &str, device: DLDevice) -> Result<()> {
     let id = if device.device_type == DeviceType::CUDA { device.device_id } else { 0 };
-    cuda::primary_context(context, id).map(|_| ())
+    cuda::check_device(context, id)
 }
 
 pub fn checked_ndim(context: &str, ndim: i32) -> Result<usize> {

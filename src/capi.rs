@@ -85,6 +85,37 @@ pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i3
     })
 }
 
+/// Records that work on `tensor`'s data is being enqueued on `stream` of CUDA device
+/// `device_id` (torch's `record_stream`): when the tensor is deleted, dlpx's allocator waits for
+/// the work enqueued on that stream by then before the memory can be reused. Needed only for a
+/// stream other than the one the tensor was allocated on, and only for tensors from dlpx's
+/// allocator (others are ignored: their producer's allocator owns the memory). dlpx records the
+/// consumer streams it hears of itself (`__dlpack__(stream=...)`, `current_work_stream`).
+/// Returns 0, or -1 (see `dlpx_last_error()`) for a NULL tensor or a negative `device_id`.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_record_stream(tensor: *const DLManagedTensorVersioned, device_id: i32, stream: *mut c_void) -> c_int {
+    boundary(Channel::LastError, "record_stream", || {
+        // SAFETY: NULL or a live managed tensor, by the caller's contract.
+        let tensor = unsafe { tensor.as_ref() }.ok_or_else(|| Error::value("record_stream", "tensor is NULL"))?;
+        if device_id < 0 {
+            return Err(Error::value("record_stream", format!("device_id = {device_id} is negative")));
+        }
+        crate::allocation::record_use(tensor, device_id, stream);
+        Ok(0)
+    })
+}
+
+/// Gives the CUDA memory dlpx keeps for reuse (its device memory pools, and pinned host blocks
+/// whose work has finished) back to the driver. Memory still in use is kept. Returns 0, or -1
+/// (see `dlpx_last_error()`; "CUDA driver not found" without a driver).
+#[no_mangle]
+pub extern "C" fn dlpx_cuda_empty_cache() -> c_int {
+    boundary(Channel::LastError, "cuda_empty_cache", || {
+        crate::memory::cuda::empty_cache("cuda_empty_cache")?;
+        Ok(0)
+    })
+}
+
 /// Walks a `prev_api` chain from `head` to the first table of DLPack major version 1 — the one
 /// dlpx and this header understand. At most 16 links are followed; a cycle, a chain without a
 /// major-1 table, or a NULL head returns NULL with the reason in `dlpx_last_error()`.

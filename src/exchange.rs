@@ -71,10 +71,22 @@ unsafe extern "C" fn dltensor_from_py_object_no_sync(py_object: *mut c_void, out
         if !out.is_null() {
             // SAFETY: non-NULL and writable by the caller's contract.
             unsafe { out.write(*view) };
+            if view.device.device_type == DeviceType::CUDA {
+                // SAFETY: as above; an exact dlpx.Tensor.
+                record_current_stream(py_object);
+            }
             return 0;
         }
     }
     dltensor_from_py_object_checked(py_object, out)
+}
+
+#[cold]
+unsafe fn record_current_stream(py_object: *mut c_void) {
+    // SAFETY: a live dlpx.Tensor (GIL held), per the caller.
+    if let Some(tensor) = unsafe { tensor_type::tensor_of(py_object.cast()) } {
+        tensor.record_current_stream();
+    }
 }
 
 #[cold]

@@ -58,6 +58,26 @@ impl Drop for Core {
 pub struct Tensor(Arc<Core>);
 
 impl Tensor {
+    /// Records that work on this tensor's data is being ordered on `stream` of CUDA device
+    /// `device_id`, so dlpx's allocator waits for it before the memory is reused (torch's
+    /// `record_stream`). Memory another producer allocated is its allocator's business.
+    pub fn record_stream(&self, device_id: i32, stream: *mut c_void) {
+        if let Owner::Versioned(m) = self.0.owner {
+            // SAFETY: the managed tensor lives as long as the core.
+            allocation::record_use(unsafe { m.as_ref() }, device_id, stream);
+        }
+    }
+
+    /// A consumer of dlpx's exchange table works on dlpx's current stream of the tensor's
+    /// device (`current_work_stream`): record it.
+    #[inline]
+    pub fn record_current_stream(&self) {
+        let device = self.0.dl.device;
+        if device.device_type == DeviceType::CUDA {
+            self.record_stream(device.device_id, crate::stream::current(device));
+        }
+    }
+
     /// A new compact CPU tensor, uninitialised, from dlpx's allocator.
     pub fn empty(shape: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Tensor> {
         Self::empty_with_flags(shape, dtype, device, 0)

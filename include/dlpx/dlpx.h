@@ -80,6 +80,24 @@ int dlpx_set_current_stream(DLDeviceType device_type,
 int dlpx_get_current_stream(DLDeviceType device_type, int32_t device_id, void **out);
 
 /**
+ * Records that work on `tensor`'s data is being enqueued on `stream` of CUDA device
+ * `device_id` (torch's `record_stream`): when the tensor is deleted, dlpx's allocator waits for
+ * the work enqueued on that stream by then before the memory can be reused. Needed only for a
+ * stream other than the one the tensor was allocated on, and only for tensors from dlpx's
+ * allocator (others are ignored: their producer's allocator owns the memory). dlpx records the
+ * consumer streams it hears of itself (`__dlpack__(stream=...)`, `current_work_stream`).
+ * Returns 0, or -1 (see `dlpx_last_error()`) for a NULL tensor or a negative `device_id`.
+ */
+int dlpx_record_stream(const DLManagedTensorVersioned *tensor, int32_t device_id, void *stream);
+
+/**
+ * Gives the CUDA memory dlpx keeps for reuse (its device memory pools, and pinned host blocks
+ * whose work has finished) back to the driver. Memory still in use is kept. Returns 0, or -1
+ * (see `dlpx_last_error()`; "CUDA driver not found" without a driver).
+ */
+int dlpx_cuda_empty_cache(void);
+
+/**
  * Walks a `prev_api` chain from `head` to the first table of DLPack major version 1 — the one
  * dlpx and this header understand. At most 16 links are followed; a cycle, a chain without a
  * major-1 table, or a NULL head returns NULL with the reason in `dlpx_last_error()`.

@@ -17,7 +17,7 @@ from . import _native
 
 KDL_CUDA = 2
 
-__all__ = ["stream", "current_stream", "set_current_stream", "is_available"]
+__all__ = ["stream", "current_stream", "set_current_stream", "record_stream", "empty_cache", "is_available"]
 
 
 def _handle(stream: Any) -> int:
@@ -74,6 +74,21 @@ def stream(stream: Any, device: Any = None) -> Iterator[int]:
         yield _handle(stream)
     finally:
         _native._set_current_stream(KDL_CUDA, device, previous)
+
+
+def record_stream(tensor: Any, stream: Any, device: Any = None) -> None:
+    """Tells dlpx that work on ``tensor`` (a dlpx.Tensor from dlpx's allocator) is being
+    enqueued on ``stream``: when the tensor dies, its memory is reused only after the work
+    enqueued on that stream by then (torch's ``Tensor.record_stream``). dlpx records the streams
+    it hears of itself (``__dlpack__(stream=...)``, its exchange table's ``current_work_stream``);
+    this is for work it cannot see, such as an asynchronous copy from a pinned tensor."""
+    _native._record_stream(tensor, _device_of(stream, device), _handle(stream))
+
+
+def empty_cache() -> None:
+    """Gives the CUDA memory dlpx keeps for reuse (device memory pools, finished pinned blocks)
+    back to the driver; memory in use is kept."""
+    _native._empty_cache()
 
 
 def is_available() -> bool:

@@ -1,140 +1,198 @@
-//! CUDA memory through the driver API (cudarc, loaded at run time): device memory ordered on a
-//! stream, pinned host memory with reuse, managed memory, and the events that order one stream
-//! after another.
+//! CUDA memory through the driver API: device memory from a dlpx-owned stream-ordered pool per
+//! device, pinned host memory with event-fenced reuse, managed memory, and the events that order
+//! one stream after another.
 //!
 //! The library loads where no driver exists: the driver is looked for on first use only, and
-//! without it every path fails with "CUDA driver not found". cudarc panics when libcuda lacks a
-//! symbol; every caller sits inside the error boundary (or a deleter's catch_unwind).
+//! without it every path fails with "CUDA driver not found" (see `driver`).
 
 use std::ffi::c_void;
 use std::sync::Mutex;
 
-use cudarc::driver::sys::{self, cudaError_enum, CUcontext, CUdeviceptr, CUstream};
+use cudarc::driver::sys::{
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUmemAllocationHandleType, CUmemAllocationType, CUmemLocation,
+    CUmemLocationType, CUmemPoolProps, CUmemoryPool, CUstream,
+};
 use once_cell::sync::OnceCell;
 
-use crate::error::{Error, ErrorKind, Result};
+use super::driver::{self, checked, Driver};
+use crate::error::{Error, Result};
 
 /// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD, the driver's names for DLPack's stream 1 and 2.
 pub const STREAM_LEGACY: usize = 0x1;
 pub const STREAM_PER_THREAD: usize = 0x2;
+/// CU_EVENT_DISABLE_TIMING: ordering events need no timestamps, and are cheaper without.
+const EVENT_DISABLE_TIMING: u32 = 0x2;
 
-static DEVICE_COUNT: OnceCell<std::result::Result<i32, (ErrorKind, String)>> = OnceCell::new();
-
-/// The number of CUDA devices, initialising the driver on first use.
-pub fn device_count(context: &str) -> Result<i32> {
-    let count = DEVICE_COUNT.get_or_init(|| {
-        // SAFETY: only tries to dlopen libcuda; no symbol is called.
-        if !unsafe { sys::is_culib_present() } {
-            return Err((ErrorKind::RuntimeError, "CUDA driver not found (libcuda.so could not be loaded)".to_string()));
-        }
-        // SAFETY: cuInit may be called any number of times from any thread.
-        check("cuInit", unsafe { sys::cuInit(0) }).map_err(|e| (e.kind, e.message))?;
-        let mut version = 0;
-        // SAFETY: a valid out pointer.
-        check("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&mut version) }).map_err(|e| (e.kind, e.message))?;
-        if version < 11020 {
-            // cuMemAllocAsync and cuMemFreeAsync arrived in CUDA 11.2.
-            return Err((ErrorKind::RuntimeError, format!("the CUDA driver is too old: version {version}, dlpx needs 11.2 or later")));
-        }
-        let mut count = 0;
-        // SAFETY: a valid out pointer after a successful cuInit.
-        check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut count) }).map_err(|e| (e.kind, e.message))?;
-        Ok(count)
-    });
-    count.clone().map_err(|(kind, message)| Error::new(kind, context, message))
-}
+/// A stream some work on a tensor's memory was ordered on, besides the one it was allocated on:
+/// the device of the stream and the stream.
+pub type StreamUse = (i32, usize);
 
 /// Whether a CUDA driver is present (without initialising it).
 pub fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen libcuda.
-    unsafe { sys::is_culib_present() }
+    driver::present()
 }
 
-fn check(what: &str, result: sys::CUresult) -> Result<()> {
-    if result == cudaError_enum::CUDA_SUCCESS {
-        return Ok(());
-    }
-    let kind = if result == cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY { ErrorKind::MemoryError } else { ErrorKind::RuntimeError };
-    Err(Error { kind, message: format!("{what} failed: {result:?}") })
+/// The number of CUDA devices, initialising the driver on first use.
+pub fn device_count(context: &str) -> Result<i32> {
+    driver::device_count(context)
 }
 
-fn checked(context: &str, what: &str, result: sys::CUresult) -> Result<()> {
-    check(what, result).map_err(|e| Error::new(e.kind, context, e.message))
+/// What dlpx keeps per device: its primary context, and the pool device memory comes from.
+struct Device {
+    context: usize,
+    /// A dlpx-owned pool that keeps freed memory for reuse (release threshold: never), or 0 on a
+    /// device without memory pools, where memory comes from cuMemAlloc.
+    pool: usize,
 }
 
-/// The primary context of each device, retained once and kept for the life of the process.
-static CONTEXTS: Mutex<Vec<(i32, usize)>> = Mutex::new(Vec::new());
+static DEVICES: OnceCell<Box<[OnceCell<Device>]>> = OnceCell::new();
 
-/// The primary context of `device_id`, after checking that the device exists.
-pub fn primary_context(context: &str, device_id: i32) -> Result<CUcontext> {
-    let count = device_count(context)?;
+/// The state of `device_id`, after checking that the device exists; set up once per device.
+fn device(context: &str, device_id: i32) -> Result<(&'static Driver, &'static Device)> {
+    let driver = driver::get(context)?;
+    let count = driver::device_count(context)?;
     if device_id < 0 || device_id >= count {
         return Err(Error::value(context, format!("device cuda:{device_id} does not exist: this machine has {count} CUDA device(s)")));
     }
-    let mut contexts = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(&(_, ctx)) = contexts.iter().find(|(d, _)| *d == device_id) {
-        return Ok(ctx as CUcontext);
-    }
-    let mut device = 0;
+    let devices = DEVICES.get_or_init(|| (0..count).map(|_| OnceCell::new()).collect());
+    let cell = &devices[device_id as usize];
+    let state = match cell.get() {
+        Some(state) => state,
+        // Creating a primary context takes a while: without the GIL (see `without_gil`).
+        None => crate::python::without_gil(|| cell.get_or_try_init(|| set_up(driver, context, device_id)))?,
+    };
+    Ok((driver, state))
+}
+
+fn set_up(driver: &Driver, context: &str, device_id: i32) -> Result<Device> {
+    let mut device: CUdevice = 0;
     let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: valid out pointers; the ordinal was checked against the device count.
     unsafe {
-        checked(context, "cuDeviceGet", sys::cuDeviceGet(&mut device, device_id))?;
-        checked(context, "cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut ctx, device))?;
+        checked(driver, context, "cuDeviceGet", (driver.cuDeviceGet)(&mut device, device_id))?;
+        checked(driver, context, "cuDevicePrimaryCtxRetain", (driver.cuDevicePrimaryCtxRetain)(&mut ctx, device))?;
     }
-    contexts.push((device_id, ctx as usize));
-    Ok(ctx)
+    let pool = with_context(driver, context, ctx, || Ok(create_pool(driver, device)))?;
+    Ok(Device { context: ctx as usize, pool: pool as usize })
+}
+
+/// A pool on `device` that never releases freed memory on its own (the default pool's threshold
+/// is 0: memory would go back to the driver at every synchronisation), or NULL where the device
+/// has no memory pools or the pool cannot be made — cuMemAlloc serves those.
+fn create_pool(driver: &Driver, device: CUdevice) -> CUmemoryPool {
+    let mut supported = 0;
+    // SAFETY: a valid out pointer and device.
+    let asked = unsafe { (driver.cuDeviceGetAttribute)(&mut supported, driver::ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device) };
+    if asked != driver::CUDA_SUCCESS || supported == 0 {
+        return std::ptr::null_mut();
+    }
+    let props = CUmemPoolProps {
+        allocType: CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+        handleTypes: CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+        location: CUmemLocation { type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: device },
+        win32SecurityAttributes: std::ptr::null_mut(),
+        maxSize: 0,
+        usage: 0,
+        reserved: [0; 54],
+    };
+    let mut pool: CUmemoryPool = std::ptr::null_mut();
+    let mut threshold = u64::MAX;
+    // SAFETY: valid pointers; the attribute takes a cuuint64_t.
+    unsafe {
+        if (driver.cuMemPoolCreate)(&mut pool, &props) != driver::CUDA_SUCCESS {
+            return std::ptr::null_mut();
+        }
+        (driver.cuMemPoolSetAttribute)(pool, driver::MEMPOOL_ATTR_RELEASE_THRESHOLD, (&mut threshold as *mut u64).cast());
+    }
+    pool
+}
+
+/// Checks that `device_id` exists (and sets it up), for requests that need no memory.
+pub fn check_device(context: &str, device_id: i32) -> Result<()> {
+    device(context, device_id).map(|_| ())
 }
 
 /// Runs `f` with `ctx` current on this thread, restoring the caller's context afterwards.
-fn with_context<T>(context: &str, ctx: CUcontext, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    /// Pops on drop, so a panic inside `f` (a driver lacking a symbol) leaves no context pushed.
-    struct Pushed;
-    impl Drop for Pushed {
+fn with_context<T>(driver: &Driver, context: &str, ctx: CUcontext, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    /// Pops on drop, so an early return or a panic inside `f` leaves no context pushed.
+    struct Pushed<'a>(&'a Driver);
+    impl Drop for Pushed<'_> {
         fn drop(&mut self) {
             let mut popped: CUcontext = std::ptr::null_mut();
             // SAFETY: pops what `with_context` pushed on this thread.
-            unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+            unsafe { (self.0.cuCtxPopCurrent_v2)(&mut popped) };
         }
     }
     // SAFETY: a retained primary context; push and pop are paired on this thread.
-    unsafe { checked(context, "cuCtxPushCurrent", sys::cuCtxPushCurrent_v2(ctx))? };
-    let _pushed = Pushed;
+    unsafe { checked(driver, context, "cuCtxPushCurrent", (driver.cuCtxPushCurrent_v2)(ctx))? };
+    let _pushed = Pushed(driver);
     f()
+}
+
+/// Runs `f` on `device_id` with its primary context current.
+fn on_device<T>(context: &str, device_id: i32, f: impl FnOnce(&'static Driver, &'static Device) -> Result<T>) -> Result<T> {
+    let (driver, state) = device(context, device_id)?;
+    with_context(driver, context, state.context as CUcontext, || f(driver, state))
 }
 
 /// `nbytes` of device memory on `device_id`, ordered on `stream` (NULL: the legacy default).
 pub fn alloc_device(context: &str, device_id: i32, nbytes: usize, stream: *mut c_void) -> Result<*mut c_void> {
-    let ctx = primary_context(context, device_id)?;
-    with_context(context, ctx, || {
+    on_device(context, device_id, |driver, state| {
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: a valid out pointer; the stream belongs to the caller (or is NULL).
-        let result = unsafe { sys::cuMemAllocAsync(&mut ptr, nbytes, stream as CUstream) };
-        out_of_memory(context, result, nbytes, device_id)?;
+        let code = unsafe {
+            match state.pool {
+                0 => (driver.cuMemAlloc_v2)(&mut ptr, nbytes),
+                pool => (driver.cuMemAllocFromPoolAsync)(&mut ptr, nbytes, pool as CUmemoryPool, stream as CUstream),
+            }
+        };
+        out_of_memory(driver, context, code, nbytes, device_id)?;
         Ok(ptr as *mut c_void)
     })
 }
 
-/// Frees device memory on the stream it was allocated on, from any thread.
+/// Frees device memory on the stream it was allocated on, from any thread, after the work
+/// enqueued so far on every stream in `uses` (so memory reused from the pool cannot be
+/// overwritten while a consumer's stream still reads it).
 ///
 /// # Safety
 /// `ptr` came from `alloc_device(device_id, …, stream)` and is not used afterwards.
-pub unsafe fn free_device(device_id: i32, ptr: *mut c_void, stream: *mut c_void) -> Result<()> {
-    let ctx = primary_context("deleter", device_id)?;
-    with_context("deleter", ctx, || {
+pub unsafe fn free_device(device_id: i32, ptr: *mut c_void, stream: *mut c_void, uses: &[StreamUse]) -> Result<()> {
+    on_device("deleter", device_id, |driver, state| {
+        if state.pool == 0 {
+            // cuMemFree waits for the device's work on the memory itself.
+            // SAFETY: per the contract.
+            return checked(driver, "deleter", "cuMemFree", unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) });
+        }
+        for &(_, used_on) in uses.iter().filter(|&&(d, s)| d == device_id && !same_stream(s, stream as usize)) {
+            enqueue_wait(driver, "deleter", used_on, stream as usize)?;
+        }
         // SAFETY: per the contract.
-        checked("deleter", "cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(ptr as CUdeviceptr, stream as CUstream) })
+        checked(driver, "deleter", "cuMemFreeAsync", unsafe { (driver.cuMemFreeAsync)(ptr as CUdeviceptr, stream as CUstream) })
     })
+}
+
+/// Gives the memory dlpx's pools keep for reuse back to the driver, on every device set up so far.
+pub fn empty_cache(context: &str) -> Result<()> {
+    if let Some(devices) = DEVICES.get() {
+        let driver = driver::get(context)?;
+        for state in devices.iter().filter_map(OnceCell::get).filter(|s| s.pool != 0) {
+            with_context(driver, context, state.context as CUcontext, || {
+                // SAFETY: a pool dlpx created; trimming keeps memory that is still allocated.
+                checked(driver, context, "cuMemPoolTrimTo", unsafe { (driver.cuMemPoolTrimTo)(state.pool as CUmemoryPool, 0) })
+            })?;
+        }
+    }
+    empty_pinned_cache(context)
 }
 
 /// Managed (unified) memory, attached globally.
 pub fn alloc_managed(context: &str, nbytes: usize) -> Result<*mut c_void> {
-    let ctx = primary_context(context, 0)?;
-    with_context(context, ctx, || {
+    on_device(context, 0, |driver, _| {
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: a valid out pointer; CU_MEM_ATTACH_GLOBAL = 1.
-        let result = unsafe { sys::cuMemAllocManaged(&mut ptr, nbytes, 1) };
-        out_of_memory(context, result, nbytes, 0)?;
+        let code = unsafe { (driver.cuMemAllocManaged)(&mut ptr, nbytes, 1) };
+        out_of_memory(driver, context, code, nbytes, 0)?;
         Ok(ptr as *mut c_void)
     })
 }
@@ -142,13 +200,20 @@ pub fn alloc_managed(context: &str, nbytes: usize) -> Result<*mut c_void> {
 /// # Safety
 /// `ptr` came from `alloc_managed` and is not used afterwards.
 pub unsafe fn free_managed(ptr: *mut c_void) -> Result<()> {
-    let ctx = primary_context("deleter", 0)?;
     // SAFETY: per the contract.
-    with_context("deleter", ctx, || checked("deleter", "cuMemFree", unsafe { sys::cuMemFree_v2(ptr as CUdeviceptr) }))
+    on_device("deleter", 0, |driver, _| checked(driver, "deleter", "cuMemFree", unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) }))
 }
 
-/// Freed pinned blocks by capacity: cuMemHostAlloc costs about 0.7 ms, so blocks are reused.
-static PINNED_CACHE: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+/// A freed pinned block kept for reuse, with the events that mark the end of the work that was
+/// enqueued on it (reused only once they have all completed).
+struct PinnedBlock {
+    capacity: usize,
+    ptr: usize,
+    fences: Vec<usize>,
+}
+
+/// Freed pinned blocks: cuMemHostAlloc costs about 0.7 ms, so blocks are reused.
+static PINNED_CACHE: Mutex<Vec<PinnedBlock>> = Mutex::new(Vec::new());
 /// Most bytes of freed pinned memory kept for reuse.
 const PINNED_CACHE_BYTES: usize = 256 << 20;
 
@@ -159,67 +224,148 @@ pub fn pinned_capacity(nbytes: usize) -> Option<usize> {
 
 /// Pinned (page-locked, portable) host memory of `capacity` bytes.
 pub fn alloc_pinned(context: &str, capacity: usize) -> Result<*mut c_void> {
-    {
-        let mut cache = PINNED_CACHE.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = cache.iter().position(|&(c, _)| c == capacity) {
-            return Ok(cache.swap_remove(i).1 as *mut c_void);
-        }
+    let driver = driver::get(context)?;
+    if let Some(block) = take_pinned(driver, capacity) {
+        return Ok(block as *mut c_void);
     }
-    let ctx = primary_context(context, 0)?;
-    with_context(context, ctx, || {
+    on_device(context, 0, |driver, _| {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: a valid out pointer; CU_MEMHOSTALLOC_PORTABLE = 1 (usable from every context).
-        let result = unsafe { sys::cuMemHostAlloc(&mut ptr, capacity, 1) };
-        out_of_memory(context, result, capacity, 0)?;
+        let code = unsafe { (driver.cuMemHostAlloc)(&mut ptr, capacity, 1) };
+        out_of_memory(driver, context, code, capacity, 0)?;
         Ok(ptr)
     })
 }
 
+/// A cached block of `capacity` whose fences have all completed.
+fn take_pinned(driver: &Driver, capacity: usize) -> Option<usize> {
+    let mut cache = PINNED_CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    let index = cache.iter().position(|b| b.capacity == capacity && fences_done(driver, &b.fences))?;
+    let block = cache.swap_remove(index);
+    drop(cache);
+    destroy_events(driver, &block.fences);
+    Some(block.ptr)
+}
+
+fn fences_done(driver: &Driver, fences: &[usize]) -> bool {
+    // SAFETY: events dlpx created and has not destroyed.
+    fences.iter().all(|&e| unsafe { (driver.cuEventQuery)(e as CUevent) } != driver::CUDA_ERROR_NOT_READY)
+}
+
+fn destroy_events(driver: &Driver, events: &[usize]) {
+    for &event in events {
+        // SAFETY: an event dlpx created, destroyed once.
+        unsafe { (driver.cuEventDestroy_v2)(event as CUevent) };
+    }
+}
+
+/// Returns a pinned block to the cache (or to the driver when the cache is full), fenced
+/// after the work enqueued so far on the streams in `uses`.
+///
 /// # Safety
 /// `ptr` came from `alloc_pinned(capacity)` and is not used afterwards.
-pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize) -> Result<()> {
+pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &[StreamUse]) -> Result<()> {
+    let driver = driver::get("deleter")?;
+    let mut fences = Vec::with_capacity(uses.len());
+    for &(device_id, stream) in uses {
+        match on_device("deleter", device_id, |driver, _| record_event(driver, "deleter", stream)) {
+            Ok(event) => fences.push(event),
+            Err(err) => {
+                destroy_events(driver, &fences);
+                return Err(err);
+            }
+        }
+    }
     {
         let mut cache = PINNED_CACHE.lock().unwrap_or_else(|p| p.into_inner());
-        let kept: usize = cache.iter().map(|&(c, _)| c).sum();
+        let kept: usize = cache.iter().map(|b| b.capacity).sum();
         if kept + capacity <= PINNED_CACHE_BYTES {
-            cache.push((capacity, ptr as usize));
+            cache.push(PinnedBlock { capacity, ptr: ptr as usize, fences });
             return Ok(());
         }
     }
-    let ctx = primary_context("deleter", 0)?;
-    // SAFETY: per the contract.
-    with_context("deleter", ctx, || checked("deleter", "cuMemFreeHost", unsafe { sys::cuMemFreeHost(ptr) }))
+    // The cache is full: wait for the fenced work (without the GIL), then give the block back.
+    let waited = fences.iter().try_for_each(|&event| {
+        // SAFETY: an event dlpx created and has not destroyed.
+        let code = crate::python::without_gil(|| unsafe { (driver.cuEventSynchronize)(event as CUevent) });
+        checked(driver, "deleter", "cuEventSynchronize", code)
+    });
+    destroy_events(driver, &fences);
+    waited?;
+    on_device("deleter", 0, |driver, _| {
+        // SAFETY: per the contract.
+        checked(driver, "deleter", "cuMemFreeHost", crate::python::without_gil(|| unsafe { (driver.cuMemFreeHost)(ptr) }))
+    })
 }
 
-fn out_of_memory(context: &str, result: sys::CUresult, nbytes: usize, device_id: i32) -> Result<()> {
-    if result == cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
+/// Frees every cached pinned block whose fences have completed.
+fn empty_pinned_cache(context: &str) -> Result<()> {
+    let driver = driver::get(context)?;
+    let done: Vec<PinnedBlock> = {
+        let mut cache = PINNED_CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        let (done, pending) = std::mem::take(&mut *cache).into_iter().partition(|b| fences_done(driver, &b.fences));
+        *cache = pending;
+        done
+    };
+    if done.is_empty() {
+        return Ok(());
+    }
+    on_device(context, 0, |driver, _| {
+        for block in &done {
+            destroy_events(driver, &block.fences);
+            // SAFETY: a cached block nobody uses.
+            checked(driver, context, "cuMemFreeHost", unsafe { (driver.cuMemFreeHost)(block.ptr as *mut c_void) })?;
+        }
+        Ok(())
+    })
+}
+
+fn out_of_memory(driver: &Driver, context: &str, code: i32, nbytes: usize, device_id: i32) -> Result<()> {
+    if code == driver::CUDA_ERROR_OUT_OF_MEMORY {
         return Err(Error::memory(context, format!("out of memory allocating {nbytes} bytes on CUDA device {device_id}")));
     }
-    checked(context, "CUDA allocation", result)
+    checked(driver, context, "CUDA allocation", code)
+}
+
+/// Whether two stream handles name the same stream (NULL is the legacy default stream).
+pub fn same_stream(a: usize, b: usize) -> bool {
+    let normalise = |s: usize| if s == 0 { STREAM_LEGACY } else { s };
+    normalise(a) == normalise(b)
+}
+
+/// An event recorded on `stream` (the current context's device).
+fn record_event(driver: &Driver, context: &str, stream: usize) -> Result<usize> {
+    let mut event: CUevent = std::ptr::null_mut();
+    // SAFETY: a valid out pointer and a stream of the current context.
+    unsafe {
+        checked(driver, context, "cuEventCreate", (driver.cuEventCreate)(&mut event, EVENT_DISABLE_TIMING))?;
+        if let Err(err) = checked(driver, context, "cuEventRecord", (driver.cuEventRecord)(event, stream as CUstream)) {
+            (driver.cuEventDestroy_v2)(event);
+            return Err(err);
+        }
+    }
+    Ok(event as usize)
+}
+
+/// Makes `consumer` wait for the work enqueued so far on `producer` (current context's device).
+fn enqueue_wait(driver: &Driver, context: &str, producer: usize, consumer: usize) -> Result<()> {
+    let event = record_event(driver, context, producer)?;
+    // SAFETY: an event just recorded; it may be destroyed as soon as the wait is enqueued (the
+    // driver keeps what the wait needs).
+    unsafe {
+        let waited = checked(driver, context, "cuStreamWaitEvent", (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0));
+        (driver.cuEventDestroy_v2)(event as CUevent);
+        waited
+    }
 }
 
 /// Makes `consumer` wait for the work enqueued so far on `producer` (an event, never a device
 /// synchronisation). Equal streams need nothing.
 pub fn order_after(context: &str, device_id: i32, producer: *mut c_void, consumer: *mut c_void) -> Result<()> {
-    let normalise = |s: *mut c_void| if s.is_null() { STREAM_LEGACY } else { s as usize };
-    if normalise(producer) == normalise(consumer) {
+    if same_stream(producer as usize, consumer as usize) {
         return Ok(());
     }
-    let ctx = primary_context(context, device_id)?;
-    with_context(context, ctx, || {
-        let mut event: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: valid out pointer and streams of this device; an event may be destroyed as soon
-        // as the wait is enqueued (the driver keeps what the wait needs).
-        unsafe {
-            checked(context, "cuEventCreate", sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32))?;
-            let recorded = checked(context, "cuEventRecord", sys::cuEventRecord(event, producer as CUstream));
-            let waited = recorded.and_then(|_| {
-                checked(context, "cuStreamWaitEvent", sys::cuStreamWaitEvent(consumer as CUstream, event, 0))
-            });
-            sys::cuEventDestroy_v2(event);
-            waited
-        }
-    })
+    on_device(context, device_id, |driver, _| enqueue_wait(driver, context, producer as usize, consumer as usize))
 }
 
 /// Copies `nbytes` from device memory to host memory on `stream`, then waits for that stream
@@ -228,12 +374,12 @@ pub fn order_after(context: &str, device_id: i32, producer: *mut c_void, consume
 /// # Safety
 /// `src` holds `nbytes` readable device bytes on `device_id`; `dst` holds `nbytes` writable bytes.
 pub unsafe fn copy_to_host(context: &str, device_id: i32, dst: *mut c_void, src: *const c_void, nbytes: usize, stream: *mut c_void) -> Result<()> {
-    let ctx = primary_context(context, device_id)?;
-    with_context(context, ctx, || {
+    on_device(context, device_id, |driver, _| {
         // SAFETY: per the contract.
         unsafe {
-            checked(context, "cuMemcpyDtoHAsync", sys::cuMemcpyDtoHAsync_v2(dst, src as CUdeviceptr, nbytes, stream as CUstream))?;
-            checked(context, "cuStreamSynchronize", sys::cuStreamSynchronize(stream as CUstream))
+            checked(driver, context, "cuMemcpyDtoHAsync", (driver.cuMemcpyDtoHAsync_v2)(dst, src as CUdeviceptr, nbytes, stream as CUstream))?;
+            let synchronise = || (driver.cuStreamSynchronize)(stream as CUstream);
+            checked(driver, context, "cuStreamSynchronize", crate::python::without_gil(synchronise))
         }
     })
 }
@@ -243,11 +389,10 @@ pub unsafe fn copy_to_host(context: &str, device_id: i32, dst: *mut c_void, src:
 /// # Safety
 /// Both regions hold `nbytes` bytes of device memory on `device_id`.
 pub unsafe fn copy_device_to_device(context: &str, device_id: i32, dst: *mut c_void, src: *const c_void, nbytes: usize, stream: *mut c_void) -> Result<()> {
-    let ctx = primary_context(context, device_id)?;
-    with_context(context, ctx, || {
+    on_device(context, device_id, |driver, _| {
         // SAFETY: per the contract.
-        checked(context, "cuMemcpyDtoDAsync", unsafe {
-            sys::cuMemcpyDtoDAsync_v2(dst as CUdeviceptr, src as CUdeviceptr, nbytes, stream as CUstream)
+        checked(driver, context, "cuMemcpyDtoDAsync", unsafe {
+            (driver.cuMemcpyDtoDAsync_v2)(dst as CUdeviceptr, src as CUdeviceptr, nbytes, stream as CUstream)
         })
     })
 }

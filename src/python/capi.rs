@@ -106,6 +106,8 @@ python_api! {
         PyModule_Create2: fn(*mut PyModuleDef, c_int) -> *mut PyObject;
         PyModule_AddObject: fn(*mut PyObject, *const c_char, *mut PyObject) -> c_int;
         PyGILState_Check: fn() -> c_int;
+        PyEval_SaveThread: fn() -> *mut c_void;
+        PyEval_RestoreThread: fn(*mut c_void) -> ();
         PyUnicode_InternFromString: fn(*const c_char) -> *mut PyObject;
     }
     data {
@@ -324,6 +326,31 @@ impl<T: Copy> GilCell<T> {
             }
         }
     }
+}
+
+/// Runs `f` — a blocking call that touches no Python object (a CUDA synchronisation, the first
+/// driver initialisation) — with the GIL released when this thread holds it, so the process's
+/// other Python threads run meanwhile. Without an interpreter, or without the GIL, it just runs.
+///
+/// Whatever `f` waits for must never wait for the GIL: a `OnceCell` initialised inside `f` is
+/// entered only through `without_gil` by GIL holders, so none of them blocks on it holding the GIL.
+pub fn without_gil<T>(f: impl FnOnce() -> T) -> T {
+    /// Takes the GIL back on drop, so a panic inside `f` leaves the thread as it found it.
+    struct Released<'a>(&'a Python, *mut c_void);
+    impl Drop for Released<'_> {
+        fn drop(&mut self) {
+            // SAFETY: the thread state PyEval_SaveThread returned on this thread.
+            unsafe { (self.0.PyEval_RestoreThread)(self.1) };
+        }
+    }
+    let Some(py) = PYTHON.get() else { return f() };
+    // SAFETY: PyGILState_Check may be called without the GIL.
+    if unsafe { (py.PyGILState_Check)() } == 0 {
+        return f();
+    }
+    // SAFETY: this thread holds the GIL; it is taken back by `Released`.
+    let _released = Released(py, unsafe { (py.PyEval_SaveThread)() });
+    f()
 }
 
 /// Keeps the pending Python exception aside while foreign code (a producer's deleter) runs:

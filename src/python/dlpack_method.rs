@@ -65,6 +65,11 @@ pub unsafe extern "C" fn dlpack(
             // The consumer's stream waits for what dlpx enqueued on its own (an event, never a
             // device synchronisation).
             cuda::order_after(CONTEXT, device.device_id, crate::stream::current(device), consumer)?;
+            if device.device_type == DeviceType::CUDA {
+                // The consumer reads on its stream: dlpx's allocator must not reuse the memory
+                // before that work is done.
+                exported.record_stream(device.device_id, consumer);
+            }
         }
         let copied_flag = if copied { DLPACK_FLAG_BITMASK_IS_COPIED } else { 0 };
         if versioned {

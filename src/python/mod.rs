@@ -11,4 +11,4 @@ pub mod kernel;
 pub mod module;
 pub mod tensor_type;
 
-pub use capi::raise;
+pub use capi::{raise, without_gil};

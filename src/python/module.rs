@@ -163,6 +163,41 @@ unsafe extern "C" fn current_stream(
     })
 }
 
+static RECORD_NAMES: args::Names = args::Names::with_positional_only(&[c"tensor", c"device_id", c"stream"], 3);
+
+/// `_record_stream(tensor, device_id, handle)`: see `dlpx.cuda.record_stream`.
+unsafe extern "C" fn record_stream(
+    _module: *mut PyObject,
+    a: *const *mut PyObject,
+    nargs: pyo3_ffi::Py_ssize_t,
+    kwnames: *mut PyObject,
+) -> *mut PyObject {
+    const CONTEXT: &str = "record_stream";
+    boundary(Channel::Python, CONTEXT, || {
+        let py = py();
+        let mut v = [ptr::null_mut(); 3];
+        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
+        unsafe { args::parse(CONTEXT, a, nargs, kwnames, &RECORD_NAMES, 3, &mut v)? };
+        // SAFETY: a live argument, GIL held.
+        let tensor = unsafe { tensor_type::tensor_of(v[0]) }
+            .ok_or_else(|| Error::type_error(CONTEXT, format!("expected a dlpx.Tensor, got {}", tensor_type::type_name(v[0]))))?;
+        let device_id = args::int_value(py, v[1], CONTEXT, "device")?;
+        let device_id = i32::try_from(device_id).ok().filter(|d| *d >= 0)
+            .ok_or_else(|| Error::value(CONTEXT, format!("device {device_id} is invalid")))?;
+        crate::memory::cuda::check_device(CONTEXT, device_id)?;
+        let handle = args::int_value(py, v[2], CONTEXT, "stream")?;
+        tensor.record_stream(device_id, handle as usize as *mut c_void);
+        Ok(py.new_none())
+    })
+}
+
+unsafe extern "C" fn empty_cache(_module: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {
+    boundary(Channel::Python, "empty_cache", || {
+        crate::memory::cuda::empty_cache("empty_cache")?;
+        Ok(py().new_none())
+    })
+}
+
 unsafe extern "C" fn cuda_driver_present(_module: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {
     boundary(Channel::Python, "cuda_driver_present", || Ok(py().new_bool(crate::memory::cuda::driver_present())))
 }
@@ -191,6 +226,9 @@ macro_rules! method {
             ml_doc: $doc.as_ptr(),
         }
     };
+    ($name:literal, noargs $f:ident, $doc:literal) => {
+        PyMethodDef { ml_name: $name.as_ptr(), ml_meth: PyMethodDefPointer { PyCFunction: $f }, ml_flags: pyo3_ffi::METH_NOARGS, ml_doc: $doc.as_ptr() }
+    };
     ($name:literal, one $f:ident, $doc:literal) => {
         PyMethodDef { ml_name: $name.as_ptr(), ml_meth: PyMethodDefPointer { PyCFunction: $f }, ml_flags: pyo3_ffi::METH_O, ml_doc: $doc.as_ptr() }
     };
@@ -209,6 +247,8 @@ pub unsafe extern "C" fn PyInit__native() -> *mut PyObject {
             method!(c"exchange_api_info", one exchange_api_info, c"exchange_api_info(type_or_object) -> dict | None\n\nThe exchange table a type publishes: version, the prev_api chain, which entries are set."),
             method!(c"_set_device_class", one set_device_class, c"Registers the class that Tensor.device returns."),
             method!(c"_set_current_stream", fast set_current_stream, c"_set_current_stream(device_type, device_id, handle) -> previous handle"),
+            method!(c"_record_stream", fast record_stream, c"_record_stream(tensor, device_id, handle)"),
+            method!(c"_empty_cache", noargs empty_cache, c"_empty_cache()"),
             method!(c"_current_stream", fast current_stream, c"_current_stream(device_type, device_id) -> handle (0: default)"),
             PyMethodDef {
                 ml_name: c"_cuda_driver_present".as_ptr(),

@@ -185,7 +185,10 @@ unsafe fn checked_args<'a, T>(context: &str, object: *mut PyObject, out: *mut T)
     let Some(out) = NonNull::new(out) else { return Err(Error::value(context, "out is NULL")) };
     // SAFETY: GIL held and `object` live, by the caller's contract.
     match unsafe { tensor_of(object) } {
-        Some(tensor) => Ok((tensor, out)),
+        Some(tensor) => {
+            tensor.record_current_stream();
+            Ok((tensor, out))
+        }
         None => Err(not_a_tensor(context, object)),
     }
 }

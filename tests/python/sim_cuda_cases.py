@@ -1,0 +1,324 @@
+"""dlpx's CUDA paths against the simulated driver (c_tests/sim_cuda): what dlpx asks of the
+driver — contexts pushed and popped, memory from its pool on the right stream, frees ordered
+after consumer streams, events instead of synchronisations — checked on machines without a GPU.
+
+Not collected on its own: test_cuda_simulated.py runs this file in a subprocess whose
+LD_LIBRARY_PATH puts the simulator first (it must be loaded before dlpx looks for libcuda). The
+simulator's device memory is host memory, so the tests read and write it directly; its
+"asynchronous" work completes at once, except on streams a test holds.
+"""
+
+import ctypes
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import dlpx
+import dlpack_abi as abi
+
+SIM = ctypes.CDLL(os.path.join(os.environ["DLPX_SIM_CUDA_DIR"], "libcuda.so"))
+SIM.sim_cuda_calls.argtypes = [ctypes.c_char_p]
+SIM.sim_cuda_calls.restype = ctypes.c_long
+SIM.sim_cuda_fail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+SIM.sim_cuda_live.argtypes = [ctypes.c_int, ctypes.c_int]
+SIM.sim_cuda_live.restype = ctypes.c_long
+SIM.sim_cuda_live_events.restype = ctypes.c_long
+SIM.sim_cuda_stream_create.argtypes = [ctypes.c_int]
+SIM.sim_cuda_stream_create.restype = ctypes.c_void_p
+SIM.sim_cuda_stream_destroy.argtypes = [ctypes.c_void_p]
+SIM.sim_cuda_hold.argtypes = [ctypes.c_void_p]
+SIM.sim_cuda_release.argtypes = [ctypes.c_void_p]
+SIM.sim_cuda_waits.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+SIM.sim_cuda_waits.restype = ctypes.c_long
+SIM.sim_cuda_last_free_stream.restype = ctypes.c_void_p
+SIM.sim_cuda_frees_waiting.restype = ctypes.c_long
+SIM.sim_cuda_alloc_device.argtypes = [ctypes.c_void_p]
+SIM.sim_cuda_alloc_stream.argtypes = [ctypes.c_void_p]
+SIM.sim_cuda_alloc_stream.restype = ctypes.c_void_p
+SIM.sim_cuda_alloc_pool.argtypes = [ctypes.c_void_p]
+SIM.sim_cuda_alloc_pool.restype = ctypes.c_void_p
+SIM.sim_cuda_pool_release_threshold.argtypes = [ctypes.c_void_p]
+SIM.sim_cuda_pool_release_threshold.restype = ctypes.c_ulonglong
+SIM.sim_cuda_misuses.restype = ctypes.c_long
+
+DEVICE, HOST, MANAGED = 0, 1, 2
+LEGACY = 1
+
+
+def calls(name):
+    return SIM.sim_cuda_calls(name.encode())
+
+
+@pytest.fixture(autouse=True)
+def balanced_driver_state():
+    """Every test: contexts popped, events destroyed, device memory freed, no device-wide sync."""
+    SIM.sim_cuda_reset_counts()
+    events = SIM.sim_cuda_live_events()
+    device_memory = SIM.sim_cuda_live(DEVICE, -1)
+    yield
+    assert SIM.sim_cuda_context_depth() == 0
+    assert SIM.sim_cuda_live_events() - events <= pinned_fences()
+    assert SIM.sim_cuda_live(DEVICE, -1) == device_memory, "device memory leaked"
+    assert calls("cuCtxSynchronize") == 0
+    assert SIM.sim_cuda_misuses() == 0, "dlpx misused the driver (see the sim_cuda: lines)"
+
+
+def pinned_fences():
+    """Events dlpx legitimately keeps: fences of cached pinned blocks (released by empty_cache)."""
+    return 64
+
+
+@pytest.fixture
+def stream():
+    handles = []
+
+    def make(device=0):
+        handles.append(SIM.sim_cuda_stream_create(device))
+        return handles[-1]
+
+    yield make
+    for handle in handles:
+        SIM.sim_cuda_release(handle)
+        SIM.sim_cuda_stream_destroy(handle)
+
+
+def fill(tensor, values):
+    data = np.ascontiguousarray(values, dtype=np.float32)
+    ctypes.memmove(tensor.data_ptr, data.ctypes.data, data.nbytes)
+
+
+def read(tensor, n):
+    out = np.empty(n, dtype=np.float32)
+    ctypes.memmove(out.ctypes.data, tensor.data_ptr, out.nbytes)
+    return out
+
+
+# ---- allocation ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device, kind", [("cuda:0", DEVICE), ("cuda:1", DEVICE), ("cuda_managed", MANAGED)])
+def test_allocation_lands_on_the_device_and_is_freed(device, kind):
+    before = SIM.sim_cuda_live(kind, -1)
+    t = dlpx.empty((3, 5), "float32", device)
+    assert t.device == (device if ":" in device else device + ":0")
+    assert t.strides == (5, 1)
+    assert SIM.sim_cuda_live(kind, -1) == before + 1
+    if kind == DEVICE:
+        assert SIM.sim_cuda_alloc_device(ctypes.c_void_p(t.data_ptr)) == int(device[-1])
+    del t
+    assert SIM.sim_cuda_live(kind, -1) == before
+
+
+def test_device_memory_comes_from_dlpx_s_pool_on_the_current_stream(stream):
+    s = stream()
+    with dlpx.cuda.stream(s):
+        t = dlpx.empty((16,), "float32", "cuda:0")
+    assert calls("cuMemAllocFromPoolAsync") == 1 and calls("cuMemAlloc_v2") == 0
+    assert SIM.sim_cuda_alloc_stream(ctypes.c_void_p(t.data_ptr)) == s
+    del t  # outside the block: still freed on the stream it was allocated on
+    assert SIM.sim_cuda_last_free_stream() == s
+    assert calls("cuMemFreeAsync") == 1
+
+
+def test_each_device_has_a_dlpx_pool_that_keeps_freed_memory():
+    a, b, c = (dlpx.empty((4,), "float32", d) for d in ("cuda:0", "cuda:0", "cuda:1"))
+    pools = [SIM.sim_cuda_alloc_pool(ctypes.c_void_p(t.data_ptr)) for t in (a, b, c)]
+    assert pools[0] and pools[0] == pools[1] and pools[2] not in (None, pools[0])
+    # the default pool's threshold is 0: memory would go back to the driver at every sync
+    assert all(SIM.sim_cuda_pool_release_threshold(p) == 2**64 - 1 for p in pools)
+
+
+def test_deleters_run_on_another_thread_on_the_allocation_stream(stream):
+    s = stream()
+    with dlpx.cuda.stream(s):
+        tensors = [dlpx.empty((64,), "float32", "cuda:0") for _ in range(8)]
+    depth = []
+
+    def drop():
+        tensors.clear()
+        depth.append(SIM.sim_cuda_context_depth())
+
+    worker = threading.Thread(target=drop)
+    worker.start()
+    worker.join()
+    assert depth == [0]
+    assert calls("cuMemFreeAsync") == 8 and SIM.sim_cuda_last_free_stream() == s
+
+
+def test_per_thread_default_stream_memory_is_freed_on_the_legacy_stream():
+    with dlpx.cuda.stream(2):
+        t = dlpx.empty((4,), "float32", "cuda:0")
+    del t
+    assert SIM.sim_cuda_last_free_stream() == LEGACY
+
+
+def test_zero_size_tensors_take_no_memory_but_check_the_device():
+    t = dlpx.empty((0, 4), "float32", "cuda:1")
+    assert t.data_ptr == 0
+    assert calls("cuMemAllocFromPoolAsync") == 0
+    with pytest.raises(ValueError, match=r"device cuda:2 does not exist: this machine has 2 CUDA device\(s\)"):
+        dlpx.empty((0,), "float32", "cuda:2")
+
+
+def test_an_invalid_device_id_names_the_device_count():
+    with pytest.raises(ValueError, match=r"^dlpx: empty: device cuda:7 does not exist: this machine has 2 CUDA device\(s\)$"):
+        dlpx.empty((2,), "float32", "cuda:7")
+
+
+def test_out_of_memory_is_a_memory_error_with_the_size():
+    with pytest.raises(MemoryError, match=r"^dlpx: empty: out of memory allocating 4398046511104 bytes on CUDA device 1$"):
+        dlpx.empty((1 << 40,), "float32", "cuda:1")
+
+
+@pytest.mark.parametrize(
+    "code, text",
+    [(1, r"cuMemAllocFromPoolAsync|CUDA allocation failed: CUDA_ERROR_INVALID_VALUE \(1\)"),
+     (987654, r"CUDA error 987654 \(unknown to this driver\)")],
+)
+def test_driver_errors_are_runtime_errors_with_the_driver_s_name(code, text):
+    SIM.sim_cuda_fail(b"cuMemAllocFromPoolAsync", code, 1)
+    with pytest.raises(RuntimeError, match=text):
+        dlpx.empty((4,), "float32", "cuda:0")
+    dlpx.empty((4,), "float32", "cuda:0")  # the next call works
+
+
+def test_a_failing_context_push_is_reported_and_leaves_nothing_pushed():
+    SIM.sim_cuda_fail(b"cuCtxPushCurrent_v2", 201, 1)
+    with pytest.raises(RuntimeError, match="cuCtxPushCurrent failed: CUDA_ERROR_INVALID_CONTEXT"):
+        dlpx.empty((4,), "float32", "cuda:0")
+
+
+# ---- pinned host memory ----------------------------------------------------------------------
+
+
+def test_pinned_blocks_are_reused():
+    first = dlpx.empty((1000,), "float32", "cuda_host")
+    address = first.data_ptr
+    del first
+    allocations = calls("cuMemHostAlloc")
+    second = dlpx.empty((900,), "float32", "cuda_host")  # the same 4 KiB capacity
+    assert second.data_ptr == address
+    assert calls("cuMemHostAlloc") == allocations
+
+
+def test_a_pinned_block_is_not_reused_before_the_work_recorded_on_it_is_done(stream):
+    s = stream()
+    first = dlpx.empty((5000,), "float32", "cuda_host")
+    address = first.data_ptr
+    dlpx.cuda.record_stream(first, s, device=0)
+    SIM.sim_cuda_hold(s)  # an asynchronous copy from the block is still running on s
+    del first
+    second = dlpx.empty((5000,), "float32", "cuda_host")
+    assert second.data_ptr != address
+    SIM.sim_cuda_release(s)
+    third = dlpx.empty((5000,), "float32", "cuda_host")
+    assert third.data_ptr == address
+
+
+def test_empty_cache_gives_finished_pinned_blocks_back():
+    t = dlpx.empty((3000,), "float32", "cuda_host")
+    del t
+    assert SIM.sim_cuda_live(HOST, -1) >= 1
+    dlpx.cuda.empty_cache()
+    assert SIM.sim_cuda_live(HOST, -1) == 0
+    assert calls("cuMemPoolTrimTo") >= 1
+
+
+# ---- exports: __dlpack__(stream=...) ---------------------------------------------------------
+
+
+def test_the_consumer_stream_waits_on_an_event_from_dlpx_s_stream(stream):
+    producer, consumer = stream(), stream()
+    with dlpx.cuda.stream(producer):
+        t = dlpx.empty((16,), "float32", "cuda:0")
+        capsule = t.__dlpack__(stream=consumer, max_version=(1, 3))
+    assert SIM.sim_cuda_waits(consumer, producer) == 1
+    assert calls("cuStreamSynchronize") == 0
+    del capsule
+
+
+@pytest.mark.parametrize("request_, waits", [(None, 0), (1, 0), (-1, 0)])
+def test_the_legacy_stream_and_no_sync_need_no_wait(request_, waits):
+    t = dlpx.empty((16,), "float32", "cuda:0")
+    t.__dlpack__(stream=request_, max_version=(1, 3))
+    assert calls("cuStreamWaitEvent") == waits
+
+
+def test_the_per_thread_default_stream_waits_on_the_legacy_stream():
+    t = dlpx.empty((16,), "float32", "cuda:0")
+    t.__dlpack__(stream=2, max_version=(1, 3))
+    assert SIM.sim_cuda_waits(2, LEGACY) == 1
+
+
+def test_stream_zero_is_refused():
+    t = dlpx.empty((16,), "float32", "cuda:0")
+    with pytest.raises(ValueError, match="stream=0 is ambiguous"):
+        t.__dlpack__(stream=0)
+
+
+def test_freeing_waits_for_the_consumer_stream(stream):
+    consumer = stream()
+    t = dlpx.empty((16,), "float32", "cuda:0")
+    capsule = t.__dlpack__(stream=consumer, max_version=(1, 3))
+    del t, capsule  # the consumer's work on its stream may still be running
+    assert SIM.sim_cuda_frees_waiting() == 1
+    assert SIM.sim_cuda_waits(LEGACY, consumer) == 1
+
+
+def test_a_kernel_on_dlpx_s_current_stream_is_waited_for_before_the_free(stream):
+    allocated_on, kernel_stream = stream(), stream()
+    with dlpx.cuda.stream(allocated_on):
+        t = dlpx.empty((16,), "float32", "cuda:0")
+    view = abi.DLTensor()
+    table = abi.exchange_table(dlpx.Tensor)
+    with dlpx.cuda.stream(kernel_stream):
+        assert abi.DLTensorFromPyObject(table.dltensor_from_py_object_no_sync)(t, ctypes.byref(view)) == 0
+    del t
+    assert SIM.sim_cuda_waits(allocated_on, kernel_stream) == 1
+    assert SIM.sim_cuda_last_free_stream() == allocated_on
+
+
+def test_a_copy_to_the_host_reads_the_device_data(stream):
+    t = dlpx.empty((2, 3), "float32", "cuda:0")
+    fill(t, np.arange(6))
+    host = dlpx.from_dlpack(t, device="cpu")
+    assert host.device == "cpu:0"
+    np.testing.assert_array_equal(np.from_dlpack(host), np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert calls("cuMemcpyDtoHAsync_v2") == 1 and calls("cuStreamSynchronize") == 1
+    with pytest.raises(BufferError, match="copy=False forbids it"):
+        dlpx.from_dlpack(t, device="cpu", copy=False)
+
+
+def test_copy_true_copies_on_the_device_and_says_so():
+    t = dlpx.empty((4,), "float32", "cuda:0")
+    fill(t, [1, 2, 3, 4])
+    info = abi.read_capsule(t.__dlpack__(max_version=(1, 3), copy=True))
+    assert info["flags"] & abi.FLAG_IS_COPIED
+    assert info["data"] != t.data_ptr and info["device"] == (2, 0)
+    assert calls("cuMemcpyDtoDAsync_v2") == 1
+    copied = dlpx.from_dlpack(abi.CapsuleHolder(t.__dlpack__(max_version=(1, 3), copy=True), device=(2, 0)))
+    np.testing.assert_array_equal(read(copied, 4), [1, 2, 3, 4])
+
+
+def test_a_failing_event_record_is_an_error_and_leaks_nothing(stream):
+    consumer = stream()
+    t = dlpx.empty((4,), "float32", "cuda:0")
+    SIM.sim_cuda_fail(b"cuEventRecord", 400, 1)
+    with pytest.raises(RuntimeError, match="cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE"):
+        t.__dlpack__(stream=consumer, max_version=(1, 3))
+
+
+# ---- imports: the producer is asked for dlpx's stream ----------------------------------------
+
+
+def test_an_import_orders_dlpx_s_stream_after_the_exchange_table_s(stream):
+    producer_stream, mine = stream(), stream()
+    with dlpx.cuda.stream(producer_stream):
+        source = dlpx.empty((8,), "float32", "cuda:0")
+    # dlpx imports its own tensors through its own table, whose current_work_stream is the
+    # thread's current stream: the same stream, nothing to wait for.
+    with dlpx.cuda.stream(mine):
+        imported = dlpx.from_dlpack(source)
+    assert imported.data_ptr == source.data_ptr

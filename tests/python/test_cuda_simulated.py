@@ -1,0 +1,74 @@
+"""Runs sim_cuda_cases.py against the simulated CUDA driver (c_tests/sim_cuda), once per driver
+configuration, each in a fresh process: the driver is found and initialised once per process.
+
+The simulator is built by the CMake project; DLPX_SIM_CUDA_DIR names its directory (the test
+script sets it). Without it these tests skip, unless DLPX_REQUIRE_ALL_TESTS=1 asks for everything.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIM_DIR = os.environ.get("DLPX_SIM_CUDA_DIR", "")
+HAVE_SIM = os.path.isfile(os.path.join(SIM_DIR, "libcuda.so"))
+
+if not HAVE_SIM and os.environ.get("DLPX_REQUIRE_ALL_TESTS") == "1":
+    raise RuntimeError("DLPX_REQUIRE_ALL_TESTS=1 but DLPX_SIM_CUDA_DIR has no simulated libcuda.so")
+
+pytestmark = pytest.mark.skipif(not HAVE_SIM, reason="the simulated CUDA driver is not built (set DLPX_SIM_CUDA_DIR)")
+
+
+def run(env_extra, *pytest_args):
+    env = dict(os.environ, LD_LIBRARY_PATH=SIM_DIR + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""), **env_extra)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(HERE, "sim_cuda_cases.py"), *pytest_args]
+    return subprocess.run(command, env=env, cwd=HERE, capture_output=True, text=True, timeout=300)
+
+
+def test_every_case_passes_against_the_simulated_driver():
+    done = run({})
+    print(done.stdout[-6000:], done.stderr[-3000:])
+    assert done.returncode == 0, done.stdout[-6000:]
+
+
+PROBE = "import dlpx\ntry:\n    dlpx.empty((4,), 'float32', 'cuda:0')\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+
+
+def probe(env_extra, code=PROBE):
+    env = dict(os.environ, LD_LIBRARY_PATH=SIM_DIR + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""))
+    env.update(env_extra)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_driver_older_than_11_2_is_refused_by_name():
+    assert probe({"SIM_CUDA_DRIVER_VERSION": "11010"}) == (
+        "RuntimeError dlpx: empty: the CUDA driver is too old: version 11010, dlpx needs 11.2 or later"
+    )
+
+
+def test_a_machine_without_devices_names_the_count():
+    assert probe({"SIM_CUDA_DEVICES": "0"}) == (
+        "ValueError dlpx: empty: device cuda:0 does not exist: this machine has 0 CUDA device(s)"
+    )
+
+
+def test_devices_without_memory_pools_use_cu_mem_alloc():
+    code = (
+        "import ctypes, os, dlpx\n"
+        "sim = ctypes.CDLL(os.path.join(os.environ['DLPX_SIM_CUDA_DIR'], 'libcuda.so'))\n"
+        "sim.sim_cuda_calls.restype = ctypes.c_long\n"
+        "t = dlpx.empty((16,), 'float32', 'cuda:0'); del t\n"
+        "print(*(sim.sim_cuda_calls(n) for n in (b'cuMemAlloc_v2', b'cuMemFree_v2', b'cuMemAllocFromPoolAsync', b'cuMemFreeAsync')))\n"
+    )
+    assert probe({"SIM_CUDA_NO_POOLS": "1"}, code) == "1 1 0 0"
+
+
+def test_a_driver_lacking_a_function_is_an_error_not_a_crash():
+    # The same simulator built without cuMemPoolTrimTo, as an older or partial driver would be.
+    incomplete = SIM_DIR.rstrip(os.sep) + "_incomplete"
+    env = {"LD_LIBRARY_PATH": incomplete}
+    assert probe(env) == "RuntimeError dlpx: empty: the CUDA driver lacks cuMemPoolTrimTo"
