@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "dlpx/dlpx.h"
+#include "bench_python.h"
 
 #define MAX_TYPES 4
 #define MEASURES 16
@@ -37,49 +38,6 @@ typedef struct {
 } Producer;
 
 static const int k_ndims[4] = {1, 4, 16, 32};
-
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static void die(const char *what) {
-  if (PyErr_Occurred()) PyErr_Print();
-  fprintf(stderr, "exchange_bench: %s\n", what);
-  exit(2);
-}
-
-static const DLPackExchangeAPI *find_table(PyObject *type) {
-  PyObject *capsule = PyObject_GetAttrString(type, "__dlpack_c_exchange_api__");
-  if (capsule) {
-    void *p = PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
-    Py_DECREF(capsule);
-    if (!p) die("__dlpack_c_exchange_api__ is not a dlpack_exchange_api capsule");
-    return dlpx_exchange_api_select((const DLPackExchangeAPIHeader *)p);
-  }
-  PyErr_Clear();
-  PyObject *address = PyObject_GetAttrString(type, "__c_dlpack_exchange_api__");
-  if (!address) die("the type publishes no exchange table");
-  void *p = PyLong_AsVoidPtr(address);
-  Py_DECREF(address);
-  return dlpx_exchange_api_select((const DLPackExchangeAPIHeader *)p);
-}
-
-/* Evaluates a Python expression with dlpx, torch and numpy imported. */
-static PyObject *eval(const char *expression) {
-  static PyObject *globals = NULL;
-  if (!globals) {
-    globals = PyDict_New();
-    PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins());
-    PyObject *r = PyRun_String("import dlpx, torch, numpy", Py_file_input, globals, globals);
-    if (!r) die("import dlpx, torch, numpy");
-    Py_DECREF(r);
-  }
-  PyObject *r = PyRun_String(expression, Py_eval_input, globals, globals);
-  if (!r) die(expression);
-  return r;
-}
 
 static PyObject *make_sample(const char *type_name, int ndim) {
   char shape[256] = "(16,)";

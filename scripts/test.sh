@@ -11,6 +11,16 @@ BUILD=${DLPX_BUILD_DIR:-build/ci}
 echo "== cargo test"
 cargo test --release --quiet 2>&1 | tail -n 30
 
+echo "== cargo clippy -D warnings (the CUDA code too: it compiles without a toolkit)"
+if ! cargo clippy --version >/dev/null 2>&1 && command -v rustup >/dev/null; then
+  rustup component add clippy >/dev/null 2>&1 || true
+fi
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --release --all-targets --quiet -- -D warnings
+else
+  echo "WARNING: clippy is not installed and could not be added: lints skipped"
+fi
+
 echo "== generated headers are up to date"
 git diff --exit-code -- include/dlpx/dlpack.h include/dlpx/dlpx.h
 git ls-files --error-unmatch include/dlpx/dlpack.h include/dlpx/dlpx.h >/dev/null

@@ -63,7 +63,7 @@ pub extern "C" fn dlpx_set_current_stream(
         if device_id < 0 {
             return Err(Error::value("set_current_stream", format!("device_id = {device_id} is negative")));
         }
-        let old = crate::stream::set_current(device, stream);
+        let old = crate::stream::set_current("set_current_stream", device, stream)?;
         if let Some(previous) = NonNull::new(previous) {
             // SAFETY: non-NULL and writable by the caller's contract.
             unsafe { previous.as_ptr().write(old) };
@@ -92,6 +92,9 @@ pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i3
 /// allocator (others are ignored: their producer's allocator owns the memory). dlpx records the
 /// consumer streams it hears of itself (`__dlpack__(stream=...)`, `current_work_stream`).
 /// Returns 0, or -1 (see `dlpx_last_error()`) for a NULL tensor or a negative `device_id`.
+///
+/// # Safety
+/// `tensor` is NULL or a managed tensor the caller holds (its deleter not yet called).
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_record_stream(tensor: *const DLManagedTensorVersioned, device_id: i32, stream: *mut c_void) -> c_int {
     boundary(Channel::LastError, "record_stream", || {
@@ -119,6 +122,9 @@ pub extern "C" fn dlpx_cuda_empty_cache() -> c_int {
 /// Walks a `prev_api` chain from `head` to the first table of DLPack major version 1 — the one
 /// dlpx and this header understand. At most 16 links are followed; a cycle, a chain without a
 /// major-1 table, or a NULL head returns NULL with the reason in `dlpx_last_error()`.
+///
+/// # Safety
+/// `head` is NULL or a table header whose `prev_api` links are NULL or valid headers.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_exchange_api_select(head: *const DLPackExchangeAPIHeader) -> *const DLPackExchangeAPI {
     boundary(Channel::LastError, "exchange_api_select", || {
@@ -131,6 +137,9 @@ pub unsafe extern "C" fn dlpx_exchange_api_select(head: *const DLPackExchangeAPI
 /// the Python exception named by `kind` (ValueError, MemoryError, …; RuntimeError for names it
 /// does not know) with `message`, taking the GIL itself. `error_ctx` is unused. Without a
 /// Python interpreter in the process the message goes to `dlpx_last_error()`.
+///
+/// # Safety
+/// The GIL is held; `kind` and `message` are NULL or NUL-terminated strings.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *const c_char, message: *const c_char) {
     boundary(Channel::LastError, "set_error_python", || {
@@ -169,6 +178,9 @@ pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *c
 /// `__dlpack__`, allocates with dlpx's allocator and returns `dlpx.Tensor`s (its
 /// `dltensor_from_py_object_no_sync` is NULL). Returns NULL with a Python exception set when the
 /// type publishes a broken table or no interpreter is running.
+///
+/// # Safety
+/// The GIL is held; `py_object` is NULL or a live `PyObject*`.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const DLPackExchangeAPI {
     boundary(Channel::Python, "exchange_api_of", || {
@@ -180,6 +192,9 @@ pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const 
 /// type's exchange table when it has one, else `__dlpack__(max_version=(1, 3))`, else the legacy
 /// `__dlpack__()`. The caller calls `(*out)->deleter(*out)` when done (no GIL needed for dlpx's
 /// own deleters). Returns 0, or -1 with a Python exception set.
+///
+/// # Safety
+/// The GIL is held; `py_object` is NULL or a live `PyObject*`; `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_import(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
     boundary(Channel::Python, "import", || {
@@ -206,6 +221,9 @@ pub struct DlpxTensorView {
 /// `dltensor_from_py_object_no_sync` when its table has one (no allocation), else an owning
 /// import kept in `out->owner`. Always pair with `dlpx_view_release(out)`. Returns 0, or -1 with
 /// a Python exception set (then `out` needs no release).
+///
+/// # Safety
+/// The GIL is held; `py_object` is NULL or a live `PyObject*` that outlives the view; `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_view_of(py_object: *mut c_void, out: *mut DlpxTensorView) -> c_int {
     boundary(Channel::Python, "view_of", || {
@@ -220,6 +238,9 @@ pub unsafe extern "C" fn dlpx_view_of(py_object: *mut c_void, out: *mut DlpxTens
 
 /// Releases what `dlpx_view_of` took (nothing for non-owning views). Idempotent; NULL is allowed.
 /// A Python exception pending on this thread survives the release.
+///
+/// # Safety
+/// `view` is NULL or a view `dlpx_view_of` filled; releasing an owning view may run its producer's deleter, so hold the GIL when the producer needs it.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
     boundary(Channel::LastError, "view_release", || {
@@ -242,6 +263,9 @@ pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
 /// allocator), or dlpx's when it has none or `like_py_object` is NULL. Errors go to `SetError(error_ctx, kind, message)`
 /// exactly once (`dlpx_set_error_python` raises them as Python exceptions); with a NULL
 /// `SetError` they go to `dlpx_last_error()`. Returns 0, or -1.
+///
+/// # Safety
+/// The GIL is held; `like_py_object` is NULL or live; `prototype` is valid with `ndim` shape values; `out` is writable.
 #[no_mangle]
 #[allow(non_snake_case)] // `SetError` keeps the DLPack header's parameter name
 pub unsafe extern "C" fn dlpx_allocate_like(
@@ -277,6 +301,9 @@ pub unsafe extern "C" fn dlpx_allocate_like(
 /// `managed_tensor_to_py_object_no_sync`, or a `dlpx.Tensor` when it has none (or `like_py_object`
 /// is NULL). On success the object owns `managed`; on failure (-1, Python exception set) the
 /// caller still owns it and must call its deleter.
+///
+/// # Safety
+/// The GIL is held; `like_py_object` is NULL or live; `managed` is a managed tensor the caller owns; `out_py_object` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_to_py_like(
     like_py_object: *mut c_void,
@@ -295,6 +322,9 @@ pub unsafe extern "C" fn dlpx_to_py_like(
 /// The current work stream of `like_py_object`'s framework on a device (GIL held), e.g. torch's
 /// `torch.cuda.current_stream()` for a torch tensor; dlpx's per-thread stream for objects
 /// without a table; NULL for CPU. Launch kernels there. Returns 0, or -1 with a Python exception.
+///
+/// # Safety
+/// The GIL is held; `like_py_object` is NULL or a live `PyObject*`; `out_stream` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_current_stream_of(
     like_py_object: *mut c_void,

@@ -98,10 +98,16 @@ unsafe fn dltensor_from_py_object_checked(py_object: *mut c_void, out: *mut DLTe
 }
 
 unsafe extern "C" fn current_work_stream(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
-    // CPU has no streams: answered without touching anything else (and nothing here can panic).
-    if device_type == DeviceType::CPU && !out.is_null() {
+    // Nothing here can panic (stream::current is panic-free), so the answer needs no boundary;
+    // CPU has no streams and is answered without even a thread-local lookup.
+    if !out.is_null() {
+        let stream = if device_type == DeviceType::CPU {
+            std::ptr::null_mut()
+        } else {
+            stream::current(DLDevice { device_type, device_id })
+        };
         // SAFETY: non-NULL and writable by the caller's contract.
-        unsafe { out.write(std::ptr::null_mut()) };
+        unsafe { out.write(stream) };
         return 0;
     }
     current_work_stream_checked(device_type, device_id, out)

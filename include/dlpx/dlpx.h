@@ -87,6 +87,9 @@ int dlpx_get_current_stream(DLDeviceType device_type, int32_t device_id, void **
  * allocator (others are ignored: their producer's allocator owns the memory). dlpx records the
  * consumer streams it hears of itself (`__dlpack__(stream=...)`, `current_work_stream`).
  * Returns 0, or -1 (see `dlpx_last_error()`) for a NULL tensor or a negative `device_id`.
+ *
+ * # Safety
+ * `tensor` is NULL or a managed tensor the caller holds (its deleter not yet called).
  */
 int dlpx_record_stream(const DLManagedTensorVersioned *tensor, int32_t device_id, void *stream);
 
@@ -101,6 +104,9 @@ int dlpx_cuda_empty_cache(void);
  * Walks a `prev_api` chain from `head` to the first table of DLPack major version 1 — the one
  * dlpx and this header understand. At most 16 links are followed; a cycle, a chain without a
  * major-1 table, or a NULL head returns NULL with the reason in `dlpx_last_error()`.
+ *
+ * # Safety
+ * `head` is NULL or a table header whose `prev_api` links are NULL or valid headers.
  */
 const DLPackExchangeAPI *dlpx_exchange_api_select(const DLPackExchangeAPIHeader *head);
 
@@ -109,6 +115,9 @@ const DLPackExchangeAPI *dlpx_exchange_api_select(const DLPackExchangeAPIHeader 
  * the Python exception named by `kind` (ValueError, MemoryError, …; RuntimeError for names it
  * does not know) with `message`, taking the GIL itself. `error_ctx` is unused. Without a
  * Python interpreter in the process the message goes to `dlpx_last_error()`.
+ *
+ * # Safety
+ * The GIL is held; `kind` and `message` are NULL or NUL-terminated strings.
  */
 void dlpx_set_error_python(void *_error_ctx, const char *kind, const char *message);
 
@@ -119,6 +128,9 @@ void dlpx_set_error_python(void *_error_ctx, const char *kind, const char *messa
  * `__dlpack__`, allocates with dlpx's allocator and returns `dlpx.Tensor`s (its
  * `dltensor_from_py_object_no_sync` is NULL). Returns NULL with a Python exception set when the
  * type publishes a broken table or no interpreter is running.
+ *
+ * # Safety
+ * The GIL is held; `py_object` is NULL or a live `PyObject*`.
  */
 const DLPackExchangeAPI *dlpx_exchange_api_of(void *py_object);
 
@@ -127,6 +139,9 @@ const DLPackExchangeAPI *dlpx_exchange_api_of(void *py_object);
  * type's exchange table when it has one, else `__dlpack__(max_version=(1, 3))`, else the legacy
  * `__dlpack__()`. The caller calls `(*out)->deleter(*out)` when done (no GIL needed for dlpx's
  * own deleters). Returns 0, or -1 with a Python exception set.
+ *
+ * # Safety
+ * The GIL is held; `py_object` is NULL or a live `PyObject*`; `out` is NULL or writable.
  */
 int dlpx_import(void *py_object, DLManagedTensorVersioned **out);
 
@@ -135,12 +150,19 @@ int dlpx_import(void *py_object, DLManagedTensorVersioned **out);
  * `dltensor_from_py_object_no_sync` when its table has one (no allocation), else an owning
  * import kept in `out->owner`. Always pair with `dlpx_view_release(out)`. Returns 0, or -1 with
  * a Python exception set (then `out` needs no release).
+ *
+ * # Safety
+ * The GIL is held; `py_object` is NULL or a live `PyObject*` that outlives the view; `out` is NULL or writable.
  */
-int dlpx_view_of(void *py_object, DlpxTensorView *out);
+int dlpx_view_of(void *py_object,
+                 DlpxTensorView *out);
 
 /**
  * Releases what `dlpx_view_of` took (nothing for non-owning views). Idempotent; NULL is allowed.
  * A Python exception pending on this thread survives the release.
+ *
+ * # Safety
+ * `view` is NULL or a view `dlpx_view_of` filled; releasing an owning view may run its producer's deleter, so hold the GIL when the producer needs it.
  */
 void dlpx_view_release(DlpxTensorView *view);
 
@@ -150,6 +172,9 @@ void dlpx_view_release(DlpxTensorView *view);
  * allocator), or dlpx's when it has none or `like_py_object` is NULL. Errors go to `SetError(error_ctx, kind, message)`
  * exactly once (`dlpx_set_error_python` raises them as Python exceptions); with a NULL
  * `SetError` they go to `dlpx_last_error()`. Returns 0, or -1.
+ *
+ * # Safety
+ * The GIL is held; `like_py_object` is NULL or live; `prototype` is valid with `ndim` shape values; `out` is writable.
  */
 int dlpx_allocate_like(void *like_py_object,
                        DLTensor *prototype,
@@ -162,13 +187,21 @@ int dlpx_allocate_like(void *like_py_object,
  * `managed_tensor_to_py_object_no_sync`, or a `dlpx.Tensor` when it has none (or `like_py_object`
  * is NULL). On success the object owns `managed`; on failure (-1, Python exception set) the
  * caller still owns it and must call its deleter.
+ *
+ * # Safety
+ * The GIL is held; `like_py_object` is NULL or live; `managed` is a managed tensor the caller owns; `out_py_object` is NULL or writable.
  */
-int dlpx_to_py_like(void *like_py_object, DLManagedTensorVersioned *managed, void **out_py_object);
+int dlpx_to_py_like(void *like_py_object,
+                    DLManagedTensorVersioned *managed,
+                    void **out_py_object);
 
 /**
  * The current work stream of `like_py_object`'s framework on a device (GIL held), e.g. torch's
  * `torch.cuda.current_stream()` for a torch tensor; dlpx's per-thread stream for objects
  * without a table; NULL for CPU. Launch kernels there. Returns 0, or -1 with a Python exception.
+ *
+ * # Safety
+ * The GIL is held; `like_py_object` is NULL or a live `PyObject*`; `out_stream` is NULL or writable.
  */
 int dlpx_current_stream_of(void *like_py_object,
                            DLDeviceType device_type,

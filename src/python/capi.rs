@@ -303,6 +303,12 @@ pub struct GilCell<T: Copy>(std::cell::UnsafeCell<Option<T>>);
 // SAFETY: every access happens with the GIL held, which serialises them.
 unsafe impl<T: Copy> Sync for GilCell<T> {}
 
+impl<T: Copy> Default for GilCell<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<T: Copy> GilCell<T> {
     pub const fn new() -> Self {
         GilCell(std::cell::UnsafeCell::new(None))

@@ -27,6 +27,10 @@ synchronisation): the consumer's stream then waits on an event recorded on dlpx'
 const CONTEXT: &str = "__dlpack__";
 static NAMES: args::Names = args::Names::new(&[c"stream", c"max_version", c"dl_device", c"copy"]);
 
+/// `dlpx.Tensor.__dlpack__`.
+///
+/// # Safety
+/// CPython's METH_FASTCALL | METH_KEYWORDS call of a method of a live dlpx.Tensor, GIL held.
 pub unsafe extern "C" fn dlpack(
     object: *mut PyObject,
     args: *const *mut PyObject,
@@ -96,7 +100,7 @@ pub unsafe extern "C" fn dlpack(
 fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(Tensor, bool)> {
     let device = tensor.dl_tensor().device;
     let same_device = target == device;
-    if !same_device && !(target.device_type == DeviceType::CPU && target.device_id == 0) {
+    if !(same_device || target.device_type == DeviceType::CPU && target.device_id == 0) {
         return Err(Error::buffer(
             CONTEXT,
             format!("cannot export a {} tensor to {}", crate::device::name(device), crate::device::name(target)),
@@ -139,6 +143,10 @@ fn consumer_stream(py: &Python, stream: *mut PyObject, device: DLDevice, target:
     }
 }
 
+/// `dlpx.Tensor.__dlpack_device__`.
+///
+/// # Safety
+/// CPython's METH_NOARGS call of a method of a live dlpx.Tensor, GIL held.
 pub unsafe extern "C" fn dlpack_device(object: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {
     boundary(Channel::Python, "__dlpack_device__", || {
         let py = py();

@@ -1,5 +1,9 @@
 //! The Python face of dlpx: the `dlpx._native` module, the `dlpx.Tensor` type, the importer.
 //! All of it runs against a CPython resolved at run time (see `capi`).
+//!
+//! Functions here take `PyObject*` as CPython's own API does: borrowed references, valid while
+//! the caller holds the GIL — the contract of the whole module, so they are not each `unsafe`.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod args;
 pub mod capi;

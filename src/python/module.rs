@@ -137,7 +137,7 @@ unsafe extern "C" fn set_current_stream(
             return Err(Error::value(CONTEXT, "cpu has no streams"));
         }
         let handle = if args::is_none(py, v[2]) { 0 } else { args::int_value(py, v[2], CONTEXT, "stream")? };
-        let previous = crate::stream::set_current(device, handle as usize as *mut c_void);
+        let previous = crate::stream::set_current(CONTEXT, device, handle as usize as *mut c_void)?;
         // SAFETY: GIL held.
         py.check(unsafe { (py.PyLong_FromUnsignedLongLong)(previous as usize as u64) })
     })
@@ -237,6 +237,9 @@ macro_rules! method {
 const MODULE_DOC: &CStr = c"Native core of dlpx (libdlpx.so loaded as a Python extension module).";
 
 /// Entry point CPython calls when `dlpx._native` is loaded from `libdlpx.so`.
+///
+/// # Safety
+/// Called by CPython's import machinery, with the GIL held.
 #[no_mangle]
 pub unsafe extern "C" fn PyInit__native() -> *mut PyObject {
     boundary(Channel::Python, "PyInit__native", || {

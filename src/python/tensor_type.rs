@@ -448,7 +448,7 @@ pub fn create_type(py: &Python) -> Result<*mut PyObject> {
         basicsize: std::mem::size_of::<PyTensor>() as c_int,
         itemsize: 0,
         // Py_TPFLAGS_DEFAULT before 3.10 (version tag; ignored later) | BASETYPE so users may subclass.
-        flags: ((1u64 << 18) | pyo3_ffi::Py_TPFLAGS_BASETYPE as u64) as std::ffi::c_uint,
+        flags: ((1u64 << 18) | pyo3_ffi::Py_TPFLAGS_BASETYPE) as std::ffi::c_uint,
         slots: slots.as_mut_ptr(),
     }));
     // SAFETY: GIL held; the spec and everything it points to is 'static.

@@ -87,6 +87,23 @@ def test_bad_streams_are_refused(stream, error):
             pass
 
 
+def test_a_thread_holds_streams_on_at_most_16_devices_and_says_so():
+    for device in range(16):
+        dlpx.cuda.set_current_stream(0x100 + device, device)
+    try:
+        with pytest.raises(ValueError, match="at most 16 devices"):
+            dlpx.cuda.set_current_stream(0x999, 16)
+        dlpx.cuda.set_current_stream(0x777, 3)  # replacing one is still fine
+        assert dlpx.cuda.current_stream(3) == 0x777
+        assert [dlpx.cuda.current_stream(d) for d in (0, 15, 16)] == [0x100, 0x10F, 0]
+    finally:
+        for device in range(16):
+            dlpx.cuda.set_current_stream(None, device)
+    assert all(dlpx.cuda.current_stream(d) == 0 for d in range(17))
+    dlpx.cuda.set_current_stream(0x999, 16)  # room again
+    dlpx.cuda.set_current_stream(None, 16)
+
+
 def test_cpu_has_no_streams():
     with pytest.raises(ValueError, match="cpu has no streams"):
         dlpx._native._set_current_stream(1, 0, 5)
