@@ -150,13 +150,17 @@ pub fn record_use(managed: &DLManagedTensorVersioned, device_id: i32, stream: *m
     // SAFETY: ours, so `managed` is the first field of a live Header.
     let header = unsafe { &*(managed as *const DLManagedTensorVersioned).cast::<Header>() };
     match header.data {
-        Data::CudaDevice { device_id: home, stream: allocated_on } if home == device_id => {
-            if cuda::same_stream(allocated_on as usize, stream as usize) {
-                return;
-            }
-        }
+        Data::CudaDevice { device_id: home, .. } if home == device_id => {}
         Data::CudaHost { .. } => {}
         _ => return,
+    }
+    // 0x2 names the calling thread's per-thread stream; the deleter may run on another thread.
+    // Those streams are blocking, so the legacy stream (which waits for them all) stands in.
+    let stream = if stream as usize == cuda::STREAM_PER_THREAD { cuda::STREAM_LEGACY as *mut c_void } else { stream };
+    if let Data::CudaDevice { stream: allocated_on, .. } = header.data {
+        if cuda::same_stream(allocated_on as usize, stream as usize) {
+            return;
+        }
     }
     let mut uses = header.uses.load(Ordering::Acquire);
     if uses.is_null() {

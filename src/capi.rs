@@ -88,9 +88,12 @@ pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i3
 /// Records that work on `tensor`'s data is being enqueued on `stream` of CUDA device
 /// `device_id` (torch's `record_stream`): when the tensor is deleted, dlpx's allocator waits for
 /// the work enqueued on that stream by then before the memory can be reused. Needed only for a
-/// stream other than the one the tensor was allocated on, and only for tensors from dlpx's
-/// allocator (others are ignored: their producer's allocator owns the memory). dlpx records the
-/// consumer streams it hears of itself (`__dlpack__(stream=...)`, `current_work_stream`).
+/// stream other than the one the tensor was allocated on, and only for tensors dlpx allocated —
+/// from its allocator, or exported by dlpx from one (others are ignored: their producer's
+/// allocator owns the memory). dlpx records the consumer streams it hears of itself
+/// (`__dlpack__(stream=...)`, and its current stream when a kernel reads a tensor through the
+/// exchange table); a consumer working on another stream records it here. The stream must
+/// outlive the tensor (an event is recorded on it when the tensor is deleted).
 /// Returns 0, or -1 (see `dlpx_last_error()`) for a NULL tensor or a negative `device_id`.
 ///
 /// # Safety
@@ -103,7 +106,8 @@ pub unsafe extern "C" fn dlpx_record_stream(tensor: *const DLManagedTensorVersio
         if device_id < 0 {
             return Err(Error::value("record_stream", format!("device_id = {device_id} is negative")));
         }
-        crate::allocation::record_use(tensor, device_id, stream);
+        // SAFETY: a live managed tensor, per the contract.
+        unsafe { crate::Tensor::record_stream_of(tensor, device_id, stream) };
         Ok(0)
     })
 }

@@ -68,6 +68,24 @@ impl Tensor {
         }
     }
 
+    /// [`Tensor::record_stream`] for a managed tensor dlpx handed out: an allocator block, or an
+    /// export of a tensor (whose owner is found through the export). Others are ignored.
+    ///
+    /// # Safety
+    /// `managed` is a live managed tensor the caller holds.
+    pub unsafe fn record_stream_of(managed: &DLManagedTensorVersioned, device_id: i32, stream: *mut c_void) {
+        if allocation::is_ours(managed) {
+            allocation::record_use(managed, device_id, stream);
+        } else if is_our_export(managed) {
+            // SAFETY: an export's manager_ctx is an `Arc<Core>` it holds; borrowed here, not taken.
+            let core = unsafe { &*managed.manager_ctx.cast_const().cast::<Core>() };
+            if let Owner::Versioned(m) = core.owner {
+                // SAFETY: the core keeps its owner alive.
+                allocation::record_use(unsafe { m.as_ref() }, device_id, stream);
+            }
+        }
+    }
+
     /// A consumer of dlpx's exchange table works on dlpx's current stream of the tensor's
     /// device (`current_work_stream`): record it.
     #[inline]

@@ -83,9 +83,12 @@ int dlpx_get_current_stream(DLDeviceType device_type, int32_t device_id, void **
  * Records that work on `tensor`'s data is being enqueued on `stream` of CUDA device
  * `device_id` (torch's `record_stream`): when the tensor is deleted, dlpx's allocator waits for
  * the work enqueued on that stream by then before the memory can be reused. Needed only for a
- * stream other than the one the tensor was allocated on, and only for tensors from dlpx's
- * allocator (others are ignored: their producer's allocator owns the memory). dlpx records the
- * consumer streams it hears of itself (`__dlpack__(stream=...)`, `current_work_stream`).
+ * stream other than the one the tensor was allocated on, and only for tensors dlpx allocated —
+ * from its allocator, or exported by dlpx from one (others are ignored: their producer's
+ * allocator owns the memory). dlpx records the consumer streams it hears of itself
+ * (`__dlpack__(stream=...)`, and its current stream when a kernel reads a tensor through the
+ * exchange table); a consumer working on another stream records it here. The stream must
+ * outlive the tensor (an event is recorded on it when the tensor is deleted).
  * Returns 0, or -1 (see `dlpx_last_error()`) for a NULL tensor or a negative `device_id`.
  *
  * # Safety

@@ -102,7 +102,8 @@ fn create_pool(driver: &Driver, device: CUdevice) -> CUmemoryPool {
         if (driver.cuMemPoolCreate)(&mut pool, &props) != driver::CUDA_SUCCESS {
             return std::ptr::null_mut();
         }
-        (driver.cuMemPoolSetAttribute)(pool, driver::MEMPOOL_ATTR_RELEASE_THRESHOLD, (&mut threshold as *mut u64).cast());
+        // Without the threshold the pool still works, releasing memory at synchronisations.
+        let _ = (driver.cuMemPoolSetAttribute)(pool, driver::MEMPOOL_ATTR_RELEASE_THRESHOLD, (&mut threshold as *mut u64).cast());
     }
     pool
 }
@@ -129,6 +130,13 @@ fn with_context<T>(driver: &Driver, context: &str, ctx: CUcontext, f: impl FnOnc
     f()
 }
 
+/// Waits (without the GIL) for all work of the current context: only where an ordering that
+/// should have been an event cannot be made, so that memory is never freed under a reader.
+fn synchronise_context(driver: &Driver) {
+    // SAFETY: a context is current (callers run inside `with_context`).
+    crate::python::without_gil(|| unsafe { (driver.cuCtxSynchronize)() });
+}
+
 /// Runs `f` on `device_id` with its primary context current.
 fn on_device<T>(context: &str, device_id: i32, f: impl FnOnce(&'static Driver, &'static Device) -> Result<T>) -> Result<T> {
     let (driver, state) = device(context, device_id)?;
@@ -140,12 +148,19 @@ pub fn alloc_device(context: &str, device_id: i32, nbytes: usize, stream: *mut c
     on_device(context, device_id, |driver, state| {
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: a valid out pointer; the stream belongs to the caller (or is NULL).
-        let code = unsafe {
+        let allocate = |ptr: &mut CUdeviceptr| unsafe {
             match state.pool {
-                0 => (driver.cuMemAlloc_v2)(&mut ptr, nbytes),
-                pool => (driver.cuMemAllocFromPoolAsync)(&mut ptr, nbytes, pool as CUmemoryPool, stream as CUstream),
+                0 => (driver.cuMemAlloc_v2)(ptr, nbytes),
+                pool => (driver.cuMemAllocFromPoolAsync)(ptr, nbytes, pool as CUmemoryPool, stream as CUstream),
             }
         };
+        let mut code = allocate(&mut ptr);
+        if code == driver::CUDA_ERROR_OUT_OF_MEMORY && state.pool != 0 {
+            // The pool keeps what dlpx freed: give it back (others may hold the rest) and retry.
+            // SAFETY: a pool dlpx created.
+            unsafe { (driver.cuMemPoolTrimTo)(state.pool as CUmemoryPool, 0) };
+            code = allocate(&mut ptr);
+        }
         out_of_memory(driver, context, code, nbytes, device_id)?;
         Ok(ptr as *mut c_void)
     })
@@ -160,23 +175,31 @@ pub fn alloc_device(context: &str, device_id: i32, nbytes: usize, stream: *mut c
 pub unsafe fn free_device(device_id: i32, ptr: *mut c_void, stream: *mut c_void, uses: &[StreamUse]) -> Result<()> {
     on_device("deleter", device_id, |driver, state| {
         if state.pool == 0 {
-            // cuMemFree waits for the device's work on the memory itself.
+            // cuMemFree waits for the device's work on the memory itself (without the GIL).
             // SAFETY: per the contract.
-            return checked(driver, "deleter", "cuMemFree", unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) });
+            let code = crate::python::without_gil(|| unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) });
+            return checked(driver, "deleter", "cuMemFree", code);
         }
-        for &(_, used_on) in uses.iter().filter(|&&(d, s)| d == device_id && !same_stream(s, stream as usize)) {
-            enqueue_wait(driver, "deleter", used_on, stream as usize)?;
+        let waited = uses
+            .iter()
+            .filter(|&&(d, s)| d == device_id && !same_stream(s, stream as usize))
+            .try_for_each(|&(_, used_on)| enqueue_wait(driver, "deleter", used_on, stream as usize));
+        if waited.is_err() {
+            // A recorded stream is gone (destroyed before the tensor): the memory is still freed,
+            // after the whole device is idle rather than never.
+            synchronise_context(driver);
         }
         // SAFETY: per the contract.
         checked(driver, "deleter", "cuMemFreeAsync", unsafe { (driver.cuMemFreeAsync)(ptr as CUdeviceptr, stream as CUstream) })
+            .and(waited)
     })
 }
 
 /// Gives the memory dlpx's pools keep for reuse back to the driver, on every device set up so far.
 pub fn empty_cache(context: &str) -> Result<()> {
-    if let Some(devices) = DEVICES.get() {
+    if DEVICES.get().is_some() {
         let driver = driver::get(context)?;
-        for state in devices.iter().filter_map(OnceCell::get).filter(|s| s.pool != 0) {
+        for (_, state) in set_up_devices().filter(|(_, s)| s.pool != 0) {
             with_context(driver, context, state.context as CUcontext, || {
                 // SAFETY: a pool dlpx created; trimming keeps memory that is still allocated.
                 checked(driver, context, "cuMemPoolTrimTo", unsafe { (driver.cuMemPoolTrimTo)(state.pool as CUmemoryPool, 0) })
@@ -249,7 +272,7 @@ fn take_pinned(driver: &Driver, capacity: usize) -> Option<usize> {
 
 fn fences_done(driver: &Driver, fences: &[usize]) -> bool {
     // SAFETY: events dlpx created and has not destroyed.
-    fences.iter().all(|&e| unsafe { (driver.cuEventQuery)(e as CUevent) } != driver::CUDA_ERROR_NOT_READY)
+    fences.iter().all(|&e| unsafe { (driver.cuEventQuery)(e as CUevent) } == driver::CUDA_SUCCESS)
 }
 
 fn destroy_events(driver: &Driver, events: &[usize]) {
@@ -259,21 +282,26 @@ fn destroy_events(driver: &Driver, events: &[usize]) {
     }
 }
 
-/// Returns a pinned block to the cache (or to the driver when the cache is full), fenced
-/// after the work enqueued so far on the streams in `uses`.
+/// Returns a pinned block to the cache (or to the driver when the cache is full), fenced after
+/// the work enqueued so far on the streams in `uses` and on the legacy default stream of every
+/// device dlpx has used (which covers every blocking stream: a consumer such as torch copying
+/// from the block on its default stream records nothing).
 ///
 /// # Safety
 /// `ptr` came from `alloc_pinned(capacity)` and is not used afterwards.
 pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &[StreamUse]) -> Result<()> {
     let driver = driver::get("deleter")?;
-    let mut fences = Vec::with_capacity(uses.len());
-    for &(device_id, stream) in uses {
-        match on_device("deleter", device_id, |driver, _| record_event(driver, "deleter", stream)) {
-            Ok(event) => fences.push(event),
-            Err(err) => {
-                destroy_events(driver, &fences);
-                return Err(err);
-            }
+    let mut fences = Vec::with_capacity(uses.len() + 1);
+    let legacy = set_up_devices().map(|(device_id, _)| (device_id, STREAM_LEGACY));
+    for (device_id, stream) in uses.iter().copied().chain(legacy) {
+        let fenced = on_device("deleter", device_id, |driver, _| {
+            Ok(record_event(driver, "deleter", stream).map_err(|_| {
+                // A recorded stream is gone: wait for the device instead of reusing under a reader.
+                synchronise_context(driver)
+            }))
+        });
+        if let Ok(Ok(event)) = fenced {
+            fences.push(event);
         }
     }
     {
@@ -285,17 +313,20 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &[StreamUse])
         }
     }
     // The cache is full: wait for the fenced work (without the GIL), then give the block back.
-    let waited = fences.iter().try_for_each(|&event| {
+    for &event in &fences {
         // SAFETY: an event dlpx created and has not destroyed.
-        let code = crate::python::without_gil(|| unsafe { (driver.cuEventSynchronize)(event as CUevent) });
-        checked(driver, "deleter", "cuEventSynchronize", code)
-    });
+        crate::python::without_gil(|| unsafe { (driver.cuEventSynchronize)(event as CUevent) });
+    }
     destroy_events(driver, &fences);
-    waited?;
     on_device("deleter", 0, |driver, _| {
         // SAFETY: per the contract.
         checked(driver, "deleter", "cuMemFreeHost", crate::python::without_gil(|| unsafe { (driver.cuMemFreeHost)(ptr) }))
     })
+}
+
+/// The devices dlpx has set up so far, with their state.
+fn set_up_devices() -> impl Iterator<Item = (i32, &'static Device)> {
+    DEVICES.get().into_iter().flat_map(|devices| devices.iter().enumerate().filter_map(|(i, d)| d.get().map(|d| (i as i32, d))))
 }
 
 /// Frees every cached pinned block whose fences have completed.
@@ -311,12 +342,14 @@ fn empty_pinned_cache(context: &str) -> Result<()> {
         return Ok(());
     }
     on_device(context, 0, |driver, _| {
+        let mut first_error = Ok(());
         for block in &done {
             destroy_events(driver, &block.fences);
             // SAFETY: a cached block nobody uses.
-            checked(driver, context, "cuMemFreeHost", unsafe { (driver.cuMemFreeHost)(block.ptr as *mut c_void) })?;
+            let code = crate::python::without_gil(|| unsafe { (driver.cuMemFreeHost)(block.ptr as *mut c_void) });
+            first_error = first_error.and(checked(driver, context, "cuMemFreeHost", code));
         }
-        Ok(())
+        first_error
     })
 }
 
@@ -376,11 +409,12 @@ pub fn order_after(context: &str, device_id: i32, producer: *mut c_void, consume
 pub unsafe fn copy_to_host(context: &str, device_id: i32, dst: *mut c_void, src: *const c_void, nbytes: usize, stream: *mut c_void) -> Result<()> {
     on_device(context, device_id, |driver, _| {
         // SAFETY: per the contract.
-        unsafe {
+        // Into pageable memory the copy itself blocks until the stream drains: all of it runs
+        // without the GIL (a host callback queued on the stream may need it).
+        crate::python::without_gil(|| unsafe {
             checked(driver, context, "cuMemcpyDtoHAsync", (driver.cuMemcpyDtoHAsync_v2)(dst, src as CUdeviceptr, nbytes, stream as CUstream))?;
-            let synchronise = || (driver.cuStreamSynchronize)(stream as CUstream);
-            checked(driver, context, "cuStreamSynchronize", crate::python::without_gil(synchronise))
-        }
+            checked(driver, context, "cuStreamSynchronize", (driver.cuStreamSynchronize)(stream as CUstream))
+        })
     })
 }
 

@@ -74,6 +74,7 @@ driver_functions! {
     cuEventDestroy_v2(CUevent);
     cuStreamWaitEvent(CUstream, CUevent, c_uint);
     cuStreamSynchronize(CUstream);
+    cuCtxSynchronize();
     cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
     cuMemcpyDtoDAsync_v2(CUdeviceptr, CUdeviceptr, usize, CUstream);
 }
@@ -118,6 +119,16 @@ fn load() -> std::result::Result<Loaded, (ErrorKind, String)> {
     let library = unsafe { sys::culib() };
     // SAFETY: looking a symbol up has no effect; the address is only used through its signature.
     let lookup = |name: &[u8]| unsafe { library.get::<*mut c_void>(name).ok().map(|symbol| *symbol) };
+    if let Some(get_version) = lookup(b"cuDriverGetVersion\0").filter(|p| !p.is_null()) {
+        // Asked before the whole table: an old driver lacks newer functions, and "too old" says why.
+        // SAFETY: the driver's cuDriverGetVersion, callable before cuInit.
+        let get_version = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_int) -> c_int>(get_version) };
+        let mut version = 0;
+        // SAFETY: a valid out pointer.
+        if unsafe { get_version(&mut version) } == CUDA_SUCCESS && version < MIN_DRIVER_VERSION {
+            return Err(too_old(version));
+        }
+    }
     let driver = Driver::resolve(&lookup).map_err(runtime)?;
     // SAFETY: cuInit may be called any number of times from any thread.
     let initialised = unsafe { (driver.cuInit)(0) };
@@ -129,14 +140,20 @@ fn load() -> std::result::Result<Loaded, (ErrorKind, String)> {
     let mut version = 0;
     // SAFETY: a valid out pointer.
     check(&driver, "cuDriverGetVersion", unsafe { (driver.cuDriverGetVersion)(&mut version) }).map_err(|e| (e.kind, e.message))?;
-    if version < 11020 {
-        // Stream-ordered allocation (memory pools) arrived in CUDA 11.2.
-        return Err(runtime(format!("the CUDA driver is too old: version {version}, dlpx needs 11.2 or later")));
+    if version < MIN_DRIVER_VERSION {
+        return Err(too_old(version));
     }
     let mut device_count = 0;
     // SAFETY: a valid out pointer after a successful cuInit.
     check(&driver, "cuDeviceGetCount", unsafe { (driver.cuDeviceGetCount)(&mut device_count) }).map_err(|e| (e.kind, e.message))?;
     Ok(Loaded { driver, device_count })
+}
+
+/// Stream-ordered allocation (memory pools) arrived in CUDA 11.2.
+const MIN_DRIVER_VERSION: c_int = 11020;
+
+fn too_old(version: c_int) -> (ErrorKind, String) {
+    (ErrorKind::RuntimeError, format!("the CUDA driver is too old: version {version}, dlpx needs 11.2 or later"))
 }
 
 /// Whether libcuda can be loaded (without initialising it).

@@ -43,6 +43,10 @@ SIM.sim_cuda_pool_release_threshold.argtypes = [ctypes.c_void_p]
 SIM.sim_cuda_pool_release_threshold.restype = ctypes.c_ulonglong
 SIM.sim_cuda_misuses.restype = ctypes.c_long
 
+DLPX = ctypes.CDLL(dlpx.library_path())
+DLPX.dlpx_record_stream.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p]
+DLPX.dlpx_last_error.restype = ctypes.c_char_p
+
 DEVICE, HOST, MANAGED = 0, 1, 2
 LEGACY = 1
 
@@ -265,6 +269,56 @@ def test_freeing_waits_for_the_consumer_stream(stream):
     del t, capsule  # the consumer's work on its stream may still be running
     assert SIM.sim_cuda_frees_waiting() == 1
     assert SIM.sim_cuda_waits(LEGACY, consumer) == 1
+
+
+def test_record_stream_through_an_export_reaches_the_allocation(stream):
+    consumer = stream()
+    t = dlpx.empty((16,), "float32", "cuda:0")
+    capsule = t.__dlpack__(max_version=(1, 3))  # what a C consumer holds: an export, not the block
+    assert DLPX.dlpx_record_stream(abi.capsule_pointer(capsule), 0, consumer) == 0
+    del t, capsule
+    assert SIM.sim_cuda_waits(LEGACY, consumer) == 1
+
+
+def test_a_per_thread_default_stream_use_is_waited_for_through_the_legacy_stream(stream):
+    allocated_on = stream()
+    with dlpx.cuda.stream(allocated_on):
+        t = dlpx.empty((16,), "float32", "cuda:0")
+    t.__dlpack__(stream=2, max_version=(1, 3))
+    # the deleter may run on another thread, whose 0x2 is another stream: the legacy stream
+    # waits for every thread's per-thread stream
+    worker = threading.Thread(target=lambda: None)
+    worker.start()
+    worker.join()
+    del t
+    assert SIM.sim_cuda_waits(allocated_on, LEGACY) == 1
+    assert SIM.sim_cuda_waits(allocated_on, 2) == 0
+
+
+def test_a_destroyed_consumer_stream_still_lets_the_memory_go(stream):
+    consumer = SIM.sim_cuda_stream_create(0)
+    before = SIM.sim_cuda_live(DEVICE, -1)
+    t = dlpx.empty((16,), "float32", "cuda:0")
+    t.__dlpack__(stream=consumer, max_version=(1, 3))
+    SIM.sim_cuda_stream_destroy(consumer)  # the consumer freed its stream before the tensor died
+    del t
+    assert SIM.sim_cuda_live(DEVICE, -1) == before  # freed anyway ...
+    assert calls("cuCtxSynchronize") == 1  # ... after the device went idle, the one fallback
+    assert b"cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE" in DLPX.dlpx_last_error()
+    SIM.sim_cuda_reset_counts()  # the misuse and the synchronisation were this test's point
+
+
+def test_a_pinned_block_is_fenced_on_the_legacy_stream_without_recorded_uses():
+    dlpx.empty((1,), "float32", "cuda:0")  # a device in use
+    first = dlpx.empty((6000,), "float32", "cuda_host")
+    address = first.data_ptr
+    SIM.sim_cuda_hold(LEGACY)  # e.g. torch copies from it on its default stream, telling no one
+    del first
+    second = dlpx.empty((6000,), "float32", "cuda_host")
+    assert second.data_ptr != address
+    SIM.sim_cuda_release(LEGACY)
+    third = dlpx.empty((6000,), "float32", "cuda_host")
+    assert third.data_ptr == address
 
 
 def test_a_kernel_on_dlpx_s_current_stream_is_waited_for_before_the_free(stream):

@@ -19,6 +19,11 @@ except ImportError:  # pragma: no cover
     torch = None
     GPU = False
 
+try:
+    import cupy
+except Exception:  # ImportError, or a cupy without a usable CUDA
+    cupy = None
+
 needs_no_driver = pytest.mark.skipif(DRIVER, reason="a CUDA driver is present: the no-driver paths cannot be observed")
 needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA GPU (torch.cuda.is_available() is False)")
 
@@ -228,6 +233,62 @@ def test_a_cuda_tensor_copies_to_cpu():
     np.testing.assert_array_equal(np.from_dlpack(host), x.cpu().numpy())
     with pytest.raises(BufferError):
         dlpx.from_dlpack(d, device="cpu", copy=False)
+
+
+@needs_gpu
+@pytest.mark.skipif(cupy is None, reason="cupy is not installed")
+def test_zero_copy_round_trip_with_cupy_on_cuda():
+    x = cupy.arange(10, dtype=cupy.float32)
+    d = dlpx.from_dlpack(x)
+    assert d.device == "cuda:0" and d.data_ptr == x.data.ptr
+    y = cupy.from_dlpack(d)
+    y[0] = 42
+    assert float(x[0]) == 42
+    t = dlpx.empty((4,), "float32", "cuda:0")
+    assert cupy.from_dlpack(t).data.ptr == t.data_ptr
+
+
+@needs_gpu
+def test_freed_memory_is_not_reused_while_a_consumer_stream_still_reads_it():
+    n = 1 << 22
+    consumer = torch.cuda.Stream()
+    t = dlpx.empty((n,), "float32", "cuda:0")  # on the legacy default stream, torch's default
+    torch.from_dlpack(t).fill_(1.0)
+    capsule = t.__dlpack__(stream=consumer.cuda_stream, max_version=(1, 3))
+    with torch.cuda.stream(consumer):
+        x = torch.from_dlpack(capsule)
+        torch.cuda._sleep(10**8)  # the consumer reads late
+        total = x.sum()
+    del t, x, capsule  # the last references go while the consumer's read is still queued
+    u = dlpx.empty((n,), "float32", "cuda:0")  # the pool may hand the same memory back
+    torch.from_dlpack(u).fill_(2.0)  # enqueued on the default stream: must wait for the read
+    consumer.synchronize()
+    assert total.item() == float(n)
+
+
+@needs_gpu
+def test_pinned_blocks_are_reused_only_after_recorded_work():
+    p = dlpx.empty((1 << 20,), "float32", "cuda_host")
+    address = p.data_ptr
+    stream = torch.cuda.Stream()
+    dst = torch.empty(1 << 20, device="cuda")
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(10**8)
+        dst.copy_(torch.from_dlpack(p), non_blocking=True)
+    dlpx.cuda.record_stream(p, stream)
+    del p
+    q = dlpx.empty((1 << 20,), "float32", "cuda_host")
+    assert q.data_ptr != address  # the copy is still queued
+    other = q.data_ptr
+    stream.synchronize()
+    del q
+    assert dlpx.empty((1 << 20,), "float32", "cuda_host").data_ptr in (address, other)  # reused now
+
+
+@needs_gpu
+def test_empty_cache_runs_on_a_gpu():
+    dlpx.empty((1 << 20,), "float32", "cuda:0")
+    dlpx.cuda.empty_cache()
 
 
 # ---- what dlpx asks a CUDA producer for (no GPU needed: the producer only describes) ----------
