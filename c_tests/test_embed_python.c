@@ -6,6 +6,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,6 +249,41 @@ static void test_kernel_api(const DLPackExchangeAPI *api) {
   Py_DECREF(bad);
 }
 
+static void *release_on_a_thread_without_python(void *view) {
+  dlpx_view_release((DlpxTensorView *)view);
+  return NULL;
+}
+
+/* Once a subinterpreter exists, PyGILState_Check answers 1 on every thread, even one Python has
+ * never seen: releasing an owning view there must not touch Python (no thread state to use). */
+static void test_release_without_a_thread_state_after_a_subinterpreter(void) {
+  PyObject *r = run("class OnlyDunder:\n"
+                    "    def __init__(self): self.t = dlpx.empty((4,), 'float32')\n"
+                    "    def __dlpack__(self, **kw): return self.t.__dlpack__(**kw)\n"
+                    "    def __dlpack_device__(self): return (1, 0)\n"
+                    "only_dunder = OnlyDunder()\n");
+  PyObject *object = r ? global("only_dunder") : NULL;
+  Py_XDECREF(r);
+  DlpxTensorView view;
+  CHECK(object && dlpx_view_of(object, &view) == 0 && view.owner != NULL, "an owning view");
+  PyThreadState *main_state = PyThreadState_Get();
+  PyThreadState *sub = Py_NewInterpreter();
+  CHECK(sub != NULL, "a subinterpreter");
+  PyThreadState_Swap(main_state);
+  pthread_t thread;
+  Py_BEGIN_ALLOW_THREADS
+  pthread_create(&thread, NULL, release_on_a_thread_without_python, &view);
+  pthread_join(thread, NULL);
+  Py_END_ALLOW_THREADS
+  CHECK(view.owner == NULL, "released from a thread without a thread state");
+  if (sub) {
+    PyThreadState_Swap(sub);
+    Py_EndInterpreter(sub);
+    PyThreadState_Swap(main_state);
+  }
+  Py_XDECREF(object);
+}
+
 int main(void) {
   Py_Initialize();
   PyObject *r = run("import os, sys\nsys.path[:0] = os.environ['DLPX_PYTHONPATH'].split(os.pathsep)\nimport dlpx\n");
@@ -268,6 +304,7 @@ int main(void) {
 
   test_entry_points(api);
   test_kernel_api(api);
+  test_release_without_a_thread_state_after_a_subinterpreter();
   CHECK(!PyErr_Occurred(), "no exception left pending");
   Py_Finalize();
   return test_summary();

@@ -334,6 +334,26 @@ impl<T: Copy> GilCell<T> {
     }
 }
 
+/// Whether the calling thread holds the GIL (any thread may ask). Its current thread state is
+/// the answer: PyGILState_Check answers 1 for every thread once a subinterpreter exists, even one
+/// with no thread state at all. The getter is public from 3.13 and private (exported) before;
+/// PyGILState_Check serves if neither is found.
+pub fn holds_gil(py: &Python) -> bool {
+    type Getter = unsafe extern "C" fn() -> *mut c_void;
+    static GETTER: OnceCell<Option<Getter>> = OnceCell::new();
+    let getter = GETTER.get_or_init(|| {
+        let address = lookup("PyThreadState_GetUnchecked\0").or_else(|_| lookup("_PyThreadState_UncheckedGet\0")).ok()?;
+        // SAFETY: both take nothing and return the thread's PyThreadState* (NULL when none).
+        Some(unsafe { std::mem::transmute::<*mut c_void, Getter>(address) })
+    });
+    match getter {
+        // SAFETY: callable from any thread, with or without the GIL.
+        Some(current) => !unsafe { current() }.is_null(),
+        // SAFETY: PyGILState_Check may be called without the GIL.
+        None => (unsafe { (py.PyGILState_Check)() }) != 0,
+    }
+}
+
 /// Runs `f` — a blocking call that touches no Python object (a CUDA synchronisation, the first
 /// driver initialisation) — with the GIL released when this thread holds it, so the process's
 /// other Python threads run meanwhile. Without an interpreter, or without the GIL, it just runs.
@@ -350,8 +370,7 @@ pub fn without_gil<T>(f: impl FnOnce() -> T) -> T {
         }
     }
     let Some(py) = PYTHON.get() else { return f() };
-    // SAFETY: PyGILState_Check may be called without the GIL.
-    if unsafe { (py.PyGILState_Check)() } == 0 {
+    if !holds_gil(py) {
         return f();
     }
     // SAFETY: this thread holds the GIL; it is taken back by `Released`.
@@ -368,8 +387,7 @@ impl ExceptionGuard {
     /// For callers that may or may not hold the GIL (C code releasing a view).
     pub fn save() -> ExceptionGuard {
         let Ok(py) = python() else { return ExceptionGuard(None) };
-        // SAFETY: PyGILState_Check may be called without the GIL.
-        if unsafe { (py.PyGILState_Check)() } == 0 {
+        if !holds_gil(py) {
             return ExceptionGuard(None);
         }
         Self::save_with_gil(py)
