@@ -41,7 +41,8 @@
   X(cuEventDestroy_v2) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocAsync) X(cuMemFreeAsync)     \
   X(cuMemAllocManaged) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemPoolCreate) X(cuMemPoolDestroy) \
   X(cuMemPoolSetAttribute) X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool) \
-  X(cuMemAllocFromPoolAsync) X(cuMemcpyDtoHAsync_v2) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoDAsync_v2)
+  X(cuMemAllocFromPoolAsync) X(cuMemcpyDtoHAsync_v2) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoDAsync_v2) \
+  X(cuDeviceCanAccessPeer) X(cuMemPoolSetAccess)
 
 enum sim_fn {
 #define SIM_ENUM(name) FN_##name,
@@ -95,6 +96,7 @@ struct CUmemPoolHandle_st {
   int reuse[4]; /* attributes 1-3, CU_MEMPOOL_ATTR_REUSE_*: ints, 1 by default */
   size_t max_size; /* 0: the device's memory */
   long long used, used_high, reserved_high;
+  int access[64]; /* CUmemAccess_flags granted to each device (the owner's is implicit) */
   struct CUmemPoolHandle_st *next;
 };
 
@@ -928,6 +930,32 @@ SIM_CUDA_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) 
   return leave(CUDA_SUCCESS);
 }
 
+/* Every pair of distinct simulated devices can access each other (like NVLink peers). */
+SIM_CUDA_API CUresult cuDeviceCanAccessPeer(int *can, CUdevice device, CUdevice peer) {
+  ENTER(cuDeviceCanAccessPeer);
+  TRY(need_out(fn_, can));
+  if (!valid_device(device) || !valid_device(peer)) REFUSE(CUDA_ERROR_INVALID_DEVICE, "no device %d or %d", device, peer);
+  *can = device != peer;
+  return leave(CUDA_SUCCESS);
+}
+
+/* Grants devices access to a pool's memory. As in CUDA, the owner's own access cannot be changed. */
+SIM_CUDA_API CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count) {
+  ENTER(cuMemPoolSetAccess);
+  struct CUmemPoolHandle_st *p = NULL;
+  TRY(need_pool(fn_, pool, &p));
+  if (count > 0 && map == NULL) REFUSE(CUDA_ERROR_INVALID_VALUE, "map is NULL with count %zu", count);
+  for (size_t i = 0; i < count; i++) {
+    if (map[i].location.type != 1 || !valid_device(map[i].location.id))
+      REFUSE(CUDA_ERROR_INVALID_VALUE, "map[%zu]: not a device location", i);
+    if (map[i].flags < 0 || map[i].flags > 3 || map[i].flags == 2)
+      REFUSE(CUDA_ERROR_INVALID_VALUE, "map[%zu]: flags %d", i, map[i].flags);
+    if (map[i].location.id == p->device) REFUSE(CUDA_ERROR_INVALID_DEVICE, "the pool's own device %d", p->device);
+  }
+  for (size_t i = 0; i < count; i++) p->access[map[i].location.id] = map[i].flags;
+  return leave(CUDA_SUCCESS);
+}
+
 SIM_CUDA_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice device) {
   ENTER(cuDeviceGetDefaultMemPool);
   TRY(need_out(fn_, pool));
@@ -1189,4 +1217,12 @@ SIM_CUDA_API void *sim_cuda_alloc_pool(void *ptr) {
   void *pool = a != NULL ? (void *)a->pool : NULL;
   unlock();
   return pool;
+}
+
+SIM_CUDA_API int sim_cuda_pool_access(void *pool, int device) {
+  lock();
+  struct CUmemPoolHandle_st *p = find_pool((CUmemoryPool)pool);
+  int flags = p != NULL && valid_device(device) ? (device == p->device ? 3 : p->access[device]) : -1;
+  unlock();
+  return flags;
 }

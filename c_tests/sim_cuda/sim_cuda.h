@@ -106,6 +106,10 @@ SIM_CUDA_API void *sim_cuda_alloc_stream(void *ptr);
 /* The pool a stream-ordered allocation containing `ptr` came from (NULL: none, or not pooled). */
 SIM_CUDA_API void *sim_cuda_alloc_pool(void *ptr);
 
+/* The access (CUmemAccess_flags: 0 none, 1 read, 3 read-write) `device` has to `pool`'s memory;
+ * the owner always has 3; -1 for an unknown pool or device. */
+SIM_CUDA_API int sim_cuda_pool_access(void *pool, int device);
+
 /* The primary context retain count of `device` (-1 for an invalid device). */
 SIM_CUDA_API int sim_cuda_retains(int device);
 
@@ -149,6 +153,14 @@ enum {
   CUDA_ERROR_NOT_SUPPORTED = 801,
   CUDA_ERROR_UNKNOWN = 999
 };
+
+typedef struct CUmemAccessDesc_st {
+  struct {
+    int type; /* CU_MEM_LOCATION_TYPE_DEVICE = 1 */
+    int id;
+  } location;
+  int flags; /* CU_MEM_ACCESS_FLAGS_PROT_NONE 0, _READ 1, _READWRITE 3 */
+} CUmemAccessDesc;
 
 #define SIM_CU_STREAM_LEGACY ((CUstream)0x1)
 #define SIM_CU_STREAM_PER_THREAD ((CUstream)0x2)
@@ -198,6 +210,8 @@ SIM_CUDA_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize
 SIM_CUDA_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, CUstream stream);
 SIM_CUDA_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream);
 SIM_CUDA_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+SIM_CUDA_API CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
+SIM_CUDA_API CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
 #endif /* SIM_CUDA_DECLARE_DRIVER */
 
 #ifdef __cplusplus

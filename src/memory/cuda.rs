@@ -9,8 +9,8 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 
 use cudarc::driver::sys::{
-    CUcontext, CUdevice, CUdeviceptr, CUevent, CUmemAllocationHandleType, CUmemAllocationType, CUmemLocation,
-    CUmemLocationType, CUmemPoolProps, CUmemoryPool, CUstream,
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUmemAccessDesc, CUmemAccess_flags, CUmemAllocationHandleType,
+    CUmemAllocationType, CUmemLocation, CUmemLocationType, CUmemPoolProps, CUmemoryPool, CUstream,
 };
 use once_cell::sync::OnceCell;
 
@@ -72,14 +72,15 @@ fn set_up(driver: &Driver, context: &str, device_id: i32) -> Result<Device> {
         checked(driver, context, "cuDeviceGet", (driver.cuDeviceGet)(&mut device, device_id))?;
         checked(driver, context, "cuDevicePrimaryCtxRetain", (driver.cuDevicePrimaryCtxRetain)(&mut ctx, device))?;
     }
-    let pool = with_context(driver, context, ctx, || Ok(create_pool(driver, device)))?;
+    let count = driver::device_count(context)?;
+    let pool = with_context(driver, context, ctx, || Ok(create_pool(driver, device, count)))?;
     Ok(Device { context: ctx as usize, pool: pool as usize })
 }
 
 /// A pool on `device` that never releases freed memory on its own (the default pool's threshold
 /// is 0: memory would go back to the driver at every synchronisation), or NULL where the device
 /// has no memory pools or the pool cannot be made — cuMemAlloc serves those.
-fn create_pool(driver: &Driver, device: CUdevice) -> CUmemoryPool {
+fn create_pool(driver: &Driver, device: CUdevice, device_count: i32) -> CUmemoryPool {
     let mut supported = 0;
     // SAFETY: a valid out pointer and device.
     let asked = unsafe { (driver.cuDeviceGetAttribute)(&mut supported, driver::ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device) };
@@ -105,7 +106,28 @@ fn create_pool(driver: &Driver, device: CUdevice) -> CUmemoryPool {
         // Without the threshold the pool still works, releasing memory at synchronisations.
         let _ = (driver.cuMemPoolSetAttribute)(pool, driver::MEMPOOL_ATTR_RELEASE_THRESHOLD, (&mut threshold as *mut u64).cast());
     }
+    grant_peer_access(driver, pool, device, device_count);
     pool
+}
+
+/// Lets every device that can reach `device`'s memory reach the pool's: pool memory ignores
+/// cuCtxEnablePeerAccess, so without this a kernel on a peer (torch copying between GPUs with
+/// peer access on) would fault where cuMemAlloc'd memory works. Best effort: a device that
+/// cannot be granted access just reads through copies, as without peer access.
+fn grant_peer_access(driver: &Driver, pool: CUmemoryPool, device: CUdevice, device_count: i32) {
+    for peer in (0..device_count).filter(|&p| p != device) {
+        let mut can = 0;
+        // SAFETY: a valid out pointer and two valid ordinals.
+        if unsafe { (driver.cuDeviceCanAccessPeer)(&mut can, peer, device) } != driver::CUDA_SUCCESS || can == 0 {
+            continue;
+        }
+        let access = CUmemAccessDesc {
+            location: CUmemLocation { type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: peer },
+            flags: CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: a pool dlpx created and one valid descriptor.
+        let _ = unsafe { (driver.cuMemPoolSetAccess)(pool, &access, 1) };
+    }
 }
 
 /// Checks that `device_id` exists (and sets it up), for requests that need no memory.

@@ -8,7 +8,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
-use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdeviceptr, CUevent, CUmemPoolProps, CUmemoryPool, CUstream};
+use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdeviceptr, CUevent, CUmemAccessDesc, CUmemPoolProps, CUmemoryPool, CUstream};
 use once_cell::sync::OnceCell;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -53,6 +53,7 @@ driver_functions! {
     cuDeviceGetCount(*mut c_int);
     cuDeviceGet(*mut CUdevice, c_int);
     cuDeviceGetAttribute(*mut c_int, c_int, CUdevice);
+    cuDeviceCanAccessPeer(*mut c_int, CUdevice, CUdevice);
     cuDevicePrimaryCtxRetain(*mut CUcontext, CUdevice);
     cuCtxPushCurrent_v2(CUcontext);
     cuCtxPopCurrent_v2(*mut CUcontext);
@@ -60,6 +61,7 @@ driver_functions! {
     cuMemPoolCreate(*mut CUmemoryPool, *const CUmemPoolProps);
     cuMemPoolSetAttribute(CUmemoryPool, c_int, *mut c_void);
     cuMemPoolTrimTo(CUmemoryPool, usize);
+    cuMemPoolSetAccess(CUmemoryPool, *const CUmemAccessDesc, usize);
     cuMemAllocFromPoolAsync(*mut CUdeviceptr, usize, CUmemoryPool, CUstream);
     cuMemFreeAsync(CUdeviceptr, CUstream);
     cuMemAlloc_v2(*mut CUdeviceptr, usize);

@@ -42,6 +42,7 @@ SIM.sim_cuda_alloc_pool.restype = ctypes.c_void_p
 SIM.sim_cuda_pool_release_threshold.argtypes = [ctypes.c_void_p]
 SIM.sim_cuda_pool_release_threshold.restype = ctypes.c_ulonglong
 SIM.sim_cuda_misuses.restype = ctypes.c_long
+SIM.sim_cuda_pool_access.argtypes = [ctypes.c_void_p, ctypes.c_int]
 
 DLPX = ctypes.CDLL(dlpx.library_path())
 DLPX.dlpx_record_stream.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p]
@@ -132,6 +133,8 @@ def test_each_device_has_a_dlpx_pool_that_keeps_freed_memory():
     assert pools[0] and pools[0] == pools[1] and pools[2] not in (None, pools[0])
     # the default pool's threshold is 0: memory would go back to the driver at every sync
     assert all(SIM.sim_cuda_pool_release_threshold(p) == 2**64 - 1 for p in pools)
+    # pool memory ignores cuCtxEnablePeerAccess: peers are granted access to it explicitly
+    assert SIM.sim_cuda_pool_access(pools[0], 1) == 3 and SIM.sim_cuda_pool_access(pools[2], 0) == 3
 
 
 def test_deleters_run_on_another_thread_on_the_allocation_stream(stream):
