@@ -64,33 +64,40 @@ unsafe extern "C" fn managed_tensor_to_py_object_no_sync(
 
 unsafe extern "C" fn dltensor_from_py_object_no_sync(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
     // The hot case, a dlpx.Tensor (not a subclass), in a few loads and one 48-byte copy: nothing
-    // here can fail or panic, so it needs no boundary.
+    // here can fail or panic, so it needs no boundary. Every other path is a tail call, so this
+    // one needs no stack frame.
     // SAFETY: GIL held and a live object, by the caller's contract; exact-type instances have
     // the PyTensor layout.
-    if let Some(view) = unsafe { tensor_type::exact_tensor_view(py_object.cast()) } {
-        if !out.is_null() {
-            // SAFETY: non-NULL and writable by the caller's contract.
-            unsafe { out.write(*view) };
+    match unsafe { tensor_type::exact_tensor_view(py_object.cast()) } {
+        Some(view) if !out.is_null() => {
+            // SAFETY: non-NULL and writable by the caller's contract; a DLTensor is plain data.
+            unsafe { std::ptr::copy_nonoverlapping(view, out, 1) };
             if view.device.device_type == DeviceType::CUDA {
                 // SAFETY: as above; an exact dlpx.Tensor.
-                record_current_stream(py_object);
+                return unsafe { record_current_stream(py_object) };
             }
-            return 0;
+            0
         }
+        // SAFETY: forwarded contract.
+        _ => unsafe { dltensor_from_py_object_checked(py_object, out) },
     }
-    dltensor_from_py_object_checked(py_object, out)
 }
 
+/// The kernel taking this view works on dlpx's current stream: record it (see
+/// `Tensor::record_current_stream`). Returns the view's success, 0. `extern "C"` like the slow
+/// path below: calls that cannot unwind need no landing pad, so the hot path tail-calls them.
 #[cold]
-unsafe fn record_current_stream(py_object: *mut c_void) {
+#[inline(never)]
+unsafe extern "C" fn record_current_stream(py_object: *mut c_void) -> c_int {
     // SAFETY: a live dlpx.Tensor (GIL held), per the caller.
     if let Some(tensor) = unsafe { tensor_type::tensor_of(py_object.cast()) } {
         tensor.record_current_stream();
     }
+    0
 }
 
 #[cold]
-unsafe fn dltensor_from_py_object_checked(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
+unsafe extern "C" fn dltensor_from_py_object_checked(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
     boundary(Channel::Python, "dltensor_from_py_object_no_sync", || {
         // SAFETY: the caller holds the GIL and passes a live object and writable `out`.
         unsafe { tensor_type::dltensor_from_py(py_object.cast(), out) }
@@ -98,24 +105,32 @@ unsafe fn dltensor_from_py_object_checked(py_object: *mut c_void, out: *mut DLTe
 }
 
 unsafe extern "C" fn current_work_stream(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
-    // Nothing here can panic (stream::current is panic-free), so the answer needs no boundary;
-    // CPU has no streams and is answered without even a thread-local lookup.
-    if !out.is_null() {
-        let stream = if device_type == DeviceType::CPU {
-            std::ptr::null_mut()
-        } else {
-            stream::current(DLDevice { device_type, device_id })
-        };
+    if out.is_null() {
+        // SAFETY: forwarded contract.
+        return unsafe { current_work_stream_checked(device_type, device_id, out) };
+    }
+    // CPU has no streams, and until some thread sets one every device has its default stream:
+    // answered here, with no stack frame. Otherwise the thread-local lookup, a tail call that
+    // cannot panic (so no boundary).
+    if device_type == DeviceType::CPU || !stream::ever_set() {
         // SAFETY: non-NULL and writable by the caller's contract.
-        unsafe { out.write(stream) };
+        unsafe { out.write(std::ptr::null_mut()) };
         return 0;
     }
-    current_work_stream_checked(device_type, device_id, out)
+    // SAFETY: as above.
+    unsafe { current_work_stream_lookup(device_type, device_id, out) }
+}
+
+#[inline(never)]
+unsafe extern "C" fn current_work_stream_lookup(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
+    // SAFETY: non-NULL and writable, checked by the caller.
+    unsafe { out.write(stream::current(DLDevice { device_type, device_id })) };
+    0
 }
 
 /// Never touches Python: tvm-ffi calls it with the GIL released. Errors go to dlpx_last_error().
 #[cold]
-unsafe fn current_work_stream_checked(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn current_work_stream_checked(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
     boundary(Channel::LastError, "current_work_stream", || {
         let out = NonNull::new(out).ok_or_else(|| Error::value("current_work_stream", "out_current_stream is NULL"))?;
         let stream = stream::current(DLDevice { device_type, device_id });

@@ -43,6 +43,12 @@ impl Streams {
     }
 }
 
+/// Whether any thread ever set a stream (until then every answer is NULL).
+#[inline(always)]
+pub fn ever_set() -> bool {
+    EVER_SET.load(Ordering::Relaxed)
+}
+
 /// This thread's current stream on `device`; NULL (the default stream) when none was set.
 /// Never panics, so the exchange table answers without a boundary.
 #[inline]
