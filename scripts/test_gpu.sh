@@ -2,6 +2,8 @@
 # The GPU tests, for a machine with an NVIDIA GPU whose python3 already has torch (and cupy)
 # with CUDA: no package registry needed. Build here (cargo build --release), carry
 # target/release/libdlpx.so (and build/wheels when that python lacks pytest), run this there.
+# Then the CUDA benchmark table (benches/cuda_bench.py; it compiles its C loops with cc, or
+# carry build/bench/libcuda_bench_loops.so built here by running it once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${DLPX_PYTHON:-python3}
@@ -16,4 +18,5 @@ if ! "$PY" -c "import pytest" 2>/dev/null; then
   "$PY" -m pip install -q --no-index --find-links build/wheels --target "$stage/site" pytest
   export PYTHONPATH="$PYTHONPATH:$stage/site"
 fi
-exec "$PY" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py -rs
+"$PY" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py -rs
+"$PY" benches/cuda_bench.py

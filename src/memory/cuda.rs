@@ -43,7 +43,13 @@ struct Device {
     /// A dlpx-owned pool that keeps freed memory for reuse (release threshold: never), or 0 on a
     /// device without memory pools, where memory comes from cuMemAlloc.
     pool: usize,
+    /// Events of this device's context, free for reuse (cuEventCreate/Destroy cost about a
+    /// microsecond each; an export to another stream or a pinned free needs one).
+    events: Mutex<Vec<usize>>,
 }
+
+/// Most free events kept per device.
+const EVENT_POOL_SIZE: usize = 64;
 
 static DEVICES: OnceCell<Box<[OnceCell<Device>]>> = OnceCell::new();
 
@@ -74,7 +80,7 @@ fn set_up(driver: &Driver, context: &str, device_id: i32) -> Result<Device> {
     }
     let count = driver::device_count(context)?;
     let pool = with_context(driver, context, ctx, || Ok(create_pool(driver, device, count)))?;
-    Ok(Device { context: ctx as usize, pool: pool as usize })
+    Ok(Device { context: ctx as usize, pool: pool as usize, events: Mutex::new(Vec::new()) })
 }
 
 /// A pool on `device` that never releases freed memory on its own (the default pool's threshold
@@ -205,7 +211,7 @@ pub unsafe fn free_device(device_id: i32, ptr: *mut c_void, stream: *mut c_void,
         let waited = uses
             .iter()
             .filter(|&&(d, s)| d == device_id && !same_stream(s, stream as usize))
-            .try_for_each(|&(_, used_on)| enqueue_wait(driver, "deleter", used_on, stream as usize));
+            .try_for_each(|&(_, used_on)| enqueue_wait(driver, state, "deleter", used_on, stream as usize));
         if waited.is_err() {
             // A recorded stream is gone (destroyed before the tensor): the memory is still freed,
             // after the whole device is idle rather than never.
@@ -254,7 +260,8 @@ pub unsafe fn free_managed(ptr: *mut c_void) -> Result<()> {
 struct PinnedBlock {
     capacity: usize,
     ptr: usize,
-    fences: Vec<usize>,
+    /// (device, event) pairs.
+    fences: Vec<(i32, usize)>,
 }
 
 /// Freed pinned blocks: cuMemHostAlloc costs about 0.7 ms, so blocks are reused.
@@ -288,20 +295,31 @@ fn take_pinned(driver: &Driver, capacity: usize) -> Option<usize> {
     let index = cache.iter().position(|b| b.capacity == capacity && fences_done(driver, &b.fences))?;
     let block = cache.swap_remove(index);
     drop(cache);
-    destroy_events(driver, &block.fences);
+    release_events(driver, &block.fences);
     Some(block.ptr)
 }
 
-fn fences_done(driver: &Driver, fences: &[usize]) -> bool {
+fn fences_done(driver: &Driver, fences: &[(i32, usize)]) -> bool {
     // SAFETY: events dlpx created and has not destroyed.
-    fences.iter().all(|&e| unsafe { (driver.cuEventQuery)(e as CUevent) } == driver::CUDA_SUCCESS)
+    fences.iter().all(|&(_, e)| unsafe { (driver.cuEventQuery)(e as CUevent) } == driver::CUDA_SUCCESS)
 }
 
-fn destroy_events(driver: &Driver, events: &[usize]) {
-    for &event in events {
-        // SAFETY: an event dlpx created, destroyed once.
-        unsafe { (driver.cuEventDestroy_v2)(event as CUevent) };
+/// Gives fences back to their devices' event pools (or to the driver when a pool is full).
+fn release_events(driver: &Driver, fences: &[(i32, usize)]) {
+    for &(device_id, event) in fences {
+        match device_state(device_id) {
+            Some(state) => release_event(driver, state, event),
+            None => {
+                // SAFETY: an event dlpx created, destroyed once.
+                unsafe { (driver.cuEventDestroy_v2)(event as CUevent) };
+            }
+        }
     }
+}
+
+/// A set-up device's state (events are only made on those).
+fn device_state(device_id: i32) -> Option<&'static Device> {
+    DEVICES.get()?.get(usize::try_from(device_id).ok()?)?.get()
 }
 
 /// Returns a pinned block to the cache (or to the driver when the cache is full), fenced after
@@ -316,14 +334,14 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &[StreamUse])
     let mut fences = Vec::with_capacity(uses.len() + 1);
     let legacy = set_up_devices().map(|(device_id, _)| (device_id, STREAM_LEGACY));
     for (device_id, stream) in uses.iter().copied().chain(legacy) {
-        let fenced = on_device("deleter", device_id, |driver, _| {
-            Ok(record_event(driver, "deleter", stream).map_err(|_| {
+        let fenced = on_device("deleter", device_id, |driver, state| {
+            Ok(record_event(driver, state, "deleter", stream).map_err(|_| {
                 // A recorded stream is gone: wait for the device instead of reusing under a reader.
                 synchronise_context(driver)
             }))
         });
         if let Ok(Ok(event)) = fenced {
-            fences.push(event);
+            fences.push((device_id, event));
         }
     }
     {
@@ -335,11 +353,11 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &[StreamUse])
         }
     }
     // The cache is full: wait for the fenced work (without the GIL), then give the block back.
-    for &event in &fences {
+    for &(_, event) in &fences {
         // SAFETY: an event dlpx created and has not destroyed.
         crate::python::without_gil(|| unsafe { (driver.cuEventSynchronize)(event as CUevent) });
     }
-    destroy_events(driver, &fences);
+    release_events(driver, &fences);
     on_device("deleter", 0, |driver, _| {
         // SAFETY: per the contract.
         checked(driver, "deleter", "cuMemFreeHost", crate::python::without_gil(|| unsafe { (driver.cuMemFreeHost)(ptr) }))
@@ -366,7 +384,7 @@ fn empty_pinned_cache(context: &str) -> Result<()> {
     on_device(context, 0, |driver, _| {
         let mut first_error = Ok(());
         for block in &done {
-            destroy_events(driver, &block.fences);
+            release_events(driver, &block.fences);
             // SAFETY: a cached block nobody uses.
             let code = crate::python::without_gil(|| unsafe { (driver.cuMemFreeHost)(block.ptr as *mut c_void) });
             first_error = first_error.and(checked(driver, context, "cuMemFreeHost", code));
@@ -388,30 +406,47 @@ pub fn same_stream(a: usize, b: usize) -> bool {
     normalise(a) == normalise(b)
 }
 
-/// An event recorded on `stream` (the current context's device).
-fn record_event(driver: &Driver, context: &str, stream: usize) -> Result<usize> {
-    let mut event: CUevent = std::ptr::null_mut();
-    // SAFETY: a valid out pointer and a stream of the current context.
-    unsafe {
-        checked(driver, context, "cuEventCreate", (driver.cuEventCreate)(&mut event, EVENT_DISABLE_TIMING))?;
-        if let Err(err) = checked(driver, context, "cuEventRecord", (driver.cuEventRecord)(event, stream as CUstream)) {
-            (driver.cuEventDestroy_v2)(event);
-            return Err(err);
+/// An event recorded on `stream`, from the device's pool when it has one (the device's context
+/// is current).
+fn record_event(driver: &Driver, state: &Device, context: &str, stream: usize) -> Result<usize> {
+    let pooled = state.events.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    let event = match pooled {
+        Some(event) => event,
+        None => {
+            let mut event: CUevent = std::ptr::null_mut();
+            // SAFETY: a valid out pointer, with the device's context current.
+            checked(driver, context, "cuEventCreate", unsafe { (driver.cuEventCreate)(&mut event, EVENT_DISABLE_TIMING) })?;
+            event as usize
         }
+    };
+    // SAFETY: an event of the current context and a stream of its device.
+    if let Err(err) = checked(driver, context, "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) }) {
+        release_event(driver, state, event);
+        return Err(err);
     }
-    Ok(event as usize)
+    Ok(event)
+}
+
+/// Returns an event to its device's pool. Re-recording it later does not disturb waits already
+/// enqueued: a wait uses the record current when the wait was enqueued.
+fn release_event(driver: &Driver, state: &Device, event: usize) {
+    let mut pool = state.events.lock().unwrap_or_else(|p| p.into_inner());
+    if pool.len() < EVENT_POOL_SIZE {
+        pool.push(event);
+        return;
+    }
+    drop(pool);
+    // SAFETY: an event dlpx created, destroyed once.
+    unsafe { (driver.cuEventDestroy_v2)(event as CUevent) };
 }
 
 /// Makes `consumer` wait for the work enqueued so far on `producer` (current context's device).
-fn enqueue_wait(driver: &Driver, context: &str, producer: usize, consumer: usize) -> Result<()> {
-    let event = record_event(driver, context, producer)?;
-    // SAFETY: an event just recorded; it may be destroyed as soon as the wait is enqueued (the
-    // driver keeps what the wait needs).
-    unsafe {
-        let waited = checked(driver, context, "cuStreamWaitEvent", (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0));
-        (driver.cuEventDestroy_v2)(event as CUevent);
-        waited
-    }
+fn enqueue_wait(driver: &Driver, state: &Device, context: &str, producer: usize, consumer: usize) -> Result<()> {
+    let event = record_event(driver, state, context, producer)?;
+    // SAFETY: an event just recorded and a stream (any device may wait on it).
+    let waited = checked(driver, context, "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0) });
+    release_event(driver, state, event);
+    waited
 }
 
 /// Makes `consumer` wait for the work enqueued so far on `producer` (an event, never a device
@@ -420,7 +455,7 @@ pub fn order_after(context: &str, device_id: i32, producer: *mut c_void, consume
     if same_stream(producer as usize, consumer as usize) {
         return Ok(());
     }
-    on_device(context, device_id, |driver, _| enqueue_wait(driver, context, producer as usize, consumer as usize))
+    on_device(context, device_id, |driver, state| enqueue_wait(driver, state, context, producer as usize, consumer as usize))
 }
 
 /// Copies `nbytes` from device memory to host memory on `stream`, then waits for that stream

@@ -246,6 +246,15 @@ def test_the_consumer_stream_waits_on_an_event_from_dlpx_s_stream(stream):
     del capsule
 
 
+def test_ordering_events_come_from_a_pool(stream):
+    consumer = stream()
+    t = dlpx.empty((16,), "float32", "cuda:0")
+    for _ in range(10):
+        t.__dlpack__(stream=consumer, max_version=(1, 3))
+    assert calls("cuEventRecord") == 10 and calls("cuStreamWaitEvent") == 10
+    assert calls("cuEventCreate") <= 1 and calls("cuEventDestroy_v2") == 0
+
+
 @pytest.mark.parametrize("request_, waits", [(None, 0), (1, 0), (-1, 0)])
 def test_the_legacy_stream_and_no_sync_need_no_wait(request_, waits):
     t = dlpx.empty((16,), "float32", "cuda:0")
