@@ -143,22 +143,26 @@ pub fn is_ours(managed: &DLManagedTensorVersioned) -> bool {
 /// ignored) is being ordered on `stream` of CUDA device `device_id`: freeing the data then waits
 /// for that stream's work (device memory), or reuse does (pinned memory). Torch's
 /// `record_stream`, done for the consumer streams dlpx hears of.
-pub fn record_use(managed: &DLManagedTensorVersioned, device_id: i32, stream: *mut c_void) {
-    if !is_ours(managed) {
+///
+/// # Safety
+/// `managed` points to a live managed tensor (the header is reached through this pointer, so it
+/// must carry the provenance of the whole block, not of a reference to the managed tensor).
+pub unsafe fn record_use(managed: NonNull<DLManagedTensorVersioned>, device_id: i32, stream: *mut c_void) {
+    // SAFETY: live, per the contract.
+    if !is_ours(unsafe { managed.as_ref() }) {
         return;
     }
     // SAFETY: ours, so `managed` is the first field of a live Header.
-    let header = unsafe { &*(managed as *const DLManagedTensorVersioned).cast::<Header>() };
-    match header.data {
-        Data::CudaDevice { device_id: home, .. } if home == device_id => {}
-        Data::CudaHost { .. } => {}
-        _ => return,
+    let header = unsafe { &*managed.as_ptr().cast::<Header>() };
+    // Uses on other devices count too: a peer's kernel may read this device's memory.
+    if !matches!(header.data, Data::CudaDevice { .. } | Data::CudaHost { .. }) {
+        return;
     }
     // 0x2 names the calling thread's per-thread stream; the deleter may run on another thread.
     // Those streams are blocking, so the legacy stream (which waits for them all) stands in.
     let stream = if stream as usize == cuda::STREAM_PER_THREAD { cuda::STREAM_LEGACY as *mut c_void } else { stream };
-    if let Data::CudaDevice { stream: allocated_on, .. } = header.data {
-        if cuda::same_stream(allocated_on as usize, stream as usize) {
+    if let Data::CudaDevice { device_id: home, stream: allocated_on } = header.data {
+        if home == device_id && cuda::same_stream(allocated_on as usize, stream as usize) {
             return;
         }
     }

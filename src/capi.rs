@@ -101,8 +101,7 @@ pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i3
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_record_stream(tensor: *const DLManagedTensorVersioned, device_id: i32, stream: *mut c_void) -> c_int {
     boundary(Channel::LastError, "record_stream", || {
-        // SAFETY: NULL or a live managed tensor, by the caller's contract.
-        let tensor = unsafe { tensor.as_ref() }.ok_or_else(|| Error::value("record_stream", "tensor is NULL"))?;
+        let tensor = NonNull::new(tensor.cast_mut()).ok_or_else(|| Error::value("record_stream", "tensor is NULL"))?;
         if device_id < 0 {
             return Err(Error::value("record_stream", format!("device_id = {device_id} is negative")));
         }

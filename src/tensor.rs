@@ -62,27 +62,31 @@ impl Tensor {
     /// `device_id`, so dlpx's allocator waits for it before the memory is reused (torch's
     /// `record_stream`). Memory another producer allocated is its allocator's business.
     pub fn record_stream(&self, device_id: i32, stream: *mut c_void) {
-        if let Owner::Versioned(m) = self.0.owner {
-            // SAFETY: the managed tensor lives as long as the core.
-            allocation::record_use(unsafe { m.as_ref() }, device_id, stream);
-        }
+        Tensor::record_core_stream(&self.0, device_id, stream);
     }
 
     /// [`Tensor::record_stream`] for a managed tensor dlpx handed out: an allocator block, or an
     /// export of a tensor (whose owner is found through the export). Others are ignored.
     ///
     /// # Safety
-    /// `managed` is a live managed tensor the caller holds.
-    pub unsafe fn record_stream_of(managed: &DLManagedTensorVersioned, device_id: i32, stream: *mut c_void) {
-        if allocation::is_ours(managed) {
-            allocation::record_use(managed, device_id, stream);
-        } else if is_our_export(managed) {
+    /// `managed` points to a live managed tensor the caller holds.
+    pub unsafe fn record_stream_of(managed: NonNull<DLManagedTensorVersioned>, device_id: i32, stream: *mut c_void) {
+        // SAFETY: live, per the contract.
+        let m = unsafe { managed.as_ref() };
+        if allocation::is_ours(m) {
+            // SAFETY: as above, with the caller's pointer (and its provenance).
+            unsafe { allocation::record_use(managed, device_id, stream) };
+        } else if is_our_export(m) {
             // SAFETY: an export's manager_ctx is an `Arc<Core>` it holds; borrowed here, not taken.
-            let core = unsafe { &*managed.manager_ctx.cast_const().cast::<Core>() };
-            if let Owner::Versioned(m) = core.owner {
-                // SAFETY: the core keeps its owner alive.
-                allocation::record_use(unsafe { m.as_ref() }, device_id, stream);
-            }
+            let core = unsafe { &*m.manager_ctx.cast_const().cast::<Core>() };
+            Tensor::record_core_stream(core, device_id, stream);
+        }
+    }
+
+    fn record_core_stream(core: &Core, device_id: i32, stream: *mut c_void) {
+        if let Owner::Versioned(owner) = core.owner {
+            // SAFETY: the core keeps its owner alive.
+            unsafe { allocation::record_use(owner, device_id, stream) };
         }
     }
 

@@ -42,7 +42,7 @@
   X(cuMemAllocManaged) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemPoolCreate) X(cuMemPoolDestroy) \
   X(cuMemPoolSetAttribute) X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool) \
   X(cuMemAllocFromPoolAsync) X(cuMemcpyDtoHAsync_v2) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoDAsync_v2) \
-  X(cuDeviceCanAccessPeer) X(cuMemPoolSetAccess)
+  X(cuDeviceCanAccessPeer) X(cuMemPoolSetAccess) X(cuDevicePrimaryCtxGetState)
 
 enum sim_fn {
 #define SIM_ENUM(name) FN_##name,
@@ -506,6 +506,17 @@ SIM_CUDA_API CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) 
   if (!valid_device(device)) REFUSE(CUDA_ERROR_INVALID_DEVICE, "no device %d", device);
   g_ctx[device].retains++;
   *ctx = &g_ctx[device];
+  return leave(CUDA_SUCCESS);
+}
+
+/* Active while someone holds a retain on the primary context (as a framework using the device does). */
+SIM_CUDA_API CUresult cuDevicePrimaryCtxGetState(CUdevice device, unsigned int *flags, int *active) {
+  ENTER(cuDevicePrimaryCtxGetState);
+  TRY(need_out(fn_, flags));
+  TRY(need_out(fn_, active));
+  if (!valid_device(device)) REFUSE(CUDA_ERROR_INVALID_DEVICE, "no device %d", device);
+  *flags = 0;
+  *active = g_ctx[device].retains > 0;
   return leave(CUDA_SUCCESS);
 }
 

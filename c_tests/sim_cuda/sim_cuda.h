@@ -177,6 +177,7 @@ SIM_CUDA_API CUresult cuDeviceGet(CUdevice *device, int ordinal);
 SIM_CUDA_API CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice device);
 SIM_CUDA_API CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device);
 SIM_CUDA_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device);
+SIM_CUDA_API CUresult cuDevicePrimaryCtxGetState(CUdevice device, unsigned int *flags, int *active);
 SIM_CUDA_API CUresult cuCtxPushCurrent_v2(CUcontext ctx);
 SIM_CUDA_API CUresult cuCtxPopCurrent_v2(CUcontext *ctx);
 SIM_CUDA_API CUresult cuCtxGetCurrent(CUcontext *ctx);

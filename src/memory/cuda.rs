@@ -210,8 +210,11 @@ pub unsafe fn free_device(device_id: i32, ptr: *mut c_void, stream: *mut c_void,
         }
         let waited = uses
             .iter()
-            .filter(|&&(d, s)| d == device_id && !same_stream(s, stream as usize))
-            .try_for_each(|&(_, used_on)| enqueue_wait(driver, state, "deleter", used_on, stream as usize));
+            .filter(|&&(d, s)| !(d == device_id && same_stream(s, stream as usize)))
+            .try_for_each(|&(d, used_on)| match d == device_id {
+                true => enqueue_wait(driver, state, "deleter", used_on, stream as usize),
+                false => wait_for_peer(driver, d, used_on, stream as usize),
+            });
         if waited.is_err() {
             // A recorded stream is gone (destroyed before the tensor): the memory is still freed,
             // after the whole device is idle rather than never.
@@ -332,7 +335,7 @@ fn device_state(device_id: i32) -> Option<&'static Device> {
 pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &[StreamUse]) -> Result<()> {
     let driver = driver::get("deleter")?;
     let mut fences = Vec::with_capacity(uses.len() + 1);
-    let legacy = set_up_devices().map(|(device_id, _)| (device_id, STREAM_LEGACY));
+    let legacy = devices_in_use(driver).map(|device_id| (device_id, STREAM_LEGACY));
     for (device_id, stream) in uses.iter().copied().chain(legacy) {
         let fenced = on_device("deleter", device_id, |driver, state| {
             Ok(record_event(driver, state, "deleter", stream).map_err(|_| {
@@ -361,6 +364,21 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &[StreamUse])
     on_device("deleter", 0, |driver, _| {
         // SAFETY: per the contract.
         checked(driver, "deleter", "cuMemFreeHost", crate::python::without_gil(|| unsafe { (driver.cuMemFreeHost)(ptr) }))
+    })
+}
+
+/// The devices someone works on: dlpx's, and those whose primary context another framework
+/// holds (torch copying from a pinned block to cuda:1 retains cuda:1's).
+fn devices_in_use(driver: &'static Driver) -> impl Iterator<Item = i32> {
+    let count = driver::device_count("deleter").unwrap_or(0);
+    (0..count).filter(move |&device_id| {
+        if device_state(device_id).is_some() {
+            return true;
+        }
+        let (mut flags, mut active) = (0, 0);
+        // SAFETY: valid out pointers and ordinal.
+        let asked = unsafe { (driver.cuDevicePrimaryCtxGetState)(device_id, &mut flags, &mut active) };
+        asked == driver::CUDA_SUCCESS && active != 0
     })
 }
 
@@ -446,6 +464,19 @@ fn enqueue_wait(driver: &Driver, state: &Device, context: &str, producer: usize,
     // SAFETY: an event just recorded and a stream (any device may wait on it).
     let waited = checked(driver, context, "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0) });
     release_event(driver, state, event);
+    waited
+}
+
+/// Makes `consumer` (a stream of the current context's device) wait for the work enqueued so far
+/// on `producer`, a stream of peer device `peer` (a kernel there reading this device's memory):
+/// the event is recorded in the peer's context; a wait may cross devices.
+fn wait_for_peer(driver: &Driver, peer: i32, producer: usize, consumer: usize) -> Result<()> {
+    let (peer_state, event) = on_device("deleter", peer, |driver, peer_state| {
+        Ok((peer_state, record_event(driver, peer_state, "deleter", producer)?))
+    })?;
+    // SAFETY: a recorded event and a stream of the current context.
+    let waited = checked(driver, "deleter", "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0) });
+    release_event(driver, peer_state, event);
     waited
 }
 

@@ -106,6 +106,7 @@ python_api! {
         PyModule_Create2: fn(*mut PyModuleDef, c_int) -> *mut PyObject;
         PyModule_AddObject: fn(*mut PyObject, *const c_char, *mut PyObject) -> c_int;
         PyGILState_Check: fn() -> c_int;
+        PyGILState_GetThisThreadState: fn() -> *mut c_void;
         PyEval_SaveThread: fn() -> *mut c_void;
         PyEval_RestoreThread: fn(*mut c_void) -> ();
         PyUnicode_InternFromString: fn(*const c_char) -> *mut PyObject;
@@ -334,24 +335,43 @@ impl<T: Copy> GilCell<T> {
     }
 }
 
-/// Whether the calling thread holds the GIL (any thread may ask). Its current thread state is
-/// the answer: PyGILState_Check answers 1 for every thread once a subinterpreter exists, even one
-/// with no thread state at all. The getter is public from 3.13 and private (exported) before;
-/// PyGILState_Check serves if neither is found.
+/// Whether the calling thread holds the GIL (any thread may ask): the interpreter's current
+/// thread state is this thread's own. Neither half is enough alone. PyGILState_Check answers 1
+/// for every thread once a subinterpreter exists, even one with no thread state; and before 3.12
+/// the "current" thread state is the GIL holder's, whichever thread that is. The getter is public
+/// from 3.13 and private (exported) before; PyGILState_Check serves if neither is found. A
+/// subinterpreter's thread may read as not holding it: then dlpx only keeps the GIL longer.
 pub fn holds_gil(py: &Python) -> bool {
     type Getter = unsafe extern "C" fn() -> *mut c_void;
     static GETTER: OnceCell<Option<Getter>> = OnceCell::new();
     let getter = GETTER.get_or_init(|| {
         let address = lookup("PyThreadState_GetUnchecked\0").or_else(|_| lookup("_PyThreadState_UncheckedGet\0")).ok()?;
-        // SAFETY: both take nothing and return the thread's PyThreadState* (NULL when none).
+        // SAFETY: both take nothing and return a PyThreadState* (NULL when none).
         Some(unsafe { std::mem::transmute::<*mut c_void, Getter>(address) })
     });
     match getter {
-        // SAFETY: callable from any thread, with or without the GIL.
-        Some(current) => !unsafe { current() }.is_null(),
+        Some(current) => {
+            // SAFETY: both may be called from any thread, with or without the GIL.
+            let (current, own) = unsafe { (current(), (py.PyGILState_GetThisThreadState)()) };
+            !current.is_null() && current == own
+        }
         // SAFETY: PyGILState_Check may be called without the GIL.
         None => (unsafe { (py.PyGILState_Check)() }) != 0,
     }
+}
+
+/// Whether the interpreter is shutting down (`Py_IsFinalizing` from 3.13, `_Py_IsFinalizing`
+/// before); false when neither is found.
+fn finalizing() -> bool {
+    type Query = unsafe extern "C" fn() -> c_int;
+    static QUERY: OnceCell<Option<Query>> = OnceCell::new();
+    let query = QUERY.get_or_init(|| {
+        let address = lookup("Py_IsFinalizing\0").or_else(|_| lookup("_Py_IsFinalizing\0")).ok()?;
+        // SAFETY: both take nothing and return an int; callable from any thread.
+        Some(unsafe { std::mem::transmute::<*mut c_void, Query>(address) })
+    });
+    // SAFETY: as above.
+    query.is_some_and(|q| unsafe { q() } != 0)
 }
 
 /// Runs `f` — a blocking call that touches no Python object (a CUDA synchronisation, the first
@@ -370,7 +390,9 @@ pub fn without_gil<T>(f: impl FnOnce() -> T) -> T {
         }
     }
     let Some(py) = PYTHON.get() else { return f() };
-    if !holds_gil(py) {
+    if !holds_gil(py) || finalizing() {
+        // While the interpreter shuts down, taking the GIL back can end this thread
+        // (pthread_exit through Rust frames): keep it instead.
         return f();
     }
     // SAFETY: this thread holds the GIL; it is taken back by `Released`.

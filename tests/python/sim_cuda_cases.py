@@ -320,6 +320,14 @@ def test_a_destroyed_consumer_stream_still_lets_the_memory_go(stream):
     SIM.sim_cuda_reset_counts()  # the misuse and the synchronisation were this test's point
 
 
+def test_a_peer_device_s_stream_is_waited_for_before_the_free(stream):
+    peer_stream = stream(1)
+    t = dlpx.empty((16,), "float32", "cuda:0")
+    dlpx.cuda.record_stream(t, peer_stream, device=1)  # a kernel on cuda:1 reads it (peer access)
+    del t
+    assert SIM.sim_cuda_waits(LEGACY, peer_stream) == 1
+
+
 def test_a_pinned_block_is_fenced_on_the_legacy_stream_without_recorded_uses():
     dlpx.empty((1,), "float32", "cuda:0")  # a device in use
     first = dlpx.empty((6000,), "float32", "cuda_host")

@@ -72,3 +72,66 @@ def test_a_driver_lacking_a_function_is_an_error_not_a_crash():
     incomplete = SIM_DIR.rstrip(os.sep) + "_incomplete"
     env = {"LD_LIBRARY_PATH": incomplete}
     assert probe(env) == "RuntimeError dlpx: empty: the CUDA driver lacks cuMemPoolTrimTo"
+
+
+GIL_RACE = """
+import ctypes, sys, threading, time
+import dlpx
+import dlpack_abi as abi
+
+lib = ctypes.CDLL(dlpx.library_path())  # CDLL: each call releases the GIL
+table = abi.exchange_table(dlpx.Tensor)
+allocate = abi.Allocator(table.managed_tensor_allocator)
+shape = (ctypes.c_int64 * 1)(256)
+proto = abi.DLTensor()
+proto.device = abi.DLDevice(2, 0)
+proto.ndim = 1
+proto.dtype = abi.DLDataType(2, 32, 1)
+proto.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+stop = False
+
+def spin():  # holds the GIL most of the time, with exceptions coming and going
+    d = {}
+    while not stop:
+        try:
+            d[1]
+        except KeyError:
+            pass
+
+threading.Thread(target=spin, daemon=True).start()
+time.sleep(0.05)
+for i in range(3000):
+    out = ctypes.c_void_p()
+    assert allocate(ctypes.byref(proto), ctypes.cast(ctypes.byref(out), ctypes.POINTER(ctypes.c_void_p)), None, abi.SetError()) == 0
+    managed = abi.versioned_at(out.value)
+    abi.Deleter(ctypes.cast(managed.deleter, ctypes.c_void_p).value)(out.value)  # cuMemFree, without the GIL
+stop = True
+print("done")
+"""
+
+
+def test_a_thread_without_the_gil_never_releases_another_thread_s_gil():
+    # The deleter runs in a thread that does not hold the GIL while another thread does: dlpx
+    # must not take that for its own (on CPython < 3.12 the "current" thread state is the GIL
+    # holder's) and release it. Before the fix this aborted or segfaulted the other thread.
+    assert probe({"SIM_CUDA_NO_POOLS": "1", "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", "")}, GIL_RACE) == "done"
+
+
+PINNED_FENCES = """
+import ctypes, os, dlpx
+sim = ctypes.CDLL(os.path.join(os.environ["DLPX_SIM_CUDA_DIR"], "libcuda.so"))
+sim.sim_cuda_calls.restype = ctypes.c_long
+p = dlpx.empty((1000,), "float32", "cuda_host")  # dlpx sets up cuda:0 only
+if os.environ.get("OTHER_FRAMEWORK_ON_CUDA1"):
+    ctx = ctypes.c_void_p()
+    assert sim.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 1) == 0  # as torch does on cuda:1
+sim.sim_cuda_reset_counts()
+del p
+print(sim.sim_cuda_calls(b"cuEventRecord"))
+"""
+
+
+@pytest.mark.parametrize("other_framework, fences", [(False, "1"), (True, "2")])
+def test_pinned_blocks_are_fenced_on_every_device_someone_uses(other_framework, fences):
+    env = {"OTHER_FRAMEWORK_ON_CUDA1": "1"} if other_framework else {}
+    assert probe(env, PINNED_FENCES) == fences
