@@ -188,6 +188,18 @@ def call_deleter(address: int, deleter: int) -> None:
     Deleter(deleter)(address)
 
 
+def prototype(shape, device=(KDL_CPU, 0), dtype=(2, 32, 1)) -> DLTensor:
+    """An allocator prototype (float32 by default); it keeps its shape array alive."""
+    dims_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+    proto = DLTensor()
+    proto.device = DLDevice(*device)
+    proto.ndim = len(shape)
+    proto.dtype = DLDataType(*dtype)
+    proto.shape = ctypes.cast(dims_array, POINTER(ctypes.c_int64))
+    proto._dims = dims_array  # noqa: SLF001 - lifetime of the shape pointer
+    return proto
+
+
 def dims(pointer, ndim: int):
     """A tuple of `ndim` int64 read from a `POINTER(c_int64)` (None when it is NULL)."""
     if not pointer:

@@ -134,12 +134,7 @@ def test_without_a_driver_the_allocator_calls_set_error_once():
         calls.append((kind.decode(), message.decode()))
 
     table = abi.exchange_table(dlpx.Tensor)
-    shape = (ctypes.c_int64 * 1)(8)
-    proto = abi.DLTensor()
-    proto.device = abi.DLDevice(2, 0)
-    proto.ndim = 1
-    proto.dtype = abi.DLDataType(2, 32, 1)
-    proto.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+    proto = abi.prototype((8,), device=(2, 0))
     out = ctypes.c_void_p()
     allocate = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
         ctypes.cast(table.managed_tensor_allocator, ctypes.c_void_p).value

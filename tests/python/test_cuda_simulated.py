@@ -82,12 +82,7 @@ import dlpack_abi as abi
 lib = ctypes.CDLL(dlpx.library_path())  # CDLL: each call releases the GIL
 table = abi.exchange_table(dlpx.Tensor)
 allocate = abi.Allocator(table.managed_tensor_allocator)
-shape = (ctypes.c_int64 * 1)(256)
-proto = abi.DLTensor()
-proto.device = abi.DLDevice(2, 0)
-proto.ndim = 1
-proto.dtype = abi.DLDataType(2, 32, 1)
-proto.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+proto = abi.prototype((256,), device=(2, 0))
 stop = False
 
 def spin():  # holds the GIL most of the time, with exceptions coming and going
