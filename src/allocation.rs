@@ -28,7 +28,7 @@ struct Header {
     uses: AtomicPtr<Uses>,
 }
 
-type Uses = Mutex<Vec<cuda::StreamUse>>;
+type Uses = Mutex<cuda::Uses>;
 
 /// Where the data lives, so the deleter knows how to free it.
 #[derive(Clone, Copy)]
@@ -96,7 +96,7 @@ pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u6
     let block = cpu::capacity_for(block_size).and_then(|capacity| Some((cpu::alloc(capacity)?, capacity)));
     let Some((block, capacity)) = block else {
         // SAFETY: the data was allocated just above and nobody else has seen it.
-        unsafe { free_data(data, storage, &[]) };
+        unsafe { free_data(data, storage, &cuda::Uses::default()) };
         return Err(Error::memory(context, format!("out of memory allocating {nbytes} bytes")));
     };
 
@@ -166,9 +166,54 @@ pub unsafe fn record_use(managed: NonNull<DLManagedTensorVersioned>, device_id: 
             return;
         }
     }
+    let entry = (device_id, stream as usize);
+    with_uses(header, |uses| {
+        if !uses.streams.contains(&entry) {
+            uses.streams.push(entry);
+        }
+    });
+}
+
+/// Records that a consumer's work on the data of `managed` was enqueued on `stream` of
+/// `device_id` and is now complete as far as the host knows (its export was released): an event
+/// recorded there now, which the free (or pinned reuse) waits for. Unlike a recorded stream it
+/// touches no stream handle later, so the consumer may destroy its stream at once.
+///
+/// # Safety
+/// As for [`record_use`].
+pub unsafe fn record_fence(managed: NonNull<DLManagedTensorVersioned>, device_id: i32, stream: *mut c_void) {
+    // SAFETY: live, per the contract.
+    if !is_ours(unsafe { managed.as_ref() }) {
+        return;
+    }
+    // SAFETY: ours, so `managed` is the first field of a live Header.
+    let header = unsafe { &*managed.as_ptr().cast::<Header>() };
+    let home = match header.data {
+        Data::CudaDevice { device_id: home, stream: allocated_on } => {
+            if home == device_id && cuda::same_stream(allocated_on as usize, stream as usize) {
+                return;
+            }
+            home
+        }
+        Data::CudaHost { .. } => 0,
+        _ => return,
+    };
+    let mut fenced = true;
+    with_uses(header, |uses| fenced = uses.fence(device_id, stream));
+    if !fenced {
+        // The stream is already gone: wait for the devices rather than free under a reader.
+        cuda::synchronise_device(device_id);
+        if home != device_id {
+            cuda::synchronise_device(home);
+        }
+    }
+}
+
+/// Runs `f` on the header's use list, creating it on first use.
+fn with_uses(header: &Header, f: impl FnOnce(&mut cuda::Uses)) {
     let mut uses = header.uses.load(Ordering::Acquire);
     if uses.is_null() {
-        let fresh = Box::into_raw(Box::new(Uses::new(Vec::new())));
+        let fresh = Box::into_raw(Box::new(Uses::new(cuda::Uses::default())));
         match header.uses.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => uses = fresh,
             Err(winner) => {
@@ -179,11 +224,7 @@ pub unsafe fn record_use(managed: NonNull<DLManagedTensorVersioned>, device_id: 
         }
     }
     // SAFETY: the list lives until the deleter, which cannot run while the caller holds the tensor.
-    let mut uses = unsafe { &*uses }.lock().unwrap_or_else(|p| p.into_inner());
-    let entry = (device_id, stream as usize);
-    if !uses.contains(&entry) {
-        uses.push(entry);
-    }
+    f(&mut unsafe { &*uses }.lock().unwrap_or_else(|p| p.into_inner()));
 }
 
 unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
@@ -196,7 +237,7 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
         let header = &*managed.cast::<Header>();
         let (block, capacity) = (header.block, header.capacity);
         let uses = header.uses.load(Ordering::Acquire);
-        let uses = if uses.is_null() { Vec::new() } else { Box::from_raw(uses).into_inner().unwrap_or_else(|p| p.into_inner()) };
+        let uses = if uses.is_null() { cuda::Uses::default() } else { Box::from_raw(uses).into_inner().unwrap_or_else(|p| p.into_inner()) };
         free_data(header.managed.dl_tensor.data, header.data, &uses);
         cpu::free(block, capacity);
     }
@@ -204,7 +245,7 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
 
 /// Releases data that does not live in the block. A deleter cannot report failure: the reason
 /// goes to dlpx_last_error(), and a panic (a driver lacking a symbol) is caught here.
-unsafe fn free_data(data: *mut c_void, storage: Data, uses: &[cuda::StreamUse]) {
+unsafe fn free_data(data: *mut c_void, storage: Data, uses: &cuda::Uses) {
     if matches!(storage, Data::InBlock) || data.is_null() {
         return;
     }

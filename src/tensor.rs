@@ -241,7 +241,15 @@ impl Tensor {
     /// A new owning managed tensor sharing this tensor's memory; its deleter releases one
     /// reference and needs no GIL. `extra_flags` adds e.g. IS_COPIED.
     pub fn export_versioned(&self, extra_flags: u64) -> Result<NonNull<DLManagedTensorVersioned>> {
+        self.export_versioned_to(extra_flags, None)
+    }
+
+    /// [`Tensor::export_versioned`] for a consumer working on `consumer` = (CUDA device, stream):
+    /// when the export is released, an event recorded on that stream fences the free (or the
+    /// pinned reuse) of this tensor's memory, if dlpx allocated it.
+    pub fn export_versioned_to(&self, extra_flags: u64, consumer: Option<(i32, *mut c_void)>) -> Result<NonNull<DLManagedTensorVersioned>> {
         let block = export_block()?;
+        write_tail(block, consumer);
         let managed = block.cast::<DLManagedTensorVersioned>();
         // SAFETY: the block is 256 bytes, aligned, and exclusively ours until handed out.
         unsafe {
@@ -259,7 +267,13 @@ impl Tensor {
     /// A new owning legacy managed tensor sharing this tensor's memory (for consumers that ask
     /// for no version). Legacy tensors cannot carry flags.
     pub fn export_legacy(&self) -> Result<NonNull<DLManagedTensor>> {
+        self.export_legacy_to(None)
+    }
+
+    /// [`Tensor::export_legacy`] with a consumer stream (see [`Tensor::export_versioned_to`]).
+    pub fn export_legacy_to(&self, consumer: Option<(i32, *mut c_void)>) -> Result<NonNull<DLManagedTensor>> {
         let block = export_block()?;
+        write_tail(block, consumer);
         let managed = block.cast::<DLManagedTensor>();
         // SAFETY: as in `export_versioned`.
         unsafe {
@@ -289,6 +303,27 @@ const EXPORT_BLOCK: Capacity = match cpu::capacity_for(size_of::<DLManagedTensor
 
 const _: () = assert!(size_of::<DLManagedTensor>() <= size_of::<DLManagedTensorVersioned>());
 
+/// What an export keeps past its managed tensor, in the same block: the consumer's CUDA device and
+/// stream (0: none), so that releasing the export fences the consumer's work on the memory.
+#[repr(C)]
+struct ExportTail {
+    device_id: i32,
+    stream: usize,
+}
+
+const TAIL_OFFSET: usize = size_of::<DLManagedTensorVersioned>();
+const _: () = assert!(TAIL_OFFSET % std::mem::align_of::<ExportTail>() == 0);
+const _: () = assert!(TAIL_OFFSET + size_of::<ExportTail>() <= EXPORT_BLOCK.bytes());
+
+#[inline]
+fn write_tail(block: NonNull<u8>, consumer: Option<(i32, *mut c_void)>) {
+    let (device_id, stream) = consumer.map_or((0, 0), |(d, s)| (d, s as usize));
+    // 0x2 is the releasing thread's own per-thread stream then; the legacy stream waits for all.
+    let stream = if stream == crate::memory::cuda::STREAM_PER_THREAD { crate::memory::cuda::STREAM_LEGACY } else { stream };
+    // SAFETY: the tail lies inside the export block (asserted above), aligned.
+    unsafe { block.as_ptr().add(TAIL_OFFSET).cast::<ExportTail>().write(ExportTail { device_id, stream }) };
+}
+
 #[inline]
 fn export_block() -> Result<NonNull<u8>> {
     cpu::alloc(EXPORT_BLOCK).ok_or_else(|| Error::memory("export", "out of memory for a managed tensor"))
@@ -317,8 +352,22 @@ unsafe extern "C" fn delete_legacy_export(managed: *mut DLManagedTensor) {
 unsafe fn release_export(ctx: *mut c_void, block: NonNull<u8>) {
     // SAFETY: per the contract; dropping the Arc may run the producer's deleter, on this thread.
     unsafe {
-        drop(Arc::from_raw(ctx.cast_const().cast::<Core>()));
+        let core = Arc::from_raw(ctx.cast_const().cast::<Core>());
+        let tail = block.as_ptr().add(TAIL_OFFSET).cast::<ExportTail>().read();
+        if tail.stream != 0 {
+            fence_consumer(&core, tail);
+        }
+        drop(core);
         cpu::free(block, EXPORT_BLOCK);
+    }
+}
+
+/// The consumer is done with an export it was handed on a stream: fence its work there.
+#[cold]
+fn fence_consumer(core: &Core, tail: ExportTail) {
+    if let Owner::Versioned(owner) = core.owner {
+        // SAFETY: the core keeps its owner alive.
+        unsafe { allocation::record_fence(owner, tail.device_id, tail.stream as *mut c_void) };
     }
 }
 

@@ -22,7 +22,7 @@ const KEEP_PER_CLASS: usize = 16;
 pub struct Capacity(usize);
 
 impl Capacity {
-    pub fn bytes(self) -> usize {
+    pub const fn bytes(self) -> usize {
         self.0
     }
 

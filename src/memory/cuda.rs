@@ -27,6 +27,55 @@ const EVENT_DISABLE_TIMING: u32 = 0x2;
 /// the device of the stream and the stream.
 pub type StreamUse = (i32, usize);
 
+/// What a free must wait for, besides the allocation stream's own work: streams recorded as
+/// users (an event is recorded on each at the free), and fences, events already recorded where
+/// a consumer's work ended (from the device's event pool).
+#[derive(Default)]
+pub struct Uses {
+    pub streams: Vec<StreamUse>,
+    pub fences: Vec<Fence>,
+}
+
+/// An event recorded on a consumer's stream when its work on the memory was all enqueued.
+#[derive(Clone, Copy)]
+pub struct Fence {
+    pub device_id: i32,
+    pub stream: usize,
+    pub event: usize,
+}
+
+impl Uses {
+    /// Fences the work enqueued so far on `stream` of `device_id`: one event per stream, recorded
+    /// again for a later use (a later point of one stream covers the earlier ones). False when
+    /// the stream is gone (the reason in `dlpx_last_error()`).
+    pub fn fence(&mut self, device_id: i32, stream: *mut c_void) -> bool {
+        let stream = stream as usize;
+        let existing = self.fences.iter().find(|f| f.device_id == device_id && f.stream == stream).map(|f| f.event);
+        let recorded = on_device("deleter", device_id, |driver, state| match existing {
+            // SAFETY: an event of this device's context and a stream of it.
+            Some(event) => checked(driver, "deleter", "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) }).map(|()| event),
+            None => record_event(driver, state, "deleter", stream),
+        });
+        match recorded {
+            Ok(event) if existing.is_none() => self.fences.push(Fence { device_id, stream, event }),
+            Ok(_) => {}
+            Err(err) => {
+                crate::error::set_last_error(&err);
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Waits for all work of `device_id` (the fallback when an ordering cannot be made).
+pub fn synchronise_device(device_id: i32) {
+    let _ = on_device("deleter", device_id, |driver, _| {
+        synchronise_context(driver);
+        Ok(())
+    });
+}
+
 /// Whether a CUDA driver is present (without initialising it).
 pub fn driver_present() -> bool {
     driver::present()
@@ -200,21 +249,30 @@ pub fn alloc_device(context: &str, device_id: i32, nbytes: usize, stream: *mut c
 ///
 /// # Safety
 /// `ptr` came from `alloc_device(device_id, …, stream)` and is not used afterwards.
-pub unsafe fn free_device(device_id: i32, ptr: *mut c_void, stream: *mut c_void, uses: &[StreamUse]) -> Result<()> {
+pub unsafe fn free_device(device_id: i32, ptr: *mut c_void, stream: *mut c_void, uses: &Uses) -> Result<()> {
     on_device("deleter", device_id, |driver, state| {
         if state.pool == 0 {
+            release_fences(driver, &uses.fences);
             // cuMemFree waits for the device's work on the memory itself (without the GIL).
             // SAFETY: per the contract.
             let code = crate::python::without_gil(|| unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) });
             return checked(driver, "deleter", "cuMemFree", code);
         }
         let waited = uses
+            .streams
             .iter()
             .filter(|&&(d, s)| !(d == device_id && same_stream(s, stream as usize)))
             .try_for_each(|&(d, used_on)| match d == device_id {
                 true => enqueue_wait(driver, state, "deleter", used_on, stream as usize),
                 false => wait_for_peer(driver, d, used_on, stream as usize),
+            })
+            .and_then(|()| {
+                uses.fences.iter().try_for_each(|f| {
+                    // SAFETY: a recorded event (of any device) and a stream of this context.
+                    checked(driver, "deleter", "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(stream as CUstream, f.event as CUevent, 0) })
+                })
             });
+        release_fences(driver, &uses.fences);
         if waited.is_err() {
             // A recorded stream is gone (destroyed before the tensor): the memory is still freed,
             // after the whole device is idle rather than never.
@@ -320,6 +378,12 @@ fn release_events(driver: &Driver, fences: &[(i32, usize)]) {
     }
 }
 
+fn release_fences(driver: &Driver, fences: &[Fence]) {
+    for f in fences {
+        release_events(driver, &[(f.device_id, f.event)]);
+    }
+}
+
 /// A set-up device's state (events are only made on those).
 fn device_state(device_id: i32) -> Option<&'static Device> {
     DEVICES.get()?.get(usize::try_from(device_id).ok()?)?.get()
@@ -332,11 +396,11 @@ fn device_state(device_id: i32) -> Option<&'static Device> {
 ///
 /// # Safety
 /// `ptr` came from `alloc_pinned(capacity)` and is not used afterwards.
-pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &[StreamUse]) -> Result<()> {
+pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Result<()> {
     let driver = driver::get("deleter")?;
-    let mut fences = Vec::with_capacity(uses.len() + 1);
+    let mut fences: Vec<(i32, usize)> = uses.fences.iter().map(|f| (f.device_id, f.event)).collect();
     let legacy = devices_in_use(driver).map(|device_id| (device_id, STREAM_LEGACY));
-    for (device_id, stream) in uses.iter().copied().chain(legacy) {
+    for (device_id, stream) in uses.streams.iter().copied().chain(legacy) {
         let fenced = on_device("deleter", device_id, |driver, state| {
             Ok(record_event(driver, state, "deleter", stream).map_err(|_| {
                 // A recorded stream is gone: wait for the device instead of reusing under a reader.

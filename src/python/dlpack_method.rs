@@ -69,15 +69,13 @@ pub unsafe extern "C" fn dlpack(
             // The consumer's stream waits for what dlpx enqueued on its own (an event, never a
             // device synchronisation).
             cuda::order_after(CONTEXT, device.device_id, crate::stream::current(device), consumer)?;
-            if device.device_type == DeviceType::CUDA {
-                // The consumer reads on its stream: dlpx's allocator must not reuse the memory
-                // before that work is done.
-                exported.record_stream(device.device_id, consumer);
-            }
         }
+        // The consumer reads on its stream: when it releases the export, an event there fences
+        // the memory's free (no later use of its stream handle, which it may destroy).
+        let consumer = consumer.filter(|_| device.device_type == DeviceType::CUDA).map(|c| (device.device_id, c));
         let copied_flag = if copied { DLPACK_FLAG_BITMASK_IS_COPIED } else { 0 };
         if versioned {
-            capsule::versioned(py, exported.export_versioned(copied_flag)?)
+            capsule::versioned(py, exported.export_versioned_to(copied_flag, consumer)?)
         } else {
             if exported.flags() & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0 && exported.dl_tensor().dtype.bits < 8 {
                 return Err(Error::buffer(
@@ -91,7 +89,7 @@ pub unsafe extern "C" fn dlpack(
                     "a read-only tensor needs a versioned capsule to say so: pass max_version=(1, 0) or later",
                 ));
             }
-            capsule::legacy(py, exported.export_legacy()?)
+            capsule::legacy(py, exported.export_legacy_to(consumer)?)
         }
     })
 }

@@ -250,9 +250,10 @@ def test_ordering_events_come_from_a_pool(stream):
     consumer = stream()
     t = dlpx.empty((16,), "float32", "cuda:0")
     for _ in range(10):
-        t.__dlpack__(stream=consumer, max_version=(1, 3))
-    assert calls("cuEventRecord") == 10 and calls("cuStreamWaitEvent") == 10
-    assert calls("cuEventCreate") <= 1 and calls("cuEventDestroy_v2") == 0
+        t.__dlpack__(stream=consumer, max_version=(1, 3))  # released at once: a fence each time
+    # 10 orderings and 10 fences, the fences all one event re-recorded on the consumer stream
+    assert calls("cuEventRecord") == 20 and calls("cuStreamWaitEvent") == 10
+    assert calls("cuEventCreate") <= 2 and calls("cuEventDestroy_v2") == 0
 
 
 @pytest.mark.parametrize("request_, waits", [(None, 0), (1, 0), (-1, 0)])
@@ -307,13 +308,25 @@ def test_a_per_thread_default_stream_use_is_waited_for_through_the_legacy_stream
     assert SIM.sim_cuda_waits(allocated_on, 2) == 0
 
 
-def test_a_destroyed_consumer_stream_still_lets_the_memory_go(stream):
+def test_a_consumer_may_destroy_its_stream_once_it_released_the_export():
     consumer = SIM.sim_cuda_stream_create(0)
     before = SIM.sim_cuda_live(DEVICE, -1)
     t = dlpx.empty((16,), "float32", "cuda:0")
-    t.__dlpack__(stream=consumer, max_version=(1, 3))
-    SIM.sim_cuda_stream_destroy(consumer)  # the consumer freed its stream before the tensor died
+    capsule = t.__dlpack__(stream=consumer, max_version=(1, 3))
+    del capsule  # the consumer is done: an event on its stream fences the memory from now on
+    SIM.sim_cuda_stream_destroy(consumer)  # so the stream may go before the tensor does
     del t
+    assert SIM.sim_cuda_live(DEVICE, -1) == before
+    assert SIM.sim_cuda_waits(LEGACY, consumer) == 1 and calls("cuCtxSynchronize") == 0
+
+
+def test_a_stream_destroyed_before_its_export_is_released_still_lets_the_memory_go():
+    consumer = SIM.sim_cuda_stream_create(0)
+    before = SIM.sim_cuda_live(DEVICE, -1)
+    t = dlpx.empty((16,), "float32", "cuda:0")
+    capsule = t.__dlpack__(stream=consumer, max_version=(1, 3))
+    SIM.sim_cuda_stream_destroy(consumer)  # a consumer bug: the stream is gone, its export is not
+    del capsule, t
     assert SIM.sim_cuda_live(DEVICE, -1) == before  # freed anyway ...
     assert calls("cuCtxSynchronize") == 1  # ... after the device went idle, the one fallback
     assert b"cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE" in DLPX.dlpx_last_error()
