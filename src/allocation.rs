@@ -96,7 +96,7 @@ pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u6
     let block = cpu::capacity_for(block_size).and_then(|capacity| Some((cpu::alloc(capacity)?, capacity)));
     let Some((block, capacity)) = block else {
         // SAFETY: the data was allocated just above and nobody else has seen it.
-        unsafe { free_data(data, storage, &cuda::Uses::default()) };
+        unsafe { free_data(data, storage, cuda::Uses::default()) };
         return Err(Error::memory(context, format!("out of memory allocating {nbytes} bytes")));
     };
 
@@ -238,14 +238,14 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
         let (block, capacity) = (header.block, header.capacity);
         let uses = header.uses.load(Ordering::Acquire);
         let uses = if uses.is_null() { cuda::Uses::default() } else { Box::from_raw(uses).into_inner().unwrap_or_else(|p| p.into_inner()) };
-        free_data(header.managed.dl_tensor.data, header.data, &uses);
+        free_data(header.managed.dl_tensor.data, header.data, uses);
         cpu::free(block, capacity);
     }
 }
 
 /// Releases data that does not live in the block. A deleter cannot report failure: the reason
 /// goes to dlpx_last_error(), and a panic (a driver lacking a symbol) is caught here.
-unsafe fn free_data(data: *mut c_void, storage: Data, uses: &cuda::Uses) {
+unsafe fn free_data(data: *mut c_void, storage: Data, uses: cuda::Uses) {
     if matches!(storage, Data::InBlock) || data.is_null() {
         return;
     }
@@ -255,7 +255,7 @@ unsafe fn free_data(data: *mut c_void, storage: Data, uses: &cuda::Uses) {
             match storage {
                 Data::InBlock => Ok(()),
                 Data::CudaDevice { device_id, stream } => cuda::free_device(device_id, data, stream, uses),
-                Data::CudaHost { capacity } => cuda::free_pinned(data, capacity, uses),
+                Data::CudaHost { capacity } => cuda::free_pinned(data, capacity, &uses),
                 Data::CudaManaged => cuda::free_managed(data),
             }
         }

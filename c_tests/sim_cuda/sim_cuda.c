@@ -42,7 +42,7 @@
   X(cuMemAllocManaged) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemPoolCreate) X(cuMemPoolDestroy) \
   X(cuMemPoolSetAttribute) X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool) \
   X(cuMemAllocFromPoolAsync) X(cuMemcpyDtoHAsync_v2) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoDAsync_v2) \
-  X(cuDeviceCanAccessPeer) X(cuMemPoolSetAccess) X(cuDevicePrimaryCtxGetState)
+  X(cuDeviceCanAccessPeer) X(cuMemPoolSetAccess) X(cuDevicePrimaryCtxGetState) X(cuStreamIsCapturing)
 
 enum sim_fn {
 #define SIM_ENUM(name) FN_##name,
@@ -73,6 +73,7 @@ struct CUstream_st {
   int device;  /* -1 for the two built-in streams, which exist in every context */
   int live;    /* 0 once destroyed (the object stays, see the top of the file) */
   int held;    /* sim_cuda_hold: work on it has not finished */
+  int capturing; /* sim_cuda_set_capturing: being captured into a CUDA graph */
   unsigned long long completions;     /* bumped when its work finishes: release, sync, destroy */
   unsigned long long last_cross_wait; /* g_seq at its last wait on another stream's event */
   struct CUstream_st *next;
@@ -142,8 +143,8 @@ static long long g_device_bytes[SIM_MAX_DEVICES]; /* live SIM_CUDA_DEVICE bytes,
 
 /* NULL and CU_STREAM_LEGACY are the same stream; CU_STREAM_PER_THREAD is another. One of each
  * for the whole machine (not per device or thread): enough to observe which one a call used. */
-static struct CUstream_st g_legacy = {-1, 1, 0, 0, 0, NULL};
-static struct CUstream_st g_per_thread = {-1, 1, 0, 0, 0, NULL};
+static struct CUstream_st g_legacy = {-1, 1, 0, 0, 0, 0, NULL};
+static struct CUstream_st g_per_thread = {-1, 1, 0, 0, 0, 0, NULL};
 static struct CUstream_st *g_streams;
 static struct CUevent_st *g_events;
 static struct CUmemPoolHandle_st *g_pools;
@@ -816,9 +817,22 @@ SIM_CUDA_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   if (a->device != device)
     REFUSE(CUDA_ERROR_INVALID_CONTEXT, "0x%llx is on device %d, the current context on device %d", dptr, a->device,
            device);
+  /* Legal in CUDA, but it would put a free node into the graph, replayed at every launch: a
+   * program freeing memory from outside the capture this way has a bug, so it is misuse here. */
+  if (s->capturing) REFUSE(CUDA_ERROR_INVALID_VALUE, "freeing pre-capture memory on stream %p while it is captured", (void *)stream);
   if (s->last_cross_wait > a->seq) g_frees_waiting++;
   g_last_free_stream = stream;
   free_alloc(a);
+  return leave(CUDA_SUCCESS);
+}
+
+/* CU_STREAM_CAPTURE_STATUS_NONE 0 or _ACTIVE 1, as sim_cuda_set_capturing says. */
+SIM_CUDA_API CUresult cuStreamIsCapturing(CUstream stream, int *status) {
+  ENTER(cuStreamIsCapturing);
+  TRY(need_out(fn_, status));
+  struct CUstream_st *s = find_stream(stream, 0);
+  if (s == NULL) REFUSE(CUDA_ERROR_INVALID_HANDLE, "stream %p is not a live stream", (void *)stream);
+  *status = s->capturing ? 1 : 0;
   return leave(CUDA_SUCCESS);
 }
 
@@ -1236,4 +1250,11 @@ SIM_CUDA_API int sim_cuda_pool_access(void *pool, int device) {
   int flags = p != NULL && valid_device(device) ? (device == p->device ? 3 : p->access[device]) : -1;
   unlock();
   return flags;
+}
+
+SIM_CUDA_API void sim_cuda_set_capturing(void *stream, int capturing) {
+  lock();
+  struct CUstream_st *s = find_stream((CUstream)stream, 0);
+  if (s != NULL) s->capturing = capturing;
+  unlock();
 }

@@ -110,6 +110,10 @@ SIM_CUDA_API void *sim_cuda_alloc_pool(void *ptr);
  * the owner always has 3; -1 for an unknown pool or device. */
 SIM_CUDA_API int sim_cuda_pool_access(void *pool, int device);
 
+/* Marks a stream as being captured into a CUDA graph (cuStreamIsCapturing reports it), or not.
+ * While it is, cuMemFreeAsync on it of memory allocated before is refused as misuse. */
+SIM_CUDA_API void sim_cuda_set_capturing(void *stream, int capturing);
+
 /* The primary context retain count of `device` (-1 for an invalid device). */
 SIM_CUDA_API int sim_cuda_retains(int device);
 
@@ -188,6 +192,7 @@ SIM_CUDA_API CUresult cuStreamDestroy_v2(CUstream stream);
 SIM_CUDA_API CUresult cuStreamQuery(CUstream stream);
 SIM_CUDA_API CUresult cuStreamSynchronize(CUstream stream);
 SIM_CUDA_API CUresult cuStreamGetCtx(CUstream stream, CUcontext *ctx);
+SIM_CUDA_API CUresult cuStreamIsCapturing(CUstream stream, int *captureStatus);
 SIM_CUDA_API CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags);
 SIM_CUDA_API CUresult cuEventCreate(CUevent *event, unsigned int flags);
 SIM_CUDA_API CUresult cuEventRecord(CUevent event, CUstream stream);

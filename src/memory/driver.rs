@@ -77,6 +77,7 @@ driver_functions! {
     cuEventDestroy_v2(CUevent);
     cuStreamWaitEvent(CUstream, CUevent, c_uint);
     cuStreamSynchronize(CUstream);
+    cuStreamIsCapturing(CUstream, *mut c_int);
     cuCtxSynchronize();
     cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
     cuMemcpyDtoDAsync_v2(CUdeviceptr, CUdeviceptr, usize, CUstream);

@@ -43,6 +43,7 @@ SIM.sim_cuda_pool_release_threshold.argtypes = [ctypes.c_void_p]
 SIM.sim_cuda_pool_release_threshold.restype = ctypes.c_ulonglong
 SIM.sim_cuda_misuses.restype = ctypes.c_long
 SIM.sim_cuda_pool_access.argtypes = [ctypes.c_void_p, ctypes.c_int]
+SIM.sim_cuda_set_capturing.argtypes = [ctypes.c_void_p, ctypes.c_int]
 
 DLPX = ctypes.CDLL(dlpx.library_path())
 DLPX.dlpx_record_stream.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p]
@@ -159,6 +160,21 @@ def test_per_thread_default_stream_memory_is_freed_on_the_legacy_stream():
         t = dlpx.empty((4,), "float32", "cuda:0")
     del t
     assert SIM.sim_cuda_last_free_stream() == LEGACY
+
+
+def test_a_free_during_graph_capture_waits_for_the_capture_to_end(stream):
+    s = stream()
+    with dlpx.cuda.stream(s):
+        t = dlpx.empty((16,), "float32", "cuda:0")
+    SIM.sim_cuda_set_capturing(s, 1)  # e.g. torch.cuda.graph capturing on s
+    frees = calls("cuMemFreeAsync")
+    del t  # freed now, the free would be a node of the graph, run at every replay
+    assert calls("cuMemFreeAsync") == frees
+    dlpx.cuda.empty_cache()  # still capturing: still put off
+    assert calls("cuMemFreeAsync") == frees
+    SIM.sim_cuda_set_capturing(s, 0)
+    dlpx.cuda.empty_cache()  # as the device's next allocation or free would, frees what was put off
+    assert calls("cuMemFreeAsync") == frees + 1 and SIM.sim_cuda_last_free_stream() == s
 
 
 def test_zero_size_tensors_take_no_memory_but_check_the_device():
