@@ -129,8 +129,15 @@ fn set_up(driver: &Driver, context: &str, device_id: i32) -> Result<Device> {
         checked(driver, context, "cuDevicePrimaryCtxRetain", (driver.cuDevicePrimaryCtxRetain)(&mut ctx, device))?;
     }
     let count = driver::device_count(context)?;
-    let pool = with_context(driver, context, ctx, || Ok(create_pool(driver, device, count)))?;
-    Ok(Device { context: ctx as usize, pool: pool as usize, events: Mutex::new(Vec::new()) })
+    match with_context(driver, context, ctx, || Ok(create_pool(driver, device, count))) {
+        Ok(pool) => Ok(Device { context: ctx as usize, pool: pool as usize, events: Mutex::new(Vec::new()) }),
+        Err(err) => {
+            // Not set up: the next request retries from the start, so give the retain back.
+            // SAFETY: the retain made above.
+            unsafe { (driver.cuDevicePrimaryCtxRelease_v2)(device) };
+            Err(err)
+        }
+    }
 }
 
 /// A pool on `device` that never releases freed memory on its own (the default pool's threshold

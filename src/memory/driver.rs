@@ -55,6 +55,7 @@ driver_functions! {
     cuDeviceGetAttribute(*mut c_int, c_int, CUdevice);
     cuDeviceCanAccessPeer(*mut c_int, CUdevice, CUdevice);
     cuDevicePrimaryCtxRetain(*mut CUcontext, CUdevice);
+    cuDevicePrimaryCtxRelease_v2(CUdevice);
     cuDevicePrimaryCtxGetState(CUdevice, *mut c_uint, *mut c_int);
     cuCtxPushCurrent_v2(CUcontext);
     cuCtxPopCurrent_v2(*mut CUcontext);

@@ -130,3 +130,20 @@ print(sim.sim_cuda_calls(b"cuEventRecord"))
 def test_pinned_blocks_are_fenced_on_every_device_someone_uses(other_framework, fences):
     env = {"OTHER_FRAMEWORK_ON_CUDA1": "1"} if other_framework else {}
     assert probe(env, PINNED_FENCES) == fences
+
+
+FAILED_SET_UP = """
+import ctypes, os, dlpx
+sim = ctypes.CDLL(os.path.join(os.environ["DLPX_SIM_CUDA_DIR"], "libcuda.so"))
+sim.sim_cuda_fail(b"cuCtxPushCurrent_v2", 201, 1)
+try:
+    dlpx.empty((4,), "float32", "cuda:1")
+except RuntimeError as e:
+    print(type(e).__name__, sim.sim_cuda_retains(1), end=" ")
+dlpx.empty((4,), "float32", "cuda:1")  # the retry sets the device up
+print(sim.sim_cuda_retains(1))
+"""
+
+
+def test_a_device_whose_set_up_fails_keeps_no_context_retained():
+    assert probe({}, FAILED_SET_UP) == "RuntimeError 0 1"
