@@ -390,8 +390,7 @@ pub unsafe fn free_managed(ptr: *mut c_void) -> Result<()> {
 struct PinnedBlock {
     capacity: usize,
     ptr: usize,
-    /// (device, event) pairs.
-    fences: Vec<(i32, usize)>,
+    fences: Vec<Fence>,
 }
 
 /// Freed pinned blocks: cuMemHostAlloc costs about 0.7 ms, so blocks are reused.
@@ -425,18 +424,18 @@ fn take_pinned(driver: &Driver, capacity: usize) -> Option<usize> {
     let index = cache.iter().position(|b| b.capacity == capacity && fences_done(driver, &b.fences))?;
     let block = cache.swap_remove(index);
     drop(cache);
-    release_events(driver, &block.fences);
+    release_fences(driver, &block.fences);
     Some(block.ptr)
 }
 
-fn fences_done(driver: &Driver, fences: &[(i32, usize)]) -> bool {
+fn fences_done(driver: &Driver, fences: &[Fence]) -> bool {
     // SAFETY: events dlpx created and has not destroyed.
-    fences.iter().all(|&(_, e)| unsafe { (driver.cuEventQuery)(e as CUevent) } == driver::CUDA_SUCCESS)
+    fences.iter().all(|f| unsafe { (driver.cuEventQuery)(f.event as CUevent) } == driver::CUDA_SUCCESS)
 }
 
-/// Gives fences back to their devices' event pools (or to the driver when a pool is full).
-fn release_events(driver: &Driver, fences: &[(i32, usize)]) {
-    for &(device_id, event) in fences {
+/// Gives fences' events back to their devices' pools (or to the driver when a pool is full).
+fn release_fences(driver: &Driver, fences: &[Fence]) {
+    for &Fence { device_id, event, .. } in fences {
         match device_state(device_id) {
             Some(state) => release_event(driver, state, event),
             None => {
@@ -444,12 +443,6 @@ fn release_events(driver: &Driver, fences: &[(i32, usize)]) {
                 unsafe { (driver.cuEventDestroy_v2)(event as CUevent) };
             }
         }
-    }
-}
-
-fn release_fences(driver: &Driver, fences: &[Fence]) {
-    for f in fences {
-        release_events(driver, &[(f.device_id, f.event)]);
     }
 }
 
@@ -467,7 +460,7 @@ fn device_state(device_id: i32) -> Option<&'static Device> {
 /// `ptr` came from `alloc_pinned(capacity)` and is not used afterwards.
 pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Result<()> {
     let driver = driver::get("deleter")?;
-    let mut fences: Vec<(i32, usize)> = uses.fences.iter().map(|f| (f.device_id, f.event)).collect();
+    let mut fences = uses.fences.clone();
     let legacy = devices_in_use(driver).map(|device_id| (device_id, STREAM_LEGACY));
     for (device_id, stream) in uses.streams.iter().copied().chain(legacy) {
         let fenced = on_device("deleter", device_id, |driver, state| {
@@ -477,7 +470,7 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Res
             }))
         });
         if let Ok(Ok(event)) = fenced {
-            fences.push((device_id, event));
+            fences.push(Fence { device_id, stream, event });
         }
     }
     {
@@ -489,11 +482,11 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Res
         }
     }
     // The cache is full: wait for the fenced work (without the GIL), then give the block back.
-    for &(_, event) in &fences {
+    for &Fence { event, .. } in &fences {
         // SAFETY: an event dlpx created and has not destroyed.
         crate::python::without_gil(|| unsafe { (driver.cuEventSynchronize)(event as CUevent) });
     }
-    release_events(driver, &fences);
+    release_fences(driver, &fences);
     on_device("deleter", 0, |driver, _| {
         // SAFETY: per the contract.
         checked(driver, "deleter", "cuMemFreeHost", crate::python::without_gil(|| unsafe { (driver.cuMemFreeHost)(ptr) }))
@@ -535,7 +528,7 @@ fn empty_pinned_cache(context: &str) -> Result<()> {
     on_device(context, 0, |driver, _| {
         let mut first_error = Ok(());
         for block in &done {
-            release_events(driver, &block.fences);
+            release_fences(driver, &block.fences);
             // SAFETY: a cached block nobody uses.
             let code = crate::python::without_gil(|| unsafe { (driver.cuMemFreeHost)(block.ptr as *mut c_void) });
             first_error = first_error.and(checked(driver, context, "cuMemFreeHost", code));
