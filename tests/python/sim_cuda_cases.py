@@ -226,18 +226,25 @@ def test_pinned_blocks_are_reused():
     assert calls("cuMemHostAlloc") == allocations
 
 
-def test_a_pinned_block_is_not_reused_before_the_work_recorded_on_it_is_done(stream):
-    s = stream()
-    first = dlpx.empty((5000,), "float32", "cuda_host")
+def assert_pinned_reuse_waits_for(busy_stream, numel, record=False):
+    """A pinned block freed while `busy_stream` still works on it is not handed out again until
+    that work is done."""
+    first = dlpx.empty((numel,), "float32", "cuda_host")
     address = first.data_ptr
-    dlpx.cuda.record_stream(first, s, device=0)
-    SIM.sim_cuda_hold(s)  # an asynchronous copy from the block is still running on s
+    if record:
+        dlpx.cuda.record_stream(first, busy_stream, device=0)
+    SIM.sim_cuda_hold(busy_stream)
     del first
-    second = dlpx.empty((5000,), "float32", "cuda_host")
+    second = dlpx.empty((numel,), "float32", "cuda_host")
     assert second.data_ptr != address
-    SIM.sim_cuda_release(s)
-    third = dlpx.empty((5000,), "float32", "cuda_host")
+    SIM.sim_cuda_release(busy_stream)
+    third = dlpx.empty((numel,), "float32", "cuda_host")
     assert third.data_ptr == address
+
+
+def test_a_pinned_block_is_not_reused_before_the_work_recorded_on_it_is_done(stream):
+    # an asynchronous copy from the block, on a stream dlpx is told of, is still running
+    assert_pinned_reuse_waits_for(stream(), 5000, record=True)
 
 
 def test_empty_cache_gives_finished_pinned_blocks_back():
@@ -359,15 +366,8 @@ def test_a_peer_device_s_stream_is_waited_for_before_the_free(stream):
 
 def test_a_pinned_block_is_fenced_on_the_legacy_stream_without_recorded_uses():
     dlpx.empty((1,), "float32", "cuda:0")  # a device in use
-    first = dlpx.empty((6000,), "float32", "cuda_host")
-    address = first.data_ptr
-    SIM.sim_cuda_hold(LEGACY)  # e.g. torch copies from it on its default stream, telling no one
-    del first
-    second = dlpx.empty((6000,), "float32", "cuda_host")
-    assert second.data_ptr != address
-    SIM.sim_cuda_release(LEGACY)
-    third = dlpx.empty((6000,), "float32", "cuda_host")
-    assert third.data_ptr == address
+    # e.g. torch copies from it on its default stream, telling no one
+    assert_pinned_reuse_waits_for(LEGACY, 6000)
 
 
 def test_a_kernel_on_dlpx_s_current_stream_is_waited_for_before_the_free(stream):

@@ -21,8 +21,15 @@ if not HAVE_SIM and os.environ.get("DLPX_REQUIRE_ALL_TESTS") == "1":
 pytestmark = pytest.mark.skipif(not HAVE_SIM, reason="the simulated CUDA driver is not built (set DLPX_SIM_CUDA_DIR)")
 
 
+def sim_env(extra):
+    """This process's environment with the simulator first on the library path, then `extra`."""
+    env = dict(os.environ, LD_LIBRARY_PATH=SIM_DIR + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""))
+    env.update(extra)
+    return env
+
+
 def run(env_extra, *pytest_args):
-    env = dict(os.environ, LD_LIBRARY_PATH=SIM_DIR + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""), **env_extra)
+    env = sim_env(env_extra)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(HERE, "sim_cuda_cases.py"), *pytest_args]
     return subprocess.run(command, env=env, cwd=HERE, capture_output=True, text=True, timeout=300)
 
@@ -37,9 +44,7 @@ PROBE = "import dlpx\ntry:\n    dlpx.empty((4,), 'float32', 'cuda:0')\nexcept Ex
 
 
 def probe(env_extra, code=PROBE):
-    env = dict(os.environ, LD_LIBRARY_PATH=SIM_DIR + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""))
-    env.update(env_extra)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], env=sim_env(env_extra), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
