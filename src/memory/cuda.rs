@@ -82,11 +82,6 @@ pub fn driver_present() -> bool {
     driver::present()
 }
 
-/// The number of CUDA devices, initialising the driver on first use.
-pub fn device_count(context: &str) -> Result<i32> {
-    driver::device_count(context)
-}
-
 /// What dlpx keeps per device: its primary context, and the pool device memory comes from.
 struct Device {
     context: usize,
