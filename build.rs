@@ -1,10 +1,15 @@
 //! Generates the two C headers from the Rust source and sets the library's SONAME.
 //!
+//! The headers are written to `$OUT_DIR/include/dlpx/` only (a build script that writes into the
+//! source tree fails `cargo package`); the committed copies under `include/dlpx/` are what C users
+//! and the install get, and `scripts/regen_headers.sh` copies the generated ones over them
+//! (`--check`, run by `scripts/test.sh`, fails when they differ).
+//!
 //! `include/dlpx/dlpack.h` comes from `src/abi.rs` alone and carries the official DLPack names,
 //! values and include guard, so it and the official header are interchangeable.
 //! `include/dlpx/dlpx.h` comes from the whole crate minus the ABI items and includes the first.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 const ABI_ITEMS: &[&str] = &[
     "DLPackVersion", "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLManagedTensorVersioned",
@@ -61,8 +66,8 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libdlpx.so.0");
 
-    let out = Path::new("include/dlpx");
-    std::fs::create_dir_all(out).expect("create include/dlpx");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("include/dlpx");
+    std::fs::create_dir_all(&out).expect("create $OUT_DIR/include/dlpx");
 
     let mut dlpack = common("src/abi.rs");
     dlpack.include_guard = Some("DLPACK_DLPACK_H_".to_string());
