@@ -23,7 +23,7 @@ def build_example(directory, module_name, tmp_path_factory):
     build = tmp_path_factory.mktemp(directory)
     configure = [
         "cmake", "-S", os.path.join(REPO, "examples", directory), "-B", str(build), f"-Ddlpx_DIR={cmake_dir}",
-        f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release",
+        f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release", "-DDLPX_WERROR=ON",
     ]
     for command in (configure, ["cmake", "--build", str(build)]):
         done = subprocess.run(command, capture_output=True, text=True)
