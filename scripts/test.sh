@@ -1,11 +1,35 @@
 #!/usr/bin/env bash
-# Runs every dlpx test: Rust, the generated-header check, C/C++ (plain and sanitized) through
-# ctest, the Python package (pip install . then pytest), and a load check on CPython 3.9–3.13.
-# DLPX_PYTHON names the Python that has the peers (default: .venv/bin/python).
+# Runs every dlpx test: Rust, the generated-header check, cargo package, C/C++ (plain and
+# sanitized) through ctest, a Release build, the Python package (pip install . then pytest), the
+# distributable wheel and sdist (scripts/build_dist.sh), the sdist in a fresh venv, and the wheel
+# on CPython 3.9-3.15.
+# It first installs what it needs: cmake, pkg-config and binutils through apt-get when missing,
+# and the test peers (tests/requirements.txt) into DLPX_PYTHON's environment (default:
+# .venv/bin/python, created when missing; the quick start's .venv gets the peers it lacks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+echo "== what the tests need"
+need_apt=()
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+command -v nm >/dev/null || need_apt+=(binutils)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "scripts/test.sh needs ${need_apt[*]}: install them (Debian/Ubuntu: sudo apt-get install ${need_apt[*]}) and rerun" >&2
+    exit 1
+  fi
+  echo "apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
 PY=${DLPX_PYTHON:-.venv/bin/python}
+if [ -z "${DLPX_PYTHON:-}" ] && [ ! -x "$PY" ]; then
+  echo "creating .venv"
+  python3 -m venv .venv
+fi
 PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
+"$PY" -m pip install -q --disable-pip-version-check -r tests/requirements.txt
 BUILD=${DLPX_BUILD_DIR:-build/ci}
 
 echo "== cargo test"
@@ -22,14 +46,26 @@ else
 fi
 
 echo "== generated headers are up to date"
-git diff --exit-code -- include/dlpx/dlpack.h include/dlpx/dlpx.h
-git ls-files --error-unmatch include/dlpx/dlpack.h include/dlpx/dlpx.h >/dev/null
+bash scripts/regen_headers.sh --check
+
+echo "== cargo package (the crate builds from its packaged files alone)"
+# --allow-dirty: a developer's uncommitted work is packaged as it stands (CI's clone is clean).
+cargo package --allow-dirty --quiet
 
 echo "== cmake build + ctest (C11, C++17, ASan/UBSan/LSan)"
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLPX_TEST_PYTHON="$PY" -DDLPX_REQUIRE_ALL_TESTS=ON >/dev/null
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLPX_TEST_PYTHON="$PY" -DDLPX_REQUIRE_ALL_TESTS=ON -DDLPX_WERROR=ON >/dev/null
 cmake --build "$BUILD" -j 2
 ctest --test-dir "$BUILD" --output-on-failure -j 2
 SIM_CUDA_DIR=$(cd "$BUILD" && pwd)/sim_cuda
+
+echo "== cmake Release build (a packager's -O3), warnings as errors"
+# The library is the same in every build type: share cargo's target directory with the build above.
+cmake -S . -B "$BUILD-release" -DCMAKE_BUILD_TYPE=Release -DDLPX_TEST_PYTHON="$PY" -DDLPX_REQUIRE_ALL_TESTS=ON \
+      -DDLPX_WERROR=ON -DDLPX_CARGO_TARGET_DIR="$(cd "$BUILD" && pwd)/cargo" >/dev/null
+# The tests' C11, C++17 and C++20 variants (every use of the public headers): the sanitizer
+# variants are for the runs above, and at -O3 they would add half again to the compile time.
+release_targets=$(cmake --build "$BUILD-release" --target help | awk '$1 == "..." && $2 ~ /_(c11|cxx17|cxx20)$/ { print $2 }')
+cmake --build "$BUILD-release" -j 2 --target $release_targets
 
 echo "== pip install . and pytest"
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation .
@@ -39,12 +75,15 @@ echo "== pip install . and pytest"
 echo "== CUDA benchmark harness against the simulated driver (a smoke run: these are not CUDA numbers)"
 LD_LIBRARY_PATH="$SIM_CUDA_DIR" "$PY" benches/cuda_bench.py --quick | grep -E '^\| (entry|allocator|current)|targets'
 
-echo "== pip install . into a fresh venv (isolated build: the build backend comes from PyPI)"
+echo "== the manylinux wheel and the sdist (scripts/build_dist.sh)"
+bash scripts/build_dist.sh
+
+echo "== the sdist into a fresh venv (isolated build: the build backend comes from PyPI)"
 rm -rf build/fresh-venv
 python3 -m venv build/fresh-venv
-build/fresh-venv/bin/python -m pip install -q --disable-pip-version-check .
+build/fresh-venv/bin/python -m pip install -q --disable-pip-version-check dist/dlpx-*.tar.gz
 (cd build && fresh-venv/bin/python -c "import dlpx; t = dlpx.empty((2, 3)); print('fresh venv:', dlpx.__version__, t, dlpx.library_path())")
 build/fresh-venv/bin/python -m dlpx --cmakedir
 
-echo "== one binary on every CPython 3.9-3.13 found"
-bash scripts/check_python_versions.sh "$("$PY" -m dlpx --library)"
+echo "== the wheel on every CPython 3.9-3.15"
+bash scripts/check_wheel_pythons.sh dist/dlpx-*-manylinux*.whl
