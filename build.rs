@@ -87,7 +87,7 @@ fn main() {
         .expect("generate dlpack.h")
         .write_to_file(out.join("dlpack.h"));
 
-    let mut dlpx = common("src/capi.rs");
+    let mut dlpx = common("src/exports.rs");
     dlpx.include_guard = Some("DLPX_DLPX_H".to_string());
     dlpx.no_includes = true;
     dlpx.includes = vec!["dlpack.h".to_string()];
@@ -96,7 +96,7 @@ fn main() {
     dlpx.export.rename.insert("DeviceType".into(), "DLDeviceType".into());
     cbindgen::Builder::new()
         .with_config(dlpx)
-        .with_src("src/capi.rs")
+        .with_src("src/exports.rs")
         .with_src("src/abi.rs")
         .generate()
         .expect("generate dlpx.h")

@@ -47,9 +47,9 @@ enum Data {
 ///
 /// # Safety
 /// `prototype.shape` points to `ndim` readable values when `ndim > 0`.
-pub unsafe fn allocate(context: &str, prototype: &DLTensor) -> Result<NonNull<DLManagedTensorVersioned>> {
+pub unsafe fn allocate(prototype: &DLTensor) -> Result<NonNull<DLManagedTensorVersioned>> {
     // SAFETY: forwarded contract.
-    unsafe { allocate_with_flags(context, prototype, 0) }
+    unsafe { allocate_with_flags(prototype, 0) }
 }
 
 /// [`allocate`], with DLPack `flags` recorded on the tensor; IS_SUBBYTE_TYPE_PADDED also sizes
@@ -57,11 +57,11 @@ pub unsafe fn allocate(context: &str, prototype: &DLTensor) -> Result<NonNull<DL
 ///
 /// # Safety
 /// As for [`allocate`].
-pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u64) -> Result<NonNull<DLManagedTensorVersioned>> {
+pub unsafe fn allocate_with_flags(prototype: &DLTensor, flags: u64) -> Result<NonNull<DLManagedTensorVersioned>> {
     let flags = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
-    let ndim = checked_ndim(context, prototype.ndim)?;
+    let ndim = checked_ndim(prototype.ndim)?;
     if ndim > 0 && prototype.shape.is_null() {
-        return Err(Error::value(context, format!("prototype.shape is NULL with ndim = {ndim}")));
+        return Err(Error::value(format!("prototype.shape is NULL with ndim = {ndim}")));
     }
     let shape: &[i64] = if ndim == 0 {
         &[]
@@ -69,13 +69,13 @@ pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u6
         // SAFETY: non-NULL and `ndim` long, by the caller's contract.
         unsafe { std::slice::from_raw_parts(prototype.shape, ndim) }
     };
-    layout::check_dtype(context, prototype.dtype)?;
-    check_device(context, prototype.device)?;
-    let numel = layout::numel(context, shape)?;
-    let nbytes = layout::nbytes(context, numel, prototype.dtype, flags)?;
+    layout::check_dtype(prototype.dtype)?;
+    check_device(prototype.device)?;
+    let numel = layout::numel(shape)?;
+    let nbytes = layout::nbytes(numel, prototype.dtype, flags)?;
     let on_cpu = prototype.device.device_type == DeviceType::CPU;
 
-    let too_large = || Error::memory(context, format!("cannot allocate {nbytes} bytes: larger than the address space"));
+    let too_large = || Error::memory(format!("cannot allocate {nbytes} bytes: larger than the address space"));
     let nbytes = usize::try_from(nbytes).map_err(|_| too_large())?;
     let header_offset = if on_cpu { nbytes.checked_next_multiple_of(16).ok_or_else(too_large)? } else { 0 };
     let mut block_size = header_offset
@@ -87,17 +87,17 @@ pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u6
     }
     let (data, storage) = if on_cpu || nbytes == 0 {
         if !on_cpu {
-            check_device_exists(context, prototype.device)?;
+            check_device_exists(prototype.device)?;
         }
         (ptr::null_mut(), Data::InBlock)
     } else {
-        allocate_device_data(context, prototype.device, nbytes)?
+        allocate_device_data(prototype.device, nbytes)?
     };
     let block = cpu::capacity_for(block_size).and_then(|capacity| Some((cpu::alloc(capacity)?, capacity)));
     let Some((block, capacity)) = block else {
         // SAFETY: the data was allocated just above and nobody else has seen it.
         unsafe { free_data(data, storage, cuda::Uses::default()) };
-        return Err(Error::memory(context, format!("out of memory allocating {nbytes} bytes")));
+        return Err(Error::memory(format!("out of memory allocating {nbytes} bytes")));
     };
 
     // SAFETY: the block is at least `block_size` bytes and 256-byte aligned (16 for blocks too
@@ -233,45 +233,41 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
     }
     // SAFETY: `managed` is the header of a block from `allocate`, which recorded the block, its
     // capacity and where the data lives there; the caller gives the tensor up.
-    unsafe {
+    crate::error::guard("deleter", || unsafe {
         let header = &*managed.cast::<Header>();
         let (block, capacity) = (header.block, header.capacity);
         let uses = header.uses.load(Ordering::Acquire);
         let uses = if uses.is_null() { cuda::Uses::default() } else { Box::from_raw(uses).into_inner().unwrap_or_else(|p| p.into_inner()) };
         free_data(header.managed.dl_tensor.data, header.data, uses);
         cpu::free(block, capacity);
-    }
+    })
 }
 
 /// Releases data that does not live in the block. A deleter cannot report failure: the reason
-/// goes to dlpx_last_error(), and a panic (a driver lacking a symbol) is caught here.
+/// goes to dlpx_last_error().
 unsafe fn free_data(data: *mut c_void, storage: Data, uses: cuda::Uses) {
     if matches!(storage, Data::InBlock) || data.is_null() {
         return;
     }
-    let freed = std::panic::catch_unwind(|| {
-        // SAFETY: `data` was allocated as `storage` says and is given up by the caller.
-        unsafe {
-            match storage {
-                Data::InBlock => Ok(()),
-                Data::CudaDevice { device_id, stream } => cuda::free_device(device_id, data, stream, uses),
-                Data::CudaHost { capacity } => cuda::free_pinned(data, capacity, &uses),
-                Data::CudaManaged => cuda::free_managed(data),
-            }
+    // SAFETY: `data` was allocated as `storage` says and is given up by the caller.
+    let freed = unsafe {
+        match storage {
+            Data::InBlock => Ok(()),
+            Data::CudaDevice { device_id, stream } => cuda::free_device(device_id, data, stream, uses),
+            Data::CudaHost { capacity } => cuda::free_pinned(data, capacity, &uses),
+            Data::CudaManaged => cuda::free_managed(data),
         }
-    });
-    match freed {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => crate::error::set_last_error(&err),
-        Err(_) => crate::error::set_last_error(&Error::runtime("deleter", "the CUDA driver failed while freeing")),
+    };
+    if let Err(err) = freed {
+        crate::error::set_last_error(&err.at("deleter"));
     }
 }
 
-fn allocate_device_data(context: &str, device: DLDevice, nbytes: usize) -> Result<(*mut c_void, Data)> {
+fn allocate_device_data(device: DLDevice, nbytes: usize) -> Result<(*mut c_void, Data)> {
     match device.device_type {
         DeviceType::CUDA => {
             let stream = crate::stream::current(device);
-            let data = cuda::alloc_device(context, device.device_id, nbytes, stream)?;
+            let data = cuda::alloc_device(device.device_id, nbytes, stream)?;
             // The deleter may run on another thread, whose per-thread default stream is another
             // stream: free on the legacy stream instead, which every blocking stream follows.
             // (A stream handle the user set must outlive the tensors allocated on it.)
@@ -280,45 +276,41 @@ fn allocate_device_data(context: &str, device: DLDevice, nbytes: usize) -> Resul
         }
         DeviceType::CUDA_HOST => {
             let capacity = cuda::pinned_capacity(nbytes)
-                .ok_or_else(|| Error::memory(context, format!("cannot allocate {nbytes} pinned bytes")))?;
-            Ok((cuda::alloc_pinned(context, capacity)?, Data::CudaHost { capacity }))
+                .ok_or_else(|| Error::memory(format!("cannot allocate {nbytes} pinned bytes")))?;
+            Ok((cuda::alloc_pinned(capacity)?, Data::CudaHost { capacity }))
         }
-        DeviceType::CUDA_MANAGED => Ok((cuda::alloc_managed(context, nbytes)?, Data::CudaManaged)),
+        DeviceType::CUDA_MANAGED => Ok((cuda::alloc_managed(nbytes)?, Data::CudaManaged)),
         _ => unreachable!("check_device admits only CPU and CUDA kinds"),
     }
 }
 
 /// A zero-size CUDA tensor needs no memory, but its device must still exist.
-fn check_device_exists(context: &str, device: DLDevice) -> Result<()> {
+fn check_device_exists(device: DLDevice) -> Result<()> {
     let id = if device.device_type == DeviceType::CUDA { device.device_id } else { 0 };
-    cuda::check_device(context, id)
+    cuda::check_device(id)
 }
 
-pub fn checked_ndim(context: &str, ndim: i32) -> Result<usize> {
+pub fn checked_ndim(ndim: i32) -> Result<usize> {
     if ndim < 0 {
-        return Err(Error::value(context, format!("ndim = {ndim} is negative")));
+        return Err(Error::value(format!("ndim = {ndim} is negative")));
     }
     if ndim as usize > layout::MAX_NDIM {
-        return Err(Error::value(context, format!("ndim = {ndim} exceeds the maximum of {}", layout::MAX_NDIM)));
+        return Err(Error::value(format!("ndim = {ndim} exceeds the maximum of {}", layout::MAX_NDIM)));
     }
     Ok(ndim as usize)
 }
 
-fn check_device(context: &str, device: DLDevice) -> Result<()> {
+fn check_device(device: DLDevice) -> Result<()> {
     match device.device_type {
-        DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED if device.device_id != 0 => Err(Error::value(
-            context,
-            format!("device {} is invalid: device_id must be 0 for host, pinned and managed memory", crate::device::name(device)),
+        DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED if device.device_id != 0 => Err(Error::value(format!("device {} is invalid: device_id must be 0 for host, pinned and managed memory", crate::device::name(device)),
         )),
         DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED => Ok(()),
         DeviceType::CUDA if device.device_id < 0 => {
-            Err(Error::value(context, format!("device {} is invalid: device_id is negative", crate::device::name(device))))
+            Err(Error::value(format!("device {} is invalid: device_id is negative", crate::device::name(device))))
         }
         DeviceType::CUDA => Ok(()),
-        t if crate::device::is_known(t) => Err(Error::not_implemented(
-            context,
-            format!("allocation on device {} is not supported (dlpx allocates on cpu, cuda, cuda_host and cuda_managed)", crate::device::name(device)),
+        t if crate::device::is_known(t) => Err(Error::not_implemented(format!("allocation on device {} is not supported (dlpx allocates on cpu, cuda, cuda_host and cuda_managed)", crate::device::name(device)),
         )),
-        t => Err(Error::value(context, format!("unknown device type {} (DLPack 1.3 defines 1..=18)", t.0))),
+        t => Err(Error::value(format!("unknown device type {} (DLPack 1.3 defines 1..=18)", t.0))),
     }
 }

@@ -11,7 +11,7 @@ pub const MAX_CHAIN: usize = 16;
 ///
 /// # Safety
 /// `head` is NULL or points to a readable table header whose `prev_api` links are readable.
-pub unsafe fn select_supported(context: &str, head: *const DLPackExchangeAPIHeader) -> Result<&'static DLPackExchangeAPI> {
+pub unsafe fn select_supported(head: *const DLPackExchangeAPIHeader) -> Result<&'static DLPackExchangeAPI> {
     let mut seen = Vec::new();
     let mut current = head;
     for _ in 0..MAX_CHAIN {
@@ -19,7 +19,7 @@ pub unsafe fn select_supported(context: &str, head: *const DLPackExchangeAPIHead
             break;
         }
         if seen.contains(&current) {
-            return Err(Error::buffer(context, format!("the prev_api chain has a cycle after {} tables: {seen:?}", seen.len())));
+            return Err(Error::buffer(format!("the prev_api chain has a cycle after {} tables: {seen:?}", seen.len())));
         }
         seen.push(current);
         // SAFETY: per the contract; only the stable header is read before the major check.
@@ -31,12 +31,10 @@ pub unsafe fn select_supported(context: &str, head: *const DLPackExchangeAPIHead
         current = header.prev_api;
     }
     if !current.is_null() {
-        return Err(Error::buffer(context, format!("the prev_api chain is longer than {MAX_CHAIN} tables")));
+        return Err(Error::buffer(format!("the prev_api chain is longer than {MAX_CHAIN} tables")));
     }
     let majors: Vec<u32> = seen.iter().map(|h| unsafe { (**h).version.major }).collect();
-    Err(Error::buffer(
-        context,
-        if majors.is_empty() {
+    Err(Error::buffer(if majors.is_empty() {
             "the exchange table pointer is NULL".to_string()
         } else {
             format!("no table of major version {DLPACK_MAJOR_VERSION} in the prev_api chain (majors {majors:?})")

@@ -238,15 +238,15 @@ impl Channel for LastError {
     }
 }
 
-/// The allocator: `SetError(error_ctx, kind, message)` exactly once; a NULL `SetError` falls
+/// The allocator: `ErrorCallback(error_ctx, kind, message)` exactly once; a NULL `SetError` falls
 /// back to the thread-local so the message is never lost.
 #[derive(Clone, Copy)]
-pub struct SetError(pub *mut c_void, pub SetErrorFn);
+pub struct ErrorCallback(pub *mut c_void, pub SetErrorFn);
 
-impl Channel for SetError {
+impl Channel for ErrorCallback {
     fn deliver(self, err: &Error) {
         set_last_error(err);
-        if let SetError(ctx, Some(set_error)) = self {
+        if let ErrorCallback(ctx, Some(set_error)) = self {
             let message = err.c_message();
             // SAFETY: the caller handed us this callback for exactly this purpose; both strings
             // are NUL-terminated and outlive the call.
@@ -367,12 +367,12 @@ mod tests {
 
     #[test]
     fn set_error_is_called_exactly_once_and_only_on_failure() {
-        let channel = SetError(std::ptr::null_mut(), Some(count));
+        let channel = ErrorCallback(std::ptr::null_mut(), Some(count));
         let ok: c_int = boundary(channel, "allocator", || Ok(0));
         assert_eq!((ok, CALLS.load(Ordering::SeqCst)), (0, 0));
         let failed: c_int = boundary(channel, "allocator", || Err(Error::memory("out of memory")));
         assert_eq!((failed, CALLS.load(Ordering::SeqCst)), (-1, 1));
-        let tolerated: c_int = boundary(SetError(std::ptr::null_mut(), None), "allocator", || Err(Error::memory("x")));
+        let tolerated: c_int = boundary(ErrorCallback(std::ptr::null_mut(), None), "allocator", || Err(Error::memory("x")));
         assert_eq!(tolerated, -1);
     }
 }

@@ -8,16 +8,16 @@ pub const MAX_NDIM: usize = 64;
 
 /// Rejects dtypes no tensor can have: unknown codes, zero bits or lanes, and bit widths that
 /// contradict the code (DLPack: the consumer must stop importing if fp4/fp6 bits are unexpected).
-pub fn check_dtype(context: &str, dtype: DLDataType) -> Result<()> {
+pub fn check_dtype(dtype: DLDataType) -> Result<()> {
     let DLDataType { code, bits, lanes } = dtype;
     if code >= DataTypeCode::END.0 {
-        return Err(Error::value(context, format!("unknown dtype code {code} (DLPack 1.3 defines 0..=17)")));
+        return Err(Error::value(format!("unknown dtype code {code} (DLPack 1.3 defines 0..=17)")));
     }
     if bits == 0 {
-        return Err(Error::value(context, format!("dtype code {code} has bits = 0")));
+        return Err(Error::value(format!("dtype code {code} has bits = 0")));
     }
     if lanes == 0 {
-        return Err(Error::value(context, format!("dtype code {code} has lanes = 0")));
+        return Err(Error::value(format!("dtype code {code} has lanes = 0")));
     }
     let required_bits = match DataTypeCode(code) {
         DataTypeCode::BFLOAT => Some(16),
@@ -26,23 +26,21 @@ pub fn check_dtype(context: &str, dtype: DLDataType) -> Result<()> {
         DataTypeCode::FLOAT6_E2M3FN | DataTypeCode::FLOAT6_E3M2FN => Some(6),
         DataTypeCode::FLOAT4_E2M1FN => Some(4),
         DataTypeCode::COMPLEX if bits % 2 != 0 => {
-            return Err(Error::value(context, format!("complex dtype with odd bits = {bits}")))
+            return Err(Error::value(format!("complex dtype with odd bits = {bits}")))
         }
         _ => None,
     };
     match required_bits {
-        Some(required) if bits != required => Err(Error::value(
-            context,
-            format!("dtype code {code} ({}) needs bits = {required}, got {bits}", dtype_name_of_code(code)),
+        Some(required) if bits != required => Err(Error::value(format!("dtype code {code} ({}) needs bits = {required}, got {bits}", dtype_name_of_code(code)),
         )),
         _ => Ok(()),
     }
 }
 
 /// Number of elements, with every product checked; negative extents are errors.
-pub fn numel(context: &str, shape: &[i64]) -> Result<u64> {
+pub fn numel(shape: &[i64]) -> Result<u64> {
     if let Some((i, extent)) = shape.iter().enumerate().find(|(_, &e)| e < 0) {
-        return Err(Error::value(context, format!("shape[{i}] = {extent} is negative")));
+        return Err(Error::value(format!("shape[{i}] = {extent} is negative")));
     }
     // With a zero extent there are no elements, whatever the other extents multiply to.
     if shape.contains(&0) {
@@ -52,15 +50,15 @@ pub fn numel(context: &str, shape: &[i64]) -> Result<u64> {
     for &extent in shape {
         n = n
             .checked_mul(extent as u64)
-            .ok_or_else(|| Error::value(context, format!("shape {shape:?}: the element count overflows 64 bits")))?;
+            .ok_or_else(|| Error::value(format!("shape {shape:?}: the element count overflows 64 bits")))?;
     }
     Ok(n)
 }
 
 /// Bytes of storage for `numel` elements: packed (ceil(numel × bits × lanes / 8)) unless the
 /// producer flagged sub-byte types as padded, then one byte per sub-byte lane.
-pub fn nbytes(context: &str, numel: u64, dtype: DLDataType, flags: u64) -> Result<u64> {
-    let overflow = || Error::value(context, format!("{numel} elements of {} overflow the byte size", dtype_name(dtype)));
+pub fn nbytes(numel: u64, dtype: DLDataType, flags: u64) -> Result<u64> {
+    let overflow = || Error::value(format!("{numel} elements of {} overflow the byte size", dtype_name(dtype)));
     let padded = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0;
     let bits_per_element = if padded && dtype.bits < 8 { 8 } else { dtype.bits as u64 } * dtype.lanes as u64;
     let bits = numel.checked_mul(bits_per_element).ok_or_else(overflow)?;
@@ -191,16 +189,16 @@ mod tests {
 
     #[test]
     fn sizes_are_packed_and_checked() {
-        assert_eq!(nbytes("t", 3, dt(17, 4, 1), 0).unwrap(), 2);
-        assert_eq!(nbytes("t", 3, dt(17, 4, 1), DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED).unwrap(), 3);
-        assert_eq!(nbytes("t", 4, dt(15, 6, 1), 0).unwrap(), 3);
-        assert_eq!(nbytes("t", 16, dt(2, 32, 1), 0).unwrap(), 64);
-        assert!(nbytes("t", u64::MAX / 2, dt(2, 32, 1), 0).is_err());
-        assert!(numel("t", &[i64::MAX, 3]).is_err());
-        assert_eq!(numel("t", &[2, -3]).unwrap_err().message, "dlpx: t: shape[1] = -3 is negative");
-        assert_eq!(numel("t", &[]).unwrap(), 1);
-        assert_eq!(numel("t", &[5, 0, i64::MAX]).unwrap(), 0);
-        assert_eq!(numel("t", &[i64::MAX, i64::MAX, 0]).unwrap(), 0);
+        assert_eq!(nbytes(3, dt(17, 4, 1), 0).unwrap(), 2);
+        assert_eq!(nbytes(3, dt(17, 4, 1), DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED).unwrap(), 3);
+        assert_eq!(nbytes(4, dt(15, 6, 1), 0).unwrap(), 3);
+        assert_eq!(nbytes(16, dt(2, 32, 1), 0).unwrap(), 64);
+        assert!(nbytes(u64::MAX / 2, dt(2, 32, 1), 0).is_err());
+        assert!(numel(&[i64::MAX, 3]).is_err());
+        assert_eq!(numel(&[2, -3]).unwrap_err().fact(), "shape[1] = -3 is negative");
+        assert_eq!(numel(&[]).unwrap(), 1);
+        assert_eq!(numel(&[5, 0, i64::MAX]).unwrap(), 0);
+        assert_eq!(numel(&[i64::MAX, i64::MAX, 0]).unwrap(), 0);
     }
 
     #[test]
@@ -216,10 +214,10 @@ mod tests {
 
     #[test]
     fn dtype_checks_name_the_problem() {
-        assert!(check_dtype("t", dt(18, 8, 1)).unwrap_err().message.contains("unknown dtype code 18"));
-        assert!(check_dtype("t", dt(2, 0, 1)).unwrap_err().message.contains("bits = 0"));
-        assert!(check_dtype("t", dt(2, 32, 0)).unwrap_err().message.contains("lanes = 0"));
-        assert!(check_dtype("t", dt(17, 8, 1)).unwrap_err().message.contains("float4_e2m1fn) needs bits = 4"));
-        assert!(check_dtype("t", dt(2, 32, 4)).is_ok());
+        assert!(check_dtype(dt(18, 8, 1)).unwrap_err().message().contains("unknown dtype code 18"));
+        assert!(check_dtype(dt(2, 0, 1)).unwrap_err().message().contains("bits = 0"));
+        assert!(check_dtype(dt(2, 32, 0)).unwrap_err().message().contains("lanes = 0"));
+        assert!(check_dtype(dt(17, 8, 1)).unwrap_err().message().contains("float4_e2m1fn) needs bits = 4"));
+        assert!(check_dtype(dt(2, 32, 4)).is_ok());
     }
 }

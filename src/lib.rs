@@ -6,8 +6,9 @@
 
 pub mod abi;
 pub mod allocation;
-pub mod capi;
+pub mod exports;
 pub mod chain;
+pub mod cpython;
 pub mod copy;
 pub mod device;
 pub mod error;

@@ -70,7 +70,7 @@ pub fn any_set() -> bool {
 
 /// Makes `stream` this thread's current stream on `device` (NULL clears it) and returns the
 /// previous one, so a caller can restore it.
-pub fn set_current(context: &str, device: DLDevice, stream: *mut c_void) -> Result<*mut c_void> {
+pub fn set_current(device: DLDevice, stream: *mut c_void) -> Result<*mut c_void> {
     if !stream.is_null() {
         EVER_SET.store(true, Ordering::Relaxed);
     }
@@ -88,9 +88,7 @@ pub fn set_current(context: &str, device: DLDevice, stream: *mut c_void) -> Resu
             }
             Some(i) => Ok(streams.entries[i].1.replace(stream as usize) as *mut c_void),
             None if stream.is_null() => Ok(std::ptr::null_mut()),
-            None if len == MAX_STREAMS_PER_THREAD => Err(Error::value(
-                context,
-                format!("a thread can hold current streams on at most {MAX_STREAMS_PER_THREAD} devices"),
+            None if len == MAX_STREAMS_PER_THREAD => Err(Error::value(format!("a thread can hold current streams on at most {MAX_STREAMS_PER_THREAD} devices"),
             )),
             None => {
                 streams.entries[len].0.set(key);

@@ -108,7 +108,7 @@ impl Tensor {
     /// [`Tensor::empty`] recording DLPack flags; only IS_SUBBYTE_TYPE_PADDED is kept (it sizes
     /// sub-byte dtypes one element per byte).
     pub fn empty_with_flags(shape: &[i64], dtype: DLDataType, device: DLDevice, flags: u64) -> Result<Tensor> {
-        let ndim = i32::try_from(shape.len()).map_err(|_| Error::value("empty", "too many dimensions"))?;
+        let ndim = i32::try_from(shape.len()).map_err(|_| Error::value("too many dimensions"))?;
         let prototype = DLTensor {
             data: std::ptr::null_mut(),
             device,
@@ -119,7 +119,7 @@ impl Tensor {
             byte_offset: 0,
         };
         // SAFETY: `shape` is a live slice of `ndim` values.
-        let managed = unsafe { allocation::allocate_with_flags("empty", &prototype, flags)? };
+        let managed = unsafe { allocation::allocate_with_flags(&prototype, flags)? };
         // SAFETY: a fresh, valid tensor from our allocator; ownership passes to the Tensor.
         Ok(unsafe { Self::adopt_valid(managed) })
     }
@@ -129,14 +129,12 @@ impl Tensor {
     ///
     /// # Safety
     /// `managed` points to a live managed tensor that the caller owns.
-    pub unsafe fn from_managed(context: &str, managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
+    pub unsafe fn from_managed(managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
         // SAFETY: live by the caller's contract; only the version (in every major's stable prefix)
         // is read before the version check allows a reference to the whole v1 struct.
         let major = unsafe { std::ptr::addr_of!((*managed.as_ptr()).version.major).read() };
         if major != DLPACK_MAJOR_VERSION {
-            return Err(Error::buffer(
-                context,
-                format!("unsupported DLPack major version {major} (dlpx supports {DLPACK_MAJOR_VERSION})"),
+            return Err(Error::buffer(format!("unsupported DLPack major version {major} (dlpx supports {DLPACK_MAJOR_VERSION})"),
             ));
         }
         // SAFETY: a v1 struct, live and owned by the caller.
@@ -156,7 +154,7 @@ impl Tensor {
             return Ok(unsafe { Self::adopt_valid(managed) });
         }
         // SAFETY: as above; the version is known, so the whole struct may be read.
-        let dims = unsafe { check_imported(context, &m.dl_tensor, m.flags)? };
+        let dims = unsafe { check_imported(&m.dl_tensor, m.flags)? };
         Ok(Self::build(m.dl_tensor, m.flags, Owner::Versioned(managed), dims))
     }
 
@@ -165,11 +163,11 @@ impl Tensor {
     ///
     /// # Safety
     /// `managed` points to a live legacy managed tensor that the caller owns.
-    pub unsafe fn from_legacy(context: &str, managed: NonNull<DLManagedTensor>) -> Result<Tensor> {
+    pub unsafe fn from_legacy(managed: NonNull<DLManagedTensor>) -> Result<Tensor> {
         // SAFETY: live by the caller's contract.
         let m = unsafe { managed.as_ref() };
         // SAFETY: as above.
-        let dims = unsafe { check_imported(context, &m.dl_tensor, 0)? };
+        let dims = unsafe { check_imported(&m.dl_tensor, 0)? };
         Ok(Self::build(m.dl_tensor, 0, Owner::Legacy(managed), dims))
     }
 
@@ -226,7 +224,7 @@ impl Tensor {
 
     /// Bytes the elements occupy (packed sub-byte types unless flagged padded).
     pub fn nbytes(&self) -> u64 {
-        layout::nbytes("nbytes", self.numel(), self.0.dl.dtype, self.0.flags).unwrap_or(u64::MAX)
+        layout::nbytes(self.numel(), self.0.dl.dtype, self.0.flags).unwrap_or(u64::MAX)
     }
 
     pub fn is_contiguous(&self) -> bool {
@@ -326,7 +324,7 @@ fn write_tail(block: NonNull<u8>, consumer: Option<(i32, *mut c_void)>) {
 
 #[inline]
 fn export_block() -> Result<NonNull<u8>> {
-    cpu::alloc(EXPORT_BLOCK).ok_or_else(|| Error::memory("export", "out of memory for a managed tensor"))
+    cpu::alloc(EXPORT_BLOCK).ok_or_else(|| Error::memory("out of memory for a managed tensor"))
 }
 
 fn is_our_export(m: &DLManagedTensorVersioned) -> bool {
@@ -351,7 +349,8 @@ unsafe extern "C" fn delete_legacy_export(managed: *mut DLManagedTensor) {
 /// `ctx` is the `Arc::into_raw` of an export, `block` its export block; both are given up.
 unsafe fn release_export(ctx: *mut c_void, block: NonNull<u8>) {
     // SAFETY: per the contract; dropping the Arc may run the producer's deleter, on this thread.
-    unsafe {
+    // Called by foreign code through an `extern "C"` deleter: nothing may unwind out of it.
+    crate::error::guard("deleter", || unsafe {
         let core = Arc::from_raw(ctx.cast_const().cast::<Core>());
         let tail = block.as_ptr().add(TAIL_OFFSET).cast::<ExportTail>().read();
         if tail.stream != 0 {
@@ -359,7 +358,7 @@ unsafe fn release_export(ctx: *mut c_void, block: NonNull<u8>) {
         }
         drop(core);
         cpu::free(block, EXPORT_BLOCK);
-    }
+    })
 }
 
 /// The consumer is done with an export it was handed on a stream: fence its work there.
@@ -376,19 +375,19 @@ fn fence_consumer(core: &Core, tail: ExportTail) {
 ///
 /// # Safety
 /// `dl.shape` and `dl.strides`, when non-NULL, point to `dl.ndim` values.
-unsafe fn check_imported(context: &str, dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
-    let bad = |fact: String| Error::buffer(context, fact);
-    let ndim = allocation::checked_ndim(context, dl.ndim).map_err(Error::into_buffer_error)?;
+unsafe fn check_imported(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
+    let bad = |fact: String| Error::buffer(fact);
+    let ndim = allocation::checked_ndim(dl.ndim).map_err(Error::into_buffer_error)?;
     if ndim > 0 && dl.shape.is_null() {
         return Err(bad(format!("shape is NULL with ndim = {ndim}")));
     }
     if !crate::device::is_known(dl.device.device_type) {
         return Err(bad(format!("unknown device type {}", dl.device.device_type.0)));
     }
-    layout::check_dtype(context, dl.dtype).map_err(Error::into_buffer_error)?;
+    layout::check_dtype(dl.dtype).map_err(Error::into_buffer_error)?;
     let shape = dims(dl.shape, dl.ndim);
-    let numel = layout::numel(context, shape).map_err(Error::into_buffer_error)?;
-    layout::nbytes(context, numel, dl.dtype, flags).map_err(Error::into_buffer_error)?;
+    let numel = layout::numel(shape).map_err(Error::into_buffer_error)?;
+    layout::nbytes(numel, dl.dtype, flags).map_err(Error::into_buffer_error)?;
     if numel > 0 && dl.data.is_null() {
         return Err(bad(format!("data is NULL for {numel} elements")));
     }

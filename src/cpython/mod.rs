@@ -7,6 +7,10 @@
 //! call them are used.
 //!
 //! This is a leaf: it depends on `error` alone, and everything that speaks Python builds on it.
+//!
+//! Functions here take `PyObject*` as CPython's own API does: borrowed references, valid while
+//! the caller holds the GIL — the contract of the whole module, so they are not each `unsafe`.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 mod gil;
 mod objects;

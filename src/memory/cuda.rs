@@ -15,7 +15,7 @@ use cudarc::driver::sys::{
 };
 use once_cell::sync::OnceCell;
 
-use super::driver::{self, checked, Driver};
+use super::driver::{self, check, Driver};
 use crate::error::{Error, Result};
 
 /// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD, the driver's names for DLPack's stream 1 and 2.
@@ -52,16 +52,16 @@ impl Uses {
     pub fn fence(&mut self, device_id: i32, stream: *mut c_void) -> bool {
         let stream = stream as usize;
         let existing = self.fences.iter().find(|f| f.device_id == device_id && f.stream == stream).map(|f| f.event);
-        let recorded = on_device("deleter", device_id, |driver, state| match existing {
+        let recorded = on_device(device_id, |driver, state| match existing {
             // SAFETY: an event of this device's context and a stream of it.
-            Some(event) => checked(driver, "deleter", "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) }).map(|()| event),
-            None => record_event(driver, state, "deleter", stream),
+            Some(event) => check(driver, "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) }).map(|()| event),
+            None => record_event(driver, state, stream),
         });
         match recorded {
             Ok(event) if existing.is_none() => self.fences.push(Fence { device_id, stream, event }),
             Ok(_) => {}
             Err(err) => {
-                crate::error::set_last_error(&err);
+                crate::error::set_last_error(&err.at("deleter"));
                 return false;
             }
         }
@@ -71,7 +71,7 @@ impl Uses {
 
 /// Waits for all work of `device_id` (the fallback when an ordering cannot be made).
 pub fn synchronise_device(device_id: i32) {
-    let _ = on_device("deleter", device_id, |driver, _| {
+    let _ = on_device(device_id, |driver, _| {
         synchronise_context(driver);
         Ok(())
     });
@@ -99,32 +99,32 @@ const EVENT_POOL_SIZE: usize = 64;
 static DEVICES: OnceCell<Box<[OnceCell<Device>]>> = OnceCell::new();
 
 /// The state of `device_id`, after checking that the device exists; set up once per device.
-fn device(context: &str, device_id: i32) -> Result<(&'static Driver, &'static Device)> {
-    let driver = driver::get(context)?;
-    let count = driver::device_count(context)?;
+fn device(device_id: i32) -> Result<(&'static Driver, &'static Device)> {
+    let driver = driver::get()?;
+    let count = driver::device_count()?;
     if device_id < 0 || device_id >= count {
-        return Err(Error::value(context, format!("device cuda:{device_id} does not exist: this machine has {count} CUDA device(s)")));
+        return Err(Error::value(format!("device cuda:{device_id} does not exist: this machine has {count} CUDA device(s)")));
     }
     let devices = DEVICES.get_or_init(|| (0..count).map(|_| OnceCell::new()).collect());
     let cell = &devices[device_id as usize];
     let state = match cell.get() {
         Some(state) => state,
         // Creating a primary context takes a while: without the GIL (see `without_gil`).
-        None => crate::python::without_gil(|| cell.get_or_try_init(|| set_up(driver, context, device_id)))?,
+        None => crate::memory::blocking::blocking(|| cell.get_or_try_init(|| set_up(driver, device_id)))?,
     };
     Ok((driver, state))
 }
 
-fn set_up(driver: &Driver, context: &str, device_id: i32) -> Result<Device> {
+fn set_up(driver: &Driver, device_id: i32) -> Result<Device> {
     let mut device: CUdevice = 0;
     let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: valid out pointers; the ordinal was checked against the device count.
     unsafe {
-        checked(driver, context, "cuDeviceGet", (driver.cuDeviceGet)(&mut device, device_id))?;
-        checked(driver, context, "cuDevicePrimaryCtxRetain", (driver.cuDevicePrimaryCtxRetain)(&mut ctx, device))?;
+        check(driver, "cuDeviceGet", (driver.cuDeviceGet)(&mut device, device_id))?;
+        check(driver, "cuDevicePrimaryCtxRetain", (driver.cuDevicePrimaryCtxRetain)(&mut ctx, device))?;
     }
-    let count = driver::device_count(context)?;
-    match with_context(driver, context, ctx, || Ok(create_pool(driver, device, count))) {
+    let count = driver::device_count()?;
+    match with_context(driver, ctx, || Ok(create_pool(driver, device, count))) {
         Ok(pool) => Ok(Device { context: ctx as usize, pool: pool as usize, events: Mutex::new(Vec::new()) }),
         Err(err) => {
             // Not set up: the next request retries from the start, so give the retain back.
@@ -189,12 +189,12 @@ fn grant_peer_access(driver: &Driver, pool: CUmemoryPool, device: CUdevice, devi
 }
 
 /// Checks that `device_id` exists (and sets it up), for requests that need no memory.
-pub fn check_device(context: &str, device_id: i32) -> Result<()> {
-    device(context, device_id).map(|_| ())
+pub fn check_device(device_id: i32) -> Result<()> {
+    device(device_id).map(|_| ())
 }
 
 /// Runs `f` with `ctx` current on this thread, restoring the caller's context afterwards.
-fn with_context<T>(driver: &Driver, context: &str, ctx: CUcontext, f: impl FnOnce() -> Result<T>) -> Result<T> {
+fn with_context<T>(driver: &Driver, ctx: CUcontext, f: impl FnOnce() -> Result<T>) -> Result<T> {
     /// Pops on drop, so an early return or a panic inside `f` leaves no context pushed.
     struct Pushed<'a>(&'a Driver);
     impl Drop for Pushed<'_> {
@@ -205,7 +205,7 @@ fn with_context<T>(driver: &Driver, context: &str, ctx: CUcontext, f: impl FnOnc
         }
     }
     // SAFETY: a retained primary context; push and pop are paired on this thread.
-    unsafe { checked(driver, context, "cuCtxPushCurrent", (driver.cuCtxPushCurrent_v2)(ctx))? };
+    unsafe { check(driver, "cuCtxPushCurrent", (driver.cuCtxPushCurrent_v2)(ctx))? };
     let _pushed = Pushed(driver);
     f()
 }
@@ -214,18 +214,18 @@ fn with_context<T>(driver: &Driver, context: &str, ctx: CUcontext, f: impl FnOnc
 /// should have been an event cannot be made, so that memory is never freed under a reader.
 fn synchronise_context(driver: &Driver) {
     // SAFETY: a context is current (callers run inside `with_context`).
-    crate::python::without_gil(|| unsafe { (driver.cuCtxSynchronize)() });
+    crate::memory::blocking::blocking(|| unsafe { (driver.cuCtxSynchronize)() });
 }
 
 /// Runs `f` on `device_id` with its primary context current.
-fn on_device<T>(context: &str, device_id: i32, f: impl FnOnce(&'static Driver, &'static Device) -> Result<T>) -> Result<T> {
-    let (driver, state) = device(context, device_id)?;
-    with_context(driver, context, state.context as CUcontext, || f(driver, state))
+fn on_device<T>(device_id: i32, f: impl FnOnce(&'static Driver, &'static Device) -> Result<T>) -> Result<T> {
+    let (driver, state) = device(device_id)?;
+    with_context(driver, state.context as CUcontext, || f(driver, state))
 }
 
 /// `nbytes` of device memory on `device_id`, ordered on `stream` (NULL: the legacy default).
-pub fn alloc_device(context: &str, device_id: i32, nbytes: usize, stream: *mut c_void) -> Result<*mut c_void> {
-    on_device(context, device_id, |driver, state| {
+pub fn alloc_device(device_id: i32, nbytes: usize, stream: *mut c_void) -> Result<*mut c_void> {
+    on_device(device_id, |driver, state| {
         flush_deferred(driver, state, device_id);
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: a valid out pointer; the stream belongs to the caller (or is NULL).
@@ -242,7 +242,7 @@ pub fn alloc_device(context: &str, device_id: i32, nbytes: usize, stream: *mut c
             unsafe { (driver.cuMemPoolTrimTo)(state.pool as CUmemoryPool, 0) };
             code = allocate(&mut ptr);
         }
-        out_of_memory(driver, context, code, nbytes, device_id)?;
+        out_of_memory(driver, code, nbytes, device_id)?;
         Ok(ptr as *mut c_void)
     })
 }
@@ -254,13 +254,13 @@ pub fn alloc_device(context: &str, device_id: i32, nbytes: usize, stream: *mut c
 /// # Safety
 /// `ptr` came from `alloc_device(device_id, …, stream)` and is not used afterwards.
 pub unsafe fn free_device(device_id: i32, ptr: *mut c_void, stream: *mut c_void, uses: Uses) -> Result<()> {
-    on_device("deleter", device_id, |driver, state| {
+    on_device(device_id, |driver, state| {
         if state.pool == 0 {
             release_fences(driver, &uses.fences);
             // cuMemFree waits for the device's work on the memory itself (without the GIL).
             // SAFETY: per the contract.
-            let code = crate::python::without_gil(|| unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) });
-            return checked(driver, "deleter", "cuMemFree", code);
+            let code = crate::memory::blocking::blocking(|| unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) });
+            return check(driver, "cuMemFree", code);
         }
         flush_deferred(driver, state, device_id);
         if capturing(driver, stream as usize) {
@@ -312,7 +312,7 @@ fn flush_deferred(driver: &Driver, state: &Device, device_id: i32) {
     for d in ready {
         // SAFETY: memory dlpx allocated on this device and nobody uses any more.
         if let Err(err) = unsafe { free_now(driver, state, d.device_id, d.ptr, d.stream, &d.uses) } {
-            crate::error::set_last_error(&err);
+            crate::error::set_last_error(&err.at("deleter"));
         }
     }
 }
@@ -327,13 +327,13 @@ unsafe fn free_now(driver: &Driver, state: &Device, device_id: i32, ptr: usize, 
         .iter()
         .filter(|&&(d, s)| !(d == device_id && same_stream(s, stream)))
         .try_for_each(|&(d, used_on)| match d == device_id {
-            true => enqueue_wait(driver, state, "deleter", used_on, stream),
+            true => enqueue_wait(driver, state, used_on, stream),
             false => wait_for_peer(driver, d, used_on, stream),
         })
         .and_then(|()| {
             uses.fences.iter().try_for_each(|f| {
                 // SAFETY: a recorded event (of any device) and a stream of this context.
-                checked(driver, "deleter", "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(stream as CUstream, f.event as CUevent, 0) })
+                check(driver, "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(stream as CUstream, f.event as CUevent, 0) })
             })
         });
     release_fences(driver, &uses.fences);
@@ -343,32 +343,32 @@ unsafe fn free_now(driver: &Driver, state: &Device, device_id: i32, ptr: usize, 
         synchronise_context(driver);
     }
     // SAFETY: per the contract.
-    checked(driver, "deleter", "cuMemFreeAsync", unsafe { (driver.cuMemFreeAsync)(ptr as CUdeviceptr, stream as CUstream) })
+    check(driver, "cuMemFreeAsync", unsafe { (driver.cuMemFreeAsync)(ptr as CUdeviceptr, stream as CUstream) })
         .and(waited)
 }
 
 /// Gives the memory dlpx's pools keep for reuse back to the driver, on every device set up so far.
-pub fn empty_cache(context: &str) -> Result<()> {
+pub fn empty_cache() -> Result<()> {
     if DEVICES.get().is_some() {
-        let driver = driver::get(context)?;
+        let driver = driver::get()?;
         for (device_id, state) in set_up_devices().filter(|(_, s)| s.pool != 0) {
-            with_context(driver, context, state.context as CUcontext, || {
+            with_context(driver, state.context as CUcontext, || {
                 flush_deferred(driver, state, device_id);
                 // SAFETY: a pool dlpx created; trimming keeps memory that is still allocated.
-                checked(driver, context, "cuMemPoolTrimTo", unsafe { (driver.cuMemPoolTrimTo)(state.pool as CUmemoryPool, 0) })
+                check(driver, "cuMemPoolTrimTo", unsafe { (driver.cuMemPoolTrimTo)(state.pool as CUmemoryPool, 0) })
             })?;
         }
     }
-    empty_pinned_cache(context)
+    empty_pinned_cache()
 }
 
 /// Managed (unified) memory, attached globally.
-pub fn alloc_managed(context: &str, nbytes: usize) -> Result<*mut c_void> {
-    on_device(context, 0, |driver, _| {
+pub fn alloc_managed(nbytes: usize) -> Result<*mut c_void> {
+    on_device(0, |driver, _| {
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: a valid out pointer; CU_MEM_ATTACH_GLOBAL = 1.
         let code = unsafe { (driver.cuMemAllocManaged)(&mut ptr, nbytes, 1) };
-        out_of_memory(driver, context, code, nbytes, 0)?;
+        out_of_memory(driver, code, nbytes, 0)?;
         Ok(ptr as *mut c_void)
     })
 }
@@ -377,7 +377,7 @@ pub fn alloc_managed(context: &str, nbytes: usize) -> Result<*mut c_void> {
 /// `ptr` came from `alloc_managed` and is not used afterwards.
 pub unsafe fn free_managed(ptr: *mut c_void) -> Result<()> {
     // SAFETY: per the contract.
-    on_device("deleter", 0, |driver, _| checked(driver, "deleter", "cuMemFree", unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) }))
+    on_device(0, |driver, _| check(driver, "cuMemFree", unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) }))
 }
 
 /// A freed pinned block kept for reuse, with the events that mark the end of the work that was
@@ -399,16 +399,16 @@ pub fn pinned_capacity(nbytes: usize) -> Option<usize> {
 }
 
 /// Pinned (page-locked, portable) host memory of `capacity` bytes.
-pub fn alloc_pinned(context: &str, capacity: usize) -> Result<*mut c_void> {
-    let driver = driver::get(context)?;
+pub fn alloc_pinned(capacity: usize) -> Result<*mut c_void> {
+    let driver = driver::get()?;
     if let Some(block) = take_pinned(driver, capacity) {
         return Ok(block as *mut c_void);
     }
-    on_device(context, 0, |driver, _| {
+    on_device(0, |driver, _| {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: a valid out pointer; CU_MEMHOSTALLOC_PORTABLE = 1 (usable from every context).
         let code = unsafe { (driver.cuMemHostAlloc)(&mut ptr, capacity, 1) };
-        out_of_memory(driver, context, code, capacity, 0)?;
+        out_of_memory(driver, code, capacity, 0)?;
         Ok(ptr)
     })
 }
@@ -454,12 +454,12 @@ fn device_state(device_id: i32) -> Option<&'static Device> {
 /// # Safety
 /// `ptr` came from `alloc_pinned(capacity)` and is not used afterwards.
 pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Result<()> {
-    let driver = driver::get("deleter")?;
+    let driver = driver::get()?;
     let mut fences = uses.fences.clone();
     let legacy = devices_in_use(driver).map(|device_id| (device_id, STREAM_LEGACY));
     for (device_id, stream) in uses.streams.iter().copied().chain(legacy) {
-        let fenced = on_device("deleter", device_id, |driver, state| {
-            Ok(record_event(driver, state, "deleter", stream).map_err(|_| {
+        let fenced = on_device(device_id, |driver, state| {
+            Ok(record_event(driver, state, stream).map_err(|_| {
                 // A recorded stream is gone: wait for the device instead of reusing under a reader.
                 synchronise_context(driver)
             }))
@@ -479,19 +479,19 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Res
     // The cache is full: wait for the fenced work (without the GIL), then give the block back.
     for &Fence { event, .. } in &fences {
         // SAFETY: an event dlpx created and has not destroyed.
-        crate::python::without_gil(|| unsafe { (driver.cuEventSynchronize)(event as CUevent) });
+        crate::memory::blocking::blocking(|| unsafe { (driver.cuEventSynchronize)(event as CUevent) });
     }
     release_fences(driver, &fences);
-    on_device("deleter", 0, |driver, _| {
+    on_device(0, |driver, _| {
         // SAFETY: per the contract.
-        checked(driver, "deleter", "cuMemFreeHost", crate::python::without_gil(|| unsafe { (driver.cuMemFreeHost)(ptr) }))
+        check(driver, "cuMemFreeHost", crate::memory::blocking::blocking(|| unsafe { (driver.cuMemFreeHost)(ptr) }))
     })
 }
 
 /// The devices someone works on: dlpx's, and those whose primary context another framework
 /// holds (torch copying from a pinned block to cuda:1 retains cuda:1's).
 fn devices_in_use(driver: &'static Driver) -> impl Iterator<Item = i32> {
-    let count = driver::device_count("deleter").unwrap_or(0);
+    let count = driver::device_count().unwrap_or(0);
     (0..count).filter(move |&device_id| {
         if device_state(device_id).is_some() {
             return true;
@@ -509,8 +509,8 @@ fn set_up_devices() -> impl Iterator<Item = (i32, &'static Device)> {
 }
 
 /// Frees every cached pinned block whose fences have completed.
-fn empty_pinned_cache(context: &str) -> Result<()> {
-    let driver = driver::get(context)?;
+fn empty_pinned_cache() -> Result<()> {
+    let driver = driver::get()?;
     let done: Vec<PinnedBlock> = {
         let mut cache = PINNED_CACHE.lock().unwrap_or_else(|p| p.into_inner());
         let (done, pending) = std::mem::take(&mut *cache).into_iter().partition(|b| fences_done(driver, &b.fences));
@@ -520,23 +520,23 @@ fn empty_pinned_cache(context: &str) -> Result<()> {
     if done.is_empty() {
         return Ok(());
     }
-    on_device(context, 0, |driver, _| {
+    on_device(0, |driver, _| {
         let mut first_error = Ok(());
         for block in &done {
             release_fences(driver, &block.fences);
             // SAFETY: a cached block nobody uses.
-            let code = crate::python::without_gil(|| unsafe { (driver.cuMemFreeHost)(block.ptr as *mut c_void) });
-            first_error = first_error.and(checked(driver, context, "cuMemFreeHost", code));
+            let code = crate::memory::blocking::blocking(|| unsafe { (driver.cuMemFreeHost)(block.ptr as *mut c_void) });
+            first_error = first_error.and(check(driver, "cuMemFreeHost", code));
         }
         first_error
     })
 }
 
-fn out_of_memory(driver: &Driver, context: &str, code: i32, nbytes: usize, device_id: i32) -> Result<()> {
+fn out_of_memory(driver: &Driver, code: i32, nbytes: usize, device_id: i32) -> Result<()> {
     if code == driver::CUDA_ERROR_OUT_OF_MEMORY {
-        return Err(Error::memory(context, format!("out of memory allocating {nbytes} bytes on CUDA device {device_id}")));
+        return Err(Error::memory(format!("out of memory allocating {nbytes} bytes on CUDA device {device_id}")));
     }
-    checked(driver, context, "CUDA allocation", code)
+    check(driver, "CUDA allocation", code)
 }
 
 /// Whether two stream handles name the same stream (NULL is the legacy default stream).
@@ -547,19 +547,19 @@ pub fn same_stream(a: usize, b: usize) -> bool {
 
 /// An event recorded on `stream`, from the device's pool when it has one (the device's context
 /// is current).
-fn record_event(driver: &Driver, state: &Device, context: &str, stream: usize) -> Result<usize> {
+fn record_event(driver: &Driver, state: &Device, stream: usize) -> Result<usize> {
     let pooled = state.events.lock().unwrap_or_else(|p| p.into_inner()).pop();
     let event = match pooled {
         Some(event) => event,
         None => {
             let mut event: CUevent = std::ptr::null_mut();
             // SAFETY: a valid out pointer, with the device's context current.
-            checked(driver, context, "cuEventCreate", unsafe { (driver.cuEventCreate)(&mut event, EVENT_DISABLE_TIMING) })?;
+            check(driver, "cuEventCreate", unsafe { (driver.cuEventCreate)(&mut event, EVENT_DISABLE_TIMING) })?;
             event as usize
         }
     };
     // SAFETY: an event of the current context and a stream of its device.
-    if let Err(err) = checked(driver, context, "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) }) {
+    if let Err(err) = check(driver, "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) }) {
         release_event(driver, state, event);
         return Err(err);
     }
@@ -580,10 +580,10 @@ fn release_event(driver: &Driver, state: &Device, event: usize) {
 }
 
 /// Makes `consumer` wait for the work enqueued so far on `producer` (current context's device).
-fn enqueue_wait(driver: &Driver, state: &Device, context: &str, producer: usize, consumer: usize) -> Result<()> {
-    let event = record_event(driver, state, context, producer)?;
+fn enqueue_wait(driver: &Driver, state: &Device, producer: usize, consumer: usize) -> Result<()> {
+    let event = record_event(driver, state, producer)?;
     // SAFETY: an event just recorded and a stream (any device may wait on it).
-    let waited = checked(driver, context, "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0) });
+    let waited = check(driver, "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0) });
     release_event(driver, state, event);
     waited
 }
@@ -592,22 +592,22 @@ fn enqueue_wait(driver: &Driver, state: &Device, context: &str, producer: usize,
 /// on `producer`, a stream of peer device `peer` (a kernel there reading this device's memory):
 /// the event is recorded in the peer's context; a wait may cross devices.
 fn wait_for_peer(driver: &Driver, peer: i32, producer: usize, consumer: usize) -> Result<()> {
-    let (peer_state, event) = on_device("deleter", peer, |driver, peer_state| {
-        Ok((peer_state, record_event(driver, peer_state, "deleter", producer)?))
+    let (peer_state, event) = on_device(peer, |driver, peer_state| {
+        Ok((peer_state, record_event(driver, peer_state, producer)?))
     })?;
     // SAFETY: a recorded event and a stream of the current context.
-    let waited = checked(driver, "deleter", "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0) });
+    let waited = check(driver, "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0) });
     release_event(driver, peer_state, event);
     waited
 }
 
 /// Makes `consumer` wait for the work enqueued so far on `producer` (an event, never a device
 /// synchronisation). Equal streams need nothing.
-pub fn order_after(context: &str, device_id: i32, producer: *mut c_void, consumer: *mut c_void) -> Result<()> {
+pub fn order_after(device_id: i32, producer: *mut c_void, consumer: *mut c_void) -> Result<()> {
     if same_stream(producer as usize, consumer as usize) {
         return Ok(());
     }
-    on_device(context, device_id, |driver, state| enqueue_wait(driver, state, context, producer as usize, consumer as usize))
+    on_device(device_id, |driver, state| enqueue_wait(driver, state, producer as usize, consumer as usize))
 }
 
 /// Copies `nbytes` from device memory to host memory on `stream`, then waits for that stream
@@ -615,14 +615,14 @@ pub fn order_after(context: &str, device_id: i32, producer: *mut c_void, consume
 ///
 /// # Safety
 /// `src` holds `nbytes` readable device bytes on `device_id`; `dst` holds `nbytes` writable bytes.
-pub unsafe fn copy_to_host(context: &str, device_id: i32, dst: *mut c_void, src: *const c_void, nbytes: usize, stream: *mut c_void) -> Result<()> {
-    on_device(context, device_id, |driver, _| {
+pub unsafe fn copy_to_host(device_id: i32, dst: *mut c_void, src: *const c_void, nbytes: usize, stream: *mut c_void) -> Result<()> {
+    on_device(device_id, |driver, _| {
         // SAFETY: per the contract.
         // Into pageable memory the copy itself blocks until the stream drains: all of it runs
         // without the GIL (a host callback queued on the stream may need it).
-        crate::python::without_gil(|| unsafe {
-            checked(driver, context, "cuMemcpyDtoHAsync", (driver.cuMemcpyDtoHAsync_v2)(dst, src as CUdeviceptr, nbytes, stream as CUstream))?;
-            checked(driver, context, "cuStreamSynchronize", (driver.cuStreamSynchronize)(stream as CUstream))
+        crate::memory::blocking::blocking(|| unsafe {
+            check(driver, "cuMemcpyDtoHAsync", (driver.cuMemcpyDtoHAsync_v2)(dst, src as CUdeviceptr, nbytes, stream as CUstream))?;
+            check(driver, "cuStreamSynchronize", (driver.cuStreamSynchronize)(stream as CUstream))
         })
     })
 }
@@ -631,10 +631,10 @@ pub unsafe fn copy_to_host(context: &str, device_id: i32, dst: *mut c_void, src:
 ///
 /// # Safety
 /// Both regions hold `nbytes` bytes of device memory on `device_id`.
-pub unsafe fn copy_device_to_device(context: &str, device_id: i32, dst: *mut c_void, src: *const c_void, nbytes: usize, stream: *mut c_void) -> Result<()> {
-    on_device(context, device_id, |driver, _| {
+pub unsafe fn copy_device_to_device(device_id: i32, dst: *mut c_void, src: *const c_void, nbytes: usize, stream: *mut c_void) -> Result<()> {
+    on_device(device_id, |driver, _| {
         // SAFETY: per the contract.
-        checked(driver, context, "cuMemcpyDtoDAsync", unsafe {
+        check(driver, "cuMemcpyDtoDAsync", unsafe {
             (driver.cuMemcpyDtoDAsync_v2)(dst as CUdeviceptr, src as CUdeviceptr, nbytes, stream as CUstream)
         })
     })

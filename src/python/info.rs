@@ -4,12 +4,12 @@ use std::ffi::CStr;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::capi::{pending, Owned, Python};
+use crate::cpython::{Owned, Python};
 use super::consumer::published_head;
 use crate::chain::MAX_CHAIN;
-use super::tensor_type::int_tuple;
+use crate::cpython::int_tuple;
 use crate::abi::*;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Py_TPFLAGS_TYPE_SUBCLASS: set on `type` and every metaclass.
 const TYPE_SUBCLASS: std::ffi::c_ulong = 1 << 31;
@@ -20,7 +20,7 @@ pub fn exchange_api_info(py: &Python, object: *mut PyObject) -> Result<*mut PyOb
         let own_type = (*object).ob_type;
         if (py.PyType_GetFlags)(own_type) & TYPE_SUBCLASS != 0 { object.cast() } else { own_type }
     };
-    let Some((head, attribute)) = published_head(py, ty, "exchange_api_info")? else { return Ok(py.new_none()) };
+    let Some((head, attribute)) = published_head(py, ty)? else { return Ok(py.new_none()) };
     let info = Owned::new(unsafe { (py.PyDict_New)() })?;
     set(py, &info, c"attribute", py.new_str(attribute)?)?;
     let chain = Owned::new(unsafe { (py.PyList_New)(0) })?;
@@ -60,7 +60,7 @@ pub fn exchange_api_info(py: &Python, object: *mut PyObject) -> Result<*mut PyOb
             set(py, &entry, c"entries", entries.into_ptr())?;
         }
         if unsafe { (py.PyList_Append)(chain.as_ptr(), entry.as_ptr()) } != 0 {
-            return Err(pending());
+            return Err(Error::python_pending());
         }
         current = header.prev_api;
     }
@@ -85,7 +85,7 @@ fn set(py: &Python, dict: &Owned, key: &CStr, value: *mut PyObject) -> Result<()
     let value = Owned::new(value)?;
     // SAFETY: GIL held; the dict takes its own reference.
     if unsafe { (py.PyDict_SetItemString)(dict.as_ptr(), key.as_ptr(), value.as_ptr()) } != 0 {
-        return Err(pending());
+        return Err(Error::python_pending());
     }
     Ok(())
 }

@@ -6,7 +6,6 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod args;
-pub mod capi;
 pub mod capsule;
 pub mod consumer;
 pub mod dlpack_method;
@@ -15,4 +14,10 @@ pub mod kernel;
 pub mod module;
 pub mod tensor_type;
 
-pub use capi::{raise, without_gil};
+
+
+/// Lets blocking driver calls release the GIL (the core's hook, `memory::blocking`): installed
+/// when Python first calls into dlpx (module import, the kernel API).
+pub fn install_gil_release() {
+    crate::memory::blocking::install(|run| crate::cpython::without_gil(run));
+}

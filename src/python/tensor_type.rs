@@ -8,11 +8,13 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyGetSetDef, PyMethodDef, PyMethodDefPointer, PyObject, PyTypeObject, PyType_Slot, PyType_Spec};
 
-use super::capi::{py, Owned, Python};
+use crate::cpython::Raise;
+use crate::cpython::{py, Owned, Python};
 use super::dlpack_method;
 use crate::abi::*;
+use crate::cpython::{fastcall_as_cfunction, int_tuple, type_name, METH_FASTCALL};
 use crate::device;
-use crate::error::{boundary, Channel, Error, Result};
+use crate::error::{boundary, guard, Error, Result};
 use crate::layout;
 use crate::tensor::Tensor;
 
@@ -62,6 +64,15 @@ impl PyTensor {
 }
 
 static TENSOR_TYPE: AtomicPtr<PyTypeObject> = AtomicPtr::new(ptr::null_mut());
+/// dlpx's exchange table, handed down when the module is created (published on the type).
+static OWN_TABLE: AtomicPtr<DLPackExchangeAPI> = AtomicPtr::new(ptr::null_mut());
+
+/// The table `dlpx.Tensor` publishes, once the module has created the type.
+#[inline]
+pub fn own_table() -> Option<&'static DLPackExchangeAPI> {
+    // SAFETY: only `create_type` stores here, a `&'static` table.
+    unsafe { OWN_TABLE.load(Ordering::Relaxed).as_ref() }
+}
 
 /// The `dlpx.Tensor` type object, once the module has created it.
 #[inline]
@@ -123,7 +134,7 @@ static FREE: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
 fn alloc_empty(ty: *mut PyTypeObject) -> Result<*mut PyObject> {
     let py = py();
     if ty.is_null() {
-        return Err(Error::runtime("dlpx.Tensor", "the dlpx module is not initialised (import dlpx first)"));
+        return Err(Error::runtime("the dlpx module is not initialised (import dlpx first)"));
     }
     // SAFETY: GIL held; `ty` is our (sub)type; tp_alloc zeroes the object, so `tensor` is None.
     let object = unsafe {
@@ -141,8 +152,7 @@ fn alloc_empty(ty: *mut PyTypeObject) -> Result<*mut PyObject> {
 /// # Safety
 /// GIL held; `object` is NULL or live; `out` is NULL or writable.
 pub unsafe fn managed_from_py(object: *mut PyObject, out: *mut *mut DLManagedTensorVersioned) -> Result<c_int> {
-    const CONTEXT: &str = "managed_tensor_from_py_object_no_sync";
-    let (tensor, out) = unsafe { checked_args(CONTEXT, object, out)? };
+    let (tensor, out) = unsafe { checked_args(object, out)? };
     let managed = tensor.export_versioned(0)?;
     // SAFETY: `out` is non-NULL and writable.
     unsafe { out.as_ptr().write(managed.as_ptr()) };
@@ -155,44 +165,44 @@ pub unsafe fn managed_from_py(object: *mut PyObject, out: *mut *mut DLManagedTen
 /// # Safety
 /// GIL held; `object` is NULL or live; `out` is NULL or writable.
 pub unsafe fn dltensor_from_py(object: *mut PyObject, out: *mut DLTensor) -> Result<c_int> {
-    let (tensor, out) = unsafe { checked_args("dltensor_from_py_object_no_sync", object, out)? };
+    let (tensor, out) = unsafe { checked_args(object, out)? };
     // SAFETY: `out` is non-NULL and writable.
     unsafe { out.as_ptr().write(*tensor.dl_tensor()) };
     Ok(0)
 }
 
 #[inline(always)]
-unsafe fn checked_args<'a, T>(context: &str, object: *mut PyObject, out: *mut T) -> Result<(&'a Tensor, NonNull<T>)> {
+unsafe fn checked_args<'a, T>(object: *mut PyObject, out: *mut T) -> Result<(&'a Tensor, NonNull<T>)> {
     if tensor_type().is_null() {
-        return Err(no_tensor_type(context));
+        return Err(no_tensor_type());
     }
     if object.is_null() {
-        return Err(Error::value(context, "py_object is NULL"));
+        return Err(Error::value("py_object is NULL"));
     }
-    let Some(out) = NonNull::new(out) else { return Err(Error::value(context, "out is NULL")) };
+    let Some(out) = NonNull::new(out) else { return Err(Error::value("out is NULL")) };
     // SAFETY: GIL held and `object` live, by the caller's contract.
     match unsafe { tensor_of(object) } {
         Some(tensor) => {
             tensor.record_current_stream();
             Ok((tensor, out))
         }
-        None => Err(not_a_tensor(context, object)),
+        None => Err(not_a_tensor(object)),
     }
 }
 
 /// Without `import dlpx` there is no dlpx.Tensor, so no object can be one; without Python at
 /// all the message says so (and goes to dlpx_last_error()).
 #[cold]
-fn no_tensor_type(context: &str) -> Error {
-    match super::capi::python() {
-        Err(err) => Error::runtime(context, err.message.trim_start_matches("dlpx: python: ")),
-        Ok(_) => Error::runtime(context, "the dlpx module is not initialised (import dlpx first)"),
+fn no_tensor_type() -> Error {
+    match crate::cpython::python() {
+        Err(err) => Error::runtime(err.fact()),
+        Ok(_) => Error::runtime("the dlpx module is not initialised (import dlpx first)"),
     }
 }
 
 #[cold]
-fn not_a_tensor(context: &str, object: *mut PyObject) -> Error {
-    Error::type_error(context, format!("expected a dlpx.Tensor, got {}", type_name(object)))
+fn not_a_tensor(object: *mut PyObject) -> Error {
+    Error::type_error(format!("expected a dlpx.Tensor, got {}", type_name(object)))
 }
 
 /// `managed_tensor_to_py_object_no_sync`: any producer's managed tensor becomes a dlpx.Tensor.
@@ -201,16 +211,15 @@ fn not_a_tensor(context: &str, object: *mut PyObject) -> Error {
 /// # Safety
 /// GIL held; `managed` is NULL or a live managed tensor the caller owns; `out` NULL or writable.
 pub unsafe fn to_py(managed: *mut DLManagedTensorVersioned, out: *mut *mut PyObject) -> Result<c_int> {
-    const CONTEXT: &str = "managed_tensor_to_py_object_no_sync";
-    let managed = NonNull::new(managed).ok_or_else(|| Error::value(CONTEXT, "tensor is NULL"))?;
-    let out = NonNull::new(out).ok_or_else(|| Error::value(CONTEXT, "out_py_object is NULL"))?;
+    let managed = NonNull::new(managed).ok_or_else(|| Error::value("tensor is NULL"))?;
+    let out = NonNull::new(out).ok_or_else(|| Error::value("out_py_object is NULL"))?;
     if tensor_type().is_null() {
-        return Err(no_tensor_type(CONTEXT));
+        return Err(no_tensor_type());
     }
     // Allocate first: once the tensor is adopted, a failure could no longer leave it with the caller.
     let object = alloc_empty(tensor_type())?;
     // SAFETY: the caller owns `managed` and gives it up only if this succeeds.
-    match unsafe { Tensor::from_managed(CONTEXT, managed) } {
+    match unsafe { Tensor::from_managed(managed) } {
         Ok(tensor) => {
             // SAFETY: fresh object, not yet visible to anyone.
             unsafe {
@@ -234,9 +243,9 @@ unsafe extern "C" fn tensor_dealloc(object: *mut PyObject) {
         let ty = (*object).ob_type;
         // Dropping may run a producer's deleter; it must not unwind into CPython.
         let tensor = PyTensor::take(object);
-        let guard = super::capi::ExceptionGuard::save_with_gil(py());
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(tensor)));
-        drop(guard);
+        let saved = crate::cpython::ExceptionGuard::save_with_gil(py());
+        guard("dlpx.Tensor deallocation", || drop(tensor));
+        drop(saved);
         let free = if ty == tensor_type() { FREE.load(Ordering::Relaxed) } else { (py().PyType_GetSlot)(ty, pyo3_ffi::Py_tp_free) };
         let free: pyo3_ffi::freefunc = std::mem::transmute(free);
         free(object.cast());
@@ -245,14 +254,12 @@ unsafe extern "C" fn tensor_dealloc(object: *mut PyObject) {
 }
 
 unsafe extern "C" fn tensor_new(ty: *mut PyTypeObject, args: *mut PyObject, kwargs: *mut PyObject) -> *mut PyObject {
-    boundary(Channel::Python, "dlpx.Tensor", || {
+    boundary(Raise, "dlpx.Tensor", || {
         let py = py();
         // SAFETY: CPython passes a tuple of arguments and a dict or NULL, with the GIL held.
         let nargs = unsafe { (py.PyTuple_Size)(args) };
         if nargs != 1 || (!kwargs.is_null() && unsafe { (py.PyDict_Size)(kwargs) } != 0) {
-            return Err(Error::type_error(
-                "dlpx.Tensor",
-                "takes exactly one argument, an object that supports DLPack (or use dlpx.empty / dlpx.from_dlpack)",
+            return Err(Error::type_error("takes exactly one argument, an object that supports DLPack (or use dlpx.empty / dlpx.from_dlpack)",
             ));
         }
         // SAFETY: index 0 exists; the reference is borrowed.
@@ -266,7 +273,7 @@ unsafe extern "C" fn tensor_new(ty: *mut PyTypeObject, args: *mut PyObject, kwar
 }
 
 unsafe extern "C" fn tensor_repr(object: *mut PyObject) -> *mut PyObject {
-    boundary(Channel::Python, "dlpx.Tensor.__repr__", || {
+    boundary(Raise, "dlpx.Tensor.__repr__", || {
         let t = unsafe { this(object) }?;
         let text = format!(
             "dlpx.Tensor(shape={}, dtype={}, device={}, strides={}{})",
@@ -293,7 +300,7 @@ fn tuple_text(values: &[i64]) -> String {
 /// GIL held; `object` is `self` of a dlpx.Tensor method.
 pub unsafe fn this<'a>(object: *mut PyObject) -> Result<&'a Tensor> {
     // SAFETY: per the contract.
-    unsafe { tensor_of(object) }.ok_or_else(|| Error::runtime("dlpx.Tensor", "uninitialised dlpx.Tensor"))
+    unsafe { tensor_of(object) }.ok_or_else(|| Error::runtime("uninitialised dlpx.Tensor"))
 }
 
 // ---- getters -----------------------------------------------------------------------------
@@ -301,7 +308,7 @@ pub unsafe fn this<'a>(object: *mut PyObject) -> Result<&'a Tensor> {
 macro_rules! getter {
     ($name:ident, |$py:ident, $t:ident| $body:expr) => {
         unsafe extern "C" fn $name(object: *mut PyObject, _closure: *mut c_void) -> *mut PyObject {
-            boundary(Channel::Python, concat!("dlpx.Tensor.", stringify!($name)), || {
+            boundary(Raise, concat!("dlpx.Tensor.", stringify!($name)), || {
                 let $py: &Python = py();
                 // SAFETY: CPython calls getters with the GIL and a live `self`.
                 let $t: &Tensor = unsafe { this(object) }?;
@@ -348,7 +355,8 @@ macro_rules! getset {
 
 /// Creates the type, publishes the exchange table on it, and remembers it. Called once at
 /// module initialisation; a second call returns the same type.
-pub fn create_type(py: &Python) -> Result<*mut PyObject> {
+pub fn create_type(py: &Python, own: &'static DLPackExchangeAPI) -> Result<*mut PyObject> {
+    OWN_TABLE.store((own as *const DLPackExchangeAPI).cast_mut(), Ordering::Relaxed);
     let existing = tensor_type();
     if !existing.is_null() {
         // SAFETY: GIL held; the module keeps one more reference.
@@ -421,16 +429,16 @@ pub fn create_type(py: &Python) -> Result<*mut PyObject> {
 
 /// Ruling 1: the capsule (DLPack 1.3) and the older integer attribute, both on the type.
 fn publish_exchange_api(py: &Python, ty: *mut PyObject) -> Result<()> {
-    let table = ptr::addr_of!(crate::exchange::EXCHANGE_API).cast_mut().cast::<c_void>();
+    let table = OWN_TABLE.load(Ordering::Relaxed).cast::<c_void>();
     // SAFETY: GIL held; the table is a static, so the capsule needs no destructor.
     unsafe {
         let capsule = Owned::new((py.PyCapsule_New)(table, c"dlpack_exchange_api".as_ptr(), None))?;
         if (py.PyObject_SetAttrString)(ty, c"__dlpack_c_exchange_api__".as_ptr(), capsule.as_ptr()) != 0 {
-            return Err(super::capi::pending());
+            return Err(Error::python_pending());
         }
         let address = Owned::new((py.PyLong_FromVoidPtr)(table))?;
         if (py.PyObject_SetAttrString)(ty, c"__c_dlpack_exchange_api__".as_ptr(), address.as_ptr()) != 0 {
-            return Err(super::capi::pending());
+            return Err(Error::python_pending());
         }
     }
     Ok(())
