@@ -124,7 +124,7 @@ static void test_entry_points(const DLPackExchangeAPI *api) {
   CHECK(api->managed_tensor_to_py_object_no_sync(&foreign, &obj) == -1 && obj == NULL, "to_py(major 2) fails");
   CHECK(raised(PyExc_BufferError, "dlpx: managed_tensor_to_py_object_no_sync: unsupported DLPack major version 2"),
         "to_py(major 2) raises BufferError");
-  CHECK(deleted == 0, "a failed to_py does not call the deleter (ruling 4)");
+  CHECK(deleted == 0, "a failed to_py does not call the deleter (docs/design.md R4)");
 
   /* a foreign tensor with a negative extent: refused, not deleted */
   int64_t bad_shape[1] = {-1};

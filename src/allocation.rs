@@ -59,7 +59,7 @@ pub unsafe fn allocate(prototype: &DLTensor) -> Result<NonNull<DLManagedTensorVe
 /// As for [`allocate`].
 pub unsafe fn allocate_with_flags(prototype: &DLTensor, flags: u64) -> Result<NonNull<DLManagedTensorVersioned>> {
     let flags = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
-    let ndim = checked_ndim(prototype.ndim)?;
+    let ndim = layout::checked_ndim(prototype.ndim)?;
     if ndim > 0 && prototype.shape.is_null() {
         return Err(Error::value(format!("prototype.shape is NULL with ndim = {ndim}")));
     }
@@ -69,7 +69,7 @@ pub unsafe fn allocate_with_flags(prototype: &DLTensor, flags: u64) -> Result<No
         // SAFETY: non-NULL and `ndim` long, by the caller's contract.
         unsafe { std::slice::from_raw_parts(prototype.shape, ndim) }
     };
-    layout::check_dtype(prototype.dtype)?;
+    crate::dtype::check(prototype.dtype)?;
     check_device(prototype.device)?;
     let numel = layout::numel(shape)?;
     let nbytes = layout::nbytes(numel, prototype.dtype, flags)?;
@@ -159,8 +159,7 @@ pub unsafe fn record_use(managed: NonNull<DLManagedTensorVersioned>, device_id: 
         return;
     }
     // 0x2 names the calling thread's per-thread stream; the deleter may run on another thread.
-    // Those streams are blocking, so the legacy stream (which waits for them all) stands in.
-    let stream = if stream as usize == cuda::STREAM_PER_THREAD { cuda::STREAM_LEGACY as *mut c_void } else { stream };
+    let stream = cuda::as_recordable(stream);
     if let Data::CudaDevice { device_id: home, stream: allocated_on } = header.data {
         if home == device_id && cuda::same_stream(allocated_on as usize, stream as usize) {
             return;
@@ -269,9 +268,9 @@ fn allocate_device_data(device: DLDevice, nbytes: usize) -> Result<(*mut c_void,
             let stream = crate::stream::current(device);
             let data = cuda::alloc_device(device.device_id, nbytes, stream)?;
             // The deleter may run on another thread, whose per-thread default stream is another
-            // stream: free on the legacy stream instead, which every blocking stream follows.
-            // (A stream handle the user set must outlive the tensors allocated on it.)
-            let free_on = if stream as usize == cuda::STREAM_PER_THREAD { cuda::STREAM_LEGACY as *mut c_void } else { stream };
+            // stream (see `cuda::as_recordable`). A stream handle the user set must outlive the
+            // tensors allocated on it.
+            let free_on = cuda::as_recordable(stream);
             Ok((data, Data::CudaDevice { device_id: device.device_id, stream: free_on }))
         }
         DeviceType::CUDA_HOST => {
@@ -290,15 +289,6 @@ fn check_device_exists(device: DLDevice) -> Result<()> {
     cuda::check_device(id)
 }
 
-pub fn checked_ndim(ndim: i32) -> Result<usize> {
-    if ndim < 0 {
-        return Err(Error::value(format!("ndim = {ndim} is negative")));
-    }
-    if ndim as usize > layout::MAX_NDIM {
-        return Err(Error::value(format!("ndim = {ndim} exceeds the maximum of {}", layout::MAX_NDIM)));
-    }
-    Ok(ndim as usize)
-}
 
 fn check_device(device: DLDevice) -> Result<()> {
     match device.device_type {

@@ -60,8 +60,8 @@ unsafe extern "C" fn managed_tensor_allocator(
     set_error: SetErrorFn,
 ) -> c_int {
     boundary(ErrorCallback(error_ctx, set_error), "allocator", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::value("out is NULL"))?;
-        let prototype = NonNull::new(prototype).ok_or_else(|| Error::value("prototype is NULL"))?;
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
+        let prototype = NonNull::new(prototype).ok_or_else(|| Error::null("prototype"))?;
         // SAFETY: non-NULL; the caller promises a valid prototype whose shape has ndim values.
         let managed = unsafe { allocation::allocate(prototype.as_ref())? };
         // SAFETY: `out` is non-NULL and writable by the caller's contract.
@@ -160,7 +160,7 @@ unsafe extern "C" fn current_work_stream_lookup(device_type: DeviceType, device_
 #[cold]
 unsafe extern "C" fn current_work_stream_checked(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
     boundary(LastError, "current_work_stream", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::value("out_current_stream is NULL"))?;
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out_current_stream"))?;
         let stream = stream::current(DLDevice { device_type, device_id });
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { out.as_ptr().write(stream) };

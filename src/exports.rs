@@ -80,7 +80,7 @@ pub extern "C" fn dlpx_set_current_stream(
 #[no_mangle]
 pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
     boundary(LastError, "get_current_stream", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::value("out is NULL"))?;
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { out.as_ptr().write(crate::stream::current(DLDevice { device_type, device_id })) };
         Ok(0)
@@ -103,7 +103,7 @@ pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i3
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_record_stream(tensor: *const DLManagedTensorVersioned, device_id: i32, stream: *mut c_void) -> c_int {
     boundary(LastError, "record_stream", || {
-        let tensor = NonNull::new(tensor.cast_mut()).ok_or_else(|| Error::value("tensor is NULL"))?;
+        let tensor = NonNull::new(tensor.cast_mut()).ok_or_else(|| Error::null("tensor"))?;
         if device_id < 0 {
             return Err(Error::value(format!("device_id = {device_id} is negative")));
         }
@@ -200,7 +200,7 @@ pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const 
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_import(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
     boundary(Raise, "import", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::value("out is NULL"))?;
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
         let managed = crate::python::kernel::import_managed(py_object.cast())?;
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { out.as_ptr().write(managed.as_ptr()) };
@@ -229,7 +229,7 @@ pub struct DlpxTensorView {
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_view_of(py_object: *mut c_void, out: *mut DlpxTensorView) -> c_int {
     boundary(Raise, "view_of", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::value("out is NULL"))?;
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
         // SAFETY: non-NULL and writable by the caller's contract.
         let out = unsafe { &mut *out.as_ptr() };
         out.owner = std::ptr::null_mut();
@@ -314,7 +314,7 @@ pub unsafe extern "C" fn dlpx_to_py_like(
     out_py_object: *mut *mut c_void,
 ) -> c_int {
     boundary(Raise, "to_py_like", || {
-        let out = NonNull::new(out_py_object).ok_or_else(|| Error::value("out_py_object is NULL"))?;
+        let out = NonNull::new(out_py_object).ok_or_else(|| Error::null("out_py_object"))?;
         let object = crate::python::kernel::to_py_like(like_py_object.cast(), managed)?;
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { out.as_ptr().write(object.cast()) };
@@ -336,7 +336,7 @@ pub unsafe extern "C" fn dlpx_current_stream_of(
     out_stream: *mut *mut c_void,
 ) -> c_int {
     boundary(Raise, "current_stream_of", || {
-        let out = NonNull::new(out_stream).ok_or_else(|| Error::value("out_stream is NULL"))?;
+        let out = NonNull::new(out_stream).ok_or_else(|| Error::null("out_stream"))?;
         let api = table_of(like_py_object)?;
         if std::ptr::eq(api, &EXCHANGE_API) || std::ptr::eq(api, &UNIVERSAL_API) {
             // dlpx's own registry (its table reports errors to dlpx_last_error, not Python).

@@ -11,6 +11,7 @@ pub mod chain;
 pub mod cpython;
 pub mod copy;
 pub mod device;
+pub mod dtype;
 pub mod error;
 pub mod exchange;
 pub mod layout;

@@ -315,9 +315,8 @@ const _: () = assert!(TAIL_OFFSET + size_of::<ExportTail>() <= EXPORT_BLOCK.byte
 
 #[inline]
 fn write_tail(block: NonNull<u8>, consumer: Option<(i32, *mut c_void)>) {
-    let (device_id, stream) = consumer.map_or((0, 0), |(d, s)| (d, s as usize));
-    // 0x2 is the releasing thread's own per-thread stream then; the legacy stream waits for all.
-    let stream = if stream == crate::memory::cuda::STREAM_PER_THREAD { crate::memory::cuda::STREAM_LEGACY } else { stream };
+    // 0x2 is the releasing thread's own per-thread stream then (see `cuda::as_recordable`).
+    let (device_id, stream) = consumer.map_or((0, 0), |(d, s)| (d, crate::memory::cuda::as_recordable(s) as usize));
     // SAFETY: the tail lies inside the export block (asserted above), aligned.
     unsafe { block.as_ptr().add(TAIL_OFFSET).cast::<ExportTail>().write(ExportTail { device_id, stream }) };
 }
@@ -377,14 +376,14 @@ fn fence_consumer(core: &Core, tail: ExportTail) {
 /// `dl.shape` and `dl.strides`, when non-NULL, point to `dl.ndim` values.
 unsafe fn check_imported(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
     let bad = |fact: String| Error::buffer(fact);
-    let ndim = allocation::checked_ndim(dl.ndim).map_err(Error::into_buffer_error)?;
+    let ndim = layout::checked_ndim(dl.ndim).map_err(Error::into_buffer_error)?;
     if ndim > 0 && dl.shape.is_null() {
         return Err(bad(format!("shape is NULL with ndim = {ndim}")));
     }
     if !crate::device::is_known(dl.device.device_type) {
         return Err(bad(format!("unknown device type {}", dl.device.device_type.0)));
     }
-    layout::check_dtype(dl.dtype).map_err(Error::into_buffer_error)?;
+    crate::dtype::check(dl.dtype).map_err(Error::into_buffer_error)?;
     let shape = dims(dl.shape, dl.ndim);
     let numel = layout::numel(shape).map_err(Error::into_buffer_error)?;
     layout::nbytes(numel, dl.dtype, flags).map_err(Error::into_buffer_error)?;

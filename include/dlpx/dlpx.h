@@ -9,6 +9,80 @@
 #endif
 
 /**
+ * Every DLDeviceType value DLPack names, with the name dlpx prints for it:
+ * X(value, "name"). The C++ layer's names come from here.
+ */
+#define DLPX_DEVICE_TYPE_NAMES(X) \
+  X(1, "cpu") \
+  X(2, "cuda") \
+  X(3, "cuda_host") \
+  X(4, "opencl") \
+  X(7, "vulkan") \
+  X(8, "metal") \
+  X(9, "vpi") \
+  X(10, "rocm") \
+  X(11, "rocm_host") \
+  X(12, "ext_dev") \
+  X(13, "cuda_managed") \
+  X(14, "oneapi") \
+  X(15, "webgpu") \
+  X(16, "hexagon") \
+  X(17, "maia") \
+  X(18, "trn") \
+  X(19, "tpu") \
+  X(20, "tpu_host") \
+  X(21, "ascend")
+
+/**
+ * Google TPU.
+ * Added to DLPack after 1.3 (dlpack.h here stays 1.3).
+ */
+#define DLPX_kDLTPU 19
+
+/**
+ * Pinned host memory of a Google TPU.
+ * Added to DLPack after 1.3 (dlpack.h here stays 1.3).
+ */
+#define DLPX_kDLTPUHost 20
+
+/**
+ * Huawei Ascend NPU.
+ * Added to DLPack after 1.3 (dlpack.h here stays 1.3).
+ */
+#define DLPX_kDLAscend 21
+
+/**
+ * Every DLDataTypeCode value DLPack names, with the name dlpx prints for it:
+ * X(value, "name", bits), bits being the width the code fixes (0: any). The C++ layer's names come from here.
+ */
+#define DLPX_DTYPE_CODE_NAMES(X) \
+  X(0, "int", 0) \
+  X(1, "uint", 0) \
+  X(2, "float", 0) \
+  X(3, "handle", 0) \
+  X(4, "bfloat16", 16) \
+  X(5, "complex", 0) \
+  X(6, "bool", 8) \
+  X(7, "float8_e3m4", 8) \
+  X(8, "float8_e4m3", 8) \
+  X(9, "float8_e4m3b11fnuz", 8) \
+  X(10, "float8_e4m3fn", 8) \
+  X(11, "float8_e4m3fnuz", 8) \
+  X(12, "float8_e5m2", 8) \
+  X(13, "float8_e5m2fnuz", 8) \
+  X(14, "float8_e8m0fnu", 8) \
+  X(15, "float6_e2m3fn", 6) \
+  X(16, "float6_e3m2fn", 6) \
+  X(17, "float4_e2m1fn", 4) \
+  X(18, "bcomplex32", 32)
+
+/**
+ * Complex bfloat16: two bfloat16 halves per element (bits = 32).
+ * Added to DLPack after 1.3 (dlpack.h here stays 1.3).
+ */
+#define DLPX_kDLBcomplex 18
+
+/**
  * A kernel argument: a `DLTensor` describing a Python object's tensor, and what keeps it valid.
  */
 typedef struct {

@@ -102,6 +102,7 @@ python_api! {
         PySequence_GetItem: fn(*mut PyObject, Py_ssize_t) -> *mut PyObject;
         PyDict_New: fn() -> *mut PyObject;
         PyDict_SetItemString: fn(*mut PyObject, *const c_char, *mut PyObject) -> c_int;
+        PyDict_SetItem: fn(*mut PyObject, *mut PyObject, *mut PyObject) -> c_int;
         PyDict_Size: fn(*mut PyObject) -> Py_ssize_t;
         PyUnicode_FromStringAndSize: fn(*const c_char, Py_ssize_t) -> *mut PyObject;
         PyUnicode_AsUTF8String: fn(*mut PyObject) -> *mut PyObject;

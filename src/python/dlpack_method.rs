@@ -1,5 +1,5 @@
 //! `dlpx.Tensor.__dlpack__` and `__dlpack_device__`, as the Python array API specifies them,
-//! with rulings 7 (versions), 9 (streams) and 10 (copies).
+//! with docs/design.md R7 (versions), R9 (streams) and R10 (copies).
 
 use std::ffi::{c_void, CStr};
 
@@ -89,7 +89,7 @@ pub unsafe extern "C" fn dlpack(
     })
 }
 
-/// The tensor to export for a request of `target` with `copy` (ruling 10), and whether it is a copy.
+/// The tensor to export for a request of `target` with `copy` (docs/design.md R10), and whether it is a copy.
 fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(Tensor, bool)> {
     let device = tensor.dl_tensor().device;
     let same_device = target == device;
@@ -106,7 +106,7 @@ fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(
     }
 }
 
-/// The consumer's stream for ruling 9: None when no ordering is needed (host memory, or -1),
+/// The consumer's stream for docs/design.md R9: None when no ordering is needed (host memory, or -1),
 /// else the CUDA stream to order after dlpx's current stream.
 fn consumer_stream(py: &Python, stream: *mut PyObject, device: DLDevice, target: DLDevice) -> Result<Option<*mut c_void>> {
     let value = if args::is_none(py, stream) { None } else { Some(args::int_value(py, stream, "stream")?) };

@@ -6,7 +6,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 use crate::cpython::{Owned, Python};
 use super::consumer::published_head;
-use crate::chain::MAX_CHAIN;
+use crate::chain;
 use crate::cpython::int_tuple;
 use crate::abi::*;
 use crate::error::{Error, Result};
@@ -25,26 +25,16 @@ pub fn exchange_api_info(py: &Python, object: *mut PyObject) -> Result<*mut PyOb
     set(py, &info, c"attribute", py.new_str(attribute)?)?;
     let chain = Owned::new(unsafe { (py.PyList_New)(0) })?;
     let mut selected = None;
-    let mut seen: Vec<*const DLPackExchangeAPIHeader> = Vec::new();
-    let mut current = head;
-    let mut ending = "end";
-    while !current.is_null() {
-        if seen.contains(&current) {
-            ending = "cycle";
-            break;
-        }
-        if seen.len() == MAX_CHAIN {
-            ending = "too long";
-            break;
-        }
-        seen.push(current);
-        // SAFETY: the producer promises readable headers along its chain.
+    // SAFETY: the producer promises readable headers along its chain.
+    let walk = unsafe { chain::walk(head) };
+    for (i, &current) in walk.links.iter().enumerate() {
+        // SAFETY: as above.
         let header = unsafe { &*current };
         let entry = Owned::new(unsafe { (py.PyDict_New)() })?;
         set(py, &entry, c"version", int_tuple(py, &[header.version.major as i64, header.version.minor as i64])?)?;
         set(py, &entry, c"address", py.check(unsafe { (py.PyLong_FromVoidPtr)(current.cast_mut().cast()) })?)?;
         if header.version.major == DLPACK_MAJOR_VERSION {
-            selected.get_or_insert(seen.len() - 1);
+            selected.get_or_insert(i);
             // SAFETY: a major-1 header starts a v1 table.
             let api = unsafe { &*current.cast::<DLPackExchangeAPI>() };
             let entries = Owned::new(unsafe { (py.PyDict_New)() })?;
@@ -62,16 +52,15 @@ pub fn exchange_api_info(py: &Python, object: *mut PyObject) -> Result<*mut PyOb
         if unsafe { (py.PyList_Append)(chain.as_ptr(), entry.as_ptr()) } != 0 {
             return Err(Error::python_pending());
         }
-        current = header.prev_api;
     }
-    let version = match seen.first() {
+    let version = match walk.links.first() {
         // SAFETY: read above.
         Some(&h) => unsafe { int_tuple(py, &[(*h).version.major as i64, (*h).version.minor as i64])? },
         None => py.new_none(),
     };
     set(py, &info, c"version", version)?;
     set(py, &info, c"chain", chain.into_ptr())?;
-    set(py, &info, c"chain_end", py.new_str(ending)?)?;
+    set(py, &info, c"chain_end", py.new_str(walk.ending.name())?)?;
     let selected = match selected {
         Some(i) => py.check(unsafe { (py.PyLong_FromLongLong)(i as i64) })?,
         None => py.new_none(),

@@ -73,7 +73,7 @@ unsafe extern "C" fn empty(
 
 fn parse_dtype(py: &Python, object: *mut PyObject) -> Result<DLDataType> {
     if let Ok(name) = py.str_value(object, "empty") {
-        return crate::layout::parse_dtype(&name).ok_or_else(|| Error::value(format!("unknown dtype '{name}'")));
+        return crate::dtype::parse_dtype(&name).ok_or_else(|| Error::value(format!("unknown dtype '{name}'")));
     }
     let raw = args::int_sequence(py, object, "dtype")?;
     match raw[..] {
@@ -273,12 +273,29 @@ pub fn init(own: &'static DLPackExchangeAPI) -> *mut PyObject {
         let ty = tensor_type::create_type(py, own)?;
         add(py, &module, c"Tensor", ty)?;
         add(py, &module, c"__version__", py.new_str(env!("CARGO_PKG_VERSION"))?)?;
+        add(py, &module, c"DEVICE_TYPE_NAMES", device_type_names(py)?)?;
         add(py, &module, c"DLPACK_VERSION", int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
         let table = (own as *const DLPackExchangeAPI).cast_mut().cast::<c_void>();
         // SAFETY: GIL held.
         add(py, &module, c"_exchange_api_address", py.check(unsafe { (py.PyLong_FromVoidPtr)(table) })?)?;
         Ok(module.into_ptr())
     })
+}
+
+/// `{device_type: name}` for every device type DLPack names (`dlpx.Device` prints these).
+fn device_type_names(py: &Python) -> Result<*mut PyObject> {
+    // SAFETY: GIL held; every new reference is owned by an `Owned` or stolen by the dict's owner.
+    unsafe {
+        let dict = Owned::new((py.PyDict_New)())?;
+        for row in DeviceType::TABLE {
+            let key = Owned::new((py.PyLong_FromLongLong)(row.value.0 as i64))?;
+            let name = Owned::new(py.new_str(row.name)?)?;
+            if (py.PyDict_SetItem)(dict.as_ptr(), key.as_ptr(), name.as_ptr()) != 0 {
+                return Err(Error::python_pending());
+            }
+        }
+        Ok(dict.into_ptr())
+    }
 }
 
 /// Adds `value` (a new reference, stolen) to the module.

@@ -15,7 +15,6 @@ use crate::abi::*;
 use crate::cpython::{fastcall_as_cfunction, int_tuple, type_name, METH_FASTCALL};
 use crate::device;
 use crate::error::{boundary, guard, Error, Result};
-use crate::layout;
 use crate::tensor::Tensor;
 
 /// The object layout. tp_alloc zeroes the object, so `ready` is 0 until `tensor` is written:
@@ -206,13 +205,13 @@ fn not_a_tensor(object: *mut PyObject) -> Error {
 }
 
 /// `managed_tensor_to_py_object_no_sync`: any producer's managed tensor becomes a dlpx.Tensor.
-/// Ownership moves only on success (ruling 4): on failure the caller still owns `managed`.
+/// Ownership moves only on success (docs/design.md R4): on failure the caller still owns `managed`.
 ///
 /// # Safety
 /// GIL held; `managed` is NULL or a live managed tensor the caller owns; `out` NULL or writable.
 pub unsafe fn to_py(managed: *mut DLManagedTensorVersioned, out: *mut *mut PyObject) -> Result<c_int> {
-    let managed = NonNull::new(managed).ok_or_else(|| Error::value("tensor is NULL"))?;
-    let out = NonNull::new(out).ok_or_else(|| Error::value("out_py_object is NULL"))?;
+    let managed = NonNull::new(managed).ok_or_else(|| Error::null("tensor"))?;
+    let out = NonNull::new(out).ok_or_else(|| Error::null("out_py_object"))?;
     if tensor_type().is_null() {
         return Err(no_tensor_type());
     }
@@ -278,7 +277,7 @@ unsafe extern "C" fn tensor_repr(object: *mut PyObject) -> *mut PyObject {
         let text = format!(
             "dlpx.Tensor(shape={}, dtype={}, device={}, strides={}{})",
             tuple_text(t.shape()),
-            layout::dtype_name(t.dl_tensor().dtype),
+            crate::dtype::dtype_name(t.dl_tensor().dtype),
             device::name(t.dl_tensor().device),
             tuple_text(t.strides()),
             if t.is_readonly() { ", readonly=True" } else { "" }
@@ -331,7 +330,7 @@ getter!(get_data_ptr, |py, t| {
 });
 getter!(get_is_contiguous, |py, t| Ok(py.new_bool(t.is_contiguous())));
 getter!(get_readonly, |py, t| Ok(py.new_bool(t.is_readonly())));
-getter!(get_dtype, |py, t| py.new_str(&layout::dtype_name(t.dl_tensor().dtype)));
+getter!(get_dtype, |py, t| py.new_str(&crate::dtype::dtype_name(t.dl_tensor().dtype)));
 getter!(get_dtype_raw, |py, t| {
     let d = t.dl_tensor().dtype;
     int_tuple(py, &[d.code as i64, d.bits as i64, d.lanes as i64])

@@ -1,6 +1,6 @@
 """DLPack capsules in and out of dlpx: consumed capsules are renamed, an unconsumed capsule frees
 its tensor exactly once, a consumed one never; a capsule is consumed once; unknown majors are
-deleted and refused (ruling 7); tensors that fail validation stay with their capsule.
+deleted and refused (docs/design.md R7); tensors that fail validation stay with their capsule.
 
 The tensors under test are hand-made (dlpack_abi.Managed) so each deleter call is counted."""
 
@@ -150,7 +150,7 @@ def test_the_exchange_api_capsule_is_not_a_tensor():
         dlpx.from_dlpack(dlpx.Tensor.__dlpack_c_exchange_api__)
 
 
-# ---- versions (ruling 7) -------------------------------------------------------------------------
+# ---- versions (docs/design.md R7) -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("major", [0, 2, 3, 255])
@@ -231,7 +231,7 @@ def test_null_strides_from_a_legacy_producer_mean_row_major():
     assert t.is_contiguous
     np.testing.assert_array_equal(np.from_dlpack(t), np.arange(24.0).reshape(2, 3, 4))
     exported = abi.read_capsule(t.__dlpack__(max_version=(1, 3)))
-    assert exported["strides"] == (12, 4, 1)  # ruling 5: never NULL on the way out
+    assert exported["strides"] == (12, 4, 1)  # R5: never NULL on the way out
 
 
 def test_the_readonly_flag_of_a_capsule_is_kept():
