@@ -94,11 +94,29 @@ fn write_enum(dlpack: &mut String, dlpx: &mut String, c_enum: &str, repr: &str, 
 }
 
 const ABI_ITEMS: &[&str] = &[
-    "DLPackVersion", "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLManagedTensorVersioned",
-    "DLPackManagedTensorAllocator", "DLPackManagedTensorFromPyObjectNoSync", "DLPackManagedTensorToPyObjectNoSync",
-    "DLPackDLTensorFromPyObjectNoSync", "DLPackCurrentWorkStream", "DLPackExchangeAPIHeader", "DLPackExchangeAPI",
-    "DLPACK_MAJOR_VERSION", "DLPACK_MINOR_VERSION", "DLPACK_FLAG_BITMASK_READ_ONLY", "DLPACK_FLAG_BITMASK_IS_COPIED",
-    "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED", "DLDeviceType", "DLDataTypeCode", "DeviceType", "DataTypeCode", "SetErrorFn",
+    "DLPackVersion",
+    "DLDevice",
+    "DLDataType",
+    "DLTensor",
+    "DLManagedTensor",
+    "DLManagedTensorVersioned",
+    "DLPackManagedTensorAllocator",
+    "DLPackManagedTensorFromPyObjectNoSync",
+    "DLPackManagedTensorToPyObjectNoSync",
+    "DLPackDLTensorFromPyObjectNoSync",
+    "DLPackCurrentWorkStream",
+    "DLPackExchangeAPIHeader",
+    "DLPackExchangeAPI",
+    "DLPACK_MAJOR_VERSION",
+    "DLPACK_MINOR_VERSION",
+    "DLPACK_FLAG_BITMASK_READ_ONLY",
+    "DLPACK_FLAG_BITMASK_IS_COPIED",
+    "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED",
+    "DLDeviceType",
+    "DLDataTypeCode",
+    "DeviceType",
+    "DataTypeCode",
+    "SetErrorFn",
     "EnumRow",
 ];
 
@@ -161,8 +179,14 @@ fn main() {
     dlpack.sys_includes = vec!["stdint.h".to_string(), "stddef.h".to_string()];
     dlpack.after_includes = Some(format!("{DLPACK_PRELUDE}\n\n{}", enums.trim_end()));
     dlpack.export.include = [
-        "DLPackVersion", "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor",
-        "DLManagedTensorVersioned", "DLPackExchangeAPIHeader", "DLPackExchangeAPI",
+        "DLPackVersion",
+        "DLDevice",
+        "DLDataType",
+        "DLTensor",
+        "DLManagedTensor",
+        "DLManagedTensorVersioned",
+        "DLPackExchangeAPIHeader",
+        "DLPackExchangeAPI",
     ]
     .iter()
     .map(|s| s.to_string())

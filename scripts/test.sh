@@ -8,6 +8,14 @@ PY=${DLPX_PYTHON:-.venv/bin/python}
 PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
 BUILD=${DLPX_BUILD_DIR:-build/ci}
 
+echo "== layering and formatting"
+bash scripts/check_layers.sh
+if cargo fmt --version >/dev/null 2>&1 || { command -v rustup >/dev/null && rustup component add rustfmt >/dev/null 2>&1; }; then
+  cargo fmt --all -- --check
+else
+  echo "WARNING: rustfmt is not installed and could not be added: formatting not checked"
+fi
+
 echo "== cargo test"
 cargo test --release --quiet 2>&1 | tail -n 30
 

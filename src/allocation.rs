@@ -36,9 +36,14 @@ enum Data {
     /// In the block itself (CPU), or none (zero size).
     InBlock,
     /// cuMemAllocAsync'd, freed on the same stream.
-    CudaDevice { device_id: i32, stream: *mut c_void },
+    CudaDevice {
+        device_id: i32,
+        stream: *mut c_void,
+    },
     /// Pinned host memory of this capacity, returned to the pinned cache.
-    CudaHost { capacity: usize },
+    CudaHost {
+        capacity: usize,
+    },
     CudaManaged,
 }
 
@@ -78,9 +83,8 @@ pub unsafe fn allocate_with_flags(prototype: &DLTensor, flags: u64) -> Result<No
     let too_large = || Error::memory(format!("cannot allocate {nbytes} bytes: larger than the address space"));
     let nbytes = usize::try_from(nbytes).map_err(|_| too_large())?;
     let header_offset = if on_cpu { nbytes.checked_next_multiple_of(16).ok_or_else(too_large)? } else { 0 };
-    let mut block_size = header_offset
-        .checked_add(size_of::<Header>() + 2 * ndim * size_of::<i64>())
-        .ok_or_else(too_large)?;
+    let mut block_size =
+        header_offset.checked_add(size_of::<Header>() + 2 * ndim * size_of::<i64>()).ok_or_else(too_large)?;
     if on_cpu && nbytes > 0 {
         // Only blocks of at least ALIGN bytes come 256-byte aligned.
         block_size = block_size.max(cpu::ALIGN);
@@ -116,7 +120,13 @@ pub unsafe fn allocate_with_flags(prototype: &DLTensor, flags: u64) -> Result<No
                 deleter: Some(delete),
                 flags,
                 dl_tensor: DLTensor {
-                    data: if !on_cpu { data } else if nbytes == 0 { ptr::null_mut() } else { base.cast::<c_void>() },
+                    data: if !on_cpu {
+                        data
+                    } else if nbytes == 0 {
+                        ptr::null_mut()
+                    } else {
+                        base.cast::<c_void>()
+                    },
                     device: prototype.device,
                     ndim: ndim as i32,
                     dtype: prototype.dtype,
@@ -136,7 +146,9 @@ pub unsafe fn allocate_with_flags(prototype: &DLTensor, flags: u64) -> Result<No
 
 /// Whether `managed` is a block from [`allocate`] (its deleter is ours).
 pub fn is_ours(managed: &DLManagedTensorVersioned) -> bool {
-    managed.deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, delete as unsafe extern "C" fn(*mut DLManagedTensorVersioned)))
+    managed
+        .deleter
+        .is_some_and(|d| std::ptr::fn_addr_eq(d, delete as unsafe extern "C" fn(*mut DLManagedTensorVersioned)))
 }
 
 /// Records that work on the data of `managed` (a block from [`allocate`]; anything else is
@@ -236,7 +248,11 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
         let header = &*managed.cast::<Header>();
         let (block, capacity) = (header.block, header.capacity);
         let uses = header.uses.load(Ordering::Acquire);
-        let uses = if uses.is_null() { cuda::Uses::default() } else { Box::from_raw(uses).into_inner().unwrap_or_else(|p| p.into_inner()) };
+        let uses = if uses.is_null() {
+            cuda::Uses::default()
+        } else {
+            Box::from_raw(uses).into_inner().unwrap_or_else(|p| p.into_inner())
+        };
         free_data(header.managed.dl_tensor.data, header.data, uses);
         cpu::free(block, capacity);
     })
@@ -289,18 +305,23 @@ fn check_device_exists(device: DLDevice) -> Result<()> {
     cuda::check_device(id)
 }
 
-
 fn check_device(device: DLDevice) -> Result<()> {
     match device.device_type {
-        DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED if device.device_id != 0 => Err(Error::value(format!("device {} is invalid: device_id must be 0 for host, pinned and managed memory", crate::device::name(device)),
-        )),
+        DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED if device.device_id != 0 => {
+            Err(Error::value(format!(
+                "device {} is invalid: device_id must be 0 for host, pinned and managed memory",
+                crate::device::name(device)
+            )))
+        }
         DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED => Ok(()),
         DeviceType::CUDA if device.device_id < 0 => {
             Err(Error::value(format!("device {} is invalid: device_id is negative", crate::device::name(device))))
         }
         DeviceType::CUDA => Ok(()),
-        t if crate::device::is_known(t) => Err(Error::not_implemented(format!("allocation on device {} is not supported (dlpx allocates on cpu, cuda, cuda_host and cuda_managed)", crate::device::name(device)),
-        )),
+        t if crate::device::is_known(t) => Err(Error::not_implemented(format!(
+            "allocation on device {} is not supported (dlpx allocates on cpu, cuda, cuda_host and cuda_managed)",
+            crate::device::name(device)
+        ))),
         t => Err(Error::value(format!("unknown device type {} (DLPack 1.3 defines 1..=18)", t.0))),
     }
 }

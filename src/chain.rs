@@ -82,7 +82,9 @@ pub unsafe fn select_supported(head: *const DLPackExchangeAPIHeader) -> Result<&
         Ending::Cycle => format!("the prev_api chain has a cycle after {} tables (majors {majors:?})", majors.len()),
         Ending::TooLong => format!("the prev_api chain is longer than {MAX_CHAIN} tables"),
         Ending::End if majors.is_empty() => "the exchange table pointer is NULL".to_string(),
-        Ending::End => format!("no table of major version {DLPACK_MAJOR_VERSION} in the prev_api chain (majors {majors:?})"),
+        Ending::End => {
+            format!("no table of major version {DLPACK_MAJOR_VERSION} in the prev_api chain (majors {majors:?})")
+        }
     }))
 }
 

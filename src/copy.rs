@@ -7,7 +7,10 @@ use crate::tensor::Tensor;
 
 /// Whether the host can read the tensor's memory directly.
 pub fn host_accessible(device: DLDevice) -> bool {
-    matches!(device.device_type, DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::ROCM_HOST | DeviceType::CUDA_MANAGED)
+    matches!(
+        device.device_type,
+        DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::ROCM_HOST | DeviceType::CUDA_MANAGED
+    )
 }
 
 /// A compact, writable copy of `src` in CPU memory (a device move when `src` is elsewhere).
@@ -27,11 +30,10 @@ fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
         || (host_accessible(dl.device) && host_accessible(target));
     if !supported {
         return Err(Error::buffer(format!(
-                "cannot copy from {} to {}: dlpx copies host-accessible memory and CUDA memory",
-                crate::device::name(dl.device),
-                crate::device::name(target)
-            ),
-        ));
+            "cannot copy from {} to {}: dlpx copies host-accessible memory and CUDA memory",
+            crate::device::name(dl.device),
+            crate::device::name(target)
+        )));
     }
     // Same shape, dtype and sub-byte padding, so the byte sizes agree.
     let dst = Tensor::empty_with_flags(src.shape(), dl.dtype, target, src.flags())?;

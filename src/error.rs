@@ -125,7 +125,11 @@ impl Error {
 
     /// "A Python exception is already set" (a CPython call returned its failure value).
     pub fn python_pending() -> Self {
-        Error { kind: ErrorKind::PythonPending, context: Context::Unset, fact: Cow::Borrowed("a Python exception is pending") }
+        Error {
+            kind: ErrorKind::PythonPending,
+            context: Context::Unset,
+            fact: Cow::Borrowed("a Python exception is pending"),
+        }
     }
 
     /// An error whose message is complete as given (no `dlpx:` prefix is added).
@@ -372,7 +376,8 @@ mod tests {
         assert_eq!((ok, CALLS.load(Ordering::SeqCst)), (0, 0));
         let failed: c_int = boundary(channel, "allocator", || Err(Error::memory("out of memory")));
         assert_eq!((failed, CALLS.load(Ordering::SeqCst)), (-1, 1));
-        let tolerated: c_int = boundary(ErrorCallback(std::ptr::null_mut(), None), "allocator", || Err(Error::memory("x")));
+        let tolerated: c_int =
+            boundary(ErrorCallback(std::ptr::null_mut(), None), "allocator", || Err(Error::memory("x")));
         assert_eq!(tolerated, -1);
     }
 }

@@ -8,10 +8,10 @@
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 
-use crate::cpython::Raise;
 use crate::abi::*;
 use crate::allocation;
-use crate::error::{ErrorCallback, LastError, boundary, Error};
+use crate::cpython::Raise;
+use crate::error::{boundary, Error, ErrorCallback, LastError};
 use crate::python::{self, tensor_type};
 use crate::stream;
 
@@ -150,7 +150,11 @@ unsafe extern "C" fn current_work_stream(device_type: DeviceType, device_id: i32
 }
 
 #[inline(never)]
-unsafe extern "C" fn current_work_stream_lookup(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn current_work_stream_lookup(
+    device_type: DeviceType,
+    device_id: i32,
+    out: *mut *mut c_void,
+) -> c_int {
     // SAFETY: non-NULL and writable, checked by the caller.
     unsafe { out.write(stream::current(DLDevice { device_type, device_id })) };
     0
@@ -158,7 +162,11 @@ unsafe extern "C" fn current_work_stream_lookup(device_type: DeviceType, device_
 
 /// Never touches Python: tvm-ffi calls it with the GIL released. Errors go to dlpx_last_error().
 #[cold]
-unsafe extern "C" fn current_work_stream_checked(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn current_work_stream_checked(
+    device_type: DeviceType,
+    device_id: i32,
+    out: *mut *mut c_void,
+) -> c_int {
     boundary(LastError, "current_work_stream", || {
         let out = NonNull::new(out).ok_or_else(|| Error::null("out_current_stream"))?;
         let stream = stream::current(DLDevice { device_type, device_id });

@@ -3,10 +3,10 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::NonNull;
 
-use crate::cpython::Raise;
 use crate::abi::*;
+use crate::cpython::Raise;
+use crate::error::{self, boundary, Channel, Error, ErrorCallback, ErrorKind, LastError};
 use crate::exchange::{EXCHANGE_API, UNIVERSAL_API};
-use crate::error::{ErrorCallback, LastError, self, boundary, Channel, Error, ErrorKind};
 
 /// dlpx's `DLPackExchangeAPI` (DLPack 1.3). The pointer is the head of dlpx's chain, is
 /// statically initialised and stays valid for the life of the process. Never NULL.
@@ -101,7 +101,11 @@ pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i3
 /// # Safety
 /// `tensor` is NULL or a managed tensor the caller holds (its deleter not yet called).
 #[no_mangle]
-pub unsafe extern "C" fn dlpx_record_stream(tensor: *const DLManagedTensorVersioned, device_id: i32, stream: *mut c_void) -> c_int {
+pub unsafe extern "C" fn dlpx_record_stream(
+    tensor: *const DLManagedTensorVersioned,
+    device_id: i32,
+    stream: *mut c_void,
+) -> c_int {
     boundary(LastError, "record_stream", || {
         let tensor = NonNull::new(tensor.cast_mut()).ok_or_else(|| Error::null("tensor"))?;
         if device_id < 0 {
@@ -149,7 +153,13 @@ pub unsafe extern "C" fn dlpx_exchange_api_select(head: *const DLPackExchangeAPI
 pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *const c_char, message: *const c_char) {
     boundary(LastError, "set_error_python", || {
         // SAFETY: NUL-terminated strings from the allocator, or NULL (handled).
-        let text = |p: *const c_char| if p.is_null() { String::new() } else { unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned() };
+        let text = |p: *const c_char| {
+            if p.is_null() {
+                String::new()
+            } else {
+                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+            }
+        };
         let kind = ErrorKind::from_name(&text(kind)).unwrap_or(ErrorKind::RuntimeError);
         let err = Error::verbatim(kind, text(message));
         match crate::cpython::python() {
@@ -185,9 +195,7 @@ fn table_of(py_object: *mut c_void) -> crate::error::Result<&'static DLPackExcha
 /// The GIL is held; `py_object` is NULL or a live `PyObject*`.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const DLPackExchangeAPI {
-    boundary(Raise, "exchange_api_of", || {
-        table_of(py_object).map(|api| api as *const DLPackExchangeAPI)
-    })
+    boundary(Raise, "exchange_api_of", || table_of(py_object).map(|api| api as *const DLPackExchangeAPI))
 }
 
 /// Imports any DLPack producer's object (GIL held) as an owning managed tensor: through its
@@ -281,10 +289,12 @@ pub unsafe extern "C" fn dlpx_allocate_like(
         if like_py_object.is_null() {
             return Ok(&EXCHANGE_API as *const DLPackExchangeAPI);
         }
-        let api = crate::python::kernel::published_api(like_py_object.cast()).map_err(|err| match err.is_python_pending() {
-            // A Python exception is already set: move it into SetError's channel.
-            true => crate::cpython::take_pending(),
-            false => err,
+        let api = crate::python::kernel::published_api(like_py_object.cast()).map_err(|err| {
+            match err.is_python_pending() {
+                // A Python exception is already set: move it into SetError's channel.
+                true => crate::cpython::take_pending(),
+                false => err,
+            }
         })?;
         Ok(api.unwrap_or(&EXCHANGE_API) as *const DLPackExchangeAPI)
     });

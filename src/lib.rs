@@ -6,14 +6,14 @@
 
 pub mod abi;
 pub mod allocation;
-pub mod exports;
 pub mod chain;
-pub mod cpython;
 pub mod copy;
+pub mod cpython;
 pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod exchange;
+pub mod exports;
 pub mod layout;
 pub mod memory;
 pub mod python;

@@ -57,9 +57,7 @@ pub fn current(device: DLDevice) -> *mut c_void {
         return std::ptr::null_mut();
     }
     let key = key(device);
-    CURRENT
-        .try_with(|streams| streams.find(key).map_or(0, |i| streams.entries[i].1.get()))
-        .unwrap_or(0) as *mut c_void
+    CURRENT.try_with(|streams| streams.find(key).map_or(0, |i| streams.entries[i].1.get())).unwrap_or(0) as *mut c_void
 }
 
 /// Whether this thread has set any stream (else every device uses its default stream).
@@ -88,8 +86,9 @@ pub fn set_current(device: DLDevice, stream: *mut c_void) -> Result<*mut c_void>
             }
             Some(i) => Ok(streams.entries[i].1.replace(stream as usize) as *mut c_void),
             None if stream.is_null() => Ok(std::ptr::null_mut()),
-            None if len == MAX_STREAMS_PER_THREAD => Err(Error::value(format!("a thread can hold current streams on at most {MAX_STREAMS_PER_THREAD} devices"),
-            )),
+            None if len == MAX_STREAMS_PER_THREAD => Err(Error::value(format!(
+                "a thread can hold current streams on at most {MAX_STREAMS_PER_THREAD} devices"
+            ))),
             None => {
                 streams.entries[len].0.set(key);
                 streams.entries[len].1.set(stream as usize);

@@ -134,8 +134,9 @@ impl Tensor {
         // is read before the version check allows a reference to the whole v1 struct.
         let major = unsafe { std::ptr::addr_of!((*managed.as_ptr()).version.major).read() };
         if major != DLPACK_MAJOR_VERSION {
-            return Err(Error::buffer(format!("unsupported DLPack major version {major} (dlpx supports {DLPACK_MAJOR_VERSION})"),
-            ));
+            return Err(Error::buffer(format!(
+                "unsupported DLPack major version {major} (dlpx supports {DLPACK_MAJOR_VERSION})"
+            )));
         }
         // SAFETY: a v1 struct, live and owned by the caller.
         let m = unsafe { managed.as_ref() };
@@ -245,7 +246,11 @@ impl Tensor {
     /// [`Tensor::export_versioned`] for a consumer working on `consumer` = (CUDA device, stream):
     /// when the export is released, an event recorded on that stream fences the free (or the
     /// pinned reuse) of this tensor's memory, if dlpx allocated it.
-    pub fn export_versioned_to(&self, extra_flags: u64, consumer: Option<(i32, *mut c_void)>) -> Result<NonNull<DLManagedTensorVersioned>> {
+    pub fn export_versioned_to(
+        &self,
+        extra_flags: u64,
+        consumer: Option<(i32, *mut c_void)>,
+    ) -> Result<NonNull<DLManagedTensorVersioned>> {
         let block = export_block()?;
         write_tail(block, consumer);
         let managed = block.cast::<DLManagedTensorVersioned>();
@@ -327,7 +332,9 @@ fn export_block() -> Result<NonNull<u8>> {
 }
 
 fn is_our_export(m: &DLManagedTensorVersioned) -> bool {
-    m.deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, delete_versioned_export as unsafe extern "C" fn(*mut DLManagedTensorVersioned)))
+    m.deleter.is_some_and(|d| {
+        std::ptr::fn_addr_eq(d, delete_versioned_export as unsafe extern "C" fn(*mut DLManagedTensorVersioned))
+    })
 }
 
 unsafe extern "C" fn delete_versioned_export(managed: *mut DLManagedTensorVersioned) {

@@ -58,7 +58,8 @@ pub fn holds_gil(py: &Python) -> bool {
     type Getter = unsafe extern "C" fn() -> *mut c_void;
     static GETTER: OnceCell<Option<Getter>> = OnceCell::new();
     let getter = GETTER.get_or_init(|| {
-        let address = lookup("PyThreadState_GetUnchecked\0").or_else(|_| lookup("_PyThreadState_UncheckedGet\0")).ok()?;
+        let address =
+            lookup("PyThreadState_GetUnchecked\0").or_else(|_| lookup("_PyThreadState_UncheckedGet\0")).ok()?;
         // SAFETY: both take nothing and return a PyThreadState* (NULL when none).
         Some(unsafe { std::mem::transmute::<*mut c_void, Getter>(address) })
     });
@@ -156,4 +157,3 @@ impl Drop for ExceptionGuard {
         }
     }
 }
-

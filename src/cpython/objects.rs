@@ -10,7 +10,8 @@ use crate::error::Result;
 pub const METH_FASTCALL: c_int = 0x0080;
 
 /// A METH_FASTCALL | METH_KEYWORDS function, stored where CPython reads it back by its flags.
-pub type FastCallKeywords = unsafe extern "C" fn(*mut PyObject, *const *mut PyObject, pyo3_ffi::Py_ssize_t, *mut PyObject) -> *mut PyObject;
+pub type FastCallKeywords =
+    unsafe extern "C" fn(*mut PyObject, *const *mut PyObject, pyo3_ffi::Py_ssize_t, *mut PyObject) -> *mut PyObject;
 
 /// # Safety
 /// The method's flags must say METH_FASTCALL | METH_KEYWORDS, so CPython calls it as such.
@@ -54,4 +55,3 @@ pub fn int_tuple(py: &Python, values: &[i64]) -> Result<*mut PyObject> {
         Ok(tuple.into_ptr())
     }
 }
-

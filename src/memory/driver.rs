@@ -8,7 +8,9 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
-use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdeviceptr, CUevent, CUmemAccessDesc, CUmemPoolProps, CUmemoryPool, CUstream};
+use cudarc::driver::sys::{
+    self, CUcontext, CUdevice, CUdeviceptr, CUevent, CUmemAccessDesc, CUmemPoolProps, CUmemoryPool, CUstream,
+};
 use once_cell::sync::OnceCell;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -127,7 +129,8 @@ fn load() -> std::result::Result<Loaded, (ErrorKind, String)> {
     if let Some(get_version) = lookup(b"cuDriverGetVersion\0").filter(|p| !p.is_null()) {
         // Asked before the whole table: an old driver lacks newer functions, and "too old" says why.
         // SAFETY: the driver's cuDriverGetVersion, callable before cuInit.
-        let get_version = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_int) -> c_int>(get_version) };
+        let get_version =
+            unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_int) -> c_int>(get_version) };
         let mut version = 0;
         // SAFETY: a valid out pointer.
         if unsafe { get_version(&mut version) } == CUDA_SUCCESS && version < MIN_DRIVER_VERSION {
@@ -144,13 +147,15 @@ fn load() -> std::result::Result<Loaded, (ErrorKind, String)> {
     check(&driver, "cuInit", initialised).map_err(|e| (e.kind, e.fact().to_string()))?;
     let mut version = 0;
     // SAFETY: a valid out pointer.
-    check(&driver, "cuDriverGetVersion", unsafe { (driver.cuDriverGetVersion)(&mut version) }).map_err(|e| (e.kind, e.fact().to_string()))?;
+    check(&driver, "cuDriverGetVersion", unsafe { (driver.cuDriverGetVersion)(&mut version) })
+        .map_err(|e| (e.kind, e.fact().to_string()))?;
     if version < MIN_DRIVER_VERSION {
         return Err(too_old(version));
     }
     let mut device_count = 0;
     // SAFETY: a valid out pointer after a successful cuInit.
-    check(&driver, "cuDeviceGetCount", unsafe { (driver.cuDeviceGetCount)(&mut device_count) }).map_err(|e| (e.kind, e.fact().to_string()))?;
+    check(&driver, "cuDeviceGetCount", unsafe { (driver.cuDeviceGetCount)(&mut device_count) })
+        .map_err(|e| (e.kind, e.fact().to_string()))?;
     Ok(Loaded { driver, device_count })
 }
 

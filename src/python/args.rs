@@ -45,8 +45,10 @@ impl Names {
         };
         match found {
             Some(i) if i >= self.positional_only => Ok(i),
-            Some(i) => Err(Error::type_error(format!("'{}' is positional-only and cannot be passed by keyword", self.names[i].to_string_lossy()),
-            )),
+            Some(i) => Err(Error::type_error(format!(
+                "'{}' is positional-only and cannot be passed by keyword",
+                self.names[i].to_string_lossy()
+            ))),
             None => {
                 let name = py.str_value(key, "a keyword argument name")?;
                 Err(Error::type_error(format!("got an unexpected keyword argument '{name}'")))
@@ -75,8 +77,10 @@ pub unsafe fn parse(
     out.iter_mut().for_each(|slot| *slot = std::ptr::null_mut());
     let nargs = nargs as usize;
     if nargs > positional {
-        return Err(Error::type_error(format!("takes at most {positional} positional argument{} ({nargs} given)", if positional == 1 { "" } else { "s" }),
-        ));
+        return Err(Error::type_error(format!(
+            "takes at most {positional} positional argument{} ({nargs} given)",
+            if positional == 1 { "" } else { "s" }
+        )));
     }
     for (i, slot) in out.iter_mut().enumerate().take(nargs) {
         // SAFETY: i < nargs.

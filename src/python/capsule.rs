@@ -6,8 +6,8 @@ use std::ptr::NonNull;
 
 use pyo3_ffi::PyObject;
 
-use crate::cpython::{py, Python};
 use crate::abi::*;
+use crate::cpython::{py, Python};
 use crate::error::{guard, Error, Result};
 use crate::tensor::Tensor;
 
@@ -19,7 +19,8 @@ const USED_LEGACY: &CStr = c"used_dltensor";
 /// A `"dltensor_versioned"` capsule owning `managed`. On failure the tensor is deleted.
 pub fn versioned(py: &Python, managed: NonNull<DLManagedTensorVersioned>) -> Result<*mut PyObject> {
     // SAFETY: GIL held; the capsule takes ownership of `managed` through its destructor.
-    let capsule = unsafe { (py.PyCapsule_New)(managed.as_ptr().cast(), VERSIONED.as_ptr(), Some(versioned_destructor)) };
+    let capsule =
+        unsafe { (py.PyCapsule_New)(managed.as_ptr().cast(), VERSIONED.as_ptr(), Some(versioned_destructor)) };
     if capsule.is_null() {
         // SAFETY: nobody else owns it now.
         unsafe { delete_versioned(managed.as_ptr()) };
@@ -102,8 +103,9 @@ pub fn consume(py: &Python, capsule: *mut PyObject) -> Result<Tensor> {
             if major != DLPACK_MAJOR_VERSION {
                 mark_used(py, capsule, USED_VERSIONED)?;
                 delete_versioned(managed.as_ptr());
-                return Err(Error::buffer(format!("the producer sent DLPack major version {major}; dlpx supports {DLPACK_MAJOR_VERSION}"),
-                ));
+                return Err(Error::buffer(format!(
+                    "the producer sent DLPack major version {major}; dlpx supports {DLPACK_MAJOR_VERSION}"
+                )));
             }
             mark_used(py, capsule, USED_VERSIONED)?;
             // A tensor that fails validation goes back to the capsule, whose destructor frees it.
@@ -147,8 +149,9 @@ fn bad_capsule(py: &Python, object: *mut PyObject) -> Error {
         Some("used_dltensor_versioned") | Some("used_dltensor") => {
             Error::buffer("the DLPack capsule was already consumed")
         }
-        Some(name) => Error::type_error(format!("expected a capsule named 'dltensor_versioned' or 'dltensor', got '{name}'"),
-        ),
+        Some(name) => {
+            Error::type_error(format!("expected a capsule named 'dltensor_versioned' or 'dltensor', got '{name}'"))
+        }
         None => Error::type_error(format!("expected a DLPack capsule, got {}", crate::cpython::type_name(object))),
     }
 }
@@ -165,4 +168,3 @@ pub fn is_capsule(py: &Python, object: *mut PyObject) -> bool {
         true
     }
 }
-

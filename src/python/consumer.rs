@@ -9,10 +9,10 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use crate::cpython::{py, Owned, Python};
 use super::{capsule, tensor_type};
 use crate::abi::*;
 use crate::copy;
+use crate::cpython::{py, Owned, Python};
 use crate::error::{Error, ErrorKind, Result};
 use crate::tensor::Tensor;
 
@@ -36,8 +36,11 @@ fn finish(tensor: Tensor, device: Option<DLDevice>, copy: Option<bool>) -> Resul
     let moved = device.is_some_and(|d| d != here);
     let copied_already = tensor.flags() & DLPACK_FLAG_BITMASK_IS_COPIED != 0;
     match (moved, copy) {
-        (true, Some(false)) => Err(Error::buffer(format!("the tensor is on {}; moving it to {} needs a copy, and copy=False forbids it", crate::device::name(here), crate::device::name(device.unwrap())),
-        )),
+        (true, Some(false)) => Err(Error::buffer(format!(
+            "the tensor is on {}; moving it to {} needs a copy, and copy=False forbids it",
+            crate::device::name(here),
+            crate::device::name(device.unwrap())
+        ))),
         (true, _) => match device {
             Some(DLDevice { device_type: DeviceType::CPU, device_id: 0 }) => copy::to_new_cpu_tensor(&tensor),
             Some(d) => Err(Error::buffer(format!("dlpx cannot move a tensor to {}", crate::device::name(d)))),
@@ -122,7 +125,8 @@ unsafe fn import_through_table(api: &DLPackExchangeAPI, object: *mut PyObject) -
     if unsafe { from_py(object.cast(), &mut managed) } != 0 {
         return Err(Error::python_pending());
     }
-    let managed = NonNull::new(managed).ok_or_else(|| Error::buffer("the producer returned success and a NULL tensor"))?;
+    let managed =
+        NonNull::new(managed).ok_or_else(|| Error::buffer("the producer returned success and a NULL tensor"))?;
     // SAFETY: we own `managed` now; on a validation failure we delete it ourselves (the
     // deleter sits in the prefix every major version keeps).
     unsafe {
@@ -134,14 +138,21 @@ unsafe fn import_through_table(api: &DLPackExchangeAPI, object: *mut PyObject) -
     }
 }
 
-fn import_through_protocol(py: &Python, object: *mut PyObject, device: Option<DLDevice>, copy: Option<bool>) -> Result<Tensor> {
+fn import_through_protocol(
+    py: &Python,
+    object: *mut PyObject,
+    device: Option<DLDevice>,
+    copy: Option<bool>,
+) -> Result<Tensor> {
     // SAFETY: GIL held; every new reference is owned by an `Owned`.
     unsafe {
         let method = (py.PyObject_GetAttrString)(object, c"__dlpack__".as_ptr());
         if method.is_null() {
             (py.PyErr_Clear)();
-            return Err(Error::type_error(format!("{} does not support DLPack (no __dlpack__ and no exchange table)", crate::cpython::type_name(object)),
-            ));
+            return Err(Error::type_error(format!(
+                "{} does not support DLPack (no __dlpack__ and no exchange table)",
+                crate::cpython::type_name(object)
+            )));
         }
         let method = Owned(method);
         let (empty, common_kwargs) = shared_call_arguments(py)?;
@@ -155,7 +166,8 @@ fn import_through_protocol(py: &Python, object: *mut PyObject, device: Option<DL
         let mut result = (py.PyObject_Call)(method.as_ptr(), empty, kwargs_ptr);
         // Producers older than the 2023.12 array API take fewer keywords: retry with max_version
         // alone, then with none. `finish` then makes any copy or move the producer did not.
-        if result.is_null() && kwargs.is_some() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0 {
+        if result.is_null() && kwargs.is_some() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0
+        {
             (py.PyErr_Clear)();
             result = (py.PyObject_Call)(method.as_ptr(), empty, common_kwargs);
         }
@@ -186,7 +198,8 @@ fn shared_call_arguments(py: &Python) -> Result<(*mut PyObject, *mut PyObject)> 
 fn request_kwargs(py: &Python, device: Option<DLDevice>, copy: Option<bool>, stream: Option<i64>) -> Result<Owned> {
     // SAFETY: GIL held.
     let kwargs = Owned::new(unsafe { (py.PyDict_New)() })?;
-    let version = Owned::new(crate::cpython::int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
+    let version =
+        Owned::new(crate::cpython::int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
     set_item(py, &kwargs, c"max_version", version.as_ptr())?;
     if let Some(d) = device {
         let pair = Owned::new(crate::cpython::int_tuple(py, &[d.device_type.0 as i64, d.device_id as i64])?)?;
@@ -216,7 +229,10 @@ fn set_item(py: &Python, dict: &Owned, key: &CStr, value: *mut PyObject) -> Resu
 /// The head of the exchange-table chain a type publishes: the capsule
 /// `__dlpack_c_exchange_api__` first, then the integer `__c_dlpack_exchange_api__`; None when
 /// it publishes neither.
-pub fn published_head(py: &Python, ty: *mut PyTypeObject) -> Result<Option<(*const DLPackExchangeAPIHeader, &'static str)>> {
+pub fn published_head(
+    py: &Python,
+    ty: *mut PyTypeObject,
+) -> Result<Option<(*const DLPackExchangeAPIHeader, &'static str)>> {
     let ty = ty.cast::<PyObject>();
     // SAFETY: GIL held; new references are owned; missing attributes are cleared.
     unsafe {

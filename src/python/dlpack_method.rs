@@ -6,14 +6,14 @@ use std::ffi::{c_void, CStr};
 use pyo3_ffi::PyObject;
 
 use super::args;
-use crate::cpython::Raise;
-use crate::cpython::{py, Python};
 use super::capsule;
 use super::tensor_type::this;
 use crate::abi::*;
 use crate::copy;
-use crate::memory::cuda;
+use crate::cpython::Raise;
+use crate::cpython::{py, Python};
 use crate::error::{boundary, Error, Result};
+use crate::memory::cuda;
 use crate::tensor::Tensor;
 
 pub const DLPACK_DOC: &CStr = c"__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
@@ -53,7 +53,10 @@ pub unsafe extern "C" fn dlpack(
             true => device,
             false => {
                 let (t, id) = args::int_pair(py, dl_device, "dl_device")?;
-                DLDevice { device_type: DeviceType(i32::try_from(t).unwrap_or(-1)), device_id: i32::try_from(id).unwrap_or(-1) }
+                DLDevice {
+                    device_type: DeviceType(i32::try_from(t).unwrap_or(-1)),
+                    device_id: i32::try_from(id).unwrap_or(-1),
+                }
             }
         };
         let copy = args::optional_bool(py, copy, "copy")?;
@@ -76,12 +79,15 @@ pub unsafe extern "C" fn dlpack(
         if versioned {
             capsule::versioned(py, exported.export_versioned_to(copied_flag, consumer)?)
         } else {
-            if exported.flags() & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0 && exported.dl_tensor().dtype.bits < 8 {
-                return Err(Error::buffer("a padded sub-byte tensor needs a versioned capsule to say so: pass max_version=(1, 0) or later",
+            if exported.flags() & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0 && exported.dl_tensor().dtype.bits < 8
+            {
+                return Err(Error::buffer(
+                    "a padded sub-byte tensor needs a versioned capsule to say so: pass max_version=(1, 0) or later",
                 ));
             }
             if exported.is_readonly() {
-                return Err(Error::buffer("a read-only tensor needs a versioned capsule to say so: pass max_version=(1, 0) or later",
+                return Err(Error::buffer(
+                    "a read-only tensor needs a versioned capsule to say so: pass max_version=(1, 0) or later",
                 ));
             }
             capsule::legacy(py, exported.export_legacy_to(consumer)?)
@@ -94,21 +100,32 @@ fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(
     let device = tensor.dl_tensor().device;
     let same_device = target == device;
     if !(same_device || target.device_type == DeviceType::CPU && target.device_id == 0) {
-        return Err(Error::buffer(format!("cannot export a {} tensor to {}", crate::device::name(device), crate::device::name(target)),
-        ));
+        return Err(Error::buffer(format!(
+            "cannot export a {} tensor to {}",
+            crate::device::name(device),
+            crate::device::name(target)
+        )));
     }
     match (same_device, copy) {
         (true, None | Some(false)) => Ok((tensor.clone(), false)),
         (true, Some(true)) => Ok((copy::duplicate(tensor)?, true)),
-        (false, Some(false)) => Err(Error::buffer(format!("dl_device={} needs a copy of this {} tensor, and copy=False forbids it", crate::device::name(target), crate::device::name(device)),
-        )),
+        (false, Some(false)) => Err(Error::buffer(format!(
+            "dl_device={} needs a copy of this {} tensor, and copy=False forbids it",
+            crate::device::name(target),
+            crate::device::name(device)
+        ))),
         (false, _) => Ok((copy::to_new_cpu_tensor(tensor)?, true)),
     }
 }
 
 /// The consumer's stream for docs/design.md R9: None when no ordering is needed (host memory, or -1),
 /// else the CUDA stream to order after dlpx's current stream.
-fn consumer_stream(py: &Python, stream: *mut PyObject, device: DLDevice, target: DLDevice) -> Result<Option<*mut c_void>> {
+fn consumer_stream(
+    py: &Python,
+    stream: *mut PyObject,
+    device: DLDevice,
+    target: DLDevice,
+) -> Result<Option<*mut c_void>> {
     let value = if args::is_none(py, stream) { None } else { Some(args::int_value(py, stream, "stream")?) };
     // Managed memory is host-accessible, yet CUDA consumers (cupy) order it by stream.
     let on_host = copy::host_accessible(target) && target.device_type != DeviceType::CUDA_MANAGED;
@@ -116,10 +133,13 @@ fn consumer_stream(py: &Python, stream: *mut PyObject, device: DLDevice, target:
         // -1: the consumer asks for no synchronisation; host memory has nothing to order.
         Some(-1) => Ok(None),
         None if on_host => Ok(None),
-        Some(v) if on_host => Err(Error::value(format!("stream must be None for a {} tensor, got {v}", crate::device::name(target)),
-        )),
-        _ if !matches!(device.device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) => Err(Error::buffer(format!("stream synchronisation for {} tensors is not supported", crate::device::name(device)),
-        )),
+        Some(v) if on_host => {
+            Err(Error::value(format!("stream must be None for a {} tensor, got {v}", crate::device::name(target))))
+        }
+        _ if !matches!(device.device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) => Err(Error::buffer(format!(
+            "stream synchronisation for {} tensors is not supported",
+            crate::device::name(device)
+        ))),
         None | Some(1) => Ok(Some(cuda::STREAM_LEGACY as *mut c_void)),
         Some(2) => Ok(Some(cuda::STREAM_PER_THREAD as *mut c_void)),
         Some(0) => Err(Error::value("stream=0 is ambiguous and not allowed (use 1 for the legacy default stream)")),

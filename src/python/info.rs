@@ -4,11 +4,11 @@ use std::ffi::CStr;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use crate::cpython::{Owned, Python};
 use super::consumer::published_head;
+use crate::abi::*;
 use crate::chain;
 use crate::cpython::int_tuple;
-use crate::abi::*;
+use crate::cpython::{Owned, Python};
 use crate::error::{Error, Result};
 
 /// Py_TPFLAGS_TYPE_SUBCLASS: set on `type` and every metaclass.
@@ -18,7 +18,11 @@ pub fn exchange_api_info(py: &Python, object: *mut PyObject) -> Result<*mut PyOb
     // SAFETY: GIL held; `object` is a live argument.
     let ty: *mut PyTypeObject = unsafe {
         let own_type = (*object).ob_type;
-        if (py.PyType_GetFlags)(own_type) & TYPE_SUBCLASS != 0 { object.cast() } else { own_type }
+        if (py.PyType_GetFlags)(own_type) & TYPE_SUBCLASS != 0 {
+            object.cast()
+        } else {
+            own_type
+        }
     };
     let Some((head, attribute)) = published_head(py, ty)? else { return Ok(py.new_none()) };
     let info = Owned::new(unsafe { (py.PyDict_New)() })?;

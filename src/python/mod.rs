@@ -14,8 +14,6 @@ pub mod kernel;
 pub mod module;
 pub mod tensor_type;
 
-
-
 /// Lets blocking driver calls release the GIL (the core's hook, `memory::blocking`): installed
 /// when Python first calls into dlpx (module import, the kernel API).
 pub fn install_gil_release() {

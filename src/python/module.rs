@@ -10,12 +10,12 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use pyo3_ffi::{PyMethodDef, PyMethodDefPointer, PyModuleDef, PyObject};
 
 use super::args;
-use crate::cpython::Raise;
-use crate::cpython::{py, python, Owned, Python};
 use super::consumer;
 use super::tensor_type;
-use crate::cpython::{fastcall_as_cfunction, int_tuple};
 use crate::abi::*;
+use crate::cpython::Raise;
+use crate::cpython::{fastcall_as_cfunction, int_tuple};
+use crate::cpython::{py, python, Owned, Python};
 use crate::error::{boundary, Error, Result};
 use crate::tensor::Tensor;
 
@@ -65,8 +65,13 @@ unsafe extern "C" fn empty(
             return Err(Error::type_error("missing required argument 'shape'"));
         }
         let shape = args::int_sequence(py, shape, "shape")?;
-        let dtype = if args::is_none(py, dtype) { DLDataType { code: 2, bits: 32, lanes: 1 } } else { parse_dtype(py, dtype)? };
-        let device = if args::is_none(py, device) { DLDevice { device_type: DeviceType::CPU, device_id: 0 } } else { parse_device(py, device)? };
+        let dtype =
+            if args::is_none(py, dtype) { DLDataType { code: 2, bits: 32, lanes: 1 } } else { parse_dtype(py, dtype)? };
+        let device = if args::is_none(py, device) {
+            DLDevice { device_type: DeviceType::CPU, device_id: 0 }
+        } else {
+            parse_device(py, device)?
+        };
         tensor_type::wrap(Tensor::empty(&shape, dtype, device)?)
     })
 }
@@ -176,10 +181,13 @@ unsafe extern "C" fn record_stream(
         // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
         unsafe { args::parse(a, nargs, kwnames, &RECORD_NAMES, 3, &mut v)? };
         // SAFETY: a live argument, GIL held.
-        let tensor = unsafe { tensor_type::tensor_of(v[0]) }
-            .ok_or_else(|| Error::type_error(format!("expected a dlpx.Tensor, got {}", crate::cpython::type_name(v[0]))))?;
+        let tensor = unsafe { tensor_type::tensor_of(v[0]) }.ok_or_else(|| {
+            Error::type_error(format!("expected a dlpx.Tensor, got {}", crate::cpython::type_name(v[0])))
+        })?;
         let device_id = args::int_value(py, v[1], "device")?;
-        let device_id = i32::try_from(device_id).ok().filter(|d| *d >= 0)
+        let device_id = i32::try_from(device_id)
+            .ok()
+            .filter(|d| *d >= 0)
             .ok_or_else(|| Error::value(format!("device {device_id} is invalid")))?;
         crate::memory::cuda::check_device(device_id)?;
         let handle = args::int_value(py, v[2], "stream")?;
@@ -224,10 +232,20 @@ macro_rules! method {
         }
     };
     ($name:literal, noargs $f:ident, $doc:literal) => {
-        PyMethodDef { ml_name: $name.as_ptr(), ml_meth: PyMethodDefPointer { PyCFunction: $f }, ml_flags: pyo3_ffi::METH_NOARGS, ml_doc: $doc.as_ptr() }
+        PyMethodDef {
+            ml_name: $name.as_ptr(),
+            ml_meth: PyMethodDefPointer { PyCFunction: $f },
+            ml_flags: pyo3_ffi::METH_NOARGS,
+            ml_doc: $doc.as_ptr(),
+        }
     };
     ($name:literal, one $f:ident, $doc:literal) => {
-        PyMethodDef { ml_name: $name.as_ptr(), ml_meth: PyMethodDefPointer { PyCFunction: $f }, ml_flags: pyo3_ffi::METH_O, ml_doc: $doc.as_ptr() }
+        PyMethodDef {
+            ml_name: $name.as_ptr(),
+            ml_meth: PyMethodDefPointer { PyCFunction: $f },
+            ml_flags: pyo3_ffi::METH_O,
+            ml_doc: $doc.as_ptr(),
+        }
     };
 }
 
@@ -274,7 +292,12 @@ pub fn init(own: &'static DLPackExchangeAPI) -> *mut PyObject {
         add(py, &module, c"Tensor", ty)?;
         add(py, &module, c"__version__", py.new_str(env!("CARGO_PKG_VERSION"))?)?;
         add(py, &module, c"DEVICE_TYPE_NAMES", device_type_names(py)?)?;
-        add(py, &module, c"DLPACK_VERSION", int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
+        add(
+            py,
+            &module,
+            c"DLPACK_VERSION",
+            int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?,
+        )?;
         let table = (own as *const DLPackExchangeAPI).cast_mut().cast::<c_void>();
         // SAFETY: GIL held.
         add(py, &module, c"_exchange_api_address", py.check(unsafe { (py.PyLong_FromVoidPtr)(table) })?)?;

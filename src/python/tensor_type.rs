@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyGetSetDef, PyMethodDef, PyMethodDefPointer, PyObject, PyTypeObject, PyType_Slot, PyType_Spec};
 
-use crate::cpython::Raise;
-use crate::cpython::{py, Owned, Python};
 use super::dlpack_method;
 use crate::abi::*;
+use crate::cpython::Raise;
 use crate::cpython::{fastcall_as_cfunction, int_tuple, type_name, METH_FASTCALL};
+use crate::cpython::{py, Owned, Python};
 use crate::device;
 use crate::error::{boundary, guard, Error, Result};
 use crate::tensor::Tensor;
@@ -137,7 +137,11 @@ fn alloc_empty(ty: *mut PyTypeObject) -> Result<*mut PyObject> {
     }
     // SAFETY: GIL held; `ty` is our (sub)type; tp_alloc zeroes the object, so `tensor` is None.
     let object = unsafe {
-        let alloc = if ty == tensor_type() { ALLOC.load(Ordering::Relaxed) } else { (py.PyType_GetSlot)(ty, pyo3_ffi::Py_tp_alloc) };
+        let alloc = if ty == tensor_type() {
+            ALLOC.load(Ordering::Relaxed)
+        } else {
+            (py.PyType_GetSlot)(ty, pyo3_ffi::Py_tp_alloc)
+        };
         let alloc: pyo3_ffi::allocfunc = std::mem::transmute(alloc);
         alloc(ty, 0)
     };
@@ -245,7 +249,11 @@ unsafe extern "C" fn tensor_dealloc(object: *mut PyObject) {
         let saved = crate::cpython::ExceptionGuard::save_with_gil(py());
         guard("dlpx.Tensor deallocation", || drop(tensor));
         drop(saved);
-        let free = if ty == tensor_type() { FREE.load(Ordering::Relaxed) } else { (py().PyType_GetSlot)(ty, pyo3_ffi::Py_tp_free) };
+        let free = if ty == tensor_type() {
+            FREE.load(Ordering::Relaxed)
+        } else {
+            (py().PyType_GetSlot)(ty, pyo3_ffi::Py_tp_free)
+        };
         let free: pyo3_ffi::freefunc = std::mem::transmute(free);
         free(object.cast());
         (py().Py_DecRef)(ty.cast());
@@ -258,7 +266,8 @@ unsafe extern "C" fn tensor_new(ty: *mut PyTypeObject, args: *mut PyObject, kwar
         // SAFETY: CPython passes a tuple of arguments and a dict or NULL, with the GIL held.
         let nargs = unsafe { (py.PyTuple_Size)(args) };
         if nargs != 1 || (!kwargs.is_null() && unsafe { (py.PyDict_Size)(kwargs) } != 0) {
-            return Err(Error::type_error("takes exactly one argument, an object that supports DLPack (or use dlpx.empty / dlpx.from_dlpack)",
+            return Err(Error::type_error(
+                "takes exactly one argument, an object that supports DLPack (or use dlpx.empty / dlpx.from_dlpack)",
             ));
         }
         // SAFETY: index 0 exists; the reference is borrowed.
@@ -348,7 +357,13 @@ dlpx.Tensor(obj) is the same as dlpx.from_dlpack(obj).";
 
 macro_rules! getset {
     ($name:literal, $getter:ident, $doc:literal) => {
-        PyGetSetDef { name: $name.as_ptr(), get: Some($getter), set: None, doc: $doc.as_ptr(), closure: ptr::null_mut() }
+        PyGetSetDef {
+            name: $name.as_ptr(),
+            get: Some($getter),
+            set: None,
+            doc: $doc.as_ptr(),
+            closure: ptr::null_mut(),
+        }
     };
 }
 
@@ -369,11 +384,19 @@ pub fn create_type(py: &Python, own: &'static DLPackExchangeAPI) -> Result<*mut 
         getset!(c"ndim", get_ndim, c"Number of dimensions."),
         getset!(c"numel", get_numel, c"Number of elements."),
         getset!(c"nbytes", get_nbytes, c"Bytes the elements occupy (sub-byte types packed unless flagged padded)."),
-        getset!(c"byte_offset", get_byte_offset, c"DLTensor.byte_offset: bytes from the data pointer to the first element."),
+        getset!(
+            c"byte_offset",
+            get_byte_offset,
+            c"DLTensor.byte_offset: bytes from the data pointer to the first element."
+        ),
         getset!(c"data_ptr", get_data_ptr, c"Address of the first element (data + byte_offset), 0 for empty tensors."),
         getset!(c"is_contiguous", get_is_contiguous, c"Whether the strides are compact row-major."),
         getset!(c"readonly", get_readonly, c"Whether the producer marked the memory read-only."),
-        getset!(c"dtype", get_dtype, c"Element type name: 'float32', 'bfloat16', 'float8_e4m3fn', 'bool', 'complex64', ..."),
+        getset!(
+            c"dtype",
+            get_dtype,
+            c"Element type name: 'float32', 'bfloat16', 'float8_e4m3fn', 'bool', 'complex64', ..."
+        ),
         getset!(c"dtype_raw", get_dtype_raw, c"The DLPack dtype as (code, bits, lanes)."),
         getset!(c"device", get_device, c"The device, a dlpx.Device (prints as 'cpu:0', compares with such strings)."),
         PyGetSetDef { name: ptr::null(), get: None, set: None, doc: ptr::null(), closure: ptr::null_mut() },

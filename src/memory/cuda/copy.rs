@@ -14,13 +14,23 @@ use crate::memory::driver::check;
 ///
 /// # Safety
 /// `src` holds `nbytes` readable device bytes on `device_id`; `dst` holds `nbytes` writable bytes.
-pub unsafe fn copy_to_host(device_id: i32, dst: *mut c_void, src: *const c_void, nbytes: usize, stream: *mut c_void) -> Result<()> {
+pub unsafe fn copy_to_host(
+    device_id: i32,
+    dst: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+    stream: *mut c_void,
+) -> Result<()> {
     on_device(device_id, |driver, _| {
         // SAFETY: per the contract.
         // Into pageable memory the copy itself blocks until the stream drains: all of it runs
         // without the GIL (a host callback queued on the stream may need it).
         blocking(|| unsafe {
-            check(driver, "cuMemcpyDtoHAsync", (driver.cuMemcpyDtoHAsync_v2)(dst, src as CUdeviceptr, nbytes, stream as CUstream))?;
+            check(
+                driver,
+                "cuMemcpyDtoHAsync",
+                (driver.cuMemcpyDtoHAsync_v2)(dst, src as CUdeviceptr, nbytes, stream as CUstream),
+            )?;
             check(driver, "cuStreamSynchronize", (driver.cuStreamSynchronize)(stream as CUstream))
         })
     })
@@ -30,7 +40,13 @@ pub unsafe fn copy_to_host(device_id: i32, dst: *mut c_void, src: *const c_void,
 ///
 /// # Safety
 /// Both regions hold `nbytes` bytes of device memory on `device_id`.
-pub unsafe fn copy_device_to_device(device_id: i32, dst: *mut c_void, src: *const c_void, nbytes: usize, stream: *mut c_void) -> Result<()> {
+pub unsafe fn copy_device_to_device(
+    device_id: i32,
+    dst: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+    stream: *mut c_void,
+) -> Result<()> {
     on_device(device_id, |driver, _| {
         // SAFETY: per the contract.
         check(driver, "cuMemcpyDtoDAsync", unsafe {

@@ -4,8 +4,8 @@
 use std::sync::Mutex;
 
 use cudarc::driver::sys::{
-    CUcontext, CUdevice, CUmemAccessDesc, CUmemAccess_flags, CUmemAllocationHandleType, CUmemAllocationType, CUmemLocation,
-    CUmemLocationType, CUmemPoolProps, CUmemoryPool,
+    CUcontext, CUdevice, CUmemAccessDesc, CUmemAccess_flags, CUmemAllocationHandleType, CUmemAllocationType,
+    CUmemLocation, CUmemLocationType, CUmemPoolProps, CUmemoryPool,
 };
 use once_cell::sync::OnceCell;
 
@@ -34,7 +34,9 @@ fn device(device_id: i32) -> Result<(&'static Driver, &'static Device)> {
     let driver = driver::get()?;
     let count = driver::device_count()?;
     if device_id < 0 || device_id >= count {
-        return Err(Error::value(format!("device cuda:{device_id} does not exist: this machine has {count} CUDA device(s)")));
+        return Err(Error::value(format!(
+            "device cuda:{device_id} does not exist: this machine has {count} CUDA device(s)"
+        )));
     }
     let devices = DEVICES.get_or_init(|| (0..count).map(|_| OnceCell::new()).collect());
     let cell = &devices[device_id as usize];
@@ -72,7 +74,8 @@ fn set_up(driver: &Driver, device_id: i32) -> Result<Device> {
 fn create_pool(driver: &Driver, device: CUdevice, device_count: i32) -> CUmemoryPool {
     let mut supported = 0;
     // SAFETY: a valid out pointer and device.
-    let asked = unsafe { (driver.cuDeviceGetAttribute)(&mut supported, driver::ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device) };
+    let asked =
+        unsafe { (driver.cuDeviceGetAttribute)(&mut supported, driver::ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device) };
     if asked != driver::CUDA_SUCCESS || supported == 0 {
         return std::ptr::null_mut();
     }
@@ -93,7 +96,11 @@ fn create_pool(driver: &Driver, device: CUdevice, device_count: i32) -> CUmemory
             return std::ptr::null_mut();
         }
         // Without the threshold the pool still works, releasing memory at synchronisations.
-        let _ = (driver.cuMemPoolSetAttribute)(pool, driver::MEMPOOL_ATTR_RELEASE_THRESHOLD, (&mut threshold as *mut u64).cast());
+        let _ = (driver.cuMemPoolSetAttribute)(
+            pool,
+            driver::MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        );
     }
     grant_peer_access(driver, pool, device, device_count);
     pool
@@ -184,6 +191,8 @@ pub(super) fn devices_in_use(driver: &'static Driver) -> impl Iterator<Item = i3
 
 /// The devices dlpx has set up so far, with their state.
 pub(super) fn set_up_devices() -> impl Iterator<Item = (i32, &'static Device)> {
-    DEVICES.get().into_iter().flat_map(|devices| devices.iter().enumerate().filter_map(|(i, d)| d.get().map(|d| (i as i32, d))))
+    DEVICES
+        .get()
+        .into_iter()
+        .flat_map(|devices| devices.iter().enumerate().filter_map(|(i, d)| d.get().map(|d| (i as i32, d))))
 }
-

@@ -43,7 +43,10 @@ impl Uses {
         let existing = self.fences.iter().find(|f| f.device_id == device_id && f.stream == stream).map(|f| f.event);
         let recorded = on_device(device_id, |driver, state| match existing {
             // SAFETY: an event of this device's context and a stream of it.
-            Some(event) => check(driver, "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) }).map(|()| event),
+            Some(event) => {
+                check(driver, "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) })
+                    .map(|()| event)
+            }
             None => record_event(driver, state, stream),
         });
         match recorded {
@@ -90,7 +93,9 @@ pub(super) fn record_event(driver: &Driver, state: &Device, stream: usize) -> Re
         }
     };
     // SAFETY: an event of the current context and a stream of its device.
-    if let Err(err) = check(driver, "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) }) {
+    if let Err(err) =
+        check(driver, "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) })
+    {
         release_event(driver, state, event);
         return Err(err);
     }
@@ -114,7 +119,9 @@ pub(super) fn release_event(driver: &Driver, state: &Device, event: usize) {
 pub(super) fn enqueue_wait(driver: &Driver, state: &Device, producer: usize, consumer: usize) -> Result<()> {
     let event = record_event(driver, state, producer)?;
     // SAFETY: an event just recorded and a stream (any device may wait on it).
-    let waited = check(driver, "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0) });
+    let waited = check(driver, "cuStreamWaitEvent", unsafe {
+        (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0)
+    });
     release_event(driver, state, event);
     waited
 }
@@ -123,11 +130,12 @@ pub(super) fn enqueue_wait(driver: &Driver, state: &Device, producer: usize, con
 /// on `producer`, a stream of peer device `peer` (a kernel there reading this device's memory):
 /// the event is recorded in the peer's context; a wait may cross devices.
 pub(super) fn wait_for_peer(driver: &Driver, peer: i32, producer: usize, consumer: usize) -> Result<()> {
-    let (peer_state, event) = on_device(peer, |driver, peer_state| {
-        Ok((peer_state, record_event(driver, peer_state, producer)?))
-    })?;
+    let (peer_state, event) =
+        on_device(peer, |driver, peer_state| Ok((peer_state, record_event(driver, peer_state, producer)?)))?;
     // SAFETY: a recorded event and a stream of the current context.
-    let waited = check(driver, "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0) });
+    let waited = check(driver, "cuStreamWaitEvent", unsafe {
+        (driver.cuStreamWaitEvent)(consumer as CUstream, event as CUevent, 0)
+    });
     release_event(driver, peer_state, event);
     waited
 }
@@ -140,4 +148,3 @@ pub fn order_after(device_id: i32, producer: *mut c_void, consumer: *mut c_void)
     }
     on_device(device_id, |driver, state| enqueue_wait(driver, state, producer as usize, consumer as usize))
 }
-

@@ -52,4 +52,3 @@ pub fn same_stream(a: usize, b: usize) -> bool {
     let normalise = |s: usize| if s == 0 { STREAM_LEGACY } else { s };
     normalise(a) == normalise(b)
 }
-

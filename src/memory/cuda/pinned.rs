@@ -122,4 +122,3 @@ pub(super) fn empty_pinned_cache() -> Result<()> {
         first_error
     })
 }
-

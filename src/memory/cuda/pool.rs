@@ -114,7 +114,14 @@ fn flush_deferred(driver: &Driver, state: &Device, device_id: i32) {
 ///
 /// # Safety
 /// `ptr` is pool memory of this device, allocated on `stream`, not used afterwards.
-unsafe fn free_now(driver: &Driver, state: &Device, device_id: i32, ptr: usize, stream: usize, uses: &Uses) -> Result<()> {
+unsafe fn free_now(
+    driver: &Driver,
+    state: &Device,
+    device_id: i32,
+    ptr: usize,
+    stream: usize,
+    uses: &Uses,
+) -> Result<()> {
     let waited = uses
         .streams
         .iter()
@@ -126,7 +133,9 @@ unsafe fn free_now(driver: &Driver, state: &Device, device_id: i32, ptr: usize, 
         .and_then(|()| {
             uses.fences.iter().try_for_each(|f| {
                 // SAFETY: a recorded event (of any device) and a stream of this context.
-                check(driver, "cuStreamWaitEvent", unsafe { (driver.cuStreamWaitEvent)(stream as CUstream, f.event as CUevent, 0) })
+                check(driver, "cuStreamWaitEvent", unsafe {
+                    (driver.cuStreamWaitEvent)(stream as CUstream, f.event as CUevent, 0)
+                })
             })
         });
     release_fences(driver, &uses.fences);
@@ -179,4 +188,3 @@ pub(super) fn out_of_memory(driver: &Driver, code: i32, nbytes: usize, device_id
     }
     check(driver, "CUDA allocation", code)
 }
-
