@@ -19,14 +19,17 @@ use crate::tensor::Tensor;
 /// Imports `object` (a tensor of any DLPack producer, or a DLPack capsule). `device` asks for
 /// the result on that device; `copy` follows the array API (True always, False never, None
 /// when needed).
+///
+/// Its errors name the importer, `from_dlpack`, whichever entry point called it (`dlpx.Tensor(x)`,
+/// the kernel API): the message says which step refused the object.
 pub fn import(object: *mut PyObject, device: Option<DLDevice>, copy: Option<bool>) -> Result<Tensor> {
     let py = py();
     // SAFETY: GIL held; `object` is a live reference held by our caller.
     let tensor = match unsafe { tensor_type::tensor_of(object) } {
         Some(t) => t.clone(),
-        None => import_foreign(py, object, device, copy)?,
+        None => import_foreign(py, object, device, copy).map_err(|err| err.at("from_dlpack"))?,
     };
-    finish(tensor, device, copy)
+    finish(tensor, device, copy).map_err(|err| err.at("from_dlpack"))
 }
 
 /// Applies what the producer may not have done: a copy that `copy=True` demands, a move to
