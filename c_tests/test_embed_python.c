@@ -80,14 +80,7 @@ static void test_entry_points(const DLPackExchangeAPI *api) {
 
   /* to_py of a fresh allocation, and of an export coming home */
   int64_t shape[1] = {5};
-  DLTensor proto;
-  memset(&proto, 0, sizeof proto);
-  proto.device.device_type = kDLCPU;
-  proto.ndim = 1;
-  proto.dtype.code = kDLInt;
-  proto.dtype.bits = 64;
-  proto.dtype.lanes = 1;
-  proto.shape = shape;
+  DLTensor proto = test_prototype(kDLCPU, 0, kDLInt, 64, 1, shape);
   DLManagedTensorVersioned *fresh = NULL;
   CHECK(api->managed_tensor_allocator(&proto, &fresh, NULL, dlpx_set_error_python) == 0, "allocate");
   void *obj = NULL;
@@ -208,14 +201,7 @@ static void test_kernel_api(const DLPackExchangeAPI *api) {
   if (m) m->deleter(m);
 
   int64_t shape[2] = {2, 2};
-  DLTensor proto;
-  memset(&proto, 0, sizeof proto);
-  proto.device.device_type = kDLCPU;
-  proto.ndim = 2;
-  proto.dtype.code = kDLFloat;
-  proto.dtype.bits = 64;
-  proto.dtype.lanes = 1;
-  proto.shape = shape;
+  DLTensor proto = test_prototype(kDLCPU, 0, kDLFloat, 64, 2, shape);
   m = NULL;
   CHECK(dlpx_allocate_like(neither, &proto, &m, NULL, dlpx_set_error_python) == 0 && m, "allocate_like");
   void *out = NULL;

@@ -322,6 +322,62 @@ fn check_device(device: DLDevice) -> Result<()> {
             "allocation on device {} is not supported (dlpx allocates on cpu, cuda, cuda_host and cuda_managed)",
             crate::device::name(device)
         ))),
-        t => Err(Error::value(format!("unknown device type {} (DLPack 1.3 defines 1..=18)", t.0))),
+        t => Err(Error::value(format!("unknown device type {} (DLPack names {})", t.0, crate::device::known_range()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prototype(shape: &mut [i64], device: DLDevice, dtype: DLDataType) -> DLTensor {
+        DLTensor {
+            data: std::ptr::null_mut(),
+            device,
+            ndim: shape.len() as i32,
+            dtype,
+            shape: shape.as_mut_ptr(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        }
+    }
+
+    const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
+    const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
+
+    #[test]
+    fn allocates_aligned_compact_tensors_and_frees_them() {
+        let mut shape = [3, 5];
+        // SAFETY: a valid prototype; the result is deleted once.
+        unsafe {
+            let m = allocate(&prototype(&mut shape, CPU, F32)).unwrap();
+            let dl = &m.as_ref().dl_tensor;
+            assert_eq!(dl.data as usize % cpu::ALIGN, 0);
+            assert_eq!(std::slice::from_raw_parts(dl.strides, 2), &[5, 1]);
+            assert!(is_ours(m.as_ref()));
+            (m.as_ref().deleter.unwrap())(m.as_ptr());
+        }
+        let mut empty = [4, 0];
+        // SAFETY: as above.
+        unsafe {
+            let m = allocate(&prototype(&mut empty, CPU, F32)).unwrap();
+            assert!(m.as_ref().dl_tensor.data.is_null(), "R6: zero-size tensors have no data");
+            (m.as_ref().deleter.unwrap())(m.as_ptr());
+        }
+    }
+
+    #[test]
+    fn refuses_what_no_tensor_can_be_and_devices_it_cannot_allocate_on() {
+        let refuse = |shape: &mut [i64], device: DLDevice, dtype: DLDataType| {
+            // SAFETY: a valid prototype; nothing is allocated on failure.
+            unsafe { allocate(&prototype(shape, device, dtype)) }.err().unwrap()
+        };
+        assert_eq!(refuse(&mut [2, -3], CPU, F32).fact(), "shape[1] = -3 is negative");
+        assert!(refuse(&mut [i64::MAX, 4], CPU, F32).fact().contains("overflow"));
+        assert!(refuse(&mut [2], CPU, DLDataType { code: 99, bits: 8, lanes: 1 }).fact().contains("unknown dtype"));
+        let tpu = DLDevice { device_type: DeviceType::TPU, device_id: 0 };
+        let err = refuse(&mut [2], tpu, F32);
+        assert_eq!(err.kind, crate::error::ErrorKind::NotImplementedError);
+        assert!(err.fact().contains("tpu:0"), "{}", err.fact());
     }
 }

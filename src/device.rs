@@ -12,6 +12,12 @@ pub fn type_name(device_type: DeviceType) -> Option<&'static str> {
     device_type.row().map(|row| row.name)
 }
 
+/// The span of device types DLPack names, for messages: `1..=21`.
+pub fn known_range() -> String {
+    let values = DeviceType::TABLE.iter().map(|row| row.value.0);
+    format!("{}..={}", values.clone().min().unwrap_or(0), values.max().unwrap_or(0))
+}
+
 /// `cuda:1`, or `device(type=99):0` for a type DLPack does not name.
 pub fn name(device: DLDevice) -> String {
     match type_name(device.device_type) {

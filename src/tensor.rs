@@ -406,3 +406,73 @@ unsafe fn check_imported(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>
     layout::compact_strides(shape_part, strides_part);
     Ok(Some(owned))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
+    const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
+
+    #[test]
+    fn an_export_keeps_the_storage_alive_until_its_deleter() {
+        let t = Tensor::empty(&[2, 3], F32, CPU).unwrap();
+        let data = t.dl_tensor().data;
+        let export = t.export_versioned(DLPACK_FLAG_BITMASK_READ_ONLY).unwrap();
+        drop(t);
+        // SAFETY: a live export of ours; its deleter is called exactly once below.
+        unsafe {
+            let m = export.as_ref();
+            assert_eq!((m.version.major, m.version.minor), (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION));
+            assert_eq!(m.dl_tensor.data, data);
+            assert_eq!(std::slice::from_raw_parts(m.dl_tensor.strides, 2), &[3, 1]);
+            assert_eq!(m.flags & DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_FLAG_BITMASK_READ_ONLY);
+            // The data is still ours to write: the export holds the storage.
+            std::ptr::write_bytes(m.dl_tensor.data.cast::<u8>(), 7, 24);
+            (m.deleter.unwrap())(export.as_ptr());
+        }
+    }
+
+    static DELETED: AtomicUsize = AtomicUsize::new(0);
+    unsafe extern "C" fn count_and_free(m: *mut DLManagedTensorVersioned) {
+        DELETED.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: made by `foreign` below with Box::into_raw.
+        drop(unsafe { Box::from_raw(m) });
+    }
+
+    fn foreign(data: &mut [f32; 4], shape: &mut [i64; 1], version: u32) -> NonNull<DLManagedTensorVersioned> {
+        let dl = DLTensor {
+            data: data.as_mut_ptr().cast(),
+            device: CPU,
+            ndim: 1,
+            dtype: F32,
+            shape: shape.as_mut_ptr(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        let m = DLManagedTensorVersioned {
+            version: DLPackVersion { major: version, minor: 0 },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(count_and_free),
+            flags: 0,
+            dl_tensor: dl,
+        };
+        NonNull::new(Box::into_raw(Box::new(m))).unwrap()
+    }
+
+    #[test]
+    fn an_import_calls_the_producers_deleter_once_when_its_last_user_goes() {
+        let (mut data, mut shape) = ([1.0f32, 2.0, 3.0, 4.0], [4i64]);
+        let before = DELETED.load(Ordering::SeqCst);
+        // SAFETY: a valid managed tensor whose deleter frees it; ownership moves in.
+        let t = unsafe { Tensor::from_managed(foreign(&mut data, &mut shape, 1)) }.unwrap();
+        assert_eq!(t.strides(), &[1], "NULL strides from an old producer read as compact (R5)");
+        let export = t.export_versioned(0).unwrap();
+        drop(t);
+        assert_eq!(DELETED.load(Ordering::SeqCst), before, "the export still holds the import");
+        // SAFETY: our export; deleted once.
+        unsafe { (export.as_ref().deleter.unwrap())(export.as_ptr()) };
+        assert_eq!(DELETED.load(Ordering::SeqCst), before + 1);
+    }
+}
