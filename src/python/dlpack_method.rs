@@ -136,6 +136,10 @@ fn consumer_stream(
         Some(v) if on_host => {
             Err(Error::value(format!("stream must be None for a {} tensor, got {v}", crate::device::name(target))))
         }
+        // A device dlpx has no stream model for (a tensor it imported from ROCm, a TPU, …): dlpx
+        // never enqueued work there, so by default there is nothing of its own to order after;
+        // a stream the consumer names cannot be honoured.
+        None if !matches!(device.device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) => Ok(None),
         _ if !matches!(device.device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) => Err(Error::buffer(format!(
             "stream synchronisation for {} tensors is not supported",
             crate::device::name(device)

@@ -288,3 +288,27 @@ def test_a_cuda_tensor_is_carried_but_never_read():
     del t, info
     collect()
     assert managed.calls == 1
+
+
+# ---- values DLPack added after 1.3 (kDLBcomplex = 18; kDLTPU = 19, kDLTPUHost = 20, kDLAscend = 21)
+
+
+@pytest.mark.parametrize(
+    "device, name", [((19, 0), "tpu:0"), ((20, 0), "tpu_host:0"), ((21, 2), "ascend:2")], ids=["tpu", "tpu_host", "ascend"]
+)
+def test_devices_added_after_1_3_are_named_imported_and_exported(device, name):
+    managed = abi.Managed(np.arange(4, dtype=np.complex64), dtype=(18, 32, 1), device=device)
+    t = dlpx.from_dlpack(managed.capsule())
+    assert (str(t.device), t.dtype, t.dtype_raw) == (name, "bcomplex32", (18, 32, 1))
+    assert t.device == dlpx.Device.parse(name)
+    # Exported again with its metadata as it came (a consumer of that device can take it).
+    again = dlpx.from_dlpack(t.__dlpack__(max_version=(1, 3)))
+    assert (again.device, again.dtype_raw, again.data_ptr) == (t.device, t.dtype_raw, t.data_ptr)
+    del t, again
+    assert managed.calls == 1
+
+
+def test_dlpx_allocates_bcomplex_but_not_on_devices_added_after_1_3():
+    assert dlpx.empty((2,), dtype="bcomplex32").nbytes == 8
+    with pytest.raises(NotImplementedError, match=r"^dlpx: empty: allocation on device ascend:0 is not supported"):
+        dlpx.empty((2,), device="ascend")
