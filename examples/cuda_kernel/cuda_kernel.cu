@@ -281,25 +281,16 @@ PyObject* launch_empty_impl(PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-PyObject* exception_for(const std::string& kind) {
-  if (kind == "ValueError") return PyExc_ValueError;
-  if (kind == "TypeError") return PyExc_TypeError;
-  if (kind == "MemoryError") return PyExc_MemoryError;
-  if (kind == "BufferError") return PyExc_BufferError;
-  if (kind == "NotImplementedError") return PyExc_NotImplementedError;
-  return PyExc_RuntimeError;
-}
-
-// Runs an entry point with C++ exceptions turned into Python ones (kind "python": the Python
-// exception is already set by dlpx or the producer).
+// Runs an entry point with C++ exceptions turned into Python ones: dlpx_set_error_python raises
+// the exception an error's kind names (kind "python": dlpx or the producer has set one already).
 template <PyObject* (*Impl)(PyObject* const*, Py_ssize_t)>
 PyObject* entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   try {
     return Impl(args, nargs);
   } catch (const dlpx::Error& e) {
-    if (e.kind() != "python") PyErr_SetString(exception_for(e.kind()), e.what());
+    if (e.kind() != "python") dlpx_set_error_python(nullptr, e.kind().c_str(), e.what());
   } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
+    dlpx_set_error_python(nullptr, "RuntimeError", e.what());
   }
   return nullptr;
 }

@@ -17,23 +17,8 @@ import numpy as np
 import pytest
 
 import dlpx
+from cuda_peers import GPU, cupy, needs_cupy, needs_gpu, torch
 from examples_build import build_example, load_module
-
-try:
-    import torch
-
-    GPU = torch.cuda.is_available()
-except ImportError:  # pragma: no cover
-    torch = None
-    GPU = False
-
-try:
-    import cupy
-except Exception:  # ImportError, or a cupy without a usable CUDA
-    cupy = None
-
-needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA GPU (torch.cuda.is_available() is False)")
-needs_cupy = pytest.mark.skipif(cupy is None, reason="cupy is not installed (or has no usable CUDA)")
 
 # About 0.25-0.5 s of GPU time at 1-2 GHz: far longer than a host call, short enough for a test.
 SLEEP_CYCLES = 5 * 10**8
