@@ -43,6 +43,7 @@ echo "== pip install . and pytest"
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation .
 # The simulated CUDA driver ctest built runs dlpx's CUDA paths in Python too (test_cuda_simulated.py).
 (cd tests && DLPX_REQUIRE_ALL_TESTS=1 DLPX_SIM_CUDA_DIR="$SIM_CUDA_DIR" "$PY" -m pytest -q -p no:cacheprovider python)
+echo "== the CUDA example, compiled with nvcc from PyPI (no GPU needed)" && DLPX_PYTHON="$PY" bash scripts/check_cuda_example.sh
 
 echo "== CUDA benchmark harness against the simulated driver (a smoke run: these are not CUDA numbers)"
 LD_LIBRARY_PATH="$SIM_CUDA_DIR" "$PY" benches/cuda_bench.py --quick | grep -E '^\| (entry|allocator|current)|targets'
