@@ -45,6 +45,9 @@ pub fn published_api(object: *mut PyObject) -> Result<Option<&'static DLPackExch
 /// An owning managed tensor for any object (its table's fast path, else `__dlpack__`).
 pub fn import_managed(object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
     let Some(api) = published_api(object)? else {
+        if let Some(managed) = super::numpy_array::managed_of(crate::cpython::py(), object)? {
+            return Ok(managed);
+        }
         return consumer::import(object, None, None)?.export_versioned(0);
     };
     let from_py = api
