@@ -18,7 +18,8 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// `PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf,
 /// PyObject *kwnames)`: `args[0]` is the object, `nargsf` counts it.
-type VectorcallMethod = unsafe extern "C" fn(*mut PyObject, *const *mut PyObject, usize, *mut PyObject) -> *mut PyObject;
+type VectorcallMethod =
+    unsafe extern "C" fn(*mut PyObject, *const *mut PyObject, usize, *mut PyObject) -> *mut PyObject;
 
 /// Resolved apart from the `python_api!` table, whose every symbol must exist for it to load.
 fn vectorcall_method() -> Option<VectorcallMethod> {

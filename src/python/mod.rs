@@ -10,6 +10,7 @@ pub mod capsule;
 pub mod consumer;
 pub mod dlpack_call;
 pub mod dlpack_method;
+pub mod fast_capsule;
 pub mod info;
 pub mod kernel;
 pub mod module;
