@@ -45,6 +45,7 @@ echo "== pip install . and pytest"
 (cd tests && DLPX_REQUIRE_ALL_TESTS=1 DLPX_SIM_CUDA_DIR="$SIM_CUDA_DIR" "$PY" -m pytest -q -p no:cacheprovider python)
 echo "== the CUDA example, compiled with nvcc from PyPI (no GPU needed)" && DLPX_PYTHON="$PY" bash scripts/check_cuda_example.sh
 
+for b in interop kernel_overhead; do "$PY" benches/$b.py --quick | tail -n 2; done  # benchmark smoke run
 echo "== CUDA benchmark harness against the simulated driver (a smoke run: these are not CUDA numbers)"
 LD_LIBRARY_PATH="$SIM_CUDA_DIR" "$PY" benches/cuda_bench.py --quick | grep -E '^\| (entry|allocator|current)|targets'
 

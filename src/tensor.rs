@@ -381,7 +381,7 @@ fn fence_consumer(core: &Core, tail: ExportTail) {
 ///
 /// # Safety
 /// `dl.shape` and `dl.strides`, when non-NULL, point to `dl.ndim` values.
-unsafe fn check_imported(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
+pub unsafe fn check_imported(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
     let bad = |fact: String| Error::buffer(fact);
     let ndim = layout::checked_ndim(dl.ndim).map_err(Error::into_buffer_error)?;
     if ndim > 0 && dl.shape.is_null() {

@@ -121,11 +121,16 @@ python_api! {
         PyEval_SaveThread: fn() -> *mut c_void;
         PyEval_RestoreThread: fn(*mut c_void) -> ();
         PyUnicode_InternFromString: fn(*const c_char) -> *mut PyObject;
+        PyObject_GetAttr: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
+        PyImport_ImportModule: fn(*const c_char) -> *mut PyObject;
+        PySys_GetObject: fn(*const c_char) -> *mut PyObject;
+        PyDict_GetItemString: fn(*mut PyObject, *const c_char) -> *mut PyObject;
     }
     data {
         none: "_Py_NoneStruct";
         true_: "_Py_TrueStruct";
         false_: "_Py_FalseStruct";
+        capsule_type: "PyCapsule_Type";
     }
 }
 

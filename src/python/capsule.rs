@@ -125,6 +125,30 @@ pub fn consume(py: &Python, capsule: *mut PyObject) -> Result<Tensor> {
     Err(bad_capsule(py, capsule))
 }
 
+/// The versioned managed tensor in a `"dltensor_versioned"` capsule, taken out (the capsule
+/// renamed) when it is one dlpx can hand on as it is: major version 1, valid, strides given.
+/// None leaves the capsule as it was, for [`consume`] to import or refuse.
+pub fn take_versioned(py: &Python, capsule: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
+    // SAFETY: GIL held; `capsule` is live; only the stable prefix is read before the version
+    // check, and a major-1 tensor is read whole only after it.
+    unsafe {
+        if (py.PyCapsule_IsValid)(capsule, VERSIONED.as_ptr()) == 0 {
+            return Ok(None);
+        }
+        let managed = (py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>();
+        let Some(managed) = NonNull::new(managed) else { return Ok(None) };
+        if std::ptr::addr_of!((*managed.as_ptr()).version.major).read() != DLPACK_MAJOR_VERSION {
+            return Ok(None);
+        }
+        let m = managed.as_ref();
+        if !matches!(crate::tensor::check_imported(&m.dl_tensor, m.flags), Ok(None)) {
+            return Ok(None);
+        }
+        mark_used(py, capsule, USED_VERSIONED)?;
+        Ok(Some(managed))
+    }
+}
+
 fn mark_used(py: &Python, capsule: *mut PyObject, name: &'static CStr) -> Result<()> {
     // SAFETY: GIL held; the name is 'static, as CPython keeps the pointer.
     if unsafe { (py.PyCapsule_SetName)(capsule, name.as_ptr()) } != 0 {
@@ -156,15 +180,9 @@ fn bad_capsule(py: &Python, object: *mut PyObject) -> Error {
     }
 }
 
-/// Whether `object` is a capsule (of any name).
+/// Whether `object` is a capsule (of any name). An exact type check: `PyCapsule_Type` cannot be
+/// subclassed, and asking a non-capsule for its name would raise (and cost) an exception.
 pub fn is_capsule(py: &Python, object: *mut PyObject) -> bool {
-    // SAFETY: GIL held; GetName raises for non-capsules, cleared here.
-    unsafe {
-        let name = (py.PyCapsule_GetName)(object);
-        if name.is_null() && !(py.PyErr_Occurred)().is_null() {
-            (py.PyErr_Clear)();
-            return false;
-        }
-        true
-    }
+    // SAFETY: GIL held; `object` is live.
+    unsafe { (*object).ob_type.cast::<PyObject>() == py.capsule_type }
 }

@@ -63,6 +63,11 @@ fn import_foreign(py: &Python, object: *mut PyObject, device: Option<DLDevice>, 
         order_after_producer(api, tensor.dl_tensor().device)?;
         return Ok(tensor);
     }
+    if device.is_none() && copy != Some(true) {
+        if let Some(tensor) = super::numpy_array::import(py, object)? {
+            return Ok(tensor);
+        }
+    }
     if capsule::is_capsule(py, object) {
         return capsule::consume(py, object);
     }
@@ -147,6 +152,12 @@ fn import_through_protocol(
     device: Option<DLDevice>,
     copy: Option<bool>,
 ) -> Result<Tensor> {
+    // A stream belongs to the object's own device: none when another device is asked for.
+    let stream = if device.is_none() { stream_request(py, object)? } else { None };
+    if device.is_none() && copy.is_none() && stream.is_none() {
+        let capsule = super::dlpack_call::call(py, object)?;
+        return capsule::consume(py, capsule.as_ptr());
+    }
     // SAFETY: GIL held; every new reference is owned by an `Owned`.
     unsafe {
         let method = (py.PyObject_GetAttrString)(object, c"__dlpack__".as_ptr());
@@ -158,19 +169,12 @@ fn import_through_protocol(
             )));
         }
         let method = Owned(method);
-        let (empty, common_kwargs) = shared_call_arguments(py)?;
-        // A stream belongs to the object's own device: none when another device is asked for.
-        let stream = if device.is_none() { stream_request(py, object)? } else { None };
-        let kwargs = match (device, copy, stream) {
-            (None, None, None) => None,
-            _ => Some(request_kwargs(py, device, copy, stream)?),
-        };
-        let kwargs_ptr = kwargs.as_ref().map_or(common_kwargs, Owned::as_ptr);
-        let mut result = (py.PyObject_Call)(method.as_ptr(), empty, kwargs_ptr);
+        let (empty, common_kwargs) = super::dlpack_call::shared_arguments(py)?;
+        let kwargs = request_kwargs(py, device, copy, stream)?;
+        let mut result = (py.PyObject_Call)(method.as_ptr(), empty, kwargs.as_ptr());
         // Producers older than the 2023.12 array API take fewer keywords: retry with max_version
         // alone, then with none. `finish` then makes any copy or move the producer did not.
-        if result.is_null() && kwargs.is_some() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0
-        {
+        if result.is_null() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0 {
             (py.PyErr_Clear)();
             result = (py.PyObject_Call)(method.as_ptr(), empty, common_kwargs);
         }
@@ -181,21 +185,6 @@ fn import_through_protocol(
         let capsule = Owned::new(result)?;
         capsule::consume(py, capsule.as_ptr())
     }
-}
-
-/// `()` and `{"max_version": (1, 3)}`, built once: CPython never mutates the arguments of a call,
-/// so every `__dlpack__` call without device or copy can share them.
-fn shared_call_arguments(py: &Python) -> Result<(*mut PyObject, *mut PyObject)> {
-    static SHARED: crate::cpython::GilCell<(usize, usize)> = crate::cpython::GilCell::new();
-    let (empty, kwargs) = SHARED.get_or_try_init(|| {
-        // SAFETY: GIL held; the objects are kept for the life of the process.
-        unsafe {
-            let empty = Owned::new((py.PyTuple_New)(0))?;
-            let kwargs = request_kwargs(py, None, None, None)?;
-            Ok::<_, Error>((empty.into_ptr() as usize, kwargs.into_ptr() as usize))
-        }
-    })?;
-    Ok((empty as *mut PyObject, kwargs as *mut PyObject))
 }
 
 fn request_kwargs(py: &Python, device: Option<DLDevice>, copy: Option<bool>, stream: Option<i64>) -> Result<Owned> {

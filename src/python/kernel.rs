@@ -45,7 +45,15 @@ pub fn published_api(object: *mut PyObject) -> Result<Option<&'static DLPackExch
 /// An owning managed tensor for any object (its table's fast path, else `__dlpack__`).
 pub fn import_managed(object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
     let Some(api) = published_api(object)? else {
-        return consumer::import(object, None, None)?.export_versioned(0);
+        let py = crate::cpython::py();
+        if let Some(managed) = super::numpy_array::managed_of(py, object)? {
+            return Ok(managed);
+        }
+        // SAFETY: GIL held; `object` is live.
+        if unsafe { tensor_type::tensor_of(object) }.is_some() || super::capsule::is_capsule(py, object) {
+            return consumer::import(object, None, None)?.export_versioned(0);
+        }
+        return super::fast_capsule::managed_of(py, object);
     };
     let from_py = api
         .managed_tensor_from_py_object_no_sync

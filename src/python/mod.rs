@@ -8,10 +8,13 @@
 pub mod args;
 pub mod capsule;
 pub mod consumer;
+pub mod dlpack_call;
 pub mod dlpack_method;
+pub mod fast_capsule;
 pub mod info;
 pub mod kernel;
 pub mod module;
+pub mod numpy_array;
 pub mod tensor_type;
 
 /// Lets blocking driver calls release the GIL (the core's hook, `memory::blocking`): installed
