@@ -183,8 +183,11 @@ pub fn managed_of(py: &Python, object: *mut PyObject) -> Result<Option<NonNull<D
         {
             return Ok(None);
         }
-        let shape = std::slice::from_raw_parts(array.dimensions, ndim);
-        let strides = std::slice::from_raw_parts(array.strides, ndim);
+        // A 0-d array has NULL `dimensions` and `strides`: no slice may be made from them.
+        let (shape, strides): (&[isize], &[isize]) = match ndim {
+            0 => (&[], &[]),
+            _ => (std::slice::from_raw_parts(array.dimensions, ndim), std::slice::from_raw_parts(array.strides, ndim)),
+        };
         if strides.iter().any(|s| s % itemsize as isize != 0) {
             return Ok(None);
         }
