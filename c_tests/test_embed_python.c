@@ -193,7 +193,7 @@ static void test_kernel_api(const DLPackExchangeAPI *api) {
   dlpx_view_release(&v); /* idempotent */
   dlpx_view_release(NULL);
   PyObject *seven = PyLong_FromLong(7);
-  CHECK(dlpx_view_of(seven, &v) == -1 && raised(PyExc_TypeError, "dlpx: from_dlpack: int does not support DLPack"),
+  CHECK(dlpx_view_of(seven, &v) == -1 && raised(PyExc_TypeError, "dlpx: view_of: int does not support DLPack"),
         "view of an int raises TypeError");
 
   DLManagedTensorVersioned *m = NULL;
