@@ -5,18 +5,124 @@
 //! and the install get, and `scripts/regen_headers.sh` copies the generated ones over them
 //! (`--check`, run by `scripts/test.sh`, fails when they differ).
 //!
-//! `include/dlpx/dlpack.h` comes from `src/abi.rs` alone and carries the official DLPack names,
+//! `include/dlpx/dlpack.h` comes from `src/abi/` alone and carries the official DLPack names,
 //! values and include guard, so it and the official header are interchangeable.
 //! `include/dlpx/dlpx.h` comes from the whole crate minus the ABI items and includes the first.
 
+use std::fmt::Write;
 use std::path::PathBuf;
 
+/// Writes DLPack's enumerations (`src/abi/enums.rs`, the one table of them) as C: the 1.3 enums
+/// of `dlpack.h`, in the official header's form, and `dlpx.h`'s name tables (X-macros) and
+/// `DLPX_<enumerator>` macros for values DLPack added after 1.3.
+macro_rules! dlpack_enums {
+    (@in_1_3) => { true };
+    (@in_1_3 $since:literal) => { false };
+    ($(
+        $(#[doc = $doc:literal])*
+        enum $c_enum:ident for $rust:ident($repr:ty) {
+            $(
+                $(#[doc = $row_doc:literal])*
+                $konst:ident = $value:literal, $c_name:ident, $name:literal $(, bits $bits:literal)? $(, since $since:literal)?;
+            )*
+        }
+    )*) => {
+        fn enum_texts() -> (String, String) {
+            let (mut dlpack, mut dlpx) = (String::new(), String::new());
+            $(
+                let docs: &[&str] = &[$($doc),*];
+                let rows: &[(&[&str], i64, &str, &str, u8, bool)] = &[$(
+                    (&[$($row_doc),*], $value, stringify!($c_name), $name, 0 $(+ $bits)?, dlpack_enums!(@in_1_3 $($since)?)),
+                )*];
+                write_enum(&mut dlpack, &mut dlpx, stringify!($c_enum), stringify!($repr), docs, rows);
+            )*
+            (dlpack, dlpx)
+        }
+    };
+}
+
+include!("src/abi/enums.rs");
+
+fn doc_block(out: &mut String, indent: &str, lines: &[&str]) {
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "{indent}/**");
+    for line in lines {
+        let _ = writeln!(out, "{indent} *{}", line.trim_end());
+    }
+    let _ = writeln!(out, "{indent} */");
+}
+
+type Row<'a> = (&'a [&'a str], i64, &'a str, &'a str, u8, bool);
+
+fn write_enum(dlpack: &mut String, dlpx: &mut String, c_enum: &str, repr: &str, docs: &[&str], rows: &[Row]) {
+    let c_repr = if repr == "i32" { "int32_t" } else { "uint8_t" };
+    doc_block(dlpack, "", docs);
+    if repr == "i32" {
+        // As the official header: a fixed underlying type where the language has one.
+        let _ = writeln!(dlpack, "enum {c_enum}\n#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L\n  : {c_repr}\n#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L\n {{");
+    } else {
+        let _ = writeln!(dlpack, "typedef enum {c_enum} {{");
+    }
+    for (row_docs, value, c_name, _, _, in_1_3) in rows.iter().filter(|row| row.5) {
+        let _ = in_1_3;
+        doc_block(dlpack, "  ", row_docs);
+        let _ = writeln!(dlpack, "  {c_name} = {value},");
+    }
+    if repr == "i32" {
+        let _ = writeln!(dlpack, "}};\n#ifndef __cplusplus\n#if __STDC_VERSION__ >= 202311L\ntypedef enum {c_enum} {c_enum};\n#else\ntypedef {c_repr} {c_enum};\n#endif // __STDC_VERSION__ >= 202311L\n#endif // __cplusplus\n");
+    } else {
+        let _ = writeln!(dlpack, "}} {c_enum};\n");
+    }
+
+    let (table, what) = match repr {
+        "i32" => ("DLPX_DEVICE_TYPE_NAMES", "X(value, \"name\")"),
+        _ => ("DLPX_DTYPE_CODE_NAMES", "X(value, \"name\", bits), bits being the width the code fixes (0: any)"),
+    };
+    let _ = writeln!(dlpx, "/**\n * Every {c_enum} value DLPack names, with the name dlpx prints for it:\n * {what}. The C++ layer's names come from here.\n */");
+    let _ = write!(dlpx, "#define {table}(X)");
+    for (_, value, _, name, bits, _) in rows {
+        match repr {
+            "i32" => write!(dlpx, " \\\n  X({value}, \"{name}\")"),
+            _ => write!(dlpx, " \\\n  X({value}, \"{name}\", {bits})"),
+        }
+        .unwrap_or_default();
+    }
+    let _ = writeln!(dlpx, "\n");
+    for (row_docs, value, c_name, _, _, _) in rows.iter().filter(|row| !row.5) {
+        let mut lines: Vec<&str> = row_docs.to_vec();
+        lines.push(" Added to DLPack after 1.3 (dlpack.h here stays 1.3).");
+        doc_block(dlpx, "", &lines);
+        let _ = writeln!(dlpx, "#define DLPX_{c_name} {value}\n");
+    }
+}
+
 const ABI_ITEMS: &[&str] = &[
-    "DLPackVersion", "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLManagedTensorVersioned",
-    "DLPackManagedTensorAllocator", "DLPackManagedTensorFromPyObjectNoSync", "DLPackManagedTensorToPyObjectNoSync",
-    "DLPackDLTensorFromPyObjectNoSync", "DLPackCurrentWorkStream", "DLPackExchangeAPIHeader", "DLPackExchangeAPI",
-    "DLPACK_MAJOR_VERSION", "DLPACK_MINOR_VERSION", "DLPACK_FLAG_BITMASK_READ_ONLY", "DLPACK_FLAG_BITMASK_IS_COPIED",
-    "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED", "DLDeviceType", "DLDataTypeCode", "DeviceType", "DataTypeCode", "SetErrorFn",
+    "DLPackVersion",
+    "DLDevice",
+    "DLDataType",
+    "DLTensor",
+    "DLManagedTensor",
+    "DLManagedTensorVersioned",
+    "DLPackManagedTensorAllocator",
+    "DLPackManagedTensorFromPyObjectNoSync",
+    "DLPackManagedTensorToPyObjectNoSync",
+    "DLPackDLTensorFromPyObjectNoSync",
+    "DLPackCurrentWorkStream",
+    "DLPackExchangeAPIHeader",
+    "DLPackExchangeAPI",
+    "DLPACK_MAJOR_VERSION",
+    "DLPACK_MINOR_VERSION",
+    "DLPACK_FLAG_BITMASK_READ_ONLY",
+    "DLPACK_FLAG_BITMASK_IS_COPIED",
+    "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED",
+    "DLDeviceType",
+    "DLDataTypeCode",
+    "DeviceType",
+    "DataTypeCode",
+    "SetErrorFn",
+    "EnumRow",
 ];
 
 const DLPACK_PRELUDE: &str = "\
@@ -69,40 +175,47 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("include/dlpx");
     std::fs::create_dir_all(&out).expect("create $OUT_DIR/include/dlpx");
 
-    let mut dlpack = common("src/abi.rs");
+    let (enums, names) = enum_texts();
+    let mut dlpack = common("src/abi/mod.rs, src/abi/enums.rs");
     dlpack.include_guard = Some("DLPACK_DLPACK_H_".to_string());
     // Tagged structs: DLManagedTensor and the table header refer to themselves.
     dlpack.style = cbindgen::Style::Both;
     dlpack.no_includes = true;
     dlpack.sys_includes = vec!["stdint.h".to_string(), "stddef.h".to_string()];
-    dlpack.after_includes = Some(DLPACK_PRELUDE.to_string());
+    dlpack.after_includes = Some(format!("{DLPACK_PRELUDE}\n\n{}", enums.trim_end()));
     dlpack.export.include = [
-        "DLDeviceType", "DLDataTypeCode", "DLPackVersion", "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor",
-        "DLManagedTensorVersioned", "DLPackExchangeAPIHeader", "DLPackExchangeAPI",
+        "DLPackVersion",
+        "DLDevice",
+        "DLDataType",
+        "DLTensor",
+        "DLManagedTensor",
+        "DLManagedTensorVersioned",
+        "DLPackExchangeAPIHeader",
+        "DLPackExchangeAPI",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
-    dlpack.export.exclude = vec!["DeviceType".into(), "DataTypeCode".into(), "SetErrorFn".into()];
+    dlpack.export.exclude = vec!["DeviceType".into(), "DataTypeCode".into(), "SetErrorFn".into(), "EnumRow".into()];
     dlpack.export.rename.insert("DeviceType".into(), "DLDeviceType".into());
     cbindgen::Builder::new()
         .with_config(dlpack)
-        .with_src("src/abi.rs")
+        .with_src("src/abi/mod.rs")
         .generate()
         .expect("generate dlpack.h")
         .write_to_file(out.join("dlpack.h"));
 
-    let mut dlpx = common("src/capi.rs");
+    let mut dlpx = common("src/exports.rs");
     dlpx.include_guard = Some("DLPX_DLPX_H".to_string());
     dlpx.no_includes = true;
     dlpx.includes = vec!["dlpack.h".to_string()];
-    dlpx.after_includes = Some(DLPX_PRELUDE.to_string());
+    dlpx.after_includes = Some(format!("{DLPX_PRELUDE}\n\n{}", names.trim_end()));
     dlpx.export.exclude = ABI_ITEMS.iter().map(|s| s.to_string()).collect();
     dlpx.export.rename.insert("DeviceType".into(), "DLDeviceType".into());
     cbindgen::Builder::new()
         .with_config(dlpx)
-        .with_src("src/capi.rs")
-        .with_src("src/abi.rs")
+        .with_src("src/exports.rs")
+        .with_src("src/abi/mod.rs")
         .generate()
         .expect("generate dlpx.h")
         .write_to_file(out.join("dlpx.h"));

@@ -61,7 +61,7 @@ static unsigned long long dlpx_value(const char *name) {
   return e != NULL ? e->value : ~0ull;
 }
 
-/* The facts ARCHITECTURE.md spells out, independent of the official header. */
+/* The DLPack 1.3 facts, spelled independently of the official header. */
 static void test_dlpx_header_matches_the_documented_facts(void) {
   CHECK(dlpx_value("DLPACK_MAJOR_VERSION") == 1, "major version");
   CHECK(dlpx_value("DLPACK_MINOR_VERSION") == 3, "minor version");

@@ -62,7 +62,7 @@ static const struct bad_case cases[] = {
      "ValueError", "overflow"},
     {"bits 0", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 0, 1, CPU, 0, "ValueError", "bits = 0"},
     {"lanes 0", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 32, 0, CPU, 0, "ValueError", "lanes = 0"},
-    {"dtype code 18", 0, 0, 1, 0, {4, 0, 0, 0}, 18, 32, 1, CPU, 0, "ValueError", "unknown dtype code 18"},
+    {"dtype code 19", 0, 0, 1, 0, {4, 0, 0, 0}, 19, 32, 1, CPU, 0, "ValueError", "unknown dtype code 19"},
     {"dtype code 255", 0, 0, 1, 0, {4, 0, 0, 0}, 255, 8, 1, CPU, 0, "ValueError", "unknown dtype code 255"},
     {"fp4 with bits 8", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat4_e2m1fn, 8, 1, CPU, 0, "ValueError", "needs bits = 4"},
     {"fp6 with bits 8", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat6_e2m3fn, 8, 1, CPU, 0, "ValueError", "needs bits = 6"},
@@ -158,9 +158,9 @@ static void test_messages_say_exactly_what_is_wrong(void) {
       {"negative extent", PREFIX "shape[1] = -3 is negative"},
       {"bits 0", PREFIX "dtype code 2 has bits = 0"},
       {"lanes 0", PREFIX "dtype code 2 has lanes = 0"},
-      {"dtype code 18", PREFIX "unknown dtype code 18 (DLPack 1.3 defines 0..=17)"},
+      {"dtype code 19", PREFIX "unknown dtype code 19 (DLPack names 0..=18)"},
       {"fp4 with bits 8", PREFIX "dtype code 17 (float4_e2m1fn) needs bits = 4, got 8"},
-      {"unknown device type 99", PREFIX "unknown device type 99 (DLPack 1.3 defines 1..=18)"},
+      {"unknown device type 99", PREFIX "unknown device type 99 (DLPack names 1..=21)"},
       {"ROCm", PREFIX "allocation on device rocm:0 is not supported (dlpx allocates on cpu, cuda, cuda_host and cuda_managed)"},
       {"OpenCL", PREFIX "allocation on device opencl:0 is not supported (dlpx allocates on cpu, cuda, cuda_host and cuda_managed)"},
       {"CPU device_id 1", PREFIX "device cpu:1 is invalid: device_id must be 0 for host, pinned and managed memory"},
@@ -201,14 +201,7 @@ static void test_null_set_error_leaves_the_error_in_last_error(void) {
 static void test_a_failure_after_a_success_reports_only_the_failure(void) {
   /* A good allocation between two bad ones neither calls SetError nor disturbs the error slot. */
   int64_t shape[1] = {4};
-  DLTensor good;
-  memset(&good, 0, sizeof good);
-  good.device.device_type = kDLCPU;
-  good.ndim = 1;
-  good.dtype.code = kDLFloat;
-  good.dtype.bits = 32;
-  good.dtype.lanes = 1;
-  good.shape = shape;
+  DLTensor good = test_prototype(kDLCPU, 0, kDLFloat, 32, 1, shape);
   struct error_record rec;
   memset(&rec, 0, sizeof rec);
   DLManagedTensorVersioned *out = NULL;

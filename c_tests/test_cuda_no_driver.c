@@ -11,15 +11,7 @@
 static void expect_failure(DLDeviceType type, int32_t id, int64_t extent, const char *kind, const char *text) {
   int64_t shape[1];
   shape[0] = extent;
-  DLTensor proto;
-  memset(&proto, 0, sizeof proto);
-  proto.device.device_type = type;
-  proto.device.device_id = id;
-  proto.ndim = 1;
-  proto.dtype.code = kDLFloat;
-  proto.dtype.bits = 32;
-  proto.dtype.lanes = 1;
-  proto.shape = shape;
+  DLTensor proto = test_prototype(type, id, kDLFloat, 32, 1, shape);
   struct error_record r;
   memset(&r, 0, sizeof r);
   DLManagedTensorVersioned *out = NULL;
@@ -52,14 +44,7 @@ int main(void) {
   expect_failure(kDLCUDAHost, 2, 16, "ValueError", "cuda_host:2");
   /* the CPU keeps working after CUDA failures */
   int64_t shape[1] = {4};
-  DLTensor proto;
-  memset(&proto, 0, sizeof proto);
-  proto.device.device_type = kDLCPU;
-  proto.ndim = 1;
-  proto.dtype.code = kDLFloat;
-  proto.dtype.bits = 32;
-  proto.dtype.lanes = 1;
-  proto.shape = shape;
+  DLTensor proto = test_prototype(kDLCPU, 0, kDLFloat, 32, 1, shape);
   DLManagedTensorVersioned *out = NULL;
   CHECK(dlpx_exchange_api()->managed_tensor_allocator(&proto, &out, NULL, NULL) == 0 && out, "cpu allocation");
   if (out) out->deleter(out);

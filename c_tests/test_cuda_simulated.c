@@ -14,15 +14,7 @@
 #include "test_util.h"
 
 static DLTensor prototype(DLDeviceType type, int32_t id, int64_t *shape, int32_t ndim) {
-  DLTensor proto;
-  memset(&proto, 0, sizeof proto);
-  proto.device.device_type = type;
-  proto.device.device_id = id;
-  proto.ndim = ndim;
-  proto.dtype.code = kDLFloat;
-  proto.dtype.bits = 32;
-  proto.dtype.lanes = 1;
-  proto.shape = shape;
+  DLTensor proto = test_prototype(type, id, kDLFloat, 32, ndim, shape);
   return proto;
 }
 

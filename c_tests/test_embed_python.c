@@ -80,14 +80,7 @@ static void test_entry_points(const DLPackExchangeAPI *api) {
 
   /* to_py of a fresh allocation, and of an export coming home */
   int64_t shape[1] = {5};
-  DLTensor proto;
-  memset(&proto, 0, sizeof proto);
-  proto.device.device_type = kDLCPU;
-  proto.ndim = 1;
-  proto.dtype.code = kDLInt;
-  proto.dtype.bits = 64;
-  proto.dtype.lanes = 1;
-  proto.shape = shape;
+  DLTensor proto = test_prototype(kDLCPU, 0, kDLInt, 64, 1, shape);
   DLManagedTensorVersioned *fresh = NULL;
   CHECK(api->managed_tensor_allocator(&proto, &fresh, NULL, dlpx_set_error_python) == 0, "allocate");
   void *obj = NULL;
@@ -124,7 +117,7 @@ static void test_entry_points(const DLPackExchangeAPI *api) {
   CHECK(api->managed_tensor_to_py_object_no_sync(&foreign, &obj) == -1 && obj == NULL, "to_py(major 2) fails");
   CHECK(raised(PyExc_BufferError, "dlpx: managed_tensor_to_py_object_no_sync: unsupported DLPack major version 2"),
         "to_py(major 2) raises BufferError");
-  CHECK(deleted == 0, "a failed to_py does not call the deleter (ruling 4)");
+  CHECK(deleted == 0, "a failed to_py does not call the deleter (docs/design.md R4)");
 
   /* a foreign tensor with a negative extent: refused, not deleted */
   int64_t bad_shape[1] = {-1};
@@ -200,7 +193,7 @@ static void test_kernel_api(const DLPackExchangeAPI *api) {
   dlpx_view_release(&v); /* idempotent */
   dlpx_view_release(NULL);
   PyObject *seven = PyLong_FromLong(7);
-  CHECK(dlpx_view_of(seven, &v) == -1 && raised(PyExc_TypeError, "dlpx: from_dlpack: int does not support DLPack"),
+  CHECK(dlpx_view_of(seven, &v) == -1 && raised(PyExc_TypeError, "dlpx: view_of: int does not support DLPack"),
         "view of an int raises TypeError");
 
   DLManagedTensorVersioned *m = NULL;
@@ -208,14 +201,7 @@ static void test_kernel_api(const DLPackExchangeAPI *api) {
   if (m) m->deleter(m);
 
   int64_t shape[2] = {2, 2};
-  DLTensor proto;
-  memset(&proto, 0, sizeof proto);
-  proto.device.device_type = kDLCPU;
-  proto.ndim = 2;
-  proto.dtype.code = kDLFloat;
-  proto.dtype.bits = 64;
-  proto.dtype.lanes = 1;
-  proto.shape = shape;
+  DLTensor proto = test_prototype(kDLCPU, 0, kDLFloat, 64, 2, shape);
   m = NULL;
   CHECK(dlpx_allocate_like(neither, &proto, &m, NULL, dlpx_set_error_python) == 0 && m, "allocate_like");
   void *out = NULL;

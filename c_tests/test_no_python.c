@@ -19,14 +19,7 @@ static const DLPackExchangeAPI *api(void) { return dlpx_exchange_api(); }
 
 static DLManagedTensorVersioned *allocate_float32(int64_t n) {
   int64_t shape[1] = {n};
-  DLTensor p;
-  memset(&p, 0, sizeof p);
-  p.device.device_type = kDLCPU;
-  p.ndim = 1;
-  p.dtype.code = kDLFloat;
-  p.dtype.bits = 32;
-  p.dtype.lanes = 1;
-  p.shape = shape;
+  DLTensor p = test_prototype(kDLCPU, 0, kDLFloat, 32, 1, shape);
   DLManagedTensorVersioned *m = NULL;
   if (api()->managed_tensor_allocator(&p, &m, NULL, NULL) != 0) return NULL;
   return m;
@@ -157,14 +150,7 @@ static void test_set_error_python_without_python_fills_last_error(void) {
 
   /* As the allocator's SetError, in a process without Python. */
   int64_t shape[1] = {-2};
-  DLTensor p;
-  memset(&p, 0, sizeof p);
-  p.device.device_type = kDLCPU;
-  p.ndim = 1;
-  p.dtype.code = kDLFloat;
-  p.dtype.bits = 32;
-  p.dtype.lanes = 1;
-  p.shape = shape;
+  DLTensor p = test_prototype(kDLCPU, 0, kDLFloat, 32, 1, shape);
   DLManagedTensorVersioned *out = NULL;
   dlpx_clear_last_error();
   CHECK(api()->managed_tensor_allocator(&p, &out, NULL, dlpx_set_error_python) == -1, "bad shape accepted");

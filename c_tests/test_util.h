@@ -60,6 +60,24 @@ static inline void record_error(void *error_ctx, const char *kind, const char *m
 }
 
 /* Prints "N passed, M failed" and returns the exit status. */
+/* An allocator prototype: a compact tensor of `ndim` extents in `shape`, one lane of
+ * (`code`, `bits`), on (`device_type`, `device_id`). Needs dlpack.h (through dlpx.h) first. */
+#ifdef DLPACK_DLPACK_H_
+static inline DLTensor test_prototype(int32_t device_type, int32_t device_id, uint8_t code, uint8_t bits,
+                                      int32_t ndim, int64_t *shape) {
+  DLTensor p;
+  memset(&p, 0, sizeof p);
+  p.device.device_type = (DLDeviceType)device_type;
+  p.device.device_id = device_id;
+  p.ndim = ndim;
+  p.dtype.code = code;
+  p.dtype.bits = bits;
+  p.dtype.lanes = 1;
+  p.shape = shape;
+  return p;
+}
+#endif
+
 static inline int test_summary(void) {
   int passed = __atomic_load_n(&test_passed_count, __ATOMIC_SEQ_CST);
   int failed = __atomic_load_n(&test_failed_count, __ATOMIC_SEQ_CST);

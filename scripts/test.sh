@@ -32,6 +32,14 @@ PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
 "$PY" -m pip install -q --disable-pip-version-check -r tests/requirements.txt
 BUILD=${DLPX_BUILD_DIR:-build/ci}
 
+echo "== layering and formatting"
+bash scripts/check_layers.sh
+if cargo fmt --version >/dev/null 2>&1 || { command -v rustup >/dev/null && rustup component add rustfmt >/dev/null 2>&1; }; then
+  cargo fmt --all -- --check
+else
+  echo "WARNING: rustfmt is not installed and could not be added: formatting not checked"
+fi
+
 echo "== cargo test"
 cargo test --release --quiet 2>&1 | tail -n 30
 
@@ -71,7 +79,9 @@ echo "== pip install . and pytest"
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation .
 # The simulated CUDA driver ctest built runs dlpx's CUDA paths in Python too (test_cuda_simulated.py).
 (cd tests && DLPX_REQUIRE_ALL_TESTS=1 DLPX_SIM_CUDA_DIR="$SIM_CUDA_DIR" "$PY" -m pytest -q -p no:cacheprovider python)
+echo "== the CUDA example, compiled with nvcc from PyPI (no GPU needed)" && DLPX_PYTHON="$PY" bash scripts/check_cuda_example.sh
 
+for b in interop kernel_overhead; do "$PY" benches/$b.py --quick | tail -n 2; done  # benchmark smoke run
 echo "== CUDA benchmark harness against the simulated driver (a smoke run: these are not CUDA numbers)"
 LD_LIBRARY_PATH="$SIM_CUDA_DIR" "$PY" benches/cuda_bench.py --quick | grep -E '^\| (entry|allocator|current)|targets'
 

@@ -36,9 +36,14 @@ enum Data {
     /// In the block itself (CPU), or none (zero size).
     InBlock,
     /// cuMemAllocAsync'd, freed on the same stream.
-    CudaDevice { device_id: i32, stream: *mut c_void },
+    CudaDevice {
+        device_id: i32,
+        stream: *mut c_void,
+    },
     /// Pinned host memory of this capacity, returned to the pinned cache.
-    CudaHost { capacity: usize },
+    CudaHost {
+        capacity: usize,
+    },
     CudaManaged,
 }
 
@@ -47,9 +52,9 @@ enum Data {
 ///
 /// # Safety
 /// `prototype.shape` points to `ndim` readable values when `ndim > 0`.
-pub unsafe fn allocate(context: &str, prototype: &DLTensor) -> Result<NonNull<DLManagedTensorVersioned>> {
+pub unsafe fn allocate(prototype: &DLTensor) -> Result<NonNull<DLManagedTensorVersioned>> {
     // SAFETY: forwarded contract.
-    unsafe { allocate_with_flags(context, prototype, 0) }
+    unsafe { allocate_with_flags(prototype, 0) }
 }
 
 /// [`allocate`], with DLPack `flags` recorded on the tensor; IS_SUBBYTE_TYPE_PADDED also sizes
@@ -57,11 +62,11 @@ pub unsafe fn allocate(context: &str, prototype: &DLTensor) -> Result<NonNull<DL
 ///
 /// # Safety
 /// As for [`allocate`].
-pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u64) -> Result<NonNull<DLManagedTensorVersioned>> {
+pub unsafe fn allocate_with_flags(prototype: &DLTensor, flags: u64) -> Result<NonNull<DLManagedTensorVersioned>> {
     let flags = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
-    let ndim = checked_ndim(context, prototype.ndim)?;
+    let ndim = layout::checked_ndim(prototype.ndim)?;
     if ndim > 0 && prototype.shape.is_null() {
-        return Err(Error::value(context, format!("prototype.shape is NULL with ndim = {ndim}")));
+        return Err(Error::value(format!("prototype.shape is NULL with ndim = {ndim}")));
     }
     let shape: &[i64] = if ndim == 0 {
         &[]
@@ -69,35 +74,34 @@ pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u6
         // SAFETY: non-NULL and `ndim` long, by the caller's contract.
         unsafe { std::slice::from_raw_parts(prototype.shape, ndim) }
     };
-    layout::check_dtype(context, prototype.dtype)?;
-    check_device(context, prototype.device)?;
-    let numel = layout::numel(context, shape)?;
-    let nbytes = layout::nbytes(context, numel, prototype.dtype, flags)?;
+    crate::dtype::check(prototype.dtype)?;
+    check_device(prototype.device)?;
+    let numel = layout::numel(shape)?;
+    let nbytes = layout::nbytes(numel, prototype.dtype, flags)?;
     let on_cpu = prototype.device.device_type == DeviceType::CPU;
 
-    let too_large = || Error::memory(context, format!("cannot allocate {nbytes} bytes: larger than the address space"));
+    let too_large = || Error::memory(format!("cannot allocate {nbytes} bytes: larger than the address space"));
     let nbytes = usize::try_from(nbytes).map_err(|_| too_large())?;
     let header_offset = if on_cpu { nbytes.checked_next_multiple_of(16).ok_or_else(too_large)? } else { 0 };
-    let mut block_size = header_offset
-        .checked_add(size_of::<Header>() + 2 * ndim * size_of::<i64>())
-        .ok_or_else(too_large)?;
+    let mut block_size =
+        header_offset.checked_add(size_of::<Header>() + 2 * ndim * size_of::<i64>()).ok_or_else(too_large)?;
     if on_cpu && nbytes > 0 {
         // Only blocks of at least ALIGN bytes come 256-byte aligned.
         block_size = block_size.max(cpu::ALIGN);
     }
     let (data, storage) = if on_cpu || nbytes == 0 {
         if !on_cpu {
-            check_device_exists(context, prototype.device)?;
+            check_device_exists(prototype.device)?;
         }
         (ptr::null_mut(), Data::InBlock)
     } else {
-        allocate_device_data(context, prototype.device, nbytes)?
+        allocate_device_data(prototype.device, nbytes)?
     };
     let block = cpu::capacity_for(block_size).and_then(|capacity| Some((cpu::alloc(capacity)?, capacity)));
     let Some((block, capacity)) = block else {
         // SAFETY: the data was allocated just above and nobody else has seen it.
         unsafe { free_data(data, storage, cuda::Uses::default()) };
-        return Err(Error::memory(context, format!("out of memory allocating {nbytes} bytes")));
+        return Err(Error::memory(format!("out of memory allocating {nbytes} bytes")));
     };
 
     // SAFETY: the block is at least `block_size` bytes and 256-byte aligned (16 for blocks too
@@ -116,7 +120,13 @@ pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u6
                 deleter: Some(delete),
                 flags,
                 dl_tensor: DLTensor {
-                    data: if !on_cpu { data } else if nbytes == 0 { ptr::null_mut() } else { base.cast::<c_void>() },
+                    data: if !on_cpu {
+                        data
+                    } else if nbytes == 0 {
+                        ptr::null_mut()
+                    } else {
+                        base.cast::<c_void>()
+                    },
                     device: prototype.device,
                     ndim: ndim as i32,
                     dtype: prototype.dtype,
@@ -136,7 +146,9 @@ pub unsafe fn allocate_with_flags(context: &str, prototype: &DLTensor, flags: u6
 
 /// Whether `managed` is a block from [`allocate`] (its deleter is ours).
 pub fn is_ours(managed: &DLManagedTensorVersioned) -> bool {
-    managed.deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, delete as unsafe extern "C" fn(*mut DLManagedTensorVersioned)))
+    managed
+        .deleter
+        .is_some_and(|d| std::ptr::fn_addr_eq(d, delete as unsafe extern "C" fn(*mut DLManagedTensorVersioned)))
 }
 
 /// Records that work on the data of `managed` (a block from [`allocate`]; anything else is
@@ -159,8 +171,7 @@ pub unsafe fn record_use(managed: NonNull<DLManagedTensorVersioned>, device_id: 
         return;
     }
     // 0x2 names the calling thread's per-thread stream; the deleter may run on another thread.
-    // Those streams are blocking, so the legacy stream (which waits for them all) stands in.
-    let stream = if stream as usize == cuda::STREAM_PER_THREAD { cuda::STREAM_LEGACY as *mut c_void } else { stream };
+    let stream = cuda::as_recordable(stream);
     if let Data::CudaDevice { device_id: home, stream: allocated_on } = header.data {
         if home == device_id && cuda::same_stream(allocated_on as usize, stream as usize) {
             return;
@@ -233,92 +244,140 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
     }
     // SAFETY: `managed` is the header of a block from `allocate`, which recorded the block, its
     // capacity and where the data lives there; the caller gives the tensor up.
-    unsafe {
+    crate::error::guard("deleter", || unsafe {
         let header = &*managed.cast::<Header>();
         let (block, capacity) = (header.block, header.capacity);
         let uses = header.uses.load(Ordering::Acquire);
-        let uses = if uses.is_null() { cuda::Uses::default() } else { Box::from_raw(uses).into_inner().unwrap_or_else(|p| p.into_inner()) };
+        let uses = if uses.is_null() {
+            cuda::Uses::default()
+        } else {
+            Box::from_raw(uses).into_inner().unwrap_or_else(|p| p.into_inner())
+        };
         free_data(header.managed.dl_tensor.data, header.data, uses);
         cpu::free(block, capacity);
-    }
+    })
 }
 
 /// Releases data that does not live in the block. A deleter cannot report failure: the reason
-/// goes to dlpx_last_error(), and a panic (a driver lacking a symbol) is caught here.
+/// goes to dlpx_last_error().
 unsafe fn free_data(data: *mut c_void, storage: Data, uses: cuda::Uses) {
     if matches!(storage, Data::InBlock) || data.is_null() {
         return;
     }
-    let freed = std::panic::catch_unwind(|| {
-        // SAFETY: `data` was allocated as `storage` says and is given up by the caller.
-        unsafe {
-            match storage {
-                Data::InBlock => Ok(()),
-                Data::CudaDevice { device_id, stream } => cuda::free_device(device_id, data, stream, uses),
-                Data::CudaHost { capacity } => cuda::free_pinned(data, capacity, &uses),
-                Data::CudaManaged => cuda::free_managed(data),
-            }
+    // SAFETY: `data` was allocated as `storage` says and is given up by the caller.
+    let freed = unsafe {
+        match storage {
+            Data::InBlock => Ok(()),
+            Data::CudaDevice { device_id, stream } => cuda::free_device(device_id, data, stream, uses),
+            Data::CudaHost { capacity } => cuda::free_pinned(data, capacity, &uses),
+            Data::CudaManaged => cuda::free_managed(data),
         }
-    });
-    match freed {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => crate::error::set_last_error(&err),
-        Err(_) => crate::error::set_last_error(&Error::runtime("deleter", "the CUDA driver failed while freeing")),
+    };
+    if let Err(err) = freed {
+        crate::error::set_last_error(&err.at("deleter"));
     }
 }
 
-fn allocate_device_data(context: &str, device: DLDevice, nbytes: usize) -> Result<(*mut c_void, Data)> {
+fn allocate_device_data(device: DLDevice, nbytes: usize) -> Result<(*mut c_void, Data)> {
     match device.device_type {
         DeviceType::CUDA => {
             let stream = crate::stream::current(device);
-            let data = cuda::alloc_device(context, device.device_id, nbytes, stream)?;
+            let data = cuda::alloc_device(device.device_id, nbytes, stream)?;
             // The deleter may run on another thread, whose per-thread default stream is another
-            // stream: free on the legacy stream instead, which every blocking stream follows.
-            // (A stream handle the user set must outlive the tensors allocated on it.)
-            let free_on = if stream as usize == cuda::STREAM_PER_THREAD { cuda::STREAM_LEGACY as *mut c_void } else { stream };
+            // stream (see `cuda::as_recordable`). A stream handle the user set must outlive the
+            // tensors allocated on it.
+            let free_on = cuda::as_recordable(stream);
             Ok((data, Data::CudaDevice { device_id: device.device_id, stream: free_on }))
         }
         DeviceType::CUDA_HOST => {
             let capacity = cuda::pinned_capacity(nbytes)
-                .ok_or_else(|| Error::memory(context, format!("cannot allocate {nbytes} pinned bytes")))?;
-            Ok((cuda::alloc_pinned(context, capacity)?, Data::CudaHost { capacity }))
+                .ok_or_else(|| Error::memory(format!("cannot allocate {nbytes} pinned bytes")))?;
+            Ok((cuda::alloc_pinned(capacity)?, Data::CudaHost { capacity }))
         }
-        DeviceType::CUDA_MANAGED => Ok((cuda::alloc_managed(context, nbytes)?, Data::CudaManaged)),
+        DeviceType::CUDA_MANAGED => Ok((cuda::alloc_managed(nbytes)?, Data::CudaManaged)),
         _ => unreachable!("check_device admits only CPU and CUDA kinds"),
     }
 }
 
 /// A zero-size CUDA tensor needs no memory, but its device must still exist.
-fn check_device_exists(context: &str, device: DLDevice) -> Result<()> {
+fn check_device_exists(device: DLDevice) -> Result<()> {
     let id = if device.device_type == DeviceType::CUDA { device.device_id } else { 0 };
-    cuda::check_device(context, id)
+    cuda::check_device(id)
 }
 
-pub fn checked_ndim(context: &str, ndim: i32) -> Result<usize> {
-    if ndim < 0 {
-        return Err(Error::value(context, format!("ndim = {ndim} is negative")));
-    }
-    if ndim as usize > layout::MAX_NDIM {
-        return Err(Error::value(context, format!("ndim = {ndim} exceeds the maximum of {}", layout::MAX_NDIM)));
-    }
-    Ok(ndim as usize)
-}
-
-fn check_device(context: &str, device: DLDevice) -> Result<()> {
+fn check_device(device: DLDevice) -> Result<()> {
     match device.device_type {
-        DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED if device.device_id != 0 => Err(Error::value(
-            context,
-            format!("device {} is invalid: device_id must be 0 for host, pinned and managed memory", crate::device::name(device)),
-        )),
+        DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED if device.device_id != 0 => {
+            Err(Error::value(format!(
+                "device {} is invalid: device_id must be 0 for host, pinned and managed memory",
+                crate::device::name(device)
+            )))
+        }
         DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED => Ok(()),
         DeviceType::CUDA if device.device_id < 0 => {
-            Err(Error::value(context, format!("device {} is invalid: device_id is negative", crate::device::name(device))))
+            Err(Error::value(format!("device {} is invalid: device_id is negative", crate::device::name(device))))
         }
         DeviceType::CUDA => Ok(()),
-        t if crate::device::is_known(t) => Err(Error::not_implemented(
-            context,
-            format!("allocation on device {} is not supported (dlpx allocates on cpu, cuda, cuda_host and cuda_managed)", crate::device::name(device)),
-        )),
-        t => Err(Error::value(context, format!("unknown device type {} (DLPack 1.3 defines 1..=18)", t.0))),
+        t if crate::device::is_known(t) => Err(Error::not_implemented(format!(
+            "allocation on device {} is not supported (dlpx allocates on cpu, cuda, cuda_host and cuda_managed)",
+            crate::device::name(device)
+        ))),
+        t => Err(Error::value(format!("unknown device type {} (DLPack names {})", t.0, crate::device::known_range()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prototype(shape: &mut [i64], device: DLDevice, dtype: DLDataType) -> DLTensor {
+        DLTensor {
+            data: std::ptr::null_mut(),
+            device,
+            ndim: shape.len() as i32,
+            dtype,
+            shape: shape.as_mut_ptr(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        }
+    }
+
+    const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
+    const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
+
+    #[test]
+    fn allocates_aligned_compact_tensors_and_frees_them() {
+        let mut shape = [3, 5];
+        // SAFETY: a valid prototype; the result is deleted once.
+        unsafe {
+            let m = allocate(&prototype(&mut shape, CPU, F32)).unwrap();
+            let dl = &m.as_ref().dl_tensor;
+            assert_eq!(dl.data as usize % cpu::ALIGN, 0);
+            assert_eq!(std::slice::from_raw_parts(dl.strides, 2), &[5, 1]);
+            assert!(is_ours(m.as_ref()));
+            (m.as_ref().deleter.unwrap())(m.as_ptr());
+        }
+        let mut empty = [4, 0];
+        // SAFETY: as above.
+        unsafe {
+            let m = allocate(&prototype(&mut empty, CPU, F32)).unwrap();
+            assert!(m.as_ref().dl_tensor.data.is_null(), "R6: zero-size tensors have no data");
+            (m.as_ref().deleter.unwrap())(m.as_ptr());
+        }
+    }
+
+    #[test]
+    fn refuses_what_no_tensor_can_be_and_devices_it_cannot_allocate_on() {
+        let refuse = |shape: &mut [i64], device: DLDevice, dtype: DLDataType| {
+            // SAFETY: a valid prototype; nothing is allocated on failure.
+            unsafe { allocate(&prototype(shape, device, dtype)) }.err().unwrap()
+        };
+        assert_eq!(refuse(&mut [2, -3], CPU, F32).fact(), "shape[1] = -3 is negative");
+        assert!(refuse(&mut [i64::MAX, 4], CPU, F32).fact().contains("overflow"));
+        assert!(refuse(&mut [2], CPU, DLDataType { code: 99, bits: 8, lanes: 1 }).fact().contains("unknown dtype"));
+        let tpu = DLDevice { device_type: DeviceType::TPU, device_id: 0 };
+        let err = refuse(&mut [2], tpu, F32);
+        assert_eq!(err.kind, crate::error::ErrorKind::NotImplementedError);
+        assert!(err.fact().contains("tpu:0"), "{}", err.fact());
     }
 }

@@ -7,33 +7,33 @@ use crate::tensor::Tensor;
 
 /// Whether the host can read the tensor's memory directly.
 pub fn host_accessible(device: DLDevice) -> bool {
-    matches!(device.device_type, DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::ROCM_HOST | DeviceType::CUDA_MANAGED)
+    matches!(
+        device.device_type,
+        DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::ROCM_HOST | DeviceType::CUDA_MANAGED
+    )
 }
 
 /// A compact, writable copy of `src` in CPU memory (a device move when `src` is elsewhere).
-pub fn to_new_cpu_tensor(context: &str, src: &Tensor) -> Result<Tensor> {
-    copy_to(context, src, DLDevice { device_type: DeviceType::CPU, device_id: 0 })
+pub fn to_new_cpu_tensor(src: &Tensor) -> Result<Tensor> {
+    copy_to(src, DLDevice { device_type: DeviceType::CPU, device_id: 0 })
 }
 
 /// A compact, writable copy of `src` on its own device (what `copy=True` asks for).
-pub fn duplicate(context: &str, src: &Tensor) -> Result<Tensor> {
-    copy_to(context, src, src.dl_tensor().device)
+pub fn duplicate(src: &Tensor) -> Result<Tensor> {
+    copy_to(src, src.dl_tensor().device)
 }
 
-fn copy_to(context: &str, src: &Tensor, target: DLDevice) -> Result<Tensor> {
+fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
     let dl = src.dl_tensor();
     let cuda_source = dl.device.device_type == DeviceType::CUDA;
     let supported = (cuda_source && (target == dl.device || host_accessible(target)))
         || (host_accessible(dl.device) && host_accessible(target));
     if !supported {
-        return Err(Error::buffer(
-            context,
-            format!(
-                "cannot copy from {} to {}: dlpx copies host-accessible memory and CUDA memory",
-                crate::device::name(dl.device),
-                crate::device::name(target)
-            ),
-        ));
+        return Err(Error::buffer(format!(
+            "cannot copy from {} to {}: dlpx copies host-accessible memory and CUDA memory",
+            crate::device::name(dl.device),
+            crate::device::name(target)
+        )));
     }
     // Same shape, dtype and sub-byte padding, so the byte sizes agree.
     let dst = Tensor::empty_with_flags(src.shape(), dl.dtype, target, src.flags())?;
@@ -46,7 +46,7 @@ fn copy_to(context: &str, src: &Tensor, target: DLDevice) -> Result<Tensor> {
     debug_assert_eq!(src.nbytes(), dst.nbytes());
     if cuda_source {
         if !src.is_contiguous() {
-            return Err(Error::buffer(context, "cannot copy a non-contiguous CUDA tensor (make it contiguous first)"));
+            return Err(Error::buffer("cannot copy a non-contiguous CUDA tensor (make it contiguous first)"));
         }
         // On dlpx's current stream of the device: an export orders its consumer after it, and a
         // copy to the host waits for it.
@@ -54,9 +54,9 @@ fn copy_to(context: &str, src: &Tensor, target: DLDevice) -> Result<Tensor> {
         // SAFETY: both regions hold `nbytes` bytes of their devices.
         unsafe {
             if target == dl.device {
-                cuda::copy_device_to_device(context, dl.device.device_id, dst_base.cast(), src_base.cast(), nbytes, stream)?;
+                cuda::copy_device_to_device(dl.device.device_id, dst_base.cast(), src_base.cast(), nbytes, stream)?;
             } else {
-                cuda::copy_to_host(context, dl.device.device_id, dst_base.cast(), src_base.cast(), nbytes, stream)?;
+                cuda::copy_to_host(dl.device.device_id, dst_base.cast(), src_base.cast(), nbytes, stream)?;
             }
         }
         return Ok(dst);
@@ -68,7 +68,7 @@ fn copy_to(context: &str, src: &Tensor, target: DLDevice) -> Result<Tensor> {
     }
     let bits = dl.dtype.bits as u64 * dl.dtype.lanes as u64;
     if bits % 8 != 0 {
-        return Err(Error::buffer(context, "cannot copy a strided tensor of a packed sub-byte dtype"));
+        return Err(Error::buffer("cannot copy a strided tensor of a packed sub-byte dtype"));
     }
     let mut written = 0usize;
     // SAFETY: every source offset lies inside the producer's tensor (its strides describe it);

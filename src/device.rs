@@ -1,33 +1,21 @@
-//! Device names as Python and C++ print them (`cpu:0`, `cuda:1`) and their parsing.
+//! Device names as Python and C++ print them (`cpu:0`, `cuda:1`) and their parsing; the type
+//! names come from the table in `abi/enums.rs`.
 
 use crate::abi::{DLDevice, DeviceType};
 
-const NAMES: [(DeviceType, &str); 16] = [
-    (DeviceType::CPU, "cpu"),
-    (DeviceType::CUDA, "cuda"),
-    (DeviceType::CUDA_HOST, "cuda_host"),
-    (DeviceType::OPENCL, "opencl"),
-    (DeviceType::VULKAN, "vulkan"),
-    (DeviceType::METAL, "metal"),
-    (DeviceType::VPI, "vpi"),
-    (DeviceType::ROCM, "rocm"),
-    (DeviceType::ROCM_HOST, "rocm_host"),
-    (DeviceType::EXT_DEV, "ext_dev"),
-    (DeviceType::CUDA_MANAGED, "cuda_managed"),
-    (DeviceType::ONEAPI, "oneapi"),
-    (DeviceType::WEBGPU, "webgpu"),
-    (DeviceType::HEXAGON, "hexagon"),
-    (DeviceType::MAIA, "maia"),
-    (DeviceType::TRN, "trn"),
-];
-
-/// Whether DLPack 1.3 names this device type.
+/// Whether DLPack names this device type (1.3, or its main branch after 1.3).
 pub fn is_known(device_type: DeviceType) -> bool {
     type_name(device_type).is_some()
 }
 
 pub fn type_name(device_type: DeviceType) -> Option<&'static str> {
-    NAMES.iter().find(|(t, _)| *t == device_type).map(|(_, n)| *n)
+    device_type.row().map(|row| row.name)
+}
+
+/// The span of device types DLPack names, for messages: `1..=21`.
+pub fn known_range() -> String {
+    let values = DeviceType::TABLE.iter().map(|row| row.value.0);
+    format!("{}..={}", values.clone().min().unwrap_or(0), values.max().unwrap_or(0))
 }
 
 /// `cuda:1`, or `device(type=99):0` for a type DLPack does not name.
@@ -44,7 +32,7 @@ pub fn parse(text: &str) -> Option<DLDevice> {
         Some((kind, id)) => (kind, id.parse::<i32>().ok().filter(|&i| i >= 0)?),
         None => (text, 0),
     };
-    let device_type = NAMES.iter().find(|(_, n)| *n == kind).map(|(t, _)| *t)?;
+    let device_type = DeviceType::TABLE.iter().find(|row| row.name == kind)?.value;
     Some(DLDevice { device_type, device_id: id })
 }
 
@@ -61,5 +49,7 @@ mod tests {
         assert_eq!(parse("gpu:0"), None);
         assert_eq!(parse("cuda:-1"), None);
         assert_eq!(name(DLDevice { device_type: DeviceType(99), device_id: 0 }), "device(type=99):0");
+        assert_eq!(parse("tpu_host:0"), Some(DLDevice { device_type: DeviceType::TPU_HOST, device_id: 0 }));
+        assert!(is_known(DeviceType::ASCEND) && !is_known(DeviceType(5)));
     }
 }

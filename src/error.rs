@@ -1,6 +1,10 @@
-//! Errors: a kind (a Python exception name) and a message, delivered through the channel each
-//! entry point defines, and the one boundary that keeps panics from crossing `extern "C"`.
+//! Errors: a kind (a Python exception name) and a message, the channels an entry point
+//! reports them on, and the one boundary that keeps panics from crossing `extern "C"`.
+//!
+//! Nothing here knows Python: the Python channel (`cpython::Raise`) is one more [`Channel`],
+//! implemented where CPython is. See docs/design.md, "Errors".
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::fmt;
@@ -17,76 +21,167 @@ pub enum ErrorKind {
     BufferError,
     NotImplementedError,
     RuntimeError,
+    /// A Python exception is already set on this thread (a CPython call failed): the Python
+    /// channel leaves it in place; other channels must take it first (`cpython::take_pending`).
+    PythonPending,
 }
 
+/// The kinds that are Python exceptions, with their names: the one place they are spelled.
+const EXCEPTIONS: [(ErrorKind, &CStr); 6] = [
+    (ErrorKind::MemoryError, c"MemoryError"),
+    (ErrorKind::ValueError, c"ValueError"),
+    (ErrorKind::TypeError, c"TypeError"),
+    (ErrorKind::BufferError, c"BufferError"),
+    (ErrorKind::NotImplementedError, c"NotImplementedError"),
+    (ErrorKind::RuntimeError, c"RuntimeError"),
+];
+
 impl ErrorKind {
+    /// Every kind a caller can be told about, in a fixed order (`exception_index` indexes it).
+    pub fn exceptions() -> impl Iterator<Item = (ErrorKind, &'static CStr)> {
+        EXCEPTIONS.into_iter()
+    }
+
+    /// The Python exception's name; a pending exception reads as RuntimeError where it could not
+    /// be taken.
     pub fn name(self) -> &'static CStr {
+        EXCEPTIONS[self.exception_index()].1
+    }
+
+    /// The position of this kind's exception in [`ErrorKind::exceptions`].
+    pub fn exception_index(self) -> usize {
         match self {
-            ErrorKind::MemoryError => c"MemoryError",
-            ErrorKind::ValueError => c"ValueError",
-            ErrorKind::TypeError => c"TypeError",
-            ErrorKind::BufferError => c"BufferError",
-            ErrorKind::NotImplementedError => c"NotImplementedError",
-            ErrorKind::RuntimeError => c"RuntimeError",
+            ErrorKind::PythonPending => EXCEPTIONS.len() - 1,
+            kind => kind as usize,
         }
+    }
+
+    /// The kind a Python exception name stands for; None for names dlpx does not map.
+    pub fn from_name(name: &str) -> Option<ErrorKind> {
+        EXCEPTIONS.iter().find(|(_, n)| n.to_bytes() == name.as_bytes()).map(|(kind, _)| *kind)
     }
 }
 
-/// An error with its full message, e.g. `dlpx: allocator: shape[2] = -3 is negative`.
+const _: () = {
+    // `exception_index` relies on the declaration order matching the table.
+    assert!(ErrorKind::MemoryError as usize == 0 && ErrorKind::RuntimeError as usize == 5);
+};
+
+/// Where the message's entry-point prefix comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Context {
+    /// Not yet known: the boundary the error leaves through names its entry point.
+    Unset,
+    /// `dlpx: <entry point>: <fact>`.
+    At(&'static str),
+    /// A message complete as it is (another library's, taken from a Python exception).
+    Verbatim,
+}
+
+/// An error: its kind and the fact, e.g. `shape[2] = -3 is negative`, reported as
+/// `dlpx: allocator: shape[2] = -3 is negative` once the boundary has added its entry point.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Error {
     pub kind: ErrorKind,
-    pub message: String,
+    context: Context,
+    fact: Cow<'static, str>,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// `context` is the entry point (`allocator`, `from_dlpack`); the message is prefixed `dlpx: context: `.
-    pub fn new(kind: ErrorKind, context: &str, fact: impl fmt::Display) -> Self {
-        Error { kind, message: format!("dlpx: {context}: {fact}") }
+    pub fn new(kind: ErrorKind, fact: impl fmt::Display) -> Self {
+        Error { kind, context: Context::Unset, fact: Cow::Owned(fact.to_string()) }
     }
 
-    pub fn value(context: &str, fact: impl fmt::Display) -> Self {
-        Self::new(ErrorKind::ValueError, context, fact)
+    pub fn value(fact: impl fmt::Display) -> Self {
+        Self::new(ErrorKind::ValueError, fact)
     }
 
-    pub fn type_error(context: &str, fact: impl fmt::Display) -> Self {
-        Self::new(ErrorKind::TypeError, context, fact)
+    pub fn type_error(fact: impl fmt::Display) -> Self {
+        Self::new(ErrorKind::TypeError, fact)
     }
 
-    pub fn buffer(context: &str, fact: impl fmt::Display) -> Self {
-        Self::new(ErrorKind::BufferError, context, fact)
+    pub fn buffer(fact: impl fmt::Display) -> Self {
+        Self::new(ErrorKind::BufferError, fact)
     }
 
-    pub fn not_implemented(context: &str, fact: impl fmt::Display) -> Self {
-        Self::new(ErrorKind::NotImplementedError, context, fact)
+    pub fn not_implemented(fact: impl fmt::Display) -> Self {
+        Self::new(ErrorKind::NotImplementedError, fact)
     }
 
-    pub fn memory(context: &str, fact: impl fmt::Display) -> Self {
-        Self::new(ErrorKind::MemoryError, context, fact)
+    pub fn memory(fact: impl fmt::Display) -> Self {
+        Self::new(ErrorKind::MemoryError, fact)
     }
 
-    pub fn runtime(context: &str, fact: impl fmt::Display) -> Self {
-        Self::new(ErrorKind::RuntimeError, context, fact)
+    pub fn runtime(fact: impl fmt::Display) -> Self {
+        Self::new(ErrorKind::RuntimeError, fact)
     }
 
-    /// The same message as a BufferError: what an importer raises for data it cannot describe.
+    /// `what` is NULL (a `NonNull::new(p).ok_or_else(...)` for every pointer argument).
+    pub fn null(what: &'static str) -> Self {
+        Error { kind: ErrorKind::ValueError, context: Context::Unset, fact: Cow::Owned(format!("{what} is NULL")) }
+    }
+
+    /// "A Python exception is already set" (a CPython call returned its failure value).
+    pub fn python_pending() -> Self {
+        Error {
+            kind: ErrorKind::PythonPending,
+            context: Context::Unset,
+            fact: Cow::Borrowed("a Python exception is pending"),
+        }
+    }
+
+    /// An error whose message is complete as given (no `dlpx:` prefix is added).
+    pub fn verbatim(kind: ErrorKind, message: String) -> Self {
+        Error { kind, context: Context::Verbatim, fact: Cow::Owned(message) }
+    }
+
+    pub fn is_python_pending(&self) -> bool {
+        self.kind == ErrorKind::PythonPending
+    }
+
+    /// Names the entry point, unless an inner one already did (errors made outside any boundary,
+    /// such as a deleter's, name theirs themselves).
+    pub fn at(mut self, context: &'static str) -> Self {
+        if self.context == Context::Unset {
+            self.context = Context::At(context);
+        }
+        self
+    }
+
+    /// The same error as a BufferError: what an importer raises for data it cannot describe.
     pub fn into_buffer_error(self) -> Self {
         Error { kind: ErrorKind::BufferError, ..self }
     }
 
+    /// The fact alone, without the `dlpx: entry point:` prefix.
+    pub fn fact(&self) -> &str {
+        &self.fact
+    }
+
+    /// The whole message: `dlpx: allocator: shape[2] = -3 is negative`.
+    pub fn message(&self) -> String {
+        match self.context {
+            Context::Unset => format!("dlpx: {}", self.fact),
+            Context::At(context) => format!("dlpx: {context}: {}", self.fact),
+            Context::Verbatim => self.fact.to_string(),
+        }
+    }
+
     /// The message as a C string; an interior NUL (from a foreign message) is cut there.
     pub fn c_message(&self) -> CString {
-        let bytes = self.message.as_bytes();
-        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-        CString::new(&bytes[..end]).expect("NUL removed above")
+        let mut bytes = self.message().into_bytes();
+        if let Some(end) = bytes.iter().position(|&b| b == 0) {
+            bytes.truncate(end);
+        }
+        CString::new(bytes).expect("NUL removed above")
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(&self.message())
     }
 }
 
@@ -94,7 +189,6 @@ thread_local! {
     static LAST_ERROR: RefCell<Option<(ErrorKind, CString)>> = const { RefCell::new(None) };
 }
 
-/// Stores `err` as this thread's last error (what `dlpx_last_error()` returns).
 /// Stores `err` as this thread's last error (what `dlpx_last_error()` returns). While the thread
 /// is being torn down the slot is gone and the message is dropped (nothing here may panic).
 pub fn set_last_error(err: &Error) {
@@ -133,31 +227,34 @@ pub fn clear_last_error() {
     });
 }
 
-/// Where an entry point reports its failure (ARCHITECTURE decision 6).
-#[derive(Clone, Copy)]
-pub enum Channel {
-    /// Plain C API: the thread-local `dlpx_last_error()`.
-    LastError,
-    /// The allocator: `SetError(error_ctx, kind, message)`; a NULL `SetError` falls back to the
-    /// thread-local so the message is never lost.
-    SetError(*mut c_void, SetErrorFn),
-    /// PyObject entry points: a Python exception (the caller holds the GIL).
-    Python,
+/// Where an entry point reports its failure (docs/design.md, "Errors").
+pub trait Channel: Copy {
+    fn deliver(self, err: &Error);
 }
 
-impl Channel {
-    pub fn deliver(self, err: &Error) {
-        match self {
-            Channel::LastError => set_last_error(err),
-            Channel::SetError(ctx, Some(set_error)) => {
-                set_last_error(err);
-                let message = err.c_message();
-                // SAFETY: the caller handed us this callback for exactly this purpose; both strings
-                // are NUL-terminated and outlive the call.
-                unsafe { set_error(ctx, err.kind.name().as_ptr(), message.as_ptr()) };
-            }
-            Channel::SetError(_, None) => set_last_error(err),
-            Channel::Python => crate::python::raise(err),
+/// Plain C API: the thread-local `dlpx_last_error()`.
+#[derive(Clone, Copy)]
+pub struct LastError;
+
+impl Channel for LastError {
+    fn deliver(self, err: &Error) {
+        set_last_error(err)
+    }
+}
+
+/// The allocator: `ErrorCallback(error_ctx, kind, message)` exactly once; a NULL `SetError` falls
+/// back to the thread-local so the message is never lost.
+#[derive(Clone, Copy)]
+pub struct ErrorCallback(pub *mut c_void, pub SetErrorFn);
+
+impl Channel for ErrorCallback {
+    fn deliver(self, err: &Error) {
+        set_last_error(err);
+        if let ErrorCallback(ctx, Some(set_error)) = self {
+            let message = err.c_message();
+            // SAFETY: the caller handed us this callback for exactly this purpose; both strings
+            // are NUL-terminated and outlive the call.
+            unsafe { set_error(ctx, err.kind.name().as_ptr(), message.as_ptr()) };
         }
     }
 }
@@ -190,30 +287,97 @@ impl FailureValue for () {
 }
 
 /// The one boundary every `extern "C"` body runs inside: an `Err` or a panic becomes the
-/// failure value, with the error delivered on `channel`. Nothing unwinds into C.
+/// failure value, with the error, named after the entry point `context`, delivered on
+/// `channel`. Nothing unwinds into C.
 #[inline(always)]
-pub fn boundary<T: FailureValue>(channel: Channel, context: &str, body: impl FnOnce() -> Result<T>) -> T {
+pub fn boundary<T: FailureValue, C: Channel>(channel: C, context: &'static str, body: impl FnOnce() -> Result<T>) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(value)) => value,
-        Ok(Err(err)) => fail(channel, &err),
-        Err(payload) => fail(channel, &panic_error(context, payload)),
+        Ok(Err(err)) => fail(channel, err.at(context)),
+        Err(payload) => fail(channel, panic_error(payload).at(context)),
+    }
+}
+
+/// Runs a deleter-like body that reports nowhere (a deleter returns nothing): a panic is kept
+/// from unwinding into C and its message goes to `dlpx_last_error()`, named after `context`.
+#[inline(always)]
+pub fn guard(context: &'static str, body: impl FnOnce()) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(body)) {
+        set_last_error(&panic_error(payload).at(context));
     }
 }
 
 #[cold]
 #[inline(never)]
-fn fail<T: FailureValue>(channel: Channel, err: &Error) -> T {
+fn fail<T: FailureValue, C: Channel>(channel: C, err: Error) -> T {
     // Delivering must not unwind either (a SetError written in C++ could, in theory, throw).
-    let _ = catch_unwind(AssertUnwindSafe(|| channel.deliver(err)));
+    let _ = catch_unwind(AssertUnwindSafe(|| channel.deliver(&err)));
     T::failure()
 }
 
 #[cold]
-fn panic_error(context: &str, payload: Box<dyn std::any::Any + Send>) -> Error {
+fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
     let what = payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".to_string());
-    Error::runtime(context, format!("internal error (panic): {what}"))
+    Error::runtime(format!("internal error (panic): {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn the_boundary_names_the_entry_point_once() {
+        let err = Error::value("shape[2] = -3 is negative").at("allocator");
+        assert_eq!(err.message(), "dlpx: allocator: shape[2] = -3 is negative");
+        assert_eq!(err.clone().at("outer").message(), err.message(), "an inner entry point wins");
+        assert_eq!(Error::verbatim(ErrorKind::TypeError, "torch: bad".into()).at("x").message(), "torch: bad");
+        assert_eq!(Error::null("out").message(), "dlpx: out is NULL");
+    }
+
+    #[test]
+    fn kinds_and_names_are_one_table() {
+        for (kind, name) in ErrorKind::exceptions() {
+            assert_eq!(kind.name(), name);
+            assert_eq!(ErrorKind::from_name(name.to_str().unwrap()), Some(kind));
+        }
+        assert_eq!(ErrorKind::from_name("KeyError"), None);
+        assert_eq!(ErrorKind::PythonPending.name(), c"RuntimeError");
+    }
+
+    #[test]
+    fn a_panic_becomes_the_failure_value_and_a_message() {
+        clear_last_error();
+        let r: c_int = boundary(LastError, "probe", || panic!("boom"));
+        assert_eq!(r, -1);
+        // SAFETY: set just above on this thread.
+        let message = unsafe { CStr::from_ptr(last_error_ptr()) }.to_str().unwrap().to_string();
+        assert_eq!(message, "dlpx: probe: internal error (panic): boom");
+        guard("deleter", || panic!("late"));
+        let message = unsafe { CStr::from_ptr(last_error_ptr()) }.to_str().unwrap().to_string();
+        assert_eq!(message, "dlpx: deleter: internal error (panic): late");
+    }
+
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    unsafe extern "C" fn count(_ctx: *mut c_void, kind: *const c_char, _message: *const c_char) {
+        // SAFETY: dlpx passes a NUL-terminated kind name.
+        assert_eq!(unsafe { CStr::from_ptr(kind) }, c"MemoryError");
+        CALLS.fetch_add(1, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn set_error_is_called_exactly_once_and_only_on_failure() {
+        let channel = ErrorCallback(std::ptr::null_mut(), Some(count));
+        let ok: c_int = boundary(channel, "allocator", || Ok(0));
+        assert_eq!((ok, CALLS.load(Ordering::SeqCst)), (0, 0));
+        let failed: c_int = boundary(channel, "allocator", || Err(Error::memory("out of memory")));
+        assert_eq!((failed, CALLS.load(Ordering::SeqCst)), (-1, 1));
+        let tolerated: c_int =
+            boundary(ErrorCallback(std::ptr::null_mut(), None), "allocator", || Err(Error::memory("x")));
+        assert_eq!(tolerated, -1);
+    }
 }

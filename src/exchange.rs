@@ -1,4 +1,6 @@
-//! The static `DLPackExchangeAPI`: dlpx's producer table, alive for the whole process.
+//! The static `DLPackExchangeAPI`s, alive for the whole process: dlpx's producer table, the
+//! universal table the kernel API uses for objects whose type publishes none, and the Python
+//! module's init, which hands dlpx's table down to the type that publishes it.
 //!
 //! Every entry point is a thin shell: the boundary (errors by the entry point's channel, no
 //! panic into C) around one call into the module that does the work.
@@ -8,11 +10,13 @@ use std::ptr::NonNull;
 
 use crate::abi::*;
 use crate::allocation;
-use crate::error::{boundary, Channel, Error};
-use crate::python::tensor_type;
+use crate::cpython::Raise;
+use crate::error::{boundary, Error, ErrorCallback, LastError};
+use crate::python::{self, tensor_type};
 use crate::stream;
 
-/// dlpx's v1 table. It is the tail of its chain: no older major version exists (ruling 8).
+/// dlpx's v1 table. It is the tail of its chain: no older major version exists
+/// (docs/design.md, "Rulings").
 pub static EXCHANGE_API: DLPackExchangeAPI = DLPackExchangeAPI {
     header: DLPackExchangeAPIHeader {
         version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
@@ -25,17 +29,41 @@ pub static EXCHANGE_API: DLPackExchangeAPI = DLPackExchangeAPI {
     current_work_stream: Some(current_work_stream),
 };
 
+/// The fallback table for objects whose type publishes none: imports go through
+/// `__dlpack__`, outputs are dlpx's. It has no non-owning view (a view of an object without a
+/// table needs an owner, see `dlpx_view_of`).
+pub static UNIVERSAL_API: DLPackExchangeAPI = DLPackExchangeAPI {
+    header: DLPackExchangeAPIHeader {
+        version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
+        prev_api: std::ptr::null_mut(),
+    },
+    managed_tensor_allocator: EXCHANGE_API.managed_tensor_allocator,
+    managed_tensor_from_py_object_no_sync: Some(python::kernel::universal_from_py),
+    managed_tensor_to_py_object_no_sync: EXCHANGE_API.managed_tensor_to_py_object_no_sync,
+    dltensor_from_py_object_no_sync: None,
+    current_work_stream: EXCHANGE_API.current_work_stream,
+};
+
+/// Entry point CPython calls when `dlpx._native` is loaded from `libdlpx.so`.
+///
+/// # Safety
+/// Called by CPython's import machinery, with the GIL held.
+#[no_mangle]
+pub unsafe extern "C" fn PyInit__native() -> *mut pyo3_ffi::PyObject {
+    python::module::init(&EXCHANGE_API)
+}
+
 unsafe extern "C" fn managed_tensor_allocator(
     prototype: *mut DLTensor,
     out: *mut *mut DLManagedTensorVersioned,
     error_ctx: *mut c_void,
     set_error: SetErrorFn,
 ) -> c_int {
-    boundary(Channel::SetError(error_ctx, set_error), "allocator", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::value("allocator", "out is NULL"))?;
-        let prototype = NonNull::new(prototype).ok_or_else(|| Error::value("allocator", "prototype is NULL"))?;
+    boundary(ErrorCallback(error_ctx, set_error), "allocator", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
+        let prototype = NonNull::new(prototype).ok_or_else(|| Error::null("prototype"))?;
         // SAFETY: non-NULL; the caller promises a valid prototype whose shape has ndim values.
-        let managed = unsafe { allocation::allocate("allocator", prototype.as_ref())? };
+        let managed = unsafe { allocation::allocate(prototype.as_ref())? };
         // SAFETY: `out` is non-NULL and writable by the caller's contract.
         unsafe { out.as_ptr().write(managed.as_ptr()) };
         Ok(0)
@@ -46,7 +74,7 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
     py_object: *mut c_void,
     out: *mut *mut DLManagedTensorVersioned,
 ) -> c_int {
-    boundary(Channel::Python, "managed_tensor_from_py_object_no_sync", || {
+    boundary(Raise, "managed_tensor_from_py_object_no_sync", || {
         // SAFETY: the caller holds the GIL and passes a live object (or NULL, which is checked).
         unsafe { tensor_type::managed_from_py(py_object.cast(), out) }
     })
@@ -56,7 +84,7 @@ unsafe extern "C" fn managed_tensor_to_py_object_no_sync(
     tensor: *mut DLManagedTensorVersioned,
     out_py_object: *mut *mut c_void,
 ) -> c_int {
-    boundary(Channel::Python, "managed_tensor_to_py_object_no_sync", || {
+    boundary(Raise, "managed_tensor_to_py_object_no_sync", || {
         // SAFETY: the caller holds the GIL and owns `tensor`; ownership moves only on success.
         unsafe { tensor_type::to_py(tensor, out_py_object.cast()) }
     })
@@ -98,7 +126,7 @@ unsafe extern "C" fn record_current_stream(py_object: *mut c_void) -> c_int {
 
 #[cold]
 unsafe extern "C" fn dltensor_from_py_object_checked(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
-    boundary(Channel::Python, "dltensor_from_py_object_no_sync", || {
+    boundary(Raise, "dltensor_from_py_object_no_sync", || {
         // SAFETY: the caller holds the GIL and passes a live object and writable `out`.
         unsafe { tensor_type::dltensor_from_py(py_object.cast(), out) }
     })
@@ -122,7 +150,11 @@ unsafe extern "C" fn current_work_stream(device_type: DeviceType, device_id: i32
 }
 
 #[inline(never)]
-unsafe extern "C" fn current_work_stream_lookup(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn current_work_stream_lookup(
+    device_type: DeviceType,
+    device_id: i32,
+    out: *mut *mut c_void,
+) -> c_int {
     // SAFETY: non-NULL and writable, checked by the caller.
     unsafe { out.write(stream::current(DLDevice { device_type, device_id })) };
     0
@@ -130,9 +162,13 @@ unsafe extern "C" fn current_work_stream_lookup(device_type: DeviceType, device_
 
 /// Never touches Python: tvm-ffi calls it with the GIL released. Errors go to dlpx_last_error().
 #[cold]
-unsafe extern "C" fn current_work_stream_checked(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
-    boundary(Channel::LastError, "current_work_stream", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::value("current_work_stream", "out_current_stream is NULL"))?;
+unsafe extern "C" fn current_work_stream_checked(
+    device_type: DeviceType,
+    device_id: i32,
+    out: *mut *mut c_void,
+) -> c_int {
+    boundary(LastError, "current_work_stream", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out_current_stream"))?;
         let stream = stream::current(DLDevice { device_type, device_id });
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { out.as_ptr().write(stream) };

@@ -6,12 +6,14 @@
 
 pub mod abi;
 pub mod allocation;
-pub mod capi;
 pub mod chain;
 pub mod copy;
+pub mod cpython;
 pub mod device;
+pub mod dtype;
 pub mod error;
 pub mod exchange;
+pub mod exports;
 pub mod layout;
 pub mod memory;
 pub mod python;

@@ -57,9 +57,7 @@ pub fn current(device: DLDevice) -> *mut c_void {
         return std::ptr::null_mut();
     }
     let key = key(device);
-    CURRENT
-        .try_with(|streams| streams.find(key).map_or(0, |i| streams.entries[i].1.get()))
-        .unwrap_or(0) as *mut c_void
+    CURRENT.try_with(|streams| streams.find(key).map_or(0, |i| streams.entries[i].1.get())).unwrap_or(0) as *mut c_void
 }
 
 /// Whether this thread has set any stream (else every device uses its default stream).
@@ -70,7 +68,7 @@ pub fn any_set() -> bool {
 
 /// Makes `stream` this thread's current stream on `device` (NULL clears it) and returns the
 /// previous one, so a caller can restore it.
-pub fn set_current(context: &str, device: DLDevice, stream: *mut c_void) -> Result<*mut c_void> {
+pub fn set_current(device: DLDevice, stream: *mut c_void) -> Result<*mut c_void> {
     if !stream.is_null() {
         EVER_SET.store(true, Ordering::Relaxed);
     }
@@ -88,10 +86,9 @@ pub fn set_current(context: &str, device: DLDevice, stream: *mut c_void) -> Resu
             }
             Some(i) => Ok(streams.entries[i].1.replace(stream as usize) as *mut c_void),
             None if stream.is_null() => Ok(std::ptr::null_mut()),
-            None if len == MAX_STREAMS_PER_THREAD => Err(Error::value(
-                context,
-                format!("a thread can hold current streams on at most {MAX_STREAMS_PER_THREAD} devices"),
-            )),
+            None if len == MAX_STREAMS_PER_THREAD => Err(Error::value(format!(
+                "a thread can hold current streams on at most {MAX_STREAMS_PER_THREAD} devices"
+            ))),
             None => {
                 streams.entries[len].0.set(key);
                 streams.entries[len].1.set(stream as usize);
@@ -100,4 +97,44 @@ pub fn set_current(context: &str, device: DLDevice, stream: *mut c_void) -> Resu
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cuda(id: i32) -> DLDevice {
+        DLDevice { device_type: DeviceType::CUDA, device_id: id }
+    }
+
+    #[test]
+    fn streams_are_per_thread_and_per_device_and_restorable() {
+        let s1 = 0x1000 as *mut c_void;
+        assert_eq!(set_current(cuda(0), s1).unwrap(), std::ptr::null_mut());
+        assert_eq!(current(cuda(0)), s1);
+        assert_eq!(current(cuda(1)), std::ptr::null_mut(), "another device keeps its default");
+        assert_eq!(current(DLDevice { device_type: DeviceType::CPU, device_id: 0 }), std::ptr::null_mut());
+        std::thread::spawn(|| assert_eq!(current(cuda(0)), std::ptr::null_mut(), "another thread too")).join().unwrap();
+        assert_eq!(set_current(cuda(0), std::ptr::null_mut()).unwrap(), s1, "clearing returns the previous");
+        assert!(!any_set());
+    }
+
+    #[test]
+    fn a_thread_holds_streams_on_at_most_sixteen_devices() {
+        std::thread::spawn(|| {
+            for id in 0..MAX_STREAMS_PER_THREAD as i32 {
+                set_current(cuda(id), 0x2000 as *mut c_void).unwrap();
+            }
+            let err = set_current(cuda(99), 0x2000 as *mut c_void).unwrap_err();
+            assert!(err.fact().contains("at most 16 devices"), "{}", err.fact());
+            // Removing one (the last moves into its slot) makes room, and the others keep theirs.
+            set_current(cuda(3), std::ptr::null_mut()).unwrap();
+            set_current(cuda(99), 0x3000 as *mut c_void).unwrap();
+            assert_eq!(current(cuda(99)), 0x3000 as *mut c_void);
+            assert_eq!(current(cuda(15)), 0x2000 as *mut c_void);
+            assert_eq!(current(cuda(3)), std::ptr::null_mut());
+        })
+        .join()
+        .unwrap();
+    }
 }

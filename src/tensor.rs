@@ -108,7 +108,7 @@ impl Tensor {
     /// [`Tensor::empty`] recording DLPack flags; only IS_SUBBYTE_TYPE_PADDED is kept (it sizes
     /// sub-byte dtypes one element per byte).
     pub fn empty_with_flags(shape: &[i64], dtype: DLDataType, device: DLDevice, flags: u64) -> Result<Tensor> {
-        let ndim = i32::try_from(shape.len()).map_err(|_| Error::value("empty", "too many dimensions"))?;
+        let ndim = i32::try_from(shape.len()).map_err(|_| Error::value("too many dimensions"))?;
         let prototype = DLTensor {
             data: std::ptr::null_mut(),
             device,
@@ -119,7 +119,7 @@ impl Tensor {
             byte_offset: 0,
         };
         // SAFETY: `shape` is a live slice of `ndim` values.
-        let managed = unsafe { allocation::allocate_with_flags("empty", &prototype, flags)? };
+        let managed = unsafe { allocation::allocate_with_flags(&prototype, flags)? };
         // SAFETY: a fresh, valid tensor from our allocator; ownership passes to the Tensor.
         Ok(unsafe { Self::adopt_valid(managed) })
     }
@@ -129,15 +129,14 @@ impl Tensor {
     ///
     /// # Safety
     /// `managed` points to a live managed tensor that the caller owns.
-    pub unsafe fn from_managed(context: &str, managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
+    pub unsafe fn from_managed(managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
         // SAFETY: live by the caller's contract; only the version (in every major's stable prefix)
         // is read before the version check allows a reference to the whole v1 struct.
         let major = unsafe { std::ptr::addr_of!((*managed.as_ptr()).version.major).read() };
         if major != DLPACK_MAJOR_VERSION {
-            return Err(Error::buffer(
-                context,
-                format!("unsupported DLPack major version {major} (dlpx supports {DLPACK_MAJOR_VERSION})"),
-            ));
+            return Err(Error::buffer(format!(
+                "unsupported DLPack major version {major} (dlpx supports {DLPACK_MAJOR_VERSION})"
+            )));
         }
         // SAFETY: a v1 struct, live and owned by the caller.
         let m = unsafe { managed.as_ref() };
@@ -156,7 +155,7 @@ impl Tensor {
             return Ok(unsafe { Self::adopt_valid(managed) });
         }
         // SAFETY: as above; the version is known, so the whole struct may be read.
-        let dims = unsafe { check_imported(context, &m.dl_tensor, m.flags)? };
+        let dims = unsafe { check_imported(&m.dl_tensor, m.flags)? };
         Ok(Self::build(m.dl_tensor, m.flags, Owner::Versioned(managed), dims))
     }
 
@@ -165,11 +164,11 @@ impl Tensor {
     ///
     /// # Safety
     /// `managed` points to a live legacy managed tensor that the caller owns.
-    pub unsafe fn from_legacy(context: &str, managed: NonNull<DLManagedTensor>) -> Result<Tensor> {
+    pub unsafe fn from_legacy(managed: NonNull<DLManagedTensor>) -> Result<Tensor> {
         // SAFETY: live by the caller's contract.
         let m = unsafe { managed.as_ref() };
         // SAFETY: as above.
-        let dims = unsafe { check_imported(context, &m.dl_tensor, 0)? };
+        let dims = unsafe { check_imported(&m.dl_tensor, 0)? };
         Ok(Self::build(m.dl_tensor, 0, Owner::Legacy(managed), dims))
     }
 
@@ -226,7 +225,7 @@ impl Tensor {
 
     /// Bytes the elements occupy (packed sub-byte types unless flagged padded).
     pub fn nbytes(&self) -> u64 {
-        layout::nbytes("nbytes", self.numel(), self.0.dl.dtype, self.0.flags).unwrap_or(u64::MAX)
+        layout::nbytes(self.numel(), self.0.dl.dtype, self.0.flags).unwrap_or(u64::MAX)
     }
 
     pub fn is_contiguous(&self) -> bool {
@@ -247,7 +246,11 @@ impl Tensor {
     /// [`Tensor::export_versioned`] for a consumer working on `consumer` = (CUDA device, stream):
     /// when the export is released, an event recorded on that stream fences the free (or the
     /// pinned reuse) of this tensor's memory, if dlpx allocated it.
-    pub fn export_versioned_to(&self, extra_flags: u64, consumer: Option<(i32, *mut c_void)>) -> Result<NonNull<DLManagedTensorVersioned>> {
+    pub fn export_versioned_to(
+        &self,
+        extra_flags: u64,
+        consumer: Option<(i32, *mut c_void)>,
+    ) -> Result<NonNull<DLManagedTensorVersioned>> {
         let block = export_block()?;
         write_tail(block, consumer);
         let managed = block.cast::<DLManagedTensorVersioned>();
@@ -317,20 +320,21 @@ const _: () = assert!(TAIL_OFFSET + size_of::<ExportTail>() <= EXPORT_BLOCK.byte
 
 #[inline]
 fn write_tail(block: NonNull<u8>, consumer: Option<(i32, *mut c_void)>) {
-    let (device_id, stream) = consumer.map_or((0, 0), |(d, s)| (d, s as usize));
-    // 0x2 is the releasing thread's own per-thread stream then; the legacy stream waits for all.
-    let stream = if stream == crate::memory::cuda::STREAM_PER_THREAD { crate::memory::cuda::STREAM_LEGACY } else { stream };
+    // 0x2 is the releasing thread's own per-thread stream then (see `cuda::as_recordable`).
+    let (device_id, stream) = consumer.map_or((0, 0), |(d, s)| (d, crate::memory::cuda::as_recordable(s) as usize));
     // SAFETY: the tail lies inside the export block (asserted above), aligned.
     unsafe { block.as_ptr().add(TAIL_OFFSET).cast::<ExportTail>().write(ExportTail { device_id, stream }) };
 }
 
 #[inline]
 fn export_block() -> Result<NonNull<u8>> {
-    cpu::alloc(EXPORT_BLOCK).ok_or_else(|| Error::memory("export", "out of memory for a managed tensor"))
+    cpu::alloc(EXPORT_BLOCK).ok_or_else(|| Error::memory("out of memory for a managed tensor"))
 }
 
 fn is_our_export(m: &DLManagedTensorVersioned) -> bool {
-    m.deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, delete_versioned_export as unsafe extern "C" fn(*mut DLManagedTensorVersioned)))
+    m.deleter.is_some_and(|d| {
+        std::ptr::fn_addr_eq(d, delete_versioned_export as unsafe extern "C" fn(*mut DLManagedTensorVersioned))
+    })
 }
 
 unsafe extern "C" fn delete_versioned_export(managed: *mut DLManagedTensorVersioned) {
@@ -351,7 +355,8 @@ unsafe extern "C" fn delete_legacy_export(managed: *mut DLManagedTensor) {
 /// `ctx` is the `Arc::into_raw` of an export, `block` its export block; both are given up.
 unsafe fn release_export(ctx: *mut c_void, block: NonNull<u8>) {
     // SAFETY: per the contract; dropping the Arc may run the producer's deleter, on this thread.
-    unsafe {
+    // Called by foreign code through an `extern "C"` deleter: nothing may unwind out of it.
+    crate::error::guard("deleter", || unsafe {
         let core = Arc::from_raw(ctx.cast_const().cast::<Core>());
         let tail = block.as_ptr().add(TAIL_OFFSET).cast::<ExportTail>().read();
         if tail.stream != 0 {
@@ -359,7 +364,7 @@ unsafe fn release_export(ctx: *mut c_void, block: NonNull<u8>) {
         }
         drop(core);
         cpu::free(block, EXPORT_BLOCK);
-    }
+    })
 }
 
 /// The consumer is done with an export it was handed on a stream: fence its work there.
@@ -376,19 +381,19 @@ fn fence_consumer(core: &Core, tail: ExportTail) {
 ///
 /// # Safety
 /// `dl.shape` and `dl.strides`, when non-NULL, point to `dl.ndim` values.
-unsafe fn check_imported(context: &str, dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
-    let bad = |fact: String| Error::buffer(context, fact);
-    let ndim = allocation::checked_ndim(context, dl.ndim).map_err(Error::into_buffer_error)?;
+pub unsafe fn check_imported(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
+    let bad = |fact: String| Error::buffer(fact);
+    let ndim = layout::checked_ndim(dl.ndim).map_err(Error::into_buffer_error)?;
     if ndim > 0 && dl.shape.is_null() {
         return Err(bad(format!("shape is NULL with ndim = {ndim}")));
     }
     if !crate::device::is_known(dl.device.device_type) {
         return Err(bad(format!("unknown device type {}", dl.device.device_type.0)));
     }
-    layout::check_dtype(context, dl.dtype).map_err(Error::into_buffer_error)?;
+    crate::dtype::check(dl.dtype).map_err(Error::into_buffer_error)?;
     let shape = dims(dl.shape, dl.ndim);
-    let numel = layout::numel(context, shape).map_err(Error::into_buffer_error)?;
-    layout::nbytes(context, numel, dl.dtype, flags).map_err(Error::into_buffer_error)?;
+    let numel = layout::numel(shape).map_err(Error::into_buffer_error)?;
+    layout::nbytes(numel, dl.dtype, flags).map_err(Error::into_buffer_error)?;
     if numel > 0 && dl.data.is_null() {
         return Err(bad(format!("data is NULL for {numel} elements")));
     }
@@ -400,4 +405,74 @@ unsafe fn check_imported(context: &str, dl: &DLTensor, flags: u64) -> Result<Opt
     let (shape_part, strides_part) = owned.split_at_mut(ndim);
     layout::compact_strides(shape_part, strides_part);
     Ok(Some(owned))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
+    const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
+
+    #[test]
+    fn an_export_keeps_the_storage_alive_until_its_deleter() {
+        let t = Tensor::empty(&[2, 3], F32, CPU).unwrap();
+        let data = t.dl_tensor().data;
+        let export = t.export_versioned(DLPACK_FLAG_BITMASK_READ_ONLY).unwrap();
+        drop(t);
+        // SAFETY: a live export of ours; its deleter is called exactly once below.
+        unsafe {
+            let m = export.as_ref();
+            assert_eq!((m.version.major, m.version.minor), (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION));
+            assert_eq!(m.dl_tensor.data, data);
+            assert_eq!(std::slice::from_raw_parts(m.dl_tensor.strides, 2), &[3, 1]);
+            assert_eq!(m.flags & DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_FLAG_BITMASK_READ_ONLY);
+            // The data is still ours to write: the export holds the storage.
+            std::ptr::write_bytes(m.dl_tensor.data.cast::<u8>(), 7, 24);
+            (m.deleter.unwrap())(export.as_ptr());
+        }
+    }
+
+    static DELETED: AtomicUsize = AtomicUsize::new(0);
+    unsafe extern "C" fn count_and_free(m: *mut DLManagedTensorVersioned) {
+        DELETED.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: made by `foreign` below with Box::into_raw.
+        drop(unsafe { Box::from_raw(m) });
+    }
+
+    fn foreign(data: &mut [f32; 4], shape: &mut [i64; 1], version: u32) -> NonNull<DLManagedTensorVersioned> {
+        let dl = DLTensor {
+            data: data.as_mut_ptr().cast(),
+            device: CPU,
+            ndim: 1,
+            dtype: F32,
+            shape: shape.as_mut_ptr(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        let m = DLManagedTensorVersioned {
+            version: DLPackVersion { major: version, minor: 0 },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(count_and_free),
+            flags: 0,
+            dl_tensor: dl,
+        };
+        NonNull::new(Box::into_raw(Box::new(m))).unwrap()
+    }
+
+    #[test]
+    fn an_import_calls_the_producers_deleter_once_when_its_last_user_goes() {
+        let (mut data, mut shape) = ([1.0f32, 2.0, 3.0, 4.0], [4i64]);
+        let before = DELETED.load(Ordering::SeqCst);
+        // SAFETY: a valid managed tensor whose deleter frees it; ownership moves in.
+        let t = unsafe { Tensor::from_managed(foreign(&mut data, &mut shape, 1)) }.unwrap();
+        assert_eq!(t.strides(), &[1], "NULL strides from an old producer read as compact (R5)");
+        let export = t.export_versioned(0).unwrap();
+        drop(t);
+        assert_eq!(DELETED.load(Ordering::SeqCst), before, "the export still holds the import");
+        // SAFETY: our export; deleted once.
+        unsafe { (export.as_ref().deleter.unwrap())(export.as_ptr()) };
+        assert_eq!(DELETED.load(Ordering::SeqCst), before + 1);
+    }
 }

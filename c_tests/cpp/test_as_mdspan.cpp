@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "fixture.hpp"
 
 namespace {
 
@@ -25,20 +26,6 @@ auto& elem(const M& md, I... idx) {
   return md.data_handle()[off];
 }
 
-struct Fixture {
-  std::vector<int64_t> shape;
-  std::vector<int64_t> strides;
-  DLTensor t{};
-  Fixture(void* data, DLDataType dtype, std::vector<int64_t> s, std::vector<int64_t> st)
-      : shape(std::move(s)), strides(std::move(st)) {
-    t.data = data;
-    t.device = DLDevice{kDLCPU, 0};
-    t.ndim = static_cast<int32_t>(shape.size());
-    t.dtype = dtype;
-    t.shape = shape.empty() ? nullptr : shape.data();
-    t.strides = strides.empty() ? nullptr : strides.data();
-  }
-};
 
 // A one-byte fp4 stand-in (one value per byte, like CUDA's __nv_fp4_e2m1).
 struct Fp4 {

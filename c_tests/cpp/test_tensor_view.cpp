@@ -8,24 +8,10 @@
 #include <vector>
 
 #include "check.hpp"
+#include "fixture.hpp"
 
 namespace {
 
-// A DLTensor over caller-owned arrays, so each case states its metadata.
-struct Fixture {
-  std::vector<int64_t> shape;
-  std::vector<int64_t> strides;
-  DLTensor t{};
-  Fixture(void* data, DLDataType dtype, std::vector<int64_t> s, std::vector<int64_t> st, bool null_strides = false)
-      : shape(std::move(s)), strides(std::move(st)) {
-    t.data = data;
-    t.device = DLDevice{kDLCPU, 0};
-    t.ndim = static_cast<int32_t>(shape.size());
-    t.dtype = dtype;
-    t.shape = shape.empty() ? nullptr : shape.data();
-    t.strides = null_strides || strides.empty() ? nullptr : strides.data();
-  }
-};
 
 // Row-major strides, computed the plain way to compare with.
 std::vector<int64_t> row_major(const std::vector<int64_t>& shape) {

@@ -14,6 +14,7 @@ import sysconfig
 from importlib.machinery import ExtensionFileLoader
 from importlib.util import module_from_spec, spec_from_loader
 
+from . import _device
 from ._device import Device
 
 __all__ = ["Tensor", "Device", "empty", "from_dlpack", "exchange_api_info", "library_path", "cuda", "__version__"]
@@ -56,6 +57,7 @@ def _load_native():
 
 _native = _load_native()
 _native._set_device_class(Device)
+_device._set_names(_native.DEVICE_TYPE_NAMES)
 
 Tensor = _native.Tensor
 empty = _native.empty

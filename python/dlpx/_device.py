@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import NamedTuple, Union
 
-_NAMES = {
-    1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi", 10: "rocm",
-    11: "rocm_host", 12: "ext_dev", 13: "cuda_managed", 14: "oneapi", 15: "webgpu", 16: "hexagon",
-    17: "maia", 18: "trn",
-}
-_CODES = {name: code for code, name in _NAMES.items()}
+# Filled from the native table (``dlpx._native.DEVICE_TYPE_NAMES``, DLPack's device types as
+# dlpx spells them once) when the package loads the library.
+_NAMES: "dict[int, str]" = {}
+_CODES: "dict[str, int]" = {}
+
+
+def _set_names(names: "dict[int, str]") -> None:
+    _NAMES.update(names)
+    _CODES.update({name: code for code, name in names.items()})
 
 
 class Device(NamedTuple):

@@ -8,7 +8,9 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
-use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdeviceptr, CUevent, CUmemAccessDesc, CUmemPoolProps, CUmemoryPool, CUstream};
+use cudarc::driver::sys::{
+    self, CUcontext, CUdevice, CUdeviceptr, CUevent, CUmemAccessDesc, CUmemPoolProps, CUmemoryPool, CUstream,
+};
 use once_cell::sync::OnceCell;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -93,24 +95,24 @@ struct Loaded {
 static LOADED: OnceCell<std::result::Result<Loaded, (ErrorKind, String)>> = OnceCell::new();
 
 /// The driver, loaded and initialised on first use (thread-safe; later calls are a load).
-pub fn get(context: &str) -> Result<&'static Driver> {
-    loaded(context).map(|l| &l.driver)
+pub fn get() -> Result<&'static Driver> {
+    loaded().map(|l| &l.driver)
 }
 
 /// The number of CUDA devices.
-pub fn device_count(context: &str) -> Result<i32> {
-    loaded(context).map(|l| l.device_count)
+pub fn device_count() -> Result<i32> {
+    loaded().map(|l| l.device_count)
 }
 
-fn loaded(context: &str) -> Result<&'static Loaded> {
+fn loaded() -> Result<&'static Loaded> {
     // cuInit can take a second: the GIL is released for it (see `without_gil`).
     let loaded = match LOADED.get() {
         Some(loaded) => loaded,
-        None => crate::python::without_gil(|| LOADED.get_or_init(load)),
+        None => crate::memory::blocking::blocking(|| LOADED.get_or_init(load)),
     };
     match loaded {
         Ok(loaded) => Ok(loaded),
-        Err((kind, message)) => Err(Error::new(*kind, context, message)),
+        Err((kind, message)) => Err(Error::new(*kind, message)),
     }
 }
 
@@ -127,7 +129,8 @@ fn load() -> std::result::Result<Loaded, (ErrorKind, String)> {
     if let Some(get_version) = lookup(b"cuDriverGetVersion\0").filter(|p| !p.is_null()) {
         // Asked before the whole table: an old driver lacks newer functions, and "too old" says why.
         // SAFETY: the driver's cuDriverGetVersion, callable before cuInit.
-        let get_version = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_int) -> c_int>(get_version) };
+        let get_version =
+            unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_int) -> c_int>(get_version) };
         let mut version = 0;
         // SAFETY: a valid out pointer.
         if unsafe { get_version(&mut version) } == CUDA_SUCCESS && version < MIN_DRIVER_VERSION {
@@ -141,16 +144,18 @@ fn load() -> std::result::Result<Loaded, (ErrorKind, String)> {
         // A driver on a machine without a GPU: every device request names the count, 0.
         return Ok(Loaded { driver, device_count: 0 });
     }
-    check(&driver, "cuInit", initialised).map_err(|e| (e.kind, e.message))?;
+    check(&driver, "cuInit", initialised).map_err(|e| (e.kind, e.fact().to_string()))?;
     let mut version = 0;
     // SAFETY: a valid out pointer.
-    check(&driver, "cuDriverGetVersion", unsafe { (driver.cuDriverGetVersion)(&mut version) }).map_err(|e| (e.kind, e.message))?;
+    check(&driver, "cuDriverGetVersion", unsafe { (driver.cuDriverGetVersion)(&mut version) })
+        .map_err(|e| (e.kind, e.fact().to_string()))?;
     if version < MIN_DRIVER_VERSION {
         return Err(too_old(version));
     }
     let mut device_count = 0;
     // SAFETY: a valid out pointer after a successful cuInit.
-    check(&driver, "cuDeviceGetCount", unsafe { (driver.cuDeviceGetCount)(&mut device_count) }).map_err(|e| (e.kind, e.message))?;
+    check(&driver, "cuDeviceGetCount", unsafe { (driver.cuDeviceGetCount)(&mut device_count) })
+        .map_err(|e| (e.kind, e.fact().to_string()))?;
     Ok(Loaded { driver, device_count })
 }
 
@@ -174,12 +179,7 @@ pub fn check(driver: &Driver, what: &str, code: c_int) -> Result<()> {
         return Ok(());
     }
     let kind = if code == CUDA_ERROR_OUT_OF_MEMORY { ErrorKind::MemoryError } else { ErrorKind::RuntimeError };
-    Err(Error { kind, message: format!("{what} failed: {}", error_name(driver, code)) })
-}
-
-/// `checked` with the entry point's prefix on the message.
-pub fn checked(driver: &Driver, context: &str, what: &str, code: c_int) -> Result<()> {
-    check(driver, what, code).map_err(|e| Error::new(e.kind, context, e.message))
+    Err(Error::new(kind, format!("{what} failed: {}", error_name(driver, code))))
 }
 
 /// The driver's name for `code` ("CUDA_ERROR_INVALID_VALUE"), or the number when it has none.

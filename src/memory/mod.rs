@@ -1,5 +1,6 @@
 //! Where tensor data lives.
 
+pub mod blocking;
 pub mod cpu;
 pub mod cuda;
 pub mod driver;

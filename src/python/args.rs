@@ -5,7 +5,7 @@ use std::ffi::CStr;
 
 use pyo3_ffi::PyObject;
 
-use super::capi::{py, GilCell, Python};
+use crate::cpython::{py, GilCell, Python};
 use crate::error::{Error, Result};
 
 /// A function's parameter names, interned once: keyword names at a call site are interned
@@ -26,7 +26,7 @@ impl Names {
         Names { names, positional_only, interned: GilCell::new() }
     }
 
-    fn position(&self, py: &Python, key: *mut PyObject, context: &str) -> Result<usize> {
+    fn position(&self, py: &Python, key: *mut PyObject) -> Result<usize> {
         let interned = self.interned.get_or_try_init(|| {
             let names: Vec<usize> = self
                 .names
@@ -39,19 +39,19 @@ impl Names {
         let found = match interned.iter().position(|&k| k == key as usize) {
             Some(i) => Some(i),
             None => {
-                let name = py.str_value(key, context)?;
+                let name = py.str_value(key, "a keyword argument name")?;
                 self.names.iter().position(|n| n.to_bytes() == name.as_bytes())
             }
         };
         match found {
             Some(i) if i >= self.positional_only => Ok(i),
-            Some(i) => Err(Error::type_error(
-                context,
-                format!("'{}' is positional-only and cannot be passed by keyword", self.names[i].to_string_lossy()),
-            )),
+            Some(i) => Err(Error::type_error(format!(
+                "'{}' is positional-only and cannot be passed by keyword",
+                self.names[i].to_string_lossy()
+            ))),
             None => {
-                let name = py.str_value(key, context)?;
-                Err(Error::type_error(context, format!("got an unexpected keyword argument '{name}'")))
+                let name = py.str_value(key, "a keyword argument name")?;
+                Err(Error::type_error(format!("got an unexpected keyword argument '{name}'")))
             }
         }
     }
@@ -66,7 +66,6 @@ impl Names {
 /// # Safety
 /// GIL held; `args` holds `nargs` + len(`kwnames`) borrowed references; `kwnames` is a tuple or NULL.
 pub unsafe fn parse(
-    context: &str,
     args: *const *mut PyObject,
     nargs: pyo3_ffi::Py_ssize_t,
     kwnames: *mut PyObject,
@@ -78,10 +77,10 @@ pub unsafe fn parse(
     out.iter_mut().for_each(|slot| *slot = std::ptr::null_mut());
     let nargs = nargs as usize;
     if nargs > positional {
-        return Err(Error::type_error(
-            context,
-            format!("takes at most {positional} positional argument{} ({nargs} given)", if positional == 1 { "" } else { "s" }),
-        ));
+        return Err(Error::type_error(format!(
+            "takes at most {positional} positional argument{} ({nargs} given)",
+            if positional == 1 { "" } else { "s" }
+        )));
     }
     for (i, slot) in out.iter_mut().enumerate().take(nargs) {
         // SAFETY: i < nargs.
@@ -94,10 +93,10 @@ pub unsafe fn parse(
     let nkw = unsafe { (py.PyTuple_Size)(kwnames) } as usize;
     for k in 0..nkw {
         let key = unsafe { (py.PyTuple_GetItem)(kwnames, k as _) };
-        let i = names.position(py, key, context)?;
+        let i = names.position(py, key)?;
         if !out[i].is_null() {
             let name = names.names[i].to_string_lossy();
-            return Err(Error::type_error(context, format!("got multiple values for argument '{name}'")));
+            return Err(Error::type_error(format!("got multiple values for argument '{name}'")));
         }
         out[i] = unsafe { *args.add(nargs + k) };
     }
@@ -110,7 +109,7 @@ pub fn is_none(py: &Python, object: *mut PyObject) -> bool {
 }
 
 /// An optional bool argument: absent/None → None, True/False → the value, anything else a TypeError.
-pub fn optional_bool(py: &Python, object: *mut PyObject, context: &str, name: &str) -> Result<Option<bool>> {
+pub fn optional_bool(py: &Python, object: *mut PyObject, name: &str) -> Result<Option<bool>> {
     if is_none(py, object) {
         Ok(None)
     } else if object == py.true_ {
@@ -118,29 +117,29 @@ pub fn optional_bool(py: &Python, object: *mut PyObject, context: &str, name: &s
     } else if object == py.false_ {
         Ok(Some(false))
     } else {
-        Err(Error::type_error(context, format!("{name} must be True, False or None")))
+        Err(Error::type_error(format!("{name} must be True, False or None")))
     }
 }
 
 /// An integer argument (anything with `__index__`).
-pub fn int_value(py: &Python, object: *mut PyObject, context: &str, name: &str) -> Result<i64> {
+pub fn int_value(py: &Python, object: *mut PyObject, name: &str) -> Result<i64> {
     // SAFETY: GIL held; `object` is a live borrowed reference.
     unsafe {
         if (py.PyIndex_Check)(object) == 0 {
-            return Err(Error::type_error(context, format!("{name} must be an integer")));
+            return Err(Error::type_error(format!("{name} must be an integer")));
         }
-        let index = super::capi::Owned::new((py.PyNumber_Index)(object))?;
+        let index = crate::cpython::Owned::new((py.PyNumber_Index)(object))?;
         let value = (py.PyLong_AsLongLong)(index.as_ptr());
         if value == -1 && !(py.PyErr_Occurred)().is_null() {
             (py.PyErr_Clear)();
-            return Err(Error::value(context, format!("{name} does not fit in 64 bits")));
+            return Err(Error::value(format!("{name} does not fit in 64 bits")));
         }
         Ok(value)
     }
 }
 
 /// A pair of integers given as a tuple or any sequence of length 2.
-pub fn int_pair(py: &Python, object: *mut PyObject, context: &str, name: &str) -> Result<(i64, i64)> {
+pub fn int_pair(py: &Python, object: *mut PyObject, name: &str) -> Result<(i64, i64)> {
     // The common case, a tuple of two small ints, without building a Vec.
     // SAFETY: GIL held; PyTuple_Size fails (cleared below) on non-tuples; items are borrowed.
     unsafe {
@@ -153,32 +152,33 @@ pub fn int_pair(py: &Python, object: *mut PyObject, context: &str, name: &str) -
         }
         (py.PyErr_Clear)();
     }
-    let items = int_sequence(py, object, context, name)?;
+    let items = int_sequence(py, object, name)?;
     match items[..] {
         [a, b] => Ok((a, b)),
-        _ => Err(Error::type_error(context, format!("{name} must be a pair of integers, got {} items", items.len()))),
+        _ => Err(Error::type_error(format!("{name} must be a pair of integers, got {} items", items.len()))),
     }
 }
 
 /// A sequence of integers (a shape).
-pub fn int_sequence(py: &Python, object: *mut PyObject, context: &str, name: &str) -> Result<Vec<i64>> {
+pub fn int_sequence(py: &Python, object: *mut PyObject, name: &str) -> Result<Vec<i64>> {
     // SAFETY: GIL held; `object` is live; items are new references released by `Owned`.
     unsafe {
         if (py.PyIndex_Check)(object) != 0 {
-            return Ok(vec![int_value(py, object, context, name)?]);
+            return Ok(vec![int_value(py, object, name)?]);
         }
         if (py.PySequence_Check)(object) == 0 {
-            return Err(Error::type_error(context, format!("{name} must be a sequence of integers")));
+            return Err(Error::type_error(format!("{name} must be a sequence of integers")));
         }
         let n = (py.PySequence_Size)(object);
         if n < 0 {
             (py.PyErr_Clear)();
-            return Err(Error::type_error(context, format!("{name} must be a sequence of integers")));
+            return Err(Error::type_error(format!("{name} must be a sequence of integers")));
         }
-        let mut values = Vec::with_capacity(n as usize);
+        // `n` comes from `__len__`, which may lie: reserve no more than a real shape needs.
+        let mut values = Vec::with_capacity((n as usize).min(crate::layout::MAX_NDIM));
         for i in 0..n {
-            let item = super::capi::Owned::new((py.PySequence_GetItem)(object, i))?;
-            values.push(int_value(py, item.as_ptr(), context, &format!("{name}[{i}]"))?);
+            let item = crate::cpython::Owned::new((py.PySequence_GetItem)(object, i))?;
+            values.push(int_value(py, item.as_ptr(), &format!("{name}[{i}]"))?);
         }
         Ok(values)
     }

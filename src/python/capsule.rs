@@ -6,9 +6,9 @@ use std::ptr::NonNull;
 
 use pyo3_ffi::PyObject;
 
-use super::capi::{py, Python};
 use crate::abi::*;
-use crate::error::{Error, Result};
+use crate::cpython::{py, Python};
+use crate::error::{guard, Error, Result};
 use crate::tensor::Tensor;
 
 const VERSIONED: &CStr = c"dltensor_versioned";
@@ -19,7 +19,8 @@ const USED_LEGACY: &CStr = c"used_dltensor";
 /// A `"dltensor_versioned"` capsule owning `managed`. On failure the tensor is deleted.
 pub fn versioned(py: &Python, managed: NonNull<DLManagedTensorVersioned>) -> Result<*mut PyObject> {
     // SAFETY: GIL held; the capsule takes ownership of `managed` through its destructor.
-    let capsule = unsafe { (py.PyCapsule_New)(managed.as_ptr().cast(), VERSIONED.as_ptr(), Some(versioned_destructor)) };
+    let capsule =
+        unsafe { (py.PyCapsule_New)(managed.as_ptr().cast(), VERSIONED.as_ptr(), Some(versioned_destructor)) };
     if capsule.is_null() {
         // SAFETY: nobody else owns it now.
         unsafe { delete_versioned(managed.as_ptr()) };
@@ -39,46 +40,51 @@ pub fn legacy(py: &Python, managed: NonNull<DLManagedTensor>) -> Result<*mut PyO
 }
 
 unsafe extern "C" fn versioned_destructor(capsule: *mut PyObject) {
-    let py = py();
-    // SAFETY: CPython calls this with the GIL; IsValid sets no exception on a name mismatch,
-    // so a consumed ("used_…") capsule is left alone.
-    unsafe {
-        if (py.PyCapsule_IsValid)(capsule, VERSIONED.as_ptr()) != 0 {
-            delete_versioned((py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast());
+    guard("capsule destructor", || {
+        let py = py();
+        // SAFETY: CPython calls this with the GIL; IsValid sets no exception on a name mismatch,
+        // so a consumed ("used_…") capsule is left alone.
+        unsafe {
+            if (py.PyCapsule_IsValid)(capsule, VERSIONED.as_ptr()) != 0 {
+                delete_versioned((py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast());
+            }
         }
-    }
+    })
 }
 
 unsafe extern "C" fn legacy_destructor(capsule: *mut PyObject) {
-    let py = py();
-    // SAFETY: as above.
-    unsafe {
-        if (py.PyCapsule_IsValid)(capsule, LEGACY.as_ptr()) != 0 {
-            delete_legacy((py.PyCapsule_GetPointer)(capsule, LEGACY.as_ptr()).cast());
+    guard("capsule destructor", || {
+        let py = py();
+        // SAFETY: CPython calls this with the GIL; IsValid sets no exception on a name mismatch,
+        // so a consumed ("used_…") capsule is left alone.
+        unsafe {
+            if (py.PyCapsule_IsValid)(capsule, LEGACY.as_ptr()) != 0 {
+                delete_legacy((py.PyCapsule_GetPointer)(capsule, LEGACY.as_ptr()).cast());
+            }
         }
-    }
+    })
 }
 
 unsafe fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     if managed.is_null() {
         return;
     }
-    let _guard = super::capi::ExceptionGuard::save_with_gil(py());
+    let _guard = crate::cpython::ExceptionGuard::save_with_gil(py());
     // SAFETY: the caller owns `managed` and gives it up; the deleter sits in the prefix every
     // major version keeps; a NULL deleter means nothing to free.
     unsafe {
         if let Some(deleter) = std::ptr::addr_of!((*managed).deleter).read() {
-            let _ = std::panic::catch_unwind(|| deleter(managed));
+            deleter(managed);
         }
     }
 }
 
 unsafe fn delete_legacy(managed: *mut DLManagedTensor) {
-    let _guard = super::capi::ExceptionGuard::save_with_gil(py());
+    let _guard = crate::cpython::ExceptionGuard::save_with_gil(py());
     // SAFETY: as above.
     unsafe {
         if let Some(deleter) = managed.as_ref().and_then(|m| m.deleter) {
-            let _ = std::panic::catch_unwind(|| deleter(managed));
+            deleter(managed);
         }
     }
 }
@@ -86,50 +92,73 @@ unsafe fn delete_legacy(managed: *mut DLManagedTensor) {
 /// Takes the tensor out of a DLPack capsule, renaming it to `"used_…"` so its destructor no
 /// longer frees it. A tensor of an unknown major version is deleted and refused (BufferError);
 /// one that fails validation stays in the capsule, whose destructor frees it.
-pub fn consume(py: &Python, capsule: *mut PyObject, context: &str) -> Result<Tensor> {
+pub fn consume(py: &Python, capsule: *mut PyObject) -> Result<Tensor> {
     // SAFETY: GIL held; `capsule` is live. IsValid neither raises nor reads a wrong-typed object.
     unsafe {
         if (py.PyCapsule_IsValid)(capsule, VERSIONED.as_ptr()) != 0 {
             let managed = (py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>();
-            let managed = NonNull::new(managed).ok_or_else(|| Error::buffer(context, "capsule holds NULL"))?;
+            let managed = NonNull::new(managed).ok_or_else(|| Error::buffer("capsule holds NULL"))?;
             // Only the stable prefix (version, deleter) may be read before the version check.
             let major = std::ptr::addr_of!((*managed.as_ptr()).version.major).read();
             if major != DLPACK_MAJOR_VERSION {
                 mark_used(py, capsule, USED_VERSIONED)?;
                 delete_versioned(managed.as_ptr());
-                return Err(Error::buffer(
-                    context,
-                    format!("the producer sent DLPack major version {major}; dlpx supports {DLPACK_MAJOR_VERSION}"),
-                ));
+                return Err(Error::buffer(format!(
+                    "the producer sent DLPack major version {major}; dlpx supports {DLPACK_MAJOR_VERSION}"
+                )));
             }
             mark_used(py, capsule, USED_VERSIONED)?;
             // A tensor that fails validation goes back to the capsule, whose destructor frees it.
-            return Tensor::from_managed(context, managed).inspect_err(|_| {
+            return Tensor::from_managed(managed).inspect_err(|_| {
                 let _ = mark_used(py, capsule, VERSIONED);
             });
         }
         if (py.PyCapsule_IsValid)(capsule, LEGACY.as_ptr()) != 0 {
             let managed = (py.PyCapsule_GetPointer)(capsule, LEGACY.as_ptr()).cast::<DLManagedTensor>();
-            let managed = NonNull::new(managed).ok_or_else(|| Error::buffer(context, "capsule holds NULL"))?;
+            let managed = NonNull::new(managed).ok_or_else(|| Error::buffer("capsule holds NULL"))?;
             mark_used(py, capsule, USED_LEGACY)?;
-            return Tensor::from_legacy(context, managed).inspect_err(|_| {
+            return Tensor::from_legacy(managed).inspect_err(|_| {
                 let _ = mark_used(py, capsule, LEGACY);
             });
         }
     }
-    Err(bad_capsule(py, capsule, context))
+    Err(bad_capsule(py, capsule))
+}
+
+/// The versioned managed tensor in a `"dltensor_versioned"` capsule, taken out (the capsule
+/// renamed) when it is one dlpx can hand on as it is: major version 1, valid, strides given.
+/// None leaves the capsule as it was, for [`consume`] to import or refuse.
+pub fn take_versioned(py: &Python, capsule: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
+    // SAFETY: GIL held; `capsule` is live; only the stable prefix is read before the version
+    // check, and a major-1 tensor is read whole only after it.
+    unsafe {
+        if (py.PyCapsule_IsValid)(capsule, VERSIONED.as_ptr()) == 0 {
+            return Ok(None);
+        }
+        let managed = (py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>();
+        let Some(managed) = NonNull::new(managed) else { return Ok(None) };
+        if std::ptr::addr_of!((*managed.as_ptr()).version.major).read() != DLPACK_MAJOR_VERSION {
+            return Ok(None);
+        }
+        let m = managed.as_ref();
+        if !matches!(crate::tensor::check_imported(&m.dl_tensor, m.flags), Ok(None)) {
+            return Ok(None);
+        }
+        mark_used(py, capsule, USED_VERSIONED)?;
+        Ok(Some(managed))
+    }
 }
 
 fn mark_used(py: &Python, capsule: *mut PyObject, name: &'static CStr) -> Result<()> {
     // SAFETY: GIL held; the name is 'static, as CPython keeps the pointer.
     if unsafe { (py.PyCapsule_SetName)(capsule, name.as_ptr()) } != 0 {
-        return Err(super::capi::pending());
+        return Err(Error::python_pending());
     }
     Ok(())
 }
 
 #[cold]
-fn bad_capsule(py: &Python, object: *mut PyObject, context: &str) -> Error {
+fn bad_capsule(py: &Python, object: *mut PyObject) -> Error {
     // SAFETY: GIL held; GetName raises on non-capsules, which we clear.
     let name = unsafe {
         let name = (py.PyCapsule_GetName)(object);
@@ -142,26 +171,18 @@ fn bad_capsule(py: &Python, object: *mut PyObject, context: &str) -> Error {
     };
     match name.as_deref() {
         Some("used_dltensor_versioned") | Some("used_dltensor") => {
-            Error::buffer(context, "the DLPack capsule was already consumed")
+            Error::buffer("the DLPack capsule was already consumed")
         }
-        Some(name) => Error::type_error(
-            context,
-            format!("expected a capsule named 'dltensor_versioned' or 'dltensor', got '{name}'"),
-        ),
-        None => Error::type_error(context, format!("expected a DLPack capsule, got {}", super::tensor_type::type_name(object))),
+        Some(name) => {
+            Error::type_error(format!("expected a capsule named 'dltensor_versioned' or 'dltensor', got '{name}'"))
+        }
+        None => Error::type_error(format!("expected a DLPack capsule, got {}", crate::cpython::type_name(object))),
     }
 }
 
-/// Whether `object` is a capsule (of any name).
+/// Whether `object` is a capsule (of any name). An exact type check: `PyCapsule_Type` cannot be
+/// subclassed, and asking a non-capsule for its name would raise (and cost) an exception.
 pub fn is_capsule(py: &Python, object: *mut PyObject) -> bool {
-    // SAFETY: GIL held; GetName raises for non-capsules, cleared here.
-    unsafe {
-        let name = (py.PyCapsule_GetName)(object);
-        if name.is_null() && !(py.PyErr_Occurred)().is_null() {
-            (py.PyErr_Clear)();
-            return false;
-        }
-        true
-    }
+    // SAFETY: GIL held; `object` is live.
+    unsafe { (*object).ob_type.cast::<PyObject>() == py.capsule_type }
 }
-

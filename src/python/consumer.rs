@@ -9,27 +9,27 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::capi::{pending, py, Owned, Python};
 use super::{capsule, tensor_type};
 use crate::abi::*;
 use crate::copy;
-use crate::error::{Error, Result};
-use crate::exchange::EXCHANGE_API;
+use crate::cpython::{py, Owned, Python};
+use crate::error::{Error, ErrorKind, Result};
 use crate::tensor::Tensor;
-
-const CONTEXT: &str = "from_dlpack";
 
 /// Imports `object` (a tensor of any DLPack producer, or a DLPack capsule). `device` asks for
 /// the result on that device; `copy` follows the array API (True always, False never, None
 /// when needed).
+///
+/// Its errors name the importer, `from_dlpack`, whichever entry point called it (`dlpx.Tensor(x)`,
+/// the kernel API): the message says which step refused the object.
 pub fn import(object: *mut PyObject, device: Option<DLDevice>, copy: Option<bool>) -> Result<Tensor> {
     let py = py();
     // SAFETY: GIL held; `object` is a live reference held by our caller.
     let tensor = match unsafe { tensor_type::tensor_of(object) } {
         Some(t) => t.clone(),
-        None => import_foreign(py, object, device, copy)?,
+        None => import_foreign(py, object, device, copy).map_err(|err| err.at("from_dlpack"))?,
     };
-    finish(tensor, device, copy)
+    finish(tensor, device, copy).map_err(|err| err.at("from_dlpack"))
 }
 
 /// Applies what the producer may not have done: a copy that `copy=True` demands, a move to
@@ -39,16 +39,17 @@ fn finish(tensor: Tensor, device: Option<DLDevice>, copy: Option<bool>) -> Resul
     let moved = device.is_some_and(|d| d != here);
     let copied_already = tensor.flags() & DLPACK_FLAG_BITMASK_IS_COPIED != 0;
     match (moved, copy) {
-        (true, Some(false)) => Err(Error::buffer(
-            CONTEXT,
-            format!("the tensor is on {}; moving it to {} needs a copy, and copy=False forbids it", crate::device::name(here), crate::device::name(device.unwrap())),
-        )),
+        (true, Some(false)) => Err(Error::buffer(format!(
+            "the tensor is on {}; moving it to {} needs a copy, and copy=False forbids it",
+            crate::device::name(here),
+            crate::device::name(device.unwrap())
+        ))),
         (true, _) => match device {
-            Some(DLDevice { device_type: DeviceType::CPU, device_id: 0 }) => copy::to_new_cpu_tensor(CONTEXT, &tensor),
-            Some(d) => Err(Error::buffer(CONTEXT, format!("dlpx cannot move a tensor to {}", crate::device::name(d)))),
+            Some(DLDevice { device_type: DeviceType::CPU, device_id: 0 }) => copy::to_new_cpu_tensor(&tensor),
+            Some(d) => Err(Error::buffer(format!("dlpx cannot move a tensor to {}", crate::device::name(d)))),
             None => unreachable!("moved implies a device"),
         },
-        (false, Some(true)) if !copied_already => copy::duplicate(CONTEXT, &tensor),
+        (false, Some(true)) if !copied_already => copy::duplicate(&tensor),
         _ => Ok(tensor),
     }
 }
@@ -62,8 +63,13 @@ fn import_foreign(py: &Python, object: *mut PyObject, device: Option<DLDevice>, 
         order_after_producer(api, tensor.dl_tensor().device)?;
         return Ok(tensor);
     }
+    if device.is_none() && copy != Some(true) {
+        if let Some(tensor) = super::numpy_array::import(py, object)? {
+            return Ok(tensor);
+        }
+    }
     if capsule::is_capsule(py, object) {
-        return capsule::consume(py, object, CONTEXT);
+        return capsule::consume(py, object);
     }
     import_through_protocol(py, object, device, copy)
 }
@@ -78,10 +84,10 @@ fn order_after_producer(api: &DLPackExchangeAPI, device: DLDevice) -> Result<()>
     if let Some(current_work_stream) = api.current_work_stream {
         // SAFETY: the producer's contract (GIL held, a writable out).
         if unsafe { current_work_stream(device.device_type, device.device_id, &mut producer) } != 0 {
-            return Err(pending());
+            return Err(Error::python_pending());
         }
     }
-    crate::memory::cuda::order_after(CONTEXT, device.device_id, producer, crate::stream::current(device))
+    crate::memory::cuda::order_after(device.device_id, producer, crate::stream::current(device))
 }
 
 /// The `stream` to pass to `__dlpack__`: dlpx's current stream when the object is on a CUDA
@@ -105,7 +111,7 @@ fn stream_request(py: &Python, object: *mut PyObject) -> Result<Option<i64>> {
             return Ok(None);
         }
         let device = Owned(device);
-        match super::args::int_pair(py, device.as_ptr(), CONTEXT, "__dlpack_device__()") {
+        match super::args::int_pair(py, device.as_ptr(), "__dlpack_device__()") {
             Ok((t, id)) if t == DeviceType::CUDA.0 as i64 => {
                 let dev = DLDevice { device_type: DeviceType::CUDA, device_id: id as i32 };
                 let stream = crate::stream::current(dev) as usize as i64;
@@ -121,17 +127,18 @@ fn stream_request(py: &Python, object: *mut PyObject) -> Result<Option<i64>> {
 unsafe fn import_through_table(api: &DLPackExchangeAPI, object: *mut PyObject) -> Result<Tensor> {
     let from_py = api
         .managed_tensor_from_py_object_no_sync
-        .ok_or_else(|| Error::buffer(CONTEXT, "the producer's exchange table has no managed_tensor_from_py_object_no_sync"))?;
+        .ok_or_else(|| Error::buffer("the producer's exchange table has no managed_tensor_from_py_object_no_sync"))?;
     let mut managed: *mut DLManagedTensorVersioned = ptr::null_mut();
     // SAFETY: the producer's contract: GIL held, an object of its type, a writable out.
     if unsafe { from_py(object.cast(), &mut managed) } != 0 {
-        return Err(pending());
+        return Err(Error::python_pending());
     }
-    let managed = NonNull::new(managed).ok_or_else(|| Error::buffer(CONTEXT, "the producer returned success and a NULL tensor"))?;
+    let managed =
+        NonNull::new(managed).ok_or_else(|| Error::buffer("the producer returned success and a NULL tensor"))?;
     // SAFETY: we own `managed` now; on a validation failure we delete it ourselves (the
     // deleter sits in the prefix every major version keeps).
     unsafe {
-        Tensor::from_managed(CONTEXT, managed).inspect_err(|_| {
+        Tensor::from_managed(managed).inspect_err(|_| {
             if let Some(deleter) = std::ptr::addr_of!((*managed.as_ptr()).deleter).read() {
                 deleter(managed.as_ptr());
             }
@@ -139,64 +146,55 @@ unsafe fn import_through_table(api: &DLPackExchangeAPI, object: *mut PyObject) -
     }
 }
 
-fn import_through_protocol(py: &Python, object: *mut PyObject, device: Option<DLDevice>, copy: Option<bool>) -> Result<Tensor> {
+fn import_through_protocol(
+    py: &Python,
+    object: *mut PyObject,
+    device: Option<DLDevice>,
+    copy: Option<bool>,
+) -> Result<Tensor> {
+    // A stream belongs to the object's own device: none when another device is asked for.
+    let stream = if device.is_none() { stream_request(py, object)? } else { None };
+    if device.is_none() && copy.is_none() && stream.is_none() {
+        let capsule = super::dlpack_call::call(py, object)?;
+        return capsule::consume(py, capsule.as_ptr());
+    }
     // SAFETY: GIL held; every new reference is owned by an `Owned`.
     unsafe {
         let method = (py.PyObject_GetAttrString)(object, c"__dlpack__".as_ptr());
         if method.is_null() {
             (py.PyErr_Clear)();
-            return Err(Error::type_error(
-                CONTEXT,
-                format!("{} does not support DLPack (no __dlpack__ and no exchange table)", tensor_type::type_name(object)),
-            ));
+            return Err(Error::type_error(format!(
+                "{} does not support DLPack (no __dlpack__ and no exchange table)",
+                crate::cpython::type_name(object)
+            )));
         }
         let method = Owned(method);
-        let (empty, common_kwargs) = shared_call_arguments(py)?;
-        // A stream belongs to the object's own device: none when another device is asked for.
-        let stream = if device.is_none() { stream_request(py, object)? } else { None };
-        let kwargs = match (device, copy, stream) {
-            (None, None, None) => None,
-            _ => Some(request_kwargs(py, device, copy, stream)?),
-        };
-        let kwargs_ptr = kwargs.as_ref().map_or(common_kwargs, Owned::as_ptr);
-        let mut result = (py.PyObject_Call)(method.as_ptr(), empty, kwargs_ptr);
+        let (empty, common_kwargs) = super::dlpack_call::shared_arguments(py)?;
+        let kwargs = request_kwargs(py, device, copy, stream)?;
+        let mut result = (py.PyObject_Call)(method.as_ptr(), empty, kwargs.as_ptr());
         // Producers older than the 2023.12 array API take fewer keywords: retry with max_version
         // alone, then with none. `finish` then makes any copy or move the producer did not.
-        if result.is_null() && kwargs.is_some() && (py.PyErr_ExceptionMatches)(py.exc_type_error) != 0 {
+        if result.is_null() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0 {
             (py.PyErr_Clear)();
             result = (py.PyObject_Call)(method.as_ptr(), empty, common_kwargs);
         }
-        if result.is_null() && (py.PyErr_ExceptionMatches)(py.exc_type_error) != 0 {
+        if result.is_null() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0 {
             (py.PyErr_Clear)();
             result = (py.PyObject_Call)(method.as_ptr(), empty, ptr::null_mut());
         }
         let capsule = Owned::new(result)?;
-        capsule::consume(py, capsule.as_ptr(), CONTEXT)
+        capsule::consume(py, capsule.as_ptr())
     }
-}
-
-/// `()` and `{"max_version": (1, 3)}`, built once: CPython never mutates the arguments of a call,
-/// so every `__dlpack__` call without device or copy can share them.
-fn shared_call_arguments(py: &Python) -> Result<(*mut PyObject, *mut PyObject)> {
-    static SHARED: super::capi::GilCell<(usize, usize)> = super::capi::GilCell::new();
-    let (empty, kwargs) = SHARED.get_or_try_init(|| {
-        // SAFETY: GIL held; the objects are kept for the life of the process.
-        unsafe {
-            let empty = Owned::new((py.PyTuple_New)(0))?;
-            let kwargs = request_kwargs(py, None, None, None)?;
-            Ok::<_, Error>((empty.into_ptr() as usize, kwargs.into_ptr() as usize))
-        }
-    })?;
-    Ok((empty as *mut PyObject, kwargs as *mut PyObject))
 }
 
 fn request_kwargs(py: &Python, device: Option<DLDevice>, copy: Option<bool>, stream: Option<i64>) -> Result<Owned> {
     // SAFETY: GIL held.
     let kwargs = Owned::new(unsafe { (py.PyDict_New)() })?;
-    let version = Owned::new(tensor_type::int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
+    let version =
+        Owned::new(crate::cpython::int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
     set_item(py, &kwargs, c"max_version", version.as_ptr())?;
     if let Some(d) = device {
-        let pair = Owned::new(tensor_type::int_tuple(py, &[d.device_type.0 as i64, d.device_id as i64])?)?;
+        let pair = Owned::new(crate::cpython::int_tuple(py, &[d.device_type.0 as i64, d.device_id as i64])?)?;
         set_item(py, &kwargs, c"dl_device", pair.as_ptr())?;
     }
     if let Some(c) = copy {
@@ -213,7 +211,7 @@ fn request_kwargs(py: &Python, device: Option<DLDevice>, copy: Option<bool>, str
 fn set_item(py: &Python, dict: &Owned, key: &CStr, value: *mut PyObject) -> Result<()> {
     // SAFETY: GIL held; the dict takes its own reference to `value`.
     if unsafe { (py.PyDict_SetItemString)(dict.as_ptr(), key.as_ptr(), value) } != 0 {
-        return Err(pending());
+        return Err(Error::python_pending());
     }
     Ok(())
 }
@@ -223,7 +221,10 @@ fn set_item(py: &Python, dict: &Owned, key: &CStr, value: *mut PyObject) -> Resu
 /// The head of the exchange-table chain a type publishes: the capsule
 /// `__dlpack_c_exchange_api__` first, then the integer `__c_dlpack_exchange_api__`; None when
 /// it publishes neither.
-pub fn published_head(py: &Python, ty: *mut PyTypeObject, context: &str) -> Result<Option<(*const DLPackExchangeAPIHeader, &'static str)>> {
+pub fn published_head(
+    py: &Python,
+    ty: *mut PyTypeObject,
+) -> Result<Option<(*const DLPackExchangeAPIHeader, &'static str)>> {
     let ty = ty.cast::<PyObject>();
     // SAFETY: GIL held; new references are owned; missing attributes are cleared.
     unsafe {
@@ -233,9 +234,7 @@ pub fn published_head(py: &Python, ty: *mut PyTypeObject, context: &str) -> Resu
             let table = (py.PyCapsule_GetPointer)(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr());
             if table.is_null() {
                 (py.PyErr_Clear)();
-                return Err(Error::type_error(
-                    context,
-                    "__dlpack_c_exchange_api__ must be a PyCapsule named 'dlpack_exchange_api' holding a non-NULL table",
+                return Err(Error::type_error("__dlpack_c_exchange_api__ must be a PyCapsule named 'dlpack_exchange_api' holding a non-NULL table",
                 ));
             }
             return Ok(Some((table.cast_const().cast(), "__dlpack_c_exchange_api__")));
@@ -250,7 +249,7 @@ pub fn published_head(py: &Python, ty: *mut PyTypeObject, context: &str) -> Resu
         let table = (py.PyLong_AsVoidPtr)(address.as_ptr());
         if table.is_null() {
             (py.PyErr_Clear)();
-            return Err(Error::type_error(context, "__c_dlpack_exchange_api__ must be a non-zero integer address"));
+            return Err(Error::type_error("__c_dlpack_exchange_api__ must be a non-zero integer address"));
         }
         Ok(Some((table.cast_const().cast(), "__c_dlpack_exchange_api__")))
     }
@@ -273,7 +272,7 @@ static CACHE: TableCache = TableCache { entries: UnsafeCell::new([(0, 0); 32]), 
 /// The v1 table for objects of type `ty`, or None when the type publishes none.
 pub fn exchange_api_of_type(py: &Python, ty: *mut PyTypeObject) -> Result<Option<&'static DLPackExchangeAPI>> {
     if ty == tensor_type::tensor_type() {
-        return Ok(Some(&EXCHANGE_API));
+        return Ok(tensor_type::own_table());
     }
     // SAFETY: GIL held (see TableCache); the borrow ends before any Python code runs.
     let cached = unsafe { (*CACHE.entries.get()).iter().find(|(t, _)| *t == ty as usize).map(|&(_, table)| table) };
@@ -285,9 +284,9 @@ pub fn exchange_api_of_type(py: &Python, ty: *mut PyTypeObject) -> Result<Option
     // without a major-1 table (a producer that moved on to a new major). Such objects still
     // import through `__dlpack__`; `exchange_api_info` reports why the table was not used.
     // (The lookup may run Python code: no borrow of the cache lives across it.)
-    let api = match published_head(py, ty, CONTEXT) {
+    let api = match published_head(py, ty) {
         // SAFETY: the producer promises a readable chain that lives for the process.
-        Ok(Some((head, _))) => unsafe { crate::chain::select_supported(CONTEXT, head) }.ok(),
+        Ok(Some((head, _))) => unsafe { crate::chain::select_supported(head) }.ok(),
         Ok(None) | Err(_) => None,
     };
     // SAFETY: GIL held; no Python code runs while these borrows live (the decref is last).

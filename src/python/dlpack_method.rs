@@ -1,18 +1,19 @@
 //! `dlpx.Tensor.__dlpack__` and `__dlpack_device__`, as the Python array API specifies them,
-//! with rulings 7 (versions), 9 (streams) and 10 (copies).
+//! with docs/design.md R7 (versions), R9 (streams) and R10 (copies).
 
 use std::ffi::{c_void, CStr};
 
 use pyo3_ffi::PyObject;
 
 use super::args;
-use super::capi::{py, Python};
 use super::capsule;
 use super::tensor_type::this;
 use crate::abi::*;
 use crate::copy;
+use crate::cpython::Raise;
+use crate::cpython::{py, Python};
+use crate::error::{boundary, Error, Result};
 use crate::memory::cuda;
-use crate::error::{boundary, Channel, Error, Result};
 use crate::tensor::Tensor;
 
 pub const DLPACK_DOC: &CStr = c"__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
@@ -23,8 +24,6 @@ copy=True always copies (the capsule then carries DLPACK_FLAG_BITMASK_IS_COPIED)
 never does and raises BufferError when a copy would be needed. On host memory, stream must be
 None (or -1); on CUDA, None/1 (legacy default), 2 (per-thread default), a CUstream, or -1 (no
 synchronisation): the consumer's stream then waits on an event recorded on dlpx's stream.";
-
-const CONTEXT: &str = "__dlpack__";
 static NAMES: args::Names = args::Names::new(&[c"stream", c"max_version", c"dl_device", c"copy"]);
 
 /// `dlpx.Tensor.__dlpack__`.
@@ -37,27 +36,30 @@ pub unsafe extern "C" fn dlpack(
     nargs: pyo3_ffi::Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
-    boundary(Channel::Python, CONTEXT, || {
+    boundary(Raise, "__dlpack__", || {
         let py = py();
         let mut a = [std::ptr::null_mut(); 4];
         // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse(CONTEXT, args, nargs, kwnames, &NAMES, 0, &mut a)? };
+        unsafe { args::parse(args, nargs, kwnames, &NAMES, 0, &mut a)? };
         let [stream, max_version, dl_device, copy] = a;
         // SAFETY: `object` is self.
         let tensor = unsafe { this(object) }?;
         let device = tensor.dl_tensor().device;
         let versioned = match args::is_none(py, max_version) {
             true => false,
-            false => args::int_pair(py, max_version, CONTEXT, "max_version")?.0 >= 1,
+            false => args::int_pair(py, max_version, "max_version")?.0 >= 1,
         };
         let target = match args::is_none(py, dl_device) {
             true => device,
             false => {
-                let (t, id) = args::int_pair(py, dl_device, CONTEXT, "dl_device")?;
-                DLDevice { device_type: DeviceType(i32::try_from(t).unwrap_or(-1)), device_id: i32::try_from(id).unwrap_or(-1) }
+                let (t, id) = args::int_pair(py, dl_device, "dl_device")?;
+                DLDevice {
+                    device_type: DeviceType(i32::try_from(t).unwrap_or(-1)),
+                    device_id: i32::try_from(id).unwrap_or(-1),
+                }
             }
         };
-        let copy = args::optional_bool(py, copy, CONTEXT, "copy")?;
+        let copy = args::optional_bool(py, copy, "copy")?;
         // A request for another device is refused by export_for below; the stream only means
         // something for the device the capsule will describe.
         let consumer = match target == device || copy::host_accessible(target) {
@@ -68,7 +70,7 @@ pub unsafe extern "C" fn dlpack(
         if let Some(consumer) = consumer {
             // The consumer's stream waits for what dlpx enqueued on its own (an event, never a
             // device synchronisation).
-            cuda::order_after(CONTEXT, device.device_id, crate::stream::current(device), consumer)?;
+            cuda::order_after(device.device_id, crate::stream::current(device), consumer)?;
         }
         // The consumer reads on its stream: when it releases the export, an event there fences
         // the memory's free (no later use of its stream handle, which it may destroy).
@@ -77,15 +79,14 @@ pub unsafe extern "C" fn dlpack(
         if versioned {
             capsule::versioned(py, exported.export_versioned_to(copied_flag, consumer)?)
         } else {
-            if exported.flags() & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0 && exported.dl_tensor().dtype.bits < 8 {
+            if exported.flags() & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0 && exported.dl_tensor().dtype.bits < 8
+            {
                 return Err(Error::buffer(
-                    CONTEXT,
                     "a padded sub-byte tensor needs a versioned capsule to say so: pass max_version=(1, 0) or later",
                 ));
             }
             if exported.is_readonly() {
                 return Err(Error::buffer(
-                    CONTEXT,
                     "a read-only tensor needs a versioned capsule to say so: pass max_version=(1, 0) or later",
                 ));
             }
@@ -94,50 +95,60 @@ pub unsafe extern "C" fn dlpack(
     })
 }
 
-/// The tensor to export for a request of `target` with `copy` (ruling 10), and whether it is a copy.
+/// The tensor to export for a request of `target` with `copy` (docs/design.md R10), and whether it is a copy.
 fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(Tensor, bool)> {
     let device = tensor.dl_tensor().device;
     let same_device = target == device;
     if !(same_device || target.device_type == DeviceType::CPU && target.device_id == 0) {
-        return Err(Error::buffer(
-            CONTEXT,
-            format!("cannot export a {} tensor to {}", crate::device::name(device), crate::device::name(target)),
-        ));
+        return Err(Error::buffer(format!(
+            "cannot export a {} tensor to {}",
+            crate::device::name(device),
+            crate::device::name(target)
+        )));
     }
     match (same_device, copy) {
         (true, None | Some(false)) => Ok((tensor.clone(), false)),
-        (true, Some(true)) => Ok((copy::duplicate(CONTEXT, tensor)?, true)),
-        (false, Some(false)) => Err(Error::buffer(
-            CONTEXT,
-            format!("dl_device={} needs a copy of this {} tensor, and copy=False forbids it", crate::device::name(target), crate::device::name(device)),
-        )),
-        (false, _) => Ok((copy::to_new_cpu_tensor(CONTEXT, tensor)?, true)),
+        (true, Some(true)) => Ok((copy::duplicate(tensor)?, true)),
+        (false, Some(false)) => Err(Error::buffer(format!(
+            "dl_device={} needs a copy of this {} tensor, and copy=False forbids it",
+            crate::device::name(target),
+            crate::device::name(device)
+        ))),
+        (false, _) => Ok((copy::to_new_cpu_tensor(tensor)?, true)),
     }
 }
 
-/// The consumer's stream for ruling 9: None when no ordering is needed (host memory, or -1),
+/// The consumer's stream for docs/design.md R9: None when no ordering is needed (host memory, or -1),
 /// else the CUDA stream to order after dlpx's current stream.
-fn consumer_stream(py: &Python, stream: *mut PyObject, device: DLDevice, target: DLDevice) -> Result<Option<*mut c_void>> {
-    let value = if args::is_none(py, stream) { None } else { Some(args::int_value(py, stream, CONTEXT, "stream")?) };
+fn consumer_stream(
+    py: &Python,
+    stream: *mut PyObject,
+    device: DLDevice,
+    target: DLDevice,
+) -> Result<Option<*mut c_void>> {
+    let value = if args::is_none(py, stream) { None } else { Some(args::int_value(py, stream, "stream")?) };
     // Managed memory is host-accessible, yet CUDA consumers (cupy) order it by stream.
     let on_host = copy::host_accessible(target) && target.device_type != DeviceType::CUDA_MANAGED;
     match value {
         // -1: the consumer asks for no synchronisation; host memory has nothing to order.
         Some(-1) => Ok(None),
         None if on_host => Ok(None),
-        Some(v) if on_host => Err(Error::value(
-            CONTEXT,
-            format!("stream must be None for a {} tensor, got {v}", crate::device::name(target)),
-        )),
-        _ if !matches!(device.device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) => Err(Error::buffer(
-            CONTEXT,
-            format!("stream synchronisation for {} tensors is not supported", crate::device::name(device)),
-        )),
+        Some(v) if on_host => {
+            Err(Error::value(format!("stream must be None for a {} tensor, got {v}", crate::device::name(target))))
+        }
+        // A device dlpx has no stream model for (a tensor it imported from ROCm, a TPU, …): dlpx
+        // never enqueued work there, so by default there is nothing of its own to order after;
+        // a stream the consumer names cannot be honoured.
+        None if !matches!(device.device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) => Ok(None),
+        _ if !matches!(device.device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) => Err(Error::buffer(format!(
+            "stream synchronisation for {} tensors is not supported",
+            crate::device::name(device)
+        ))),
         None | Some(1) => Ok(Some(cuda::STREAM_LEGACY as *mut c_void)),
         Some(2) => Ok(Some(cuda::STREAM_PER_THREAD as *mut c_void)),
-        Some(0) => Err(Error::value(CONTEXT, "stream=0 is ambiguous and not allowed (use 1 for the legacy default stream)")),
+        Some(0) => Err(Error::value("stream=0 is ambiguous and not allowed (use 1 for the legacy default stream)")),
         Some(v) if v > 2 => Ok(Some(v as usize as *mut c_void)),
-        Some(v) => Err(Error::value(CONTEXT, format!("stream={v} is not a CUDA stream"))),
+        Some(v) => Err(Error::value(format!("stream={v} is not a CUDA stream"))),
     }
 }
 
@@ -146,18 +157,18 @@ fn consumer_stream(py: &Python, stream: *mut PyObject, device: DLDevice, target:
 /// # Safety
 /// CPython's METH_NOARGS call of a method of a live dlpx.Tensor, GIL held.
 pub unsafe extern "C" fn dlpack_device(object: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {
-    boundary(Channel::Python, "__dlpack_device__", || {
+    boundary(Raise, "__dlpack_device__", || {
         let py = py();
         // SAFETY: `object` is self.
         let device = unsafe { this(object) }?.dl_tensor().device;
         if device == (DLDevice { device_type: DeviceType::CPU, device_id: 0 }) {
             // Consumers ask before every import (torch.from_dlpack does): one shared (1, 0).
-            static CPU: super::capi::GilCell<usize> = super::capi::GilCell::new();
-            let tuple = CPU.get_or_try_init(|| super::tensor_type::int_tuple(py, &[1, 0]).map(|t| t as usize))?;
+            static CPU: crate::cpython::GilCell<usize> = crate::cpython::GilCell::new();
+            let tuple = CPU.get_or_try_init(|| crate::cpython::int_tuple(py, &[1, 0]).map(|t| t as usize))?;
             // SAFETY: GIL held; the cell keeps its own reference forever.
             unsafe { (py.Py_IncRef)(tuple as *mut PyObject) };
             return Ok(tuple as *mut PyObject);
         }
-        super::tensor_type::int_tuple(py, &[device.device_type.0 as i64, device.device_id as i64])
+        crate::cpython::int_tuple(py, &[device.device_type.0 as i64, device.device_id as i64])
     })
 }

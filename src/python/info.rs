@@ -4,12 +4,12 @@ use std::ffi::CStr;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::capi::{pending, Owned, Python};
 use super::consumer::published_head;
-use crate::chain::MAX_CHAIN;
-use super::tensor_type::int_tuple;
 use crate::abi::*;
-use crate::error::Result;
+use crate::chain;
+use crate::cpython::int_tuple;
+use crate::cpython::{Owned, Python};
+use crate::error::{Error, Result};
 
 /// Py_TPFLAGS_TYPE_SUBCLASS: set on `type` and every metaclass.
 const TYPE_SUBCLASS: std::ffi::c_ulong = 1 << 31;
@@ -18,33 +18,27 @@ pub fn exchange_api_info(py: &Python, object: *mut PyObject) -> Result<*mut PyOb
     // SAFETY: GIL held; `object` is a live argument.
     let ty: *mut PyTypeObject = unsafe {
         let own_type = (*object).ob_type;
-        if (py.PyType_GetFlags)(own_type) & TYPE_SUBCLASS != 0 { object.cast() } else { own_type }
+        if (py.PyType_GetFlags)(own_type) & TYPE_SUBCLASS != 0 {
+            object.cast()
+        } else {
+            own_type
+        }
     };
-    let Some((head, attribute)) = published_head(py, ty, "exchange_api_info")? else { return Ok(py.new_none()) };
+    let Some((head, attribute)) = published_head(py, ty)? else { return Ok(py.new_none()) };
     let info = Owned::new(unsafe { (py.PyDict_New)() })?;
     set(py, &info, c"attribute", py.new_str(attribute)?)?;
     let chain = Owned::new(unsafe { (py.PyList_New)(0) })?;
     let mut selected = None;
-    let mut seen: Vec<*const DLPackExchangeAPIHeader> = Vec::new();
-    let mut current = head;
-    let mut ending = "end";
-    while !current.is_null() {
-        if seen.contains(&current) {
-            ending = "cycle";
-            break;
-        }
-        if seen.len() == MAX_CHAIN {
-            ending = "too long";
-            break;
-        }
-        seen.push(current);
-        // SAFETY: the producer promises readable headers along its chain.
+    // SAFETY: the producer promises readable headers along its chain.
+    let walk = unsafe { chain::walk(head) };
+    for (i, &current) in walk.links.iter().enumerate() {
+        // SAFETY: as above.
         let header = unsafe { &*current };
         let entry = Owned::new(unsafe { (py.PyDict_New)() })?;
         set(py, &entry, c"version", int_tuple(py, &[header.version.major as i64, header.version.minor as i64])?)?;
         set(py, &entry, c"address", py.check(unsafe { (py.PyLong_FromVoidPtr)(current.cast_mut().cast()) })?)?;
         if header.version.major == DLPACK_MAJOR_VERSION {
-            selected.get_or_insert(seen.len() - 1);
+            selected.get_or_insert(i);
             // SAFETY: a major-1 header starts a v1 table.
             let api = unsafe { &*current.cast::<DLPackExchangeAPI>() };
             let entries = Owned::new(unsafe { (py.PyDict_New)() })?;
@@ -60,18 +54,17 @@ pub fn exchange_api_info(py: &Python, object: *mut PyObject) -> Result<*mut PyOb
             set(py, &entry, c"entries", entries.into_ptr())?;
         }
         if unsafe { (py.PyList_Append)(chain.as_ptr(), entry.as_ptr()) } != 0 {
-            return Err(pending());
+            return Err(Error::python_pending());
         }
-        current = header.prev_api;
     }
-    let version = match seen.first() {
+    let version = match walk.links.first() {
         // SAFETY: read above.
         Some(&h) => unsafe { int_tuple(py, &[(*h).version.major as i64, (*h).version.minor as i64])? },
         None => py.new_none(),
     };
     set(py, &info, c"version", version)?;
     set(py, &info, c"chain", chain.into_ptr())?;
-    set(py, &info, c"chain_end", py.new_str(ending)?)?;
+    set(py, &info, c"chain_end", py.new_str(walk.ending.name())?)?;
     let selected = match selected {
         Some(i) => py.check(unsafe { (py.PyLong_FromLongLong)(i as i64) })?,
         None => py.new_none(),
@@ -85,7 +78,7 @@ fn set(py: &Python, dict: &Owned, key: &CStr, value: *mut PyObject) -> Result<()
     let value = Owned::new(value)?;
     // SAFETY: GIL held; the dict takes its own reference.
     if unsafe { (py.PyDict_SetItemString)(dict.as_ptr(), key.as_ptr(), value.as_ptr()) } != 0 {
-        return Err(pending());
+        return Err(Error::python_pending());
     }
     Ok(())
 }

@@ -1,39 +1,28 @@
-//! The kernel API: what a C/C++ kernel library needs to take any framework's tensors, allocate
-//! its outputs in the caller's framework and return them there (DLPack's "N0" use).
+//! The kernel API's Python half: what a C/C++ kernel library needs to take any framework's
+//! tensors and return its outputs there (DLPack's "N0" use). The exported `dlpx_*` functions
+//! and the universal table on top (`exports.rs`, `exchange.rs`) are thin shells over these.
 //!
-//! Every object maps to one exchange table: its type's own (walked to major 1), or dlpx's
-//! universal table, which imports anything that speaks `__dlpack__` and allocates and returns
-//! `dlpx.Tensor`s.
+//! An object maps to its type's own exchange table (walked to major 1), or to none; objects
+//! without one are imported through `__dlpack__` and returned as `dlpx.Tensor`s.
 
 use std::ffi::{c_int, c_void};
 use std::ptr::{self, NonNull};
 
 use pyo3_ffi::PyObject;
 
-use super::capi::{pending, python};
-use super::consumer;
+use super::{consumer, tensor_type};
 use crate::abi::*;
-use crate::error::{boundary, Channel, Error, Result};
-use crate::exchange::EXCHANGE_API;
+use crate::cpython::{python, Raise};
+use crate::error::{boundary, Error, Result};
 
-/// The fallback table for objects whose type publishes none: imports go through
-/// `__dlpack__`, outputs are dlpx's. It has no non-owning view (a view of an object without a
-/// table needs an owner, see `dlpx_view`).
-pub static UNIVERSAL_API: DLPackExchangeAPI = DLPackExchangeAPI {
-    header: DLPackExchangeAPIHeader {
-        version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
-        prev_api: ptr::null_mut(),
-    },
-    managed_tensor_allocator: EXCHANGE_API.managed_tensor_allocator,
-    managed_tensor_from_py_object_no_sync: Some(universal_from_py),
-    managed_tensor_to_py_object_no_sync: EXCHANGE_API.managed_tensor_to_py_object_no_sync,
-    dltensor_from_py_object_no_sync: None,
-    current_work_stream: EXCHANGE_API.current_work_stream,
-};
-
-unsafe extern "C" fn universal_from_py(object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
-    boundary(Channel::Python, "managed_tensor_from_py_object_no_sync", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::value("import", "out is NULL"))?;
+/// `managed_tensor_from_py_object_no_sync` of the universal table: imports anything that
+/// speaks `__dlpack__`.
+///
+/// # Safety
+/// The GIL is held; `object` is NULL or live; `out` is NULL or writable.
+pub unsafe extern "C" fn universal_from_py(object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
+    boundary(Raise, "managed_tensor_from_py_object_no_sync", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
         let managed = import_managed(object.cast())?;
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { out.as_ptr().write(managed.as_ptr()) };
@@ -41,42 +30,49 @@ unsafe extern "C" fn universal_from_py(object: *mut c_void, out: *mut *mut DLMan
     })
 }
 
-/// The exchange table that serves `object`: its type's (major 1), or the universal one.
-pub fn api_of(object: *mut PyObject) -> Result<&'static DLPackExchangeAPI> {
+/// The exchange table `object`'s type publishes (major 1), or None when it has none dlpx can use.
+pub fn published_api(object: *mut PyObject) -> Result<Option<&'static DLPackExchangeAPI>> {
     if object.is_null() {
-        return Err(Error::value("exchange_api_of", "py_object is NULL"));
+        return Err(Error::null("py_object"));
     }
     let py = python()?;
+    super::install_gil_release();
     // SAFETY: GIL held by the caller; `object` is live.
     let ty = unsafe { (*object).ob_type };
-    Ok(consumer::exchange_api_of_type(py, ty)?.unwrap_or(&UNIVERSAL_API))
+    consumer::exchange_api_of_type(py, ty)
 }
 
 /// An owning managed tensor for any object (its table's fast path, else `__dlpack__`).
 pub fn import_managed(object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
-    let api = api_of(object)?;
-    if !ptr::eq(api, &UNIVERSAL_API) {
-        let from_py = api
-            .managed_tensor_from_py_object_no_sync
-            .ok_or_else(|| Error::buffer("import", "the producer's table has no managed_tensor_from_py_object_no_sync"))?;
-        let mut out = ptr::null_mut();
-        // SAFETY: the producer's contract: GIL held, an object of its type.
-        if unsafe { from_py(object.cast(), &mut out) } != 0 {
-            return Err(pending());
+    let Some(api) = published_api(object)? else {
+        let py = crate::cpython::py();
+        if let Some(managed) = super::numpy_array::managed_of(py, object)? {
+            return Ok(managed);
         }
-        return NonNull::new(out).ok_or_else(|| Error::buffer("import", "the producer returned success and NULL"));
+        // SAFETY: GIL held; `object` is live.
+        if unsafe { tensor_type::tensor_of(object) }.is_some() || super::capsule::is_capsule(py, object) {
+            return consumer::import(object, None, None)?.export_versioned(0);
+        }
+        return super::fast_capsule::managed_of(py, object);
+    };
+    let from_py = api
+        .managed_tensor_from_py_object_no_sync
+        .ok_or_else(|| Error::buffer("the producer's table has no managed_tensor_from_py_object_no_sync"))?;
+    let mut out = ptr::null_mut();
+    // SAFETY: the producer's contract: GIL held, an object of its type.
+    if unsafe { from_py(object.cast(), &mut out) } != 0 {
+        return Err(Error::python_pending());
     }
-    consumer::import(object, None, None)?.export_versioned(0)
+    NonNull::new(out).ok_or_else(|| Error::buffer("the producer returned success and NULL"))
 }
 
 /// A DLTensor view of `object` and, when the producer has no non-owning view, the managed
-/// tensor that keeps it valid (the caller releases it with `release_view`).
+/// tensor that keeps it valid (the caller releases it with `dlpx_view_release`).
 pub fn view(object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedTensorVersioned> {
-    let api = api_of(object)?;
-    if let Some(view) = api.dltensor_from_py_object_no_sync {
+    if let Some(view) = published_api(object)?.and_then(|api| api.dltensor_from_py_object_no_sync) {
         // SAFETY: the producer's contract: GIL held, an object of its type, a writable DLTensor.
         if unsafe { view(object.cast(), out) } != 0 {
-            return Err(pending());
+            return Err(Error::python_pending());
         }
         return Ok(ptr::null_mut());
     }
@@ -86,17 +82,23 @@ pub fn view(object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedT
     Ok(managed.as_ptr())
 }
 
-/// Makes `managed` a Python object of `like`'s framework (dlpx.Tensor when it has no table).
-/// On failure the caller keeps ownership of `managed` (ruling 4).
+/// Makes `managed` a Python object of `like`'s framework (dlpx.Tensor when it has no table or
+/// `like` is NULL). On failure the caller keeps ownership of `managed` (docs/design.md, "Rulings").
 pub fn to_py_like(like: *mut PyObject, managed: *mut DLManagedTensorVersioned) -> Result<*mut PyObject> {
-    let api = if like.is_null() { &UNIVERSAL_API } else { api_of(like)? };
+    let api = if like.is_null() { None } else { published_api(like)? };
+    let Some(api) = api else {
+        let mut out: *mut PyObject = ptr::null_mut();
+        // SAFETY: GIL held; the caller owns `managed`, which moves only on success.
+        unsafe { tensor_type::to_py(managed, &mut out)? };
+        return Ok(out);
+    };
     let to_py = api
         .managed_tensor_to_py_object_no_sync
-        .ok_or_else(|| Error::buffer("to_py_like", "the producer's table has no managed_tensor_to_py_object_no_sync"))?;
-    let mut out = ptr::null_mut();
+        .ok_or_else(|| Error::buffer("the producer's table has no managed_tensor_to_py_object_no_sync"))?;
+    let mut object = ptr::null_mut();
     // SAFETY: GIL held; the caller owns `managed`, which moves only on success.
-    if unsafe { to_py(managed, &mut out) } != 0 {
-        return Err(pending());
+    if unsafe { to_py(managed, &mut object) } != 0 {
+        return Err(Error::python_pending());
     }
-    Ok(out.cast())
+    Ok(object.cast())
 }

@@ -6,13 +6,19 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod args;
-pub mod capi;
 pub mod capsule;
 pub mod consumer;
+pub mod dlpack_call;
 pub mod dlpack_method;
+pub mod fast_capsule;
 pub mod info;
 pub mod kernel;
 pub mod module;
+pub mod numpy_array;
 pub mod tensor_type;
 
-pub use capi::{raise, without_gil};
+/// Lets blocking driver calls release the GIL (the core's hook, `memory::blocking`): installed
+/// when Python first calls into dlpx (module import, the kernel API).
+pub fn install_gil_release() {
+    crate::memory::blocking::install(|run| crate::cpython::without_gil(run));
+}

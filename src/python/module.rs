@@ -10,11 +10,13 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use pyo3_ffi::{PyMethodDef, PyMethodDefPointer, PyModuleDef, PyObject};
 
 use super::args;
-use super::capi::{pending, py, python, Owned, Python};
 use super::consumer;
-use super::tensor_type::{self, fastcall_as_cfunction, int_tuple};
+use super::tensor_type;
 use crate::abi::*;
-use crate::error::{boundary, Channel, Error, Result};
+use crate::cpython::Raise;
+use crate::cpython::{fastcall_as_cfunction, int_tuple};
+use crate::cpython::{py, python, Owned, Python};
+use crate::error::{boundary, Error, Result};
 use crate::tensor::Tensor;
 
 /// The `dlpx.Device` class, registered by the Python package (a NamedTuple of two ints).
@@ -32,15 +34,15 @@ pub fn make_device(py: &Python, device: DLDevice) -> Result<*mut PyObject> {
 }
 
 /// A device argument: `"cpu"`, `"cuda:1"`, a `(type, id)` pair (a `dlpx.Device` is one).
-fn parse_device(py: &Python, object: *mut PyObject, context: &str) -> Result<DLDevice> {
-    if let Ok(text) = py.str_value(object, context) {
+fn parse_device(py: &Python, object: *mut PyObject) -> Result<DLDevice> {
+    if let Ok(text) = py.str_value(object, "device") {
         return crate::device::parse(&text)
-            .ok_or_else(|| Error::value(context, format!("unknown device '{text}' (expected e.g. 'cpu', 'cuda:0')")));
+            .ok_or_else(|| Error::value(format!("unknown device '{text}' (expected e.g. 'cpu', 'cuda:0')")));
     }
-    let (t, id) = args::int_pair(py, object, context, "device")?;
+    let (t, id) = args::int_pair(py, object, "device")?;
     match (i32::try_from(t), i32::try_from(id)) {
         (Ok(t), Ok(id)) if id >= 0 => Ok(DLDevice { device_type: DeviceType(t), device_id: id }),
-        _ => Err(Error::value(context, format!("invalid device ({t}, {id})"))),
+        _ => Err(Error::value(format!("invalid device ({t}, {id})"))),
     }
 }
 
@@ -53,33 +55,37 @@ unsafe extern "C" fn empty(
     nargs: pyo3_ffi::Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
-    const CONTEXT: &str = "empty";
-    boundary(Channel::Python, CONTEXT, || {
+    boundary(Raise, "empty", || {
         let py = py();
         let mut v = [ptr::null_mut(); 3];
         // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse(CONTEXT, a, nargs, kwnames, &EMPTY_NAMES, 3, &mut v)? };
+        unsafe { args::parse(a, nargs, kwnames, &EMPTY_NAMES, 3, &mut v)? };
         let [shape, dtype, device] = v;
         if shape.is_null() {
-            return Err(Error::type_error(CONTEXT, "missing required argument 'shape'"));
+            return Err(Error::type_error("missing required argument 'shape'"));
         }
-        let shape = args::int_sequence(py, shape, CONTEXT, "shape")?;
-        let dtype = if args::is_none(py, dtype) { DLDataType { code: 2, bits: 32, lanes: 1 } } else { parse_dtype(py, dtype)? };
-        let device = if args::is_none(py, device) { DLDevice { device_type: DeviceType::CPU, device_id: 0 } } else { parse_device(py, device, CONTEXT)? };
+        let shape = args::int_sequence(py, shape, "shape")?;
+        let dtype =
+            if args::is_none(py, dtype) { DLDataType { code: 2, bits: 32, lanes: 1 } } else { parse_dtype(py, dtype)? };
+        let device = if args::is_none(py, device) {
+            DLDevice { device_type: DeviceType::CPU, device_id: 0 }
+        } else {
+            parse_device(py, device)?
+        };
         tensor_type::wrap(Tensor::empty(&shape, dtype, device)?)
     })
 }
 
 fn parse_dtype(py: &Python, object: *mut PyObject) -> Result<DLDataType> {
     if let Ok(name) = py.str_value(object, "empty") {
-        return crate::layout::parse_dtype(&name).ok_or_else(|| Error::value("empty", format!("unknown dtype '{name}'")));
+        return crate::dtype::parse_dtype(&name).ok_or_else(|| Error::value(format!("unknown dtype '{name}'")));
     }
-    let raw = args::int_sequence(py, object, "empty", "dtype")?;
+    let raw = args::int_sequence(py, object, "dtype")?;
     match raw[..] {
         [code, bits, lanes] if (0..256).contains(&code) && (0..256).contains(&bits) && (0..65536).contains(&lanes) => {
             Ok(DLDataType { code: code as u8, bits: bits as u8, lanes: lanes as u16 })
         }
-        _ => Err(Error::value("empty", "dtype must be a name such as 'float32' or a (code, bits, lanes) triple")),
+        _ => Err(Error::value("dtype must be a name such as 'float32' or a (code, bits, lanes) triple")),
     }
 }
 
@@ -89,33 +95,32 @@ unsafe extern "C" fn from_dlpack(
     nargs: pyo3_ffi::Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
-    const CONTEXT: &str = "from_dlpack";
-    boundary(Channel::Python, CONTEXT, || {
+    boundary(Raise, "from_dlpack", || {
         let py = py();
         let mut v = [ptr::null_mut(); 3];
         // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse(CONTEXT, a, nargs, kwnames, &FROM_DLPACK_NAMES, 1, &mut v)? };
+        unsafe { args::parse(a, nargs, kwnames, &FROM_DLPACK_NAMES, 1, &mut v)? };
         let [x, device, copy] = v;
         if x.is_null() {
-            return Err(Error::type_error(CONTEXT, "missing required argument 'x'"));
+            return Err(Error::type_error("missing required argument 'x'"));
         }
-        let device = if args::is_none(py, device) { None } else { Some(parse_device(py, device, CONTEXT)?) };
-        let copy = args::optional_bool(py, copy, CONTEXT, "copy")?;
+        let device = if args::is_none(py, device) { None } else { Some(parse_device(py, device)?) };
+        let copy = args::optional_bool(py, copy, "copy")?;
         tensor_type::wrap(consumer::import(x, device, copy)?)
     })
 }
 
 static STREAM_NAMES: args::Names = args::Names::with_positional_only(&[c"device_type", c"device_id", c"stream"], 3);
 
-fn stream_device(py: &Python, v: &[*mut PyObject], context: &str) -> Result<DLDevice> {
+fn stream_device(py: &Python, v: &[*mut PyObject]) -> Result<DLDevice> {
     if v[0].is_null() || v[1].is_null() {
-        return Err(Error::type_error(context, "expected (device_type, device_id, ...)"));
+        return Err(Error::type_error("expected (device_type, device_id, ...)"));
     }
-    let device_type = args::int_value(py, v[0], context, "device_type")?;
-    let device_id = args::int_value(py, v[1], context, "device_id")?;
+    let device_type = args::int_value(py, v[0], "device_type")?;
+    let device_id = args::int_value(py, v[1], "device_id")?;
     match (i32::try_from(device_type), i32::try_from(device_id)) {
         (Ok(t), Ok(id)) if id >= 0 => Ok(DLDevice { device_type: DeviceType(t), device_id: id }),
-        _ => Err(Error::value(context, format!("invalid device ({device_type}, {device_id})"))),
+        _ => Err(Error::value(format!("invalid device ({device_type}, {device_id})"))),
     }
 }
 
@@ -126,18 +131,17 @@ unsafe extern "C" fn set_current_stream(
     nargs: pyo3_ffi::Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
-    const CONTEXT: &str = "set_current_stream";
-    boundary(Channel::Python, CONTEXT, || {
+    boundary(Raise, "set_current_stream", || {
         let py = py();
         let mut v = [ptr::null_mut(); 3];
         // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse(CONTEXT, a, nargs, kwnames, &STREAM_NAMES, 3, &mut v)? };
-        let device = stream_device(py, &v, CONTEXT)?;
+        unsafe { args::parse(a, nargs, kwnames, &STREAM_NAMES, 3, &mut v)? };
+        let device = stream_device(py, &v)?;
         if device.device_type == DeviceType::CPU {
-            return Err(Error::value(CONTEXT, "cpu has no streams"));
+            return Err(Error::value("cpu has no streams"));
         }
-        let handle = if args::is_none(py, v[2]) { 0 } else { args::int_value(py, v[2], CONTEXT, "stream")? };
-        let previous = crate::stream::set_current(CONTEXT, device, handle as usize as *mut c_void)?;
+        let handle = if args::is_none(py, v[2]) { 0 } else { args::int_value(py, v[2], "stream")? };
+        let previous = crate::stream::set_current(device, handle as usize as *mut c_void)?;
         // SAFETY: GIL held.
         py.check(unsafe { (py.PyLong_FromUnsignedLongLong)(previous as usize as u64) })
     })
@@ -150,13 +154,12 @@ unsafe extern "C" fn current_stream(
     nargs: pyo3_ffi::Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
-    const CONTEXT: &str = "current_stream";
-    boundary(Channel::Python, CONTEXT, || {
+    boundary(Raise, "current_stream", || {
         let py = py();
         let mut v = [ptr::null_mut(); 3];
         // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse(CONTEXT, a, nargs, kwnames, &STREAM_NAMES, 2, &mut v)? };
-        let device = stream_device(py, &v, CONTEXT)?;
+        unsafe { args::parse(a, nargs, kwnames, &STREAM_NAMES, 2, &mut v)? };
+        let device = stream_device(py, &v)?;
         let stream = crate::stream::current(device);
         // SAFETY: GIL held.
         py.check(unsafe { (py.PyLong_FromUnsignedLongLong)(stream as usize as u64) })
@@ -172,42 +175,44 @@ unsafe extern "C" fn record_stream(
     nargs: pyo3_ffi::Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
-    const CONTEXT: &str = "record_stream";
-    boundary(Channel::Python, CONTEXT, || {
+    boundary(Raise, "record_stream", || {
         let py = py();
         let mut v = [ptr::null_mut(); 3];
         // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse(CONTEXT, a, nargs, kwnames, &RECORD_NAMES, 3, &mut v)? };
+        unsafe { args::parse(a, nargs, kwnames, &RECORD_NAMES, 3, &mut v)? };
         // SAFETY: a live argument, GIL held.
-        let tensor = unsafe { tensor_type::tensor_of(v[0]) }
-            .ok_or_else(|| Error::type_error(CONTEXT, format!("expected a dlpx.Tensor, got {}", tensor_type::type_name(v[0]))))?;
-        let device_id = args::int_value(py, v[1], CONTEXT, "device")?;
-        let device_id = i32::try_from(device_id).ok().filter(|d| *d >= 0)
-            .ok_or_else(|| Error::value(CONTEXT, format!("device {device_id} is invalid")))?;
-        crate::memory::cuda::check_device(CONTEXT, device_id)?;
-        let handle = args::int_value(py, v[2], CONTEXT, "stream")?;
+        let tensor = unsafe { tensor_type::tensor_of(v[0]) }.ok_or_else(|| {
+            Error::type_error(format!("expected a dlpx.Tensor, got {}", crate::cpython::type_name(v[0])))
+        })?;
+        let device_id = args::int_value(py, v[1], "device")?;
+        let device_id = i32::try_from(device_id)
+            .ok()
+            .filter(|d| *d >= 0)
+            .ok_or_else(|| Error::value(format!("device {device_id} is invalid")))?;
+        crate::memory::cuda::check_device(device_id)?;
+        let handle = args::int_value(py, v[2], "stream")?;
         tensor.record_stream(device_id, handle as usize as *mut c_void);
         Ok(py.new_none())
     })
 }
 
 unsafe extern "C" fn empty_cache(_module: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {
-    boundary(Channel::Python, "empty_cache", || {
-        crate::memory::cuda::empty_cache("empty_cache")?;
+    boundary(Raise, "empty_cache", || {
+        crate::memory::cuda::empty_cache()?;
         Ok(py().new_none())
     })
 }
 
 unsafe extern "C" fn cuda_driver_present(_module: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {
-    boundary(Channel::Python, "cuda_driver_present", || Ok(py().new_bool(crate::memory::cuda::driver_present())))
+    boundary(Raise, "cuda_driver_present", || Ok(py().new_bool(crate::memory::cuda::driver_present())))
 }
 
 unsafe extern "C" fn exchange_api_info(_module: *mut PyObject, object: *mut PyObject) -> *mut PyObject {
-    boundary(Channel::Python, "exchange_api_info", || super::info::exchange_api_info(py(), object))
+    boundary(Raise, "exchange_api_info", || super::info::exchange_api_info(py(), object))
 }
 
 unsafe extern "C" fn set_device_class(_module: *mut PyObject, class: *mut PyObject) -> *mut PyObject {
-    boundary(Channel::Python, "_set_device_class", || {
+    boundary(Raise, "_set_device_class", || {
         let py = py();
         // SAFETY: GIL held; the static keeps the new reference, the old one is released.
         unsafe { (py.Py_IncRef)(class) };
@@ -222,28 +227,37 @@ macro_rules! method {
         PyMethodDef {
             ml_name: $name.as_ptr(),
             ml_meth: PyMethodDefPointer { PyCFunction: unsafe { fastcall_as_cfunction($f) } },
-            ml_flags: tensor_type::METH_FASTCALL | pyo3_ffi::METH_KEYWORDS,
+            ml_flags: crate::cpython::METH_FASTCALL | pyo3_ffi::METH_KEYWORDS,
             ml_doc: $doc.as_ptr(),
         }
     };
     ($name:literal, noargs $f:ident, $doc:literal) => {
-        PyMethodDef { ml_name: $name.as_ptr(), ml_meth: PyMethodDefPointer { PyCFunction: $f }, ml_flags: pyo3_ffi::METH_NOARGS, ml_doc: $doc.as_ptr() }
+        PyMethodDef {
+            ml_name: $name.as_ptr(),
+            ml_meth: PyMethodDefPointer { PyCFunction: $f },
+            ml_flags: pyo3_ffi::METH_NOARGS,
+            ml_doc: $doc.as_ptr(),
+        }
     };
     ($name:literal, one $f:ident, $doc:literal) => {
-        PyMethodDef { ml_name: $name.as_ptr(), ml_meth: PyMethodDefPointer { PyCFunction: $f }, ml_flags: pyo3_ffi::METH_O, ml_doc: $doc.as_ptr() }
+        PyMethodDef {
+            ml_name: $name.as_ptr(),
+            ml_meth: PyMethodDefPointer { PyCFunction: $f },
+            ml_flags: pyo3_ffi::METH_O,
+            ml_doc: $doc.as_ptr(),
+        }
     };
 }
 
 const MODULE_DOC: &CStr = c"Native core of dlpx (libdlpx.so loaded as a Python extension module).";
 
-/// Entry point CPython calls when `dlpx._native` is loaded from `libdlpx.so`.
-///
-/// # Safety
-/// Called by CPython's import machinery, with the GIL held.
-#[no_mangle]
-pub unsafe extern "C" fn PyInit__native() -> *mut PyObject {
-    boundary(Channel::Python, "PyInit__native", || {
+/// Creates the `dlpx._native` module, whose `Tensor` type publishes `own`, dlpx's exchange
+/// table (`PyInit__native` on top hands it down). Called by CPython's import machinery, with
+/// the GIL held.
+pub fn init(own: &'static DLPackExchangeAPI) -> *mut PyObject {
+    boundary(Raise, "PyInit__native", || {
         let py = python()?;
+        super::install_gil_release();
         let methods: &'static mut [PyMethodDef] = Box::leak(Box::new([
             method!(c"empty", fast empty, c"empty(shape, dtype='float32', device='cpu') -> Tensor\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
             method!(c"from_dlpack", fast from_dlpack, c"from_dlpack(x, /, *, device=None, copy=None) -> Tensor\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
@@ -274,15 +288,37 @@ pub unsafe extern "C" fn PyInit__native() -> *mut PyObject {
         }));
         // SAFETY: GIL held (CPython is importing us); 3 is the stable ABI's API version.
         let module = Owned::new(unsafe { (py.PyModule_Create2)(def, 3) })?;
-        let ty = tensor_type::create_type(py)?;
+        let ty = tensor_type::create_type(py, own)?;
         add(py, &module, c"Tensor", ty)?;
         add(py, &module, c"__version__", py.new_str(env!("CARGO_PKG_VERSION"))?)?;
-        add(py, &module, c"DLPACK_VERSION", int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
-        let table = ptr::addr_of!(crate::exchange::EXCHANGE_API).cast_mut().cast::<c_void>();
+        add(py, &module, c"DEVICE_TYPE_NAMES", device_type_names(py)?)?;
+        add(
+            py,
+            &module,
+            c"DLPACK_VERSION",
+            int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?,
+        )?;
+        let table = (own as *const DLPackExchangeAPI).cast_mut().cast::<c_void>();
         // SAFETY: GIL held.
         add(py, &module, c"_exchange_api_address", py.check(unsafe { (py.PyLong_FromVoidPtr)(table) })?)?;
         Ok(module.into_ptr())
     })
+}
+
+/// `{device_type: name}` for every device type DLPack names (`dlpx.Device` prints these).
+fn device_type_names(py: &Python) -> Result<*mut PyObject> {
+    // SAFETY: GIL held; every new reference is owned by an `Owned` or stolen by the dict's owner.
+    unsafe {
+        let dict = Owned::new((py.PyDict_New)())?;
+        for row in DeviceType::TABLE {
+            let key = Owned::new((py.PyLong_FromLongLong)(row.value.0 as i64))?;
+            let name = Owned::new(py.new_str(row.name)?)?;
+            if (py.PyDict_SetItem)(dict.as_ptr(), key.as_ptr(), name.as_ptr()) != 0 {
+                return Err(Error::python_pending());
+            }
+        }
+        Ok(dict.into_ptr())
+    }
 }
 
 /// Adds `value` (a new reference, stolen) to the module.
@@ -290,7 +326,7 @@ fn add(py: &Python, module: &Owned, name: &CStr, value: *mut PyObject) -> Result
     // SAFETY: GIL held; PyModule_AddObject steals `value` only on success.
     if unsafe { (py.PyModule_AddObject)(module.as_ptr(), name.as_ptr(), value) } != 0 {
         py.decref(value);
-        return Err(pending());
+        return Err(Error::python_pending());
     }
     Ok(())
 }

@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyGetSetDef, PyMethodDef, PyMethodDefPointer, PyObject, PyTypeObject, PyType_Slot, PyType_Spec};
 
-use super::capi::{py, Owned, Python};
 use super::dlpack_method;
 use crate::abi::*;
+use crate::cpython::Raise;
+use crate::cpython::{fastcall_as_cfunction, int_tuple, type_name, METH_FASTCALL};
+use crate::cpython::{py, Owned, Python};
 use crate::device;
-use crate::error::{boundary, Channel, Error, Result};
-use crate::layout;
+use crate::error::{boundary, guard, Error, Result};
 use crate::tensor::Tensor;
 
 /// The object layout. tp_alloc zeroes the object, so `ready` is 0 until `tensor` is written:
@@ -61,20 +62,16 @@ impl PyTensor {
     }
 }
 
-/// METH_FASTCALL: in the limited API from 3.10, with the same value and convention since 3.7.
-pub const METH_FASTCALL: c_int = 0x0080;
-
-/// A METH_FASTCALL | METH_KEYWORDS function, stored where CPython reads it back by its flags.
-pub type FastCallKeywords = unsafe extern "C" fn(*mut PyObject, *const *mut PyObject, pyo3_ffi::Py_ssize_t, *mut PyObject) -> *mut PyObject;
-
-/// # Safety
-/// The method's flags must say METH_FASTCALL | METH_KEYWORDS, so CPython calls it as such.
-pub unsafe fn fastcall_as_cfunction(f: FastCallKeywords) -> pyo3_ffi::PyCFunction {
-    // SAFETY: function pointers of the C ABI have one size; CPython casts back by the flags.
-    unsafe { std::mem::transmute::<FastCallKeywords, pyo3_ffi::PyCFunction>(f) }
-}
-
 static TENSOR_TYPE: AtomicPtr<PyTypeObject> = AtomicPtr::new(ptr::null_mut());
+/// dlpx's exchange table, handed down when the module is created (published on the type).
+static OWN_TABLE: AtomicPtr<DLPackExchangeAPI> = AtomicPtr::new(ptr::null_mut());
+
+/// The table `dlpx.Tensor` publishes, once the module has created the type.
+#[inline]
+pub fn own_table() -> Option<&'static DLPackExchangeAPI> {
+    // SAFETY: only `create_type` stores here, a `&'static` table.
+    unsafe { OWN_TABLE.load(Ordering::Relaxed).as_ref() }
+}
 
 /// The `dlpx.Tensor` type object, once the module has created it.
 #[inline]
@@ -136,11 +133,15 @@ static FREE: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
 fn alloc_empty(ty: *mut PyTypeObject) -> Result<*mut PyObject> {
     let py = py();
     if ty.is_null() {
-        return Err(Error::runtime("dlpx.Tensor", "the dlpx module is not initialised (import dlpx first)"));
+        return Err(Error::runtime("the dlpx module is not initialised (import dlpx first)"));
     }
     // SAFETY: GIL held; `ty` is our (sub)type; tp_alloc zeroes the object, so `tensor` is None.
     let object = unsafe {
-        let alloc = if ty == tensor_type() { ALLOC.load(Ordering::Relaxed) } else { (py.PyType_GetSlot)(ty, pyo3_ffi::Py_tp_alloc) };
+        let alloc = if ty == tensor_type() {
+            ALLOC.load(Ordering::Relaxed)
+        } else {
+            (py.PyType_GetSlot)(ty, pyo3_ffi::Py_tp_alloc)
+        };
         let alloc: pyo3_ffi::allocfunc = std::mem::transmute(alloc);
         alloc(ty, 0)
     };
@@ -154,8 +155,7 @@ fn alloc_empty(ty: *mut PyTypeObject) -> Result<*mut PyObject> {
 /// # Safety
 /// GIL held; `object` is NULL or live; `out` is NULL or writable.
 pub unsafe fn managed_from_py(object: *mut PyObject, out: *mut *mut DLManagedTensorVersioned) -> Result<c_int> {
-    const CONTEXT: &str = "managed_tensor_from_py_object_no_sync";
-    let (tensor, out) = unsafe { checked_args(CONTEXT, object, out)? };
+    let (tensor, out) = unsafe { checked_args(object, out)? };
     let managed = tensor.export_versioned(0)?;
     // SAFETY: `out` is non-NULL and writable.
     unsafe { out.as_ptr().write(managed.as_ptr()) };
@@ -168,62 +168,61 @@ pub unsafe fn managed_from_py(object: *mut PyObject, out: *mut *mut DLManagedTen
 /// # Safety
 /// GIL held; `object` is NULL or live; `out` is NULL or writable.
 pub unsafe fn dltensor_from_py(object: *mut PyObject, out: *mut DLTensor) -> Result<c_int> {
-    let (tensor, out) = unsafe { checked_args("dltensor_from_py_object_no_sync", object, out)? };
+    let (tensor, out) = unsafe { checked_args(object, out)? };
     // SAFETY: `out` is non-NULL and writable.
     unsafe { out.as_ptr().write(*tensor.dl_tensor()) };
     Ok(0)
 }
 
 #[inline(always)]
-unsafe fn checked_args<'a, T>(context: &str, object: *mut PyObject, out: *mut T) -> Result<(&'a Tensor, NonNull<T>)> {
+unsafe fn checked_args<'a, T>(object: *mut PyObject, out: *mut T) -> Result<(&'a Tensor, NonNull<T>)> {
     if tensor_type().is_null() {
-        return Err(no_tensor_type(context));
+        return Err(no_tensor_type());
     }
     if object.is_null() {
-        return Err(Error::value(context, "py_object is NULL"));
+        return Err(Error::value("py_object is NULL"));
     }
-    let Some(out) = NonNull::new(out) else { return Err(Error::value(context, "out is NULL")) };
+    let Some(out) = NonNull::new(out) else { return Err(Error::value("out is NULL")) };
     // SAFETY: GIL held and `object` live, by the caller's contract.
     match unsafe { tensor_of(object) } {
         Some(tensor) => {
             tensor.record_current_stream();
             Ok((tensor, out))
         }
-        None => Err(not_a_tensor(context, object)),
+        None => Err(not_a_tensor(object)),
     }
 }
 
 /// Without `import dlpx` there is no dlpx.Tensor, so no object can be one; without Python at
 /// all the message says so (and goes to dlpx_last_error()).
 #[cold]
-fn no_tensor_type(context: &str) -> Error {
-    match super::capi::python() {
-        Err(err) => Error::runtime(context, err.message.trim_start_matches("dlpx: python: ")),
-        Ok(_) => Error::runtime(context, "the dlpx module is not initialised (import dlpx first)"),
+fn no_tensor_type() -> Error {
+    match crate::cpython::python() {
+        Err(err) => Error::runtime(err.fact()),
+        Ok(_) => Error::runtime("the dlpx module is not initialised (import dlpx first)"),
     }
 }
 
 #[cold]
-fn not_a_tensor(context: &str, object: *mut PyObject) -> Error {
-    Error::type_error(context, format!("expected a dlpx.Tensor, got {}", type_name(object)))
+fn not_a_tensor(object: *mut PyObject) -> Error {
+    Error::type_error(format!("expected a dlpx.Tensor, got {}", type_name(object)))
 }
 
 /// `managed_tensor_to_py_object_no_sync`: any producer's managed tensor becomes a dlpx.Tensor.
-/// Ownership moves only on success (ruling 4): on failure the caller still owns `managed`.
+/// Ownership moves only on success (docs/design.md R4): on failure the caller still owns `managed`.
 ///
 /// # Safety
 /// GIL held; `managed` is NULL or a live managed tensor the caller owns; `out` NULL or writable.
 pub unsafe fn to_py(managed: *mut DLManagedTensorVersioned, out: *mut *mut PyObject) -> Result<c_int> {
-    const CONTEXT: &str = "managed_tensor_to_py_object_no_sync";
-    let managed = NonNull::new(managed).ok_or_else(|| Error::value(CONTEXT, "tensor is NULL"))?;
-    let out = NonNull::new(out).ok_or_else(|| Error::value(CONTEXT, "out_py_object is NULL"))?;
+    let managed = NonNull::new(managed).ok_or_else(|| Error::null("tensor"))?;
+    let out = NonNull::new(out).ok_or_else(|| Error::null("out_py_object"))?;
     if tensor_type().is_null() {
-        return Err(no_tensor_type(CONTEXT));
+        return Err(no_tensor_type());
     }
     // Allocate first: once the tensor is adopted, a failure could no longer leave it with the caller.
     let object = alloc_empty(tensor_type())?;
     // SAFETY: the caller owns `managed` and gives it up only if this succeeds.
-    match unsafe { Tensor::from_managed(CONTEXT, managed) } {
+    match unsafe { Tensor::from_managed(managed) } {
         Ok(tensor) => {
             // SAFETY: fresh object, not yet visible to anyone.
             unsafe {
@@ -247,10 +246,14 @@ unsafe extern "C" fn tensor_dealloc(object: *mut PyObject) {
         let ty = (*object).ob_type;
         // Dropping may run a producer's deleter; it must not unwind into CPython.
         let tensor = PyTensor::take(object);
-        let guard = super::capi::ExceptionGuard::save_with_gil(py());
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(tensor)));
-        drop(guard);
-        let free = if ty == tensor_type() { FREE.load(Ordering::Relaxed) } else { (py().PyType_GetSlot)(ty, pyo3_ffi::Py_tp_free) };
+        let saved = crate::cpython::ExceptionGuard::save_with_gil(py());
+        guard("dlpx.Tensor deallocation", || drop(tensor));
+        drop(saved);
+        let free = if ty == tensor_type() {
+            FREE.load(Ordering::Relaxed)
+        } else {
+            (py().PyType_GetSlot)(ty, pyo3_ffi::Py_tp_free)
+        };
         let free: pyo3_ffi::freefunc = std::mem::transmute(free);
         free(object.cast());
         (py().Py_DecRef)(ty.cast());
@@ -258,13 +261,12 @@ unsafe extern "C" fn tensor_dealloc(object: *mut PyObject) {
 }
 
 unsafe extern "C" fn tensor_new(ty: *mut PyTypeObject, args: *mut PyObject, kwargs: *mut PyObject) -> *mut PyObject {
-    boundary(Channel::Python, "dlpx.Tensor", || {
+    boundary(Raise, "dlpx.Tensor", || {
         let py = py();
         // SAFETY: CPython passes a tuple of arguments and a dict or NULL, with the GIL held.
         let nargs = unsafe { (py.PyTuple_Size)(args) };
         if nargs != 1 || (!kwargs.is_null() && unsafe { (py.PyDict_Size)(kwargs) } != 0) {
             return Err(Error::type_error(
-                "dlpx.Tensor",
                 "takes exactly one argument, an object that supports DLPack (or use dlpx.empty / dlpx.from_dlpack)",
             ));
         }
@@ -279,12 +281,12 @@ unsafe extern "C" fn tensor_new(ty: *mut PyTypeObject, args: *mut PyObject, kwar
 }
 
 unsafe extern "C" fn tensor_repr(object: *mut PyObject) -> *mut PyObject {
-    boundary(Channel::Python, "dlpx.Tensor.__repr__", || {
+    boundary(Raise, "dlpx.Tensor.__repr__", || {
         let t = unsafe { this(object) }?;
         let text = format!(
             "dlpx.Tensor(shape={}, dtype={}, device={}, strides={}{})",
             tuple_text(t.shape()),
-            layout::dtype_name(t.dl_tensor().dtype),
+            crate::dtype::dtype_name(t.dl_tensor().dtype),
             device::name(t.dl_tensor().device),
             tuple_text(t.strides()),
             if t.is_readonly() { ", readonly=True" } else { "" }
@@ -306,29 +308,7 @@ fn tuple_text(values: &[i64]) -> String {
 /// GIL held; `object` is `self` of a dlpx.Tensor method.
 pub unsafe fn this<'a>(object: *mut PyObject) -> Result<&'a Tensor> {
     // SAFETY: per the contract.
-    unsafe { tensor_of(object) }.ok_or_else(|| Error::runtime("dlpx.Tensor", "uninitialised dlpx.Tensor"))
-}
-
-pub fn type_name(object: *mut PyObject) -> String {
-    if object.is_null() {
-        return "NULL".to_string();
-    }
-    let py = py();
-    // SAFETY: GIL held; `object` is live; `__qualname__`/`__module__` reads do not keep references.
-    unsafe {
-        let ty = (*object).ob_type.cast::<PyObject>();
-        let read = |name: &CStr| -> Option<String> {
-            let attr = Owned::new((py.PyObject_GetAttrString)(ty, name.as_ptr())).ok()?;
-            py.str_value(attr.as_ptr(), "type name").ok()
-        };
-        let qualname = read(c"__qualname__").unwrap_or_else(|| "?".to_string());
-        let module = read(c"__module__").filter(|m| m != "builtins");
-        (py.PyErr_Clear)();
-        match module {
-            Some(m) => format!("{m}.{qualname}"),
-            None => qualname,
-        }
-    }
+    unsafe { tensor_of(object) }.ok_or_else(|| Error::runtime("uninitialised dlpx.Tensor"))
 }
 
 // ---- getters -----------------------------------------------------------------------------
@@ -336,7 +316,7 @@ pub fn type_name(object: *mut PyObject) -> String {
 macro_rules! getter {
     ($name:ident, |$py:ident, $t:ident| $body:expr) => {
         unsafe extern "C" fn $name(object: *mut PyObject, _closure: *mut c_void) -> *mut PyObject {
-            boundary(Channel::Python, concat!("dlpx.Tensor.", stringify!($name)), || {
+            boundary(Raise, concat!("dlpx.Tensor.", stringify!($name)), || {
                 let $py: &Python = py();
                 // SAFETY: CPython calls getters with the GIL and a live `self`.
                 let $t: &Tensor = unsafe { this(object) }?;
@@ -344,18 +324,6 @@ macro_rules! getter {
             })
         }
     };
-}
-
-pub fn int_tuple(py: &Python, values: &[i64]) -> Result<*mut PyObject> {
-    // SAFETY: GIL held; PyTuple_SetItem steals each new integer.
-    unsafe {
-        let tuple = Owned::new((py.PyTuple_New)(values.len() as _))?;
-        for (i, &v) in values.iter().enumerate() {
-            let item = py.check((py.PyLong_FromLongLong)(v))?;
-            (py.PyTuple_SetItem)(tuple.as_ptr(), i as _, item);
-        }
-        Ok(tuple.into_ptr())
-    }
 }
 
 getter!(get_shape, |py, t| int_tuple(py, t.shape()));
@@ -371,7 +339,7 @@ getter!(get_data_ptr, |py, t| {
 });
 getter!(get_is_contiguous, |py, t| Ok(py.new_bool(t.is_contiguous())));
 getter!(get_readonly, |py, t| Ok(py.new_bool(t.is_readonly())));
-getter!(get_dtype, |py, t| py.new_str(&layout::dtype_name(t.dl_tensor().dtype)));
+getter!(get_dtype, |py, t| py.new_str(&crate::dtype::dtype_name(t.dl_tensor().dtype)));
 getter!(get_dtype_raw, |py, t| {
     let d = t.dl_tensor().dtype;
     int_tuple(py, &[d.code as i64, d.bits as i64, d.lanes as i64])
@@ -389,13 +357,20 @@ dlpx.Tensor(obj) is the same as dlpx.from_dlpack(obj).";
 
 macro_rules! getset {
     ($name:literal, $getter:ident, $doc:literal) => {
-        PyGetSetDef { name: $name.as_ptr(), get: Some($getter), set: None, doc: $doc.as_ptr(), closure: ptr::null_mut() }
+        PyGetSetDef {
+            name: $name.as_ptr(),
+            get: Some($getter),
+            set: None,
+            doc: $doc.as_ptr(),
+            closure: ptr::null_mut(),
+        }
     };
 }
 
 /// Creates the type, publishes the exchange table on it, and remembers it. Called once at
 /// module initialisation; a second call returns the same type.
-pub fn create_type(py: &Python) -> Result<*mut PyObject> {
+pub fn create_type(py: &Python, own: &'static DLPackExchangeAPI) -> Result<*mut PyObject> {
+    OWN_TABLE.store((own as *const DLPackExchangeAPI).cast_mut(), Ordering::Relaxed);
     let existing = tensor_type();
     if !existing.is_null() {
         // SAFETY: GIL held; the module keeps one more reference.
@@ -409,11 +384,19 @@ pub fn create_type(py: &Python) -> Result<*mut PyObject> {
         getset!(c"ndim", get_ndim, c"Number of dimensions."),
         getset!(c"numel", get_numel, c"Number of elements."),
         getset!(c"nbytes", get_nbytes, c"Bytes the elements occupy (sub-byte types packed unless flagged padded)."),
-        getset!(c"byte_offset", get_byte_offset, c"DLTensor.byte_offset: bytes from the data pointer to the first element."),
+        getset!(
+            c"byte_offset",
+            get_byte_offset,
+            c"DLTensor.byte_offset: bytes from the data pointer to the first element."
+        ),
         getset!(c"data_ptr", get_data_ptr, c"Address of the first element (data + byte_offset), 0 for empty tensors."),
         getset!(c"is_contiguous", get_is_contiguous, c"Whether the strides are compact row-major."),
         getset!(c"readonly", get_readonly, c"Whether the producer marked the memory read-only."),
-        getset!(c"dtype", get_dtype, c"Element type name: 'float32', 'bfloat16', 'float8_e4m3fn', 'bool', 'complex64', ..."),
+        getset!(
+            c"dtype",
+            get_dtype,
+            c"Element type name: 'float32', 'bfloat16', 'float8_e4m3fn', 'bool', 'complex64', ..."
+        ),
         getset!(c"dtype_raw", get_dtype_raw, c"The DLPack dtype as (code, bits, lanes)."),
         getset!(c"device", get_device, c"The device, a dlpx.Device (prints as 'cpu:0', compares with such strings)."),
         PyGetSetDef { name: ptr::null(), get: None, set: None, doc: ptr::null(), closure: ptr::null_mut() },
@@ -468,16 +451,16 @@ pub fn create_type(py: &Python) -> Result<*mut PyObject> {
 
 /// Ruling 1: the capsule (DLPack 1.3) and the older integer attribute, both on the type.
 fn publish_exchange_api(py: &Python, ty: *mut PyObject) -> Result<()> {
-    let table = ptr::addr_of!(crate::exchange::EXCHANGE_API).cast_mut().cast::<c_void>();
+    let table = OWN_TABLE.load(Ordering::Relaxed).cast::<c_void>();
     // SAFETY: GIL held; the table is a static, so the capsule needs no destructor.
     unsafe {
         let capsule = Owned::new((py.PyCapsule_New)(table, c"dlpack_exchange_api".as_ptr(), None))?;
         if (py.PyObject_SetAttrString)(ty, c"__dlpack_c_exchange_api__".as_ptr(), capsule.as_ptr()) != 0 {
-            return Err(super::capi::pending());
+            return Err(Error::python_pending());
         }
         let address = Owned::new((py.PyLong_FromVoidPtr)(table))?;
         if (py.PyObject_SetAttrString)(ty, c"__c_dlpack_exchange_api__".as_ptr(), address.as_ptr()) != 0 {
-            return Err(super::capi::pending());
+            return Err(Error::python_pending());
         }
     }
     Ok(())

@@ -1,7 +1,7 @@
 """The DLPack 1.3 ABI and the CPython capsule functions, seen through ctypes, for the tests.
 
-Nothing here calls dlpx: it is an independent reading of the ABI (ARCHITECTURE.md, "The ABI,
-v1.3") so the tests can inspect what dlpx exports and build hand-made producers whose
+Nothing here calls dlpx: it is an independent reading of the ABI (DLPack 1.3 as the spec texts
+define it) so the tests can inspect what dlpx exports and build hand-made producers whose
 deleters count their calls.
 """
 

@@ -12,7 +12,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def build_example(directory, module_name, tmp_path_factory):
+def build_example(directory, module_name, tmp_path_factory, cmake_args=()):
     out = subprocess.run([sys.executable, "-m", "dlpx", "--cmakedir"], capture_output=True, text=True, check=True)
     cmake_dir = out.stdout.strip()
     if shutil.which("cmake") is None or not os.path.exists(os.path.join(cmake_dir, "dlpxConfig.cmake")):
@@ -23,12 +23,17 @@ def build_example(directory, module_name, tmp_path_factory):
     build = tmp_path_factory.mktemp(directory)
     configure = [
         "cmake", "-S", os.path.join(REPO, "examples", directory), "-B", str(build), f"-Ddlpx_DIR={cmake_dir}",
-        f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release", "-DDLPX_WERROR=ON",
+        f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release", "-DDLPX_WERROR=ON", *cmake_args,
     ]
     for command in (configure, ["cmake", "--build", str(build)]):
         done = subprocess.run(command, capture_output=True, text=True)
         assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}"
     [path] = [os.path.join(build, f) for f in os.listdir(build) if f.startswith(module_name) and f.endswith(".so")]
+    return load_module(module_name, path)
+
+
+def load_module(module_name, path):
+    """Imports the extension module at `path` (built here or by a script) under `module_name`."""
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,6 +1,6 @@
 """DLPack capsules in and out of dlpx: consumed capsules are renamed, an unconsumed capsule frees
 its tensor exactly once, a consumed one never; a capsule is consumed once; unknown majors are
-deleted and refused (ruling 7); tensors that fail validation stay with their capsule.
+deleted and refused (docs/design.md R7); tensors that fail validation stay with their capsule.
 
 The tensors under test are hand-made (dlpack_abi.Managed) so each deleter call is counted."""
 
@@ -150,7 +150,7 @@ def test_the_exchange_api_capsule_is_not_a_tensor():
         dlpx.from_dlpack(dlpx.Tensor.__dlpack_c_exchange_api__)
 
 
-# ---- versions (ruling 7) -------------------------------------------------------------------------
+# ---- versions (docs/design.md R7) -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("major", [0, 2, 3, 255])
@@ -231,7 +231,7 @@ def test_null_strides_from_a_legacy_producer_mean_row_major():
     assert t.is_contiguous
     np.testing.assert_array_equal(np.from_dlpack(t), np.arange(24.0).reshape(2, 3, 4))
     exported = abi.read_capsule(t.__dlpack__(max_version=(1, 3)))
-    assert exported["strides"] == (12, 4, 1)  # ruling 5: never NULL on the way out
+    assert exported["strides"] == (12, 4, 1)  # R5: never NULL on the way out
 
 
 def test_the_readonly_flag_of_a_capsule_is_kept():
@@ -288,3 +288,27 @@ def test_a_cuda_tensor_is_carried_but_never_read():
     del t, info
     collect()
     assert managed.calls == 1
+
+
+# ---- values DLPack added after 1.3 (kDLBcomplex = 18; kDLTPU = 19, kDLTPUHost = 20, kDLAscend = 21)
+
+
+@pytest.mark.parametrize(
+    "device, name", [((19, 0), "tpu:0"), ((20, 0), "tpu_host:0"), ((21, 2), "ascend:2")], ids=["tpu", "tpu_host", "ascend"]
+)
+def test_devices_added_after_1_3_are_named_imported_and_exported(device, name):
+    managed = abi.Managed(np.arange(4, dtype=np.complex64), dtype=(18, 32, 1), device=device)
+    t = dlpx.from_dlpack(managed.capsule())
+    assert (str(t.device), t.dtype, t.dtype_raw) == (name, "bcomplex32", (18, 32, 1))
+    assert t.device == dlpx.Device.parse(name)
+    # Exported again with its metadata as it came (a consumer of that device can take it).
+    again = dlpx.from_dlpack(t.__dlpack__(max_version=(1, 3)))
+    assert (again.device, again.dtype_raw, again.data_ptr) == (t.device, t.dtype_raw, t.data_ptr)
+    del t, again
+    assert managed.calls == 1
+
+
+def test_dlpx_allocates_bcomplex_but_not_on_devices_added_after_1_3():
+    assert dlpx.empty((2,), dtype="bcomplex32").nbytes == 8
+    with pytest.raises(NotImplementedError, match=r"^dlpx: empty: allocation on device ascend:0 is not supported"):
+        dlpx.empty((2,), device="ascend")

@@ -9,23 +9,10 @@ import pytest
 
 import dlpx
 import dlpack_abi as abi
+from cuda_peers import GPU, cupy, needs_gpu, torch
 
 DRIVER = dlpx.cuda.is_available()
-try:
-    import torch
-
-    GPU = torch.cuda.is_available()
-except ImportError:  # pragma: no cover
-    torch = None
-    GPU = False
-
-try:
-    import cupy
-except Exception:  # ImportError, or a cupy without a usable CUDA
-    cupy = None
-
 needs_no_driver = pytest.mark.skipif(DRIVER, reason="a CUDA driver is present: the no-driver paths cannot be observed")
-needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA GPU (torch.cuda.is_available() is False)")
 
 
 # ---- streams: bookkeeping that needs no GPU -------------------------------------------------

@@ -1,5 +1,5 @@
 """dlpx.Tensor.__dlpack__ and __dlpack_device__ exactly as the array API (spec 002) says, with
-ruling 7 (versions), ruling 9 (streams on CPU) and ruling 10 (copies)."""
+R7 (versions), R9 (streams on CPU) and R10 (copies)."""
 
 import numpy as np
 import pytest
@@ -37,7 +37,7 @@ def check_describes(info, t):
     assert info["ndim"] == t.ndim
 
 
-# ---- max_version: ruling 7 ---------------------------------------------------------------------
+# ---- max_version: R7 ---------------------------------------------------------------------
 
 
 def test_no_max_version_gives_a_legacy_capsule(tensor):
@@ -77,7 +77,7 @@ def test_both_capsules_hold_the_tensor_elements(tensor):
     np.testing.assert_array_equal(values(tensor.__dlpack__(max_version=(1, 3))), expected)
 
 
-# ---- stream: ruling 9 on CPU -------------------------------------------------------------------
+# ---- stream: R9 on CPU -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("stream", [None, -1])
@@ -120,7 +120,7 @@ def test_malformed_dl_device_is_a_type_error(tensor, dl_device):
         tensor.__dlpack__(dl_device=dl_device)
 
 
-# ---- copy: ruling 10 ---------------------------------------------------------------------------
+# ---- copy: R10 ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("dl_device", [None, (1, 0)])
@@ -261,7 +261,7 @@ def test_export_of_a_zero_size_tensor_has_null_data():
     info = abi.read_capsule(t.__dlpack__(max_version=(1, 3)))
     assert info["data"] == 0
     assert info["shape"] == (2, 0)
-    assert info["strides"] is not None and len(info["strides"]) == 2  # ruling 5
+    assert info["strides"] is not None and len(info["strides"]) == 2  # R5
 
 
 def test_export_of_a_0d_tensor():

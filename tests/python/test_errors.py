@@ -130,7 +130,10 @@ CASES = {
     "empty-overflow": (lambda: dlpx.empty((2**62, 2**62)), ValueError, "empty", "overflow"),
     "empty-too-large": (lambda: dlpx.empty((2**40,)), MemoryError, "empty", "bytes"),
     "empty-rocm": (lambda: dlpx.empty((2,), device="rocm:0"), NotImplementedError, "empty", "rocm:0"),
-    "empty-bad-device": (lambda: dlpx.empty((2,), device="tpu"), ValueError, "empty", "tpu"),
+    "empty-bad-device": (lambda: dlpx.empty((2,), device="npu"), ValueError, "empty", "npu"),
+    "empty-device-dlpx-cannot-allocate-on": (
+        lambda: dlpx.empty((2,), device="tpu"), NotImplementedError, "empty", "allocation on device tpu:0 is not supported"
+    ),
     "empty-missing-shape": (lambda: dlpx.empty(), TypeError, "empty", "shape"),
     "empty-extra-keyword": (lambda: dlpx.empty((1,), order="C"), TypeError, "empty", "order"),
     "dlpack-stream": (lambda: dlpx.empty((1,)).__dlpack__(stream=1), ValueError, "__dlpack__", "stream"),

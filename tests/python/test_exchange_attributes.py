@@ -1,6 +1,6 @@
 """Ruling 1: dlpx.Tensor publishes its exchange table as the capsule `__dlpack_c_exchange_api__`
 and as the integer `__c_dlpack_exchange_api__`; `dlpx.exchange_api_info` reports what any type
-publishes (ruling 8: the prev_api chain)."""
+publishes (R8: the prev_api chain)."""
 
 import ctypes
 
@@ -70,7 +70,7 @@ def test_attributes_are_on_the_type_and_seen_from_instances():
 def test_table_header_is_version_1_3_and_ends_the_chain():
     table = abi.exchange_table(dlpx.Tensor)
     assert (table.header.version.major, table.header.version.minor) == (1, 3)
-    assert table.header.prev_api is None  # ruling 8: no older major exists
+    assert table.header.prev_api is None  # R8: no older major exists
 
 
 @pytest.mark.parametrize("entry", ENTRIES)

@@ -1,6 +1,6 @@
 """dlpx's exchange table called directly, as a C consumer (torch, tvm-ffi) calls it: the three
-PyObject entry points with their failures and ownership rules (ruling 4), the allocator with
-SetError (ruling 3, decision 6), and current_work_stream (ruling 9)."""
+PyObject entry points with their failures and ownership rules (docs/design.md R4), the allocator with
+SetError (R3, design.md "Errors"), and current_work_stream (docs/design.md R9)."""
 
 import ctypes
 import sys
@@ -191,7 +191,7 @@ def test_to_py_failure_leaves_ownership_with_the_caller(defect):
     with pytest.raises(BufferError, match=r"^dlpx: managed_tensor_to_py_object_no_sync: "):
         to_py(managed.address, ctypes.byref(out))
     assert out.value is None
-    assert managed.calls == 0  # ruling 4: not deleted by dlpx ...
+    assert managed.calls == 0  # R4: not deleted by dlpx ...
     delete(managed.address)  # ... so the caller deletes it, once
     assert managed.calls == 1
 
@@ -221,7 +221,7 @@ def test_allocator_makes_a_compact_aligned_tensor_without_the_gil(shape):
     assert info["dtype"] == (2, 32, 1)
     assert info["device"] == (1, 0)
     if 0 in shape:
-        assert info["data"] == 0  # ruling 6
+        assert info["data"] == 0  # R6
     else:
         assert info["data"] % 256 == 0
     if shape:

@@ -125,7 +125,7 @@ def test_dlpx_reaches_a_table_through_the_int_attribute():
         dlpx.from_dlpack(IntOnly())
 
 
-# ---- the prev_api chain (ruling 8) -----------------------------------------------------------------
+# ---- the prev_api chain (docs/design.md R8) -----------------------------------------------------------------
 
 
 def publishing(base, head_address):

@@ -1,5 +1,5 @@
 """dlpx.from_dlpack as a consumer of the `__dlpack__` protocol: what it asks a producer for,
-the legacy fallback, and its `device=` / `copy=` arguments (ruling 10).
+the legacy fallback, and its `device=` / `copy=` arguments (docs/design.md R10).
 
 The producer here is pure Python (dlpack_abi.Producer): it records every call and counts
 every deleter call, so the tests see exactly what dlpx asks and what it frees."""

@@ -8,7 +8,7 @@ import pytest
 
 import dlpx
 
-# The DLPack 1.3 dtype codes (ARCHITECTURE.md, "The ABI, v1.3"): name -> (code, bits, lanes).
+# The DLPack 1.3 dtype codes (DLPack 1.3, as the spec texts define them): name -> (code, bits, lanes).
 DTYPES = {
     "bool": (6, 8, 1),
     "int8": (0, 8, 1),

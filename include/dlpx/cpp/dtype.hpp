@@ -3,12 +3,13 @@
 #ifndef DLPX_CPP_DTYPE_HPP_
 #define DLPX_CPP_DTYPE_HPP_
 
-#include <dlpx/dlpack.h>
+#include <dlpx/dlpx.h>
 
 #include <cfloat>
 #include <complex>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -183,53 +184,36 @@ inline bool same_device(const DLDevice& a, const DLDevice& b) noexcept {
 
 namespace detail {
 
-inline const char* scalar_dtype_name(uint8_t code, uint8_t bits) noexcept {
+// DLPack's dtype codes and device types with their printed names, from the one
+// table dlpx keeps (dlpx.h's X-macros, generated from src/abi/enums.rs).
+struct named_value {
+  int32_t value;
+  const char* name;
+  uint8_t fixed_bits;  // the width a dtype code fixes; 0: any
+};
+#define DLPX_DETAIL_DTYPE_ROW(value, name, bits) named_value{value, name, bits},
+#define DLPX_DETAIL_DEVICE_ROW(value, name) named_value{value, name, 0},
+inline constexpr named_value k_dtype_codes[] = {DLPX_DTYPE_CODE_NAMES(DLPX_DETAIL_DTYPE_ROW)};
+inline constexpr named_value k_device_types[] = {DLPX_DEVICE_TYPE_NAMES(DLPX_DETAIL_DEVICE_ROW)};
+#undef DLPX_DETAIL_DTYPE_ROW
+#undef DLPX_DETAIL_DEVICE_ROW
+
+inline const named_value* find_named(const named_value* first, const named_value* last, int32_t value) noexcept {
+  for (; first != last; ++first) {
+    if (first->value == value) return first;
+  }
+  return nullptr;
+}
+
+// The widths this layer names for codes that allow any width: those of the C++
+// element types it maps (dtype_of); others print as "dtype(code=...)".
+inline bool is_standard_width(uint8_t code, uint8_t bits) noexcept {
   switch (code) {
-    case kDLBool:
-      return bits == 8 ? "bool" : nullptr;
     case kDLInt:
-      switch (bits) {
-        case 8: return "int8";
-        case 16: return "int16";
-        case 32: return "int32";
-        case 64: return "int64";
-        default: return nullptr;
-      }
-    case kDLUInt:
-      switch (bits) {
-        case 8: return "uint8";
-        case 16: return "uint16";
-        case 32: return "uint32";
-        case 64: return "uint64";
-        default: return nullptr;
-      }
-    case kDLFloat:
-      switch (bits) {
-        case 16: return "float16";
-        case 32: return "float32";
-        case 64: return "float64";
-        default: return nullptr;
-      }
-    case kDLBfloat:
-      return bits == 16 ? "bfloat16" : nullptr;
-    case kDLComplex:
-      switch (bits) {
-        case 64: return "complex64";
-        case 128: return "complex128";
-        default: return nullptr;
-      }
-    case kDLFloat8_e3m4: return bits == 8 ? "float8_e3m4" : nullptr;
-    case kDLFloat8_e4m3: return bits == 8 ? "float8_e4m3" : nullptr;
-    case kDLFloat8_e4m3b11fnuz: return bits == 8 ? "float8_e4m3b11fnuz" : nullptr;
-    case kDLFloat8_e4m3fn: return bits == 8 ? "float8_e4m3fn" : nullptr;
-    case kDLFloat8_e4m3fnuz: return bits == 8 ? "float8_e4m3fnuz" : nullptr;
-    case kDLFloat8_e5m2: return bits == 8 ? "float8_e5m2" : nullptr;
-    case kDLFloat8_e5m2fnuz: return bits == 8 ? "float8_e5m2fnuz" : nullptr;
-    case kDLFloat8_e8m0fnu: return bits == 8 ? "float8_e8m0fnu" : nullptr;
-    case kDLFloat6_e2m3fn: return bits == 6 ? "float6_e2m3fn" : nullptr;
-    case kDLFloat6_e3m2fn: return bits == 6 ? "float6_e3m2fn" : nullptr;
-    case kDLFloat4_e2m1fn: return bits == 4 ? "float4_e2m1fn" : nullptr;
-    default: return nullptr;
+    case kDLUInt: return bits == 8 || bits == 16 || bits == 32 || bits == 64;
+    case kDLFloat: return bits == 16 || bits == 32 || bits == 64;
+    case kDLComplex: return bits == 64 || bits == 128;
+    default: return false;
   }
 }
 
@@ -238,37 +222,26 @@ inline const char* scalar_dtype_name(uint8_t code, uint8_t bits) noexcept {
 /// The name of a device type as the Python side spells it ("cpu", "cuda",
 /// "cuda_host", ...), or NULL for a type this header does not know.
 inline const char* device_type_name(int32_t device_type) noexcept {
-  switch (device_type) {
-    case kDLCPU: return "cpu";
-    case kDLCUDA: return "cuda";
-    case kDLCUDAHost: return "cuda_host";
-    case kDLOpenCL: return "opencl";
-    case kDLVulkan: return "vulkan";
-    case kDLMetal: return "metal";
-    case kDLVPI: return "vpi";
-    case kDLROCM: return "rocm";
-    case kDLROCMHost: return "rocm_host";
-    case kDLExtDev: return "ext_dev";
-    case kDLCUDAManaged: return "cuda_managed";
-    case kDLOneAPI: return "oneapi";
-    case kDLWebGPU: return "webgpu";
-    case kDLHexagon: return "hexagon";
-    case kDLMAIA: return "maia";
-    case kDLTrn: return "trn";
-    default: return nullptr;
-  }
+  const detail::named_value* row =
+      detail::find_named(std::begin(detail::k_device_types), std::end(detail::k_device_types), device_type);
+  return row != nullptr ? row->name : nullptr;
 }
 
 /// The printable name of a dtype, equal to the Python side's: "float32",
 /// "bfloat16", "float32x4" for lanes > 1, and "dtype(code=C,bits=B,lanes=L)"
 /// for anything without a name.
 inline std::string dtype_name(DLDataType dtype) {
-  const char* base = detail::scalar_dtype_name(dtype.code, dtype.bits);
-  if (base == nullptr || dtype.lanes == 0) {
+  const detail::named_value* row =
+      detail::find_named(std::begin(detail::k_dtype_codes), std::end(detail::k_dtype_codes), dtype.code);
+  const bool named = row != nullptr && dtype.lanes != 0 &&
+                     (row->fixed_bits != 0 ? dtype.bits == row->fixed_bits
+                                           : detail::is_standard_width(dtype.code, dtype.bits));
+  if (!named) {
     return "dtype(code=" + std::to_string(dtype.code) + ",bits=" + std::to_string(dtype.bits) +
            ",lanes=" + std::to_string(dtype.lanes) + ")";
   }
-  std::string name(base);
+  std::string name(row->name);
+  if (row->fixed_bits == 0) name += std::to_string(dtype.bits);
   if (dtype.lanes > 1) {
     // Two appends, not name += "x" + to_string(...): that operator+ is an insert at 0, which
     // GCC 12 at -O3 under C++20 inlines and then flags with a false -Wrestrict overlap.

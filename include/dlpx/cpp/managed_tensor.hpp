@@ -44,20 +44,20 @@ inline void capture_set_error(void* ctx, const char* kind, const char* message) 
   }
 }
 
-// A table of a newer major keeps older ones on its prev_api chain; walk it
-// (bounded, a cycle cannot hang us) to the v1 table this header understands.
+// A table of a newer major keeps older ones on its prev_api chain: dlpx's own
+// walk (bounded and cycle-safe, the one Rust and C use too) finds the v1 table
+// this header understands.
 inline const DLPackExchangeAPI* find_v1_table(const DLPackExchangeAPI* api, const char* where) {
   if (api == nullptr) throw_error("ValueError", std::string("dlpx: ") + where + ": exchange API table is NULL");
-  const DLPackExchangeAPIHeader* h = &api->header;
-  for (int hops = 0; h != nullptr && hops < 16; ++hops, h = h->prev_api) {
-    if (h->version.major == DLPACK_MAJOR_VERSION) {
-      // The header is the first member of the standard-layout table.
-      return reinterpret_cast<const DLPackExchangeAPI*>(h);
-    }
+  const DLPackExchangeAPI* v1 = dlpx_exchange_api_select(&api->header);
+  if (v1 == nullptr) {
+    const char* why = dlpx_last_error();
+    throw_error("BufferError", std::string("dlpx: ") + where + ": exchange API table of DLPack major " +
+                                   std::to_string(api->header.version.major) + " has no v" +
+                                   std::to_string(DLPACK_MAJOR_VERSION) + " table on its prev_api chain (" +
+                                   (why != nullptr ? why : "") + ")");
   }
-  throw_error("BufferError", std::string("dlpx: ") + where + ": exchange API table of DLPack major " +
-                                 std::to_string(api->header.version.major) + " has no v" +
-                                 std::to_string(DLPACK_MAJOR_VERSION) + " table on its prev_api chain");
+  return v1;
 }
 
 template <class S, class = void>

@@ -2,9 +2,8 @@
 //!
 //! Enumerations that arrive from C are newtypes over their integer, never Rust `enum`s: a producer
 //! built against a newer DLPack may send a device or dtype code this build does not know, and
-//! decoding that into a Rust `enum` would be undefined behaviour. The `DLDeviceType` and
-//! `DLDataTypeCode` enums below exist only for the generated header (they are behind a `cfg` that
-//! Rust never enables) so C sees the official `typedef enum`s.
+//! decoding that into a Rust `enum` would be undefined behaviour. Their values, C names and
+//! printed names are one table, `enums.rs`, which `build.rs` also reads to write the C enums.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
@@ -42,131 +41,63 @@ pub struct DLPackVersion {
     pub minor: u32,
 }
 
-/// The device type in DLDevice (an `int32_t`; values this build does not name are legal input).
-#[repr(transparent)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct DeviceType(pub i32);
-
-impl DeviceType {
-    pub const CPU: Self = Self(1);
-    pub const CUDA: Self = Self(2);
-    pub const CUDA_HOST: Self = Self(3);
-    pub const OPENCL: Self = Self(4);
-    pub const VULKAN: Self = Self(7);
-    pub const METAL: Self = Self(8);
-    pub const VPI: Self = Self(9);
-    pub const ROCM: Self = Self(10);
-    pub const ROCM_HOST: Self = Self(11);
-    pub const EXT_DEV: Self = Self(12);
-    pub const CUDA_MANAGED: Self = Self(13);
-    pub const ONEAPI: Self = Self(14);
-    pub const WEBGPU: Self = Self(15);
-    pub const HEXAGON: Self = Self(16);
-    pub const MAIA: Self = Self(17);
-    pub const TRN: Self = Self(18);
+/// One row of a DLPack enumeration (`src/abi/enums.rs`): the value, its C enumerator, the name
+/// dlpx prints for it, the bit width a dtype code fixes (0: any), and whether DLPack 1.3 has it.
+#[derive(Clone, Copy, Debug)]
+pub struct EnumRow<T: 'static> {
+    pub value: T,
+    pub c_name: &'static str,
+    pub name: &'static str,
+    pub bits: u8,
+    pub in_1_3: bool,
 }
 
-/// The type code options of DLDataType (a `uint8_t` in the struct; unknown values are legal input).
-#[repr(transparent)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct DataTypeCode(pub u8);
+/// Makes each enumeration a newtype over its integer (unknown values are legal input), with a
+/// constant per value and its table of rows.
+macro_rules! dlpack_enums {
+    (@in_1_3) => { true };
+    (@in_1_3 $since:literal) => { false };
+    ($(
+        $(#[doc = $doc:literal])*
+        enum $c_enum:ident for $rust:ident($repr:ty) {
+            $(
+                $(#[doc = $row_doc:literal])*
+                $konst:ident = $value:literal, $c_name:ident, $name:literal $(, bits $bits:literal)? $(, since $since:literal)?;
+            )*
+        }
+    )*) => {$(
+        $(#[doc = $doc])*
+        #[doc = concat!("\n\nA `", stringify!($repr), "` newtype (C: `", stringify!($c_enum), "`): values this build does not name are legal input.")]
+        #[repr(transparent)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub struct $rust(pub $repr);
 
-impl DataTypeCode {
-    pub const INT: Self = Self(0);
-    pub const UINT: Self = Self(1);
-    pub const FLOAT: Self = Self(2);
-    pub const OPAQUE_HANDLE: Self = Self(3);
-    pub const BFLOAT: Self = Self(4);
-    pub const COMPLEX: Self = Self(5);
-    pub const BOOL: Self = Self(6);
-    pub const FLOAT8_E3M4: Self = Self(7);
-    pub const FLOAT8_E4M3: Self = Self(8);
-    pub const FLOAT8_E4M3B11FNUZ: Self = Self(9);
-    pub const FLOAT8_E4M3FN: Self = Self(10);
-    pub const FLOAT8_E4M3FNUZ: Self = Self(11);
-    pub const FLOAT8_E5M2: Self = Self(12);
-    pub const FLOAT8_E5M2FNUZ: Self = Self(13);
-    pub const FLOAT8_E8M0FNU: Self = Self(14);
-    pub const FLOAT6_E2M3FN: Self = Self(15);
-    pub const FLOAT6_E3M2FN: Self = Self(16);
-    pub const FLOAT4_E2M1FN: Self = Self(17);
-    /// One past the largest code DLPack v1.3 defines.
-    pub const END: Self = Self(18);
+        impl $rust {
+            $(
+                $(#[doc = $row_doc])*
+                pub const $konst: Self = Self($value);
+            )*
+
+            /// Every value DLPack names, in order.
+            pub const TABLE: &'static [EnumRow<Self>] = &[$(
+                EnumRow {
+                    value: Self($value),
+                    c_name: stringify!($c_name),
+                    name: $name,
+                    bits: 0 $(+ $bits)?,
+                    in_1_3: dlpack_enums!(@in_1_3 $($since)?),
+                },
+            )*];
+
+            /// The row of this value, if DLPack names it.
+            pub fn row(self) -> Option<&'static EnumRow<Self>> {
+                Self::TABLE.iter().find(|row| row.value == self)
+            }
+        }
+    )*};
 }
 
-/// Header-only mirrors: they give C the official `typedef enum`s. Never compiled into Rust.
-#[cfg(dlpx_header_only)]
-mod header_enums {
-    /// The device type in DLDevice.
-    #[repr(i32)]
-    pub enum DLDeviceType {
-        /// CPU device.
-        kDLCPU = 1,
-        /// CUDA GPU device.
-        kDLCUDA = 2,
-        /// Pinned CUDA CPU memory by cudaMallocHost.
-        kDLCUDAHost = 3,
-        /// OpenCL devices.
-        kDLOpenCL = 4,
-        /// Vulkan buffer for next generation graphics.
-        kDLVulkan = 7,
-        /// Metal for Apple GPU.
-        kDLMetal = 8,
-        /// Verilog simulator buffer.
-        kDLVPI = 9,
-        /// ROCm GPUs for AMD GPUs.
-        kDLROCM = 10,
-        /// Pinned ROCm CPU memory allocated by hipMallocHost.
-        kDLROCMHost = 11,
-        /// Reserved extension device type, used for quickly testing extension devices.
-        kDLExtDev = 12,
-        /// CUDA managed/unified memory allocated by cudaMallocManaged.
-        kDLCUDAManaged = 13,
-        /// Unified shared memory allocated on a oneAPI non-partitioned device.
-        kDLOneAPI = 14,
-        /// GPU support for next generation WebGPU standard.
-        kDLWebGPU = 15,
-        /// Qualcomm Hexagon DSP.
-        kDLHexagon = 16,
-        /// Microsoft MAIA devices.
-        kDLMAIA = 17,
-        /// AWS Trainium.
-        kDLTrn = 18,
-    }
-
-    /// The type code options of DLDataType.
-    #[repr(C)]
-    pub enum DLDataTypeCode {
-        /// Signed integer.
-        kDLInt = 0,
-        /// Unsigned integer.
-        kDLUInt = 1,
-        /// IEEE floating point.
-        kDLFloat = 2,
-        /// Opaque handle type, reserved for testing purposes.
-        kDLOpaqueHandle = 3,
-        /// bfloat16.
-        kDLBfloat = 4,
-        /// Complex number (C/C++/Python layout: compact struct per complex number).
-        kDLComplex = 5,
-        /// Boolean.
-        kDLBool = 6,
-        /// FP8 data types.
-        kDLFloat8_e3m4 = 7,
-        kDLFloat8_e4m3 = 8,
-        kDLFloat8_e4m3b11fnuz = 9,
-        kDLFloat8_e4m3fn = 10,
-        kDLFloat8_e4m3fnuz = 11,
-        kDLFloat8_e5m2 = 12,
-        kDLFloat8_e5m2fnuz = 13,
-        kDLFloat8_e8m0fnu = 14,
-        /// FP6 data types; bits must be 6.
-        kDLFloat6_e2m3fn = 15,
-        kDLFloat6_e3m2fn = 16,
-        /// FP4 data types; bits must be 4.
-        kDLFloat4_e2m1fn = 17,
-    }
-}
+include!("enums.rs");
 
 /// A Device for Tensor and operator.
 #[repr(C)]

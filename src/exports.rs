@@ -4,7 +4,9 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::NonNull;
 
 use crate::abi::*;
-use crate::error::{self, boundary, Channel, Error, ErrorKind};
+use crate::cpython::Raise;
+use crate::error::{self, boundary, Channel, Error, ErrorCallback, ErrorKind, LastError};
+use crate::exchange::{EXCHANGE_API, UNIVERSAL_API};
 
 /// dlpx's `DLPackExchangeAPI` (DLPack 1.3). The pointer is the head of dlpx's chain, is
 /// statically initialised and stays valid for the life of the process. Never NULL.
@@ -14,7 +16,7 @@ use crate::error::{self, boundary, Channel, Error, ErrorKind};
 /// and leave the reason in `dlpx_last_error()`).
 #[no_mangle]
 pub extern "C" fn dlpx_exchange_api() -> *const DLPackExchangeAPI {
-    &crate::exchange::EXCHANGE_API
+    &EXCHANGE_API
 }
 
 /// The dlpx library version, e.g. "0.1.0". Static storage; never NULL.
@@ -55,15 +57,15 @@ pub extern "C" fn dlpx_set_current_stream(
     stream: *mut c_void,
     previous: *mut *mut c_void,
 ) -> c_int {
-    boundary(Channel::LastError, "set_current_stream", || {
+    boundary(LastError, "set_current_stream", || {
         let device = DLDevice { device_type, device_id };
         if device_type == DeviceType::CPU {
-            return Err(Error::value("set_current_stream", "cpu has no streams"));
+            return Err(Error::value("cpu has no streams"));
         }
         if device_id < 0 {
-            return Err(Error::value("set_current_stream", format!("device_id = {device_id} is negative")));
+            return Err(Error::value(format!("device_id = {device_id} is negative")));
         }
-        let old = crate::stream::set_current("set_current_stream", device, stream)?;
+        let old = crate::stream::set_current(device, stream)?;
         if let Some(previous) = NonNull::new(previous) {
             // SAFETY: non-NULL and writable by the caller's contract.
             unsafe { previous.as_ptr().write(old) };
@@ -77,8 +79,8 @@ pub extern "C" fn dlpx_set_current_stream(
 /// NULL. The same answer as the table's `current_work_stream`.
 #[no_mangle]
 pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
-    boundary(Channel::LastError, "get_current_stream", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::value("get_current_stream", "out is NULL"))?;
+    boundary(LastError, "get_current_stream", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { out.as_ptr().write(crate::stream::current(DLDevice { device_type, device_id })) };
         Ok(0)
@@ -99,11 +101,15 @@ pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i3
 /// # Safety
 /// `tensor` is NULL or a managed tensor the caller holds (its deleter not yet called).
 #[no_mangle]
-pub unsafe extern "C" fn dlpx_record_stream(tensor: *const DLManagedTensorVersioned, device_id: i32, stream: *mut c_void) -> c_int {
-    boundary(Channel::LastError, "record_stream", || {
-        let tensor = NonNull::new(tensor.cast_mut()).ok_or_else(|| Error::value("record_stream", "tensor is NULL"))?;
+pub unsafe extern "C" fn dlpx_record_stream(
+    tensor: *const DLManagedTensorVersioned,
+    device_id: i32,
+    stream: *mut c_void,
+) -> c_int {
+    boundary(LastError, "record_stream", || {
+        let tensor = NonNull::new(tensor.cast_mut()).ok_or_else(|| Error::null("tensor"))?;
         if device_id < 0 {
-            return Err(Error::value("record_stream", format!("device_id = {device_id} is negative")));
+            return Err(Error::value(format!("device_id = {device_id} is negative")));
         }
         // SAFETY: a live managed tensor, per the contract.
         unsafe { crate::Tensor::record_stream_of(tensor, device_id, stream) };
@@ -116,8 +122,8 @@ pub unsafe extern "C" fn dlpx_record_stream(tensor: *const DLManagedTensorVersio
 /// (see `dlpx_last_error()`; "CUDA driver not found" without a driver).
 #[no_mangle]
 pub extern "C" fn dlpx_cuda_empty_cache() -> c_int {
-    boundary(Channel::LastError, "cuda_empty_cache", || {
-        crate::memory::cuda::empty_cache("cuda_empty_cache")?;
+    boundary(LastError, "cuda_empty_cache", || {
+        crate::memory::cuda::empty_cache()?;
         Ok(0)
     })
 }
@@ -130,9 +136,9 @@ pub extern "C" fn dlpx_cuda_empty_cache() -> c_int {
 /// `head` is NULL or a table header whose `prev_api` links are NULL or valid headers.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_exchange_api_select(head: *const DLPackExchangeAPIHeader) -> *const DLPackExchangeAPI {
-    boundary(Channel::LastError, "exchange_api_select", || {
+    boundary(LastError, "exchange_api_select", || {
         // SAFETY: the caller passes a readable chain (or NULL, which is handled).
-        Ok(unsafe { crate::chain::select_supported("exchange_api_select", head)? } as *const DLPackExchangeAPI)
+        Ok(unsafe { crate::chain::select_supported(head)? } as *const DLPackExchangeAPI)
     })
 }
 
@@ -145,25 +151,23 @@ pub unsafe extern "C" fn dlpx_exchange_api_select(head: *const DLPackExchangeAPI
 /// The GIL is held; `kind` and `message` are NULL or NUL-terminated strings.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *const c_char, message: *const c_char) {
-    boundary(Channel::LastError, "set_error_python", || {
+    boundary(LastError, "set_error_python", || {
         // SAFETY: NUL-terminated strings from the allocator, or NULL (handled).
-        let text = |p: *const c_char| if p.is_null() { String::new() } else { unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned() };
-        let kind_name = text(kind);
-        let kind = match kind_name.as_str() {
-            "MemoryError" => ErrorKind::MemoryError,
-            "ValueError" => ErrorKind::ValueError,
-            "TypeError" => ErrorKind::TypeError,
-            "BufferError" => ErrorKind::BufferError,
-            "NotImplementedError" => ErrorKind::NotImplementedError,
-            _ => ErrorKind::RuntimeError,
+        let text = |p: *const c_char| {
+            if p.is_null() {
+                String::new()
+            } else {
+                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+            }
         };
-        let err = Error { kind, message: text(message) };
-        match crate::python::capi::python() {
+        let kind = ErrorKind::from_name(&text(kind)).unwrap_or(ErrorKind::RuntimeError);
+        let err = Error::verbatim(kind, text(message));
+        match crate::cpython::python() {
             Ok(py) => {
                 // SAFETY: PyGILState_Ensure/Release bracket the raise, from any thread.
                 unsafe {
                     let state = (py.PyGILState_Ensure)();
-                    crate::python::raise(&err);
+                    Raise.deliver(&err);
                     (py.PyGILState_Release)(state);
                 }
             }
@@ -174,6 +178,11 @@ pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *c
 }
 
 // ---- the kernel API: Python objects of any framework in C kernels (GIL held) ----------------
+
+/// The table that serves `py_object`: its type's own, or the universal one.
+fn table_of(py_object: *mut c_void) -> crate::error::Result<&'static DLPackExchangeAPI> {
+    Ok(crate::python::kernel::published_api(py_object.cast())?.unwrap_or(&UNIVERSAL_API))
+}
 
 /// The exchange table that serves `py_object` (a `PyObject*`, GIL held): its type's own table
 /// (`__dlpack_c_exchange_api__`, else `__c_dlpack_exchange_api__`, walked to major 1 and cached
@@ -186,9 +195,7 @@ pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *c
 /// The GIL is held; `py_object` is NULL or a live `PyObject*`.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const DLPackExchangeAPI {
-    boundary(Channel::Python, "exchange_api_of", || {
-        crate::python::kernel::api_of(py_object.cast()).map(|api| api as *const DLPackExchangeAPI)
-    })
+    boundary(Raise, "exchange_api_of", || table_of(py_object).map(|api| api as *const DLPackExchangeAPI))
 }
 
 /// Imports any DLPack producer's object (GIL held) as an owning managed tensor: through its
@@ -200,8 +207,8 @@ pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const 
 /// The GIL is held; `py_object` is NULL or a live `PyObject*`; `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_import(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
-    boundary(Channel::Python, "import", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::value("import", "out is NULL"))?;
+    boundary(Raise, "import", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
         let managed = crate::python::kernel::import_managed(py_object.cast())?;
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { out.as_ptr().write(managed.as_ptr()) };
@@ -229,8 +236,8 @@ pub struct DlpxTensorView {
 /// The GIL is held; `py_object` is NULL or a live `PyObject*` that outlives the view; `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_view_of(py_object: *mut c_void, out: *mut DlpxTensorView) -> c_int {
-    boundary(Channel::Python, "view_of", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::value("view_of", "out is NULL"))?;
+    boundary(Raise, "view_of", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
         // SAFETY: non-NULL and writable by the caller's contract.
         let out = unsafe { &mut *out.as_ptr() };
         out.owner = std::ptr::null_mut();
@@ -246,14 +253,14 @@ pub unsafe extern "C" fn dlpx_view_of(py_object: *mut c_void, out: *mut DlpxTens
 /// `view` is NULL or a view `dlpx_view_of` filled; releasing an owning view may run its producer's deleter, so hold the GIL when the producer needs it.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
-    boundary(Channel::LastError, "view_release", || {
+    boundary(LastError, "view_release", || {
         // SAFETY: a view filled by dlpx_view_of, or NULL.
         if let Some(view) = unsafe { view.as_mut() } {
             let owner = std::mem::replace(&mut view.owner, std::ptr::null_mut());
             // SAFETY: we own `owner` and call its deleter once.
             if let Some(deleter) = unsafe { owner.as_ref() }.and_then(|m| m.deleter) {
                 // A kernel often releases its views after setting its error.
-                let _guard = crate::python::capi::ExceptionGuard::save();
+                let _guard = crate::cpython::ExceptionGuard::save();
                 unsafe { deleter(owner) };
             }
         }
@@ -263,7 +270,7 @@ pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
 
 /// Allocates an output like `prototype` (dtype, ndim, shape, device) in the framework of
 /// `like_py_object` (GIL held): with its table's allocator (a torch tensor in → torch's
-/// allocator), or dlpx's when it has none or `like_py_object` is NULL. Errors go to `SetError(error_ctx, kind, message)`
+/// allocator), or dlpx's when it has none or `like_py_object` is NULL. Errors go to `ErrorCallback(error_ctx, kind, message)`
 /// exactly once (`dlpx_set_error_python` raises them as Python exceptions); with a NULL
 /// `SetError` they go to `dlpx_last_error()`. Returns 0, or -1.
 ///
@@ -278,15 +285,18 @@ pub unsafe extern "C" fn dlpx_allocate_like(
     error_ctx: *mut c_void,
     SetError: Option<unsafe extern "C" fn(error_ctx: *mut c_void, kind: *const c_char, message: *const c_char)>,
 ) -> c_int {
-    let api = boundary(Channel::SetError(error_ctx, SetError), "allocate_like", || {
+    let api = boundary(ErrorCallback(error_ctx, SetError), "allocate_like", || {
         if like_py_object.is_null() {
-            return Ok(&crate::exchange::EXCHANGE_API as *const DLPackExchangeAPI);
+            return Ok(&EXCHANGE_API as *const DLPackExchangeAPI);
         }
-        crate::python::kernel::api_of(like_py_object.cast()).map_err(|err| match err.message.as_str() {
-            // A Python exception is already set: move it into SetError's channel.
-            crate::python::capi::PENDING => crate::python::capi::take_pending("allocate_like"),
-            _ => err,
-        }).map(|api| api as *const DLPackExchangeAPI)
+        let api = crate::python::kernel::published_api(like_py_object.cast()).map_err(|err| {
+            match err.is_python_pending() {
+                // A Python exception is already set: move it into SetError's channel.
+                true => crate::cpython::take_pending(),
+                false => err,
+            }
+        })?;
+        Ok(api.unwrap_or(&EXCHANGE_API) as *const DLPackExchangeAPI)
     });
     if api.is_null() {
         return -1;
@@ -294,8 +304,8 @@ pub unsafe extern "C" fn dlpx_allocate_like(
     // SAFETY: a live table; the allocator reports its own errors through SetError.
     match unsafe { (*api).managed_tensor_allocator } {
         Some(allocate) => unsafe { allocate(prototype, out, error_ctx, SetError) },
-        None => boundary(Channel::SetError(error_ctx, SetError), "allocate_like", || {
-            Err::<c_int, _>(Error::not_implemented("allocate_like", "the producer's table has no allocator"))
+        None => boundary(ErrorCallback(error_ctx, SetError), "allocate_like", || {
+            Err::<c_int, _>(Error::not_implemented("the producer's table has no allocator"))
         }),
     }
 }
@@ -313,8 +323,8 @@ pub unsafe extern "C" fn dlpx_to_py_like(
     managed: *mut DLManagedTensorVersioned,
     out_py_object: *mut *mut c_void,
 ) -> c_int {
-    boundary(Channel::Python, "to_py_like", || {
-        let out = NonNull::new(out_py_object).ok_or_else(|| Error::value("to_py_like", "out_py_object is NULL"))?;
+    boundary(Raise, "to_py_like", || {
+        let out = NonNull::new(out_py_object).ok_or_else(|| Error::null("out_py_object"))?;
         let object = crate::python::kernel::to_py_like(like_py_object.cast(), managed)?;
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { out.as_ptr().write(object.cast()) };
@@ -335,20 +345,20 @@ pub unsafe extern "C" fn dlpx_current_stream_of(
     device_id: i32,
     out_stream: *mut *mut c_void,
 ) -> c_int {
-    boundary(Channel::Python, "current_stream_of", || {
-        let out = NonNull::new(out_stream).ok_or_else(|| Error::value("current_stream_of", "out_stream is NULL"))?;
-        let api = crate::python::kernel::api_of(like_py_object.cast())?;
-        if std::ptr::eq(api, &crate::exchange::EXCHANGE_API) || std::ptr::eq(api, &crate::python::kernel::UNIVERSAL_API) {
+    boundary(Raise, "current_stream_of", || {
+        let out = NonNull::new(out_stream).ok_or_else(|| Error::null("out_stream"))?;
+        let api = table_of(like_py_object)?;
+        if std::ptr::eq(api, &EXCHANGE_API) || std::ptr::eq(api, &UNIVERSAL_API) {
             // dlpx's own registry (its table reports errors to dlpx_last_error, not Python).
             // SAFETY: non-NULL and writable by the caller's contract.
             unsafe { out.as_ptr().write(crate::stream::current(DLDevice { device_type, device_id })) };
             return Ok(0);
         }
-        let stream = api.current_work_stream.ok_or_else(|| Error::buffer("current_stream_of", "the table has no current_work_stream"))?;
+        let stream = api.current_work_stream.ok_or_else(|| Error::buffer("the table has no current_work_stream"))?;
         // SAFETY: the producer's contract.
         match unsafe { stream(device_type, device_id, out.as_ptr()) } {
             0 => Ok(0),
-            _ => Err(crate::python::capi::pending()),
+            _ => Err(Error::python_pending()),
         }
     })
 }

@@ -1,0 +1,109 @@
+"""Taking a producer's capsule as a consumer would, and counting its deleter's calls.
+
+The kit consumes foreign capsules itself (rename to ``used_…``, later call the deleter once) and
+measures the deleter by swapping the struct's ``deleter`` field for a spy that counts, puts the
+producer's deleter back and forwards the first call only (a second call is counted, never
+forwarded, so a producer's double delete cannot become the kit's double free).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from . import abi
+
+_DELETER_OFFSET = {True: abi.DLManagedTensorVersioned.deleter.offset, False: abi.DLManagedTensor.deleter.offset}
+_SPIED: dict = {}  # struct address -> [producer's deleter, calls, versioned]
+
+
+@abi.Deleter
+def _spy(address):
+    entry = _SPIED.get(address)
+    if entry is None:
+        return  # not ours; cannot happen unless a producer copies the deleter elsewhere
+    entry[1] += 1
+    if entry[1] == 1:
+        original, _, versioned = entry
+        ctypes.c_void_p.from_address(address + _DELETER_OFFSET[versioned]).value = original
+        abi.call_deleter(address, original)
+
+
+_SPY_ADDRESS = ctypes.cast(_spy, ctypes.c_void_p).value
+
+
+class Spied:
+    """The deleter of the managed tensor at `address`, replaced by the counting spy."""
+
+    def __init__(self, address: int, versioned: bool):
+        field = ctypes.c_void_p.from_address(address + _DELETER_OFFSET[versioned])
+        self.address = address
+        self.had_deleter = bool(field.value)
+        if self.had_deleter:
+            _SPIED[address] = [field.value, 0, versioned]
+            field.value = _SPY_ADDRESS
+
+    @property
+    def calls(self) -> int:
+        entry = _SPIED.get(self.address)
+        return entry[1] if entry else 0
+
+    def delete(self) -> None:
+        """Call the deleter as the consumer that owns the tensor does."""
+        if self.had_deleter:
+            abi.call_deleter(self.address, _SPY_ADDRESS)
+
+    def forget(self) -> int:
+        """Stop tracking (the address may be reused by a later allocation); returns calls."""
+        entry = _SPIED.pop(self.address, None)
+        return entry[1] if entry else 0
+
+
+def versioned_name(name) -> bool:
+    return name is not None and name.endswith(abi.VERSIONED_NAME)
+
+
+def consume(capsule):
+    """Take ownership as a consumer: rename to ``used_…``, return (info, Spied). The caller
+    must call ``.delete()`` on the second element exactly once (and then ``.forget()``)."""
+    info = abi.read_capsule(capsule)
+    versioned = versioned_name(abi.capsule_name(capsule))
+    abi.rename_capsule(capsule, abi.USED_VERSIONED_NAME if versioned else abi.USED_LEGACY_NAME)
+    return info, Spied(info["address"], versioned)
+
+
+def export(obj, **kwargs):
+    """``obj.__dlpack__(**kwargs)``: (capsule, None) or (None, the exception)."""
+    try:
+        return obj.__dlpack__(**kwargs), None
+    except Exception as exc:  # noqa: BLE001 - the exception's type is what the checks judge
+        return None, exc
+
+
+def export_info(obj, **kwargs):
+    """(info of the capsule, None) or (None, exception); the capsule is consumed and deleted
+    at once (only its description is kept: data pointers stay comparable while `obj` lives)."""
+    capsule, error = export(obj, **kwargs)
+    if error is not None:
+        return None, error
+    if not abi.is_capsule(capsule):
+        return None, TypeError(f"__dlpack__ returned {type(capsule).__name__}, not a capsule")
+    info, spied = consume(capsule)
+    spied.delete()
+    spied.forget()
+    return info, None
+
+
+def describe_error(exc) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text[:90]}"
+
+
+def read_values(info, positions) -> list:
+    """float32 values of a CPU tensor at the given multi-indices (strides from `info`)."""
+    strides = info["strides"] or ()
+    base = info["data"] + info["byte_offset"]
+    out = []
+    for index in positions:
+        offset = sum(i * s for i, s in zip(index, strides))
+        out.append(ctypes.c_float.from_address(base + 4 * offset).value)
+    return out

@@ -1,0 +1,241 @@
+"""Producer checks: ``__dlpack__`` and ``__dlpack_device__`` of any array, then its exchange
+table (table.py). ``check_producer(make)`` is the entry point."""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+from . import abi, clauses as C
+from .capsules import Spied, consume, describe_error, export, export_info, read_values
+from .libraries import Library
+from .results import Checks
+from .table import check_table, refcount_through_table
+
+# name -> (code, bits, lanes): every dtype a library may have (000 DLDataTypeCode).
+DTYPES = {
+    "bool": (6, 8, 1), "int8": (0, 8, 1), "int16": (0, 16, 1), "int32": (0, 32, 1), "int64": (0, 64, 1),
+    "uint8": (1, 8, 1), "uint16": (1, 16, 1), "uint32": (1, 32, 1), "uint64": (1, 64, 1),
+    "float16": (2, 16, 1), "float32": (2, 32, 1), "float64": (2, 64, 1), "bfloat16": (4, 16, 1),
+    "complex64": (5, 64, 1), "complex128": (5, 128, 1),
+    "float8_e3m4": (7, 8, 1), "float8_e4m3": (8, 8, 1), "float8_e4m3b11fnuz": (9, 8, 1), "float8_e4m3fn": (10, 8, 1),
+    "float8_e4m3fnuz": (11, 8, 1), "float8_e5m2": (12, 8, 1), "float8_e5m2fnuz": (13, 8, 1), "float8_e8m0fnu": (14, 8, 1),
+    "float4_e2m1fn": (17, 4, 1),
+}
+V1 = (1, 0)
+REFCOUNT_ROUNDS = 200
+
+
+def check_producer(make, *, readonly=None, undescribable=None, spec=None, checks=None) -> Checks:
+    """Run every producer check on arrays from ``make(shape, dtype_name)`` (see libraries.py for
+    the factory contract). ``readonly(array)`` makes a read-only copy, ``undescribable()`` an
+    array DLPack cannot describe; ``spec`` (a built-in name or module:function) lets the checks
+    that may crash run in a child process. Returns the recorded checks."""
+    checks = Checks() if checks is None else checks
+    x = make((2, 3), "float32")
+    _check_versions(x, checks)
+    _check_device(x, checks)
+    _check_copy_and_stream(x, checks)
+    _check_capsule_lifetime(x, checks)
+    _check_layouts(make, checks)
+    _check_dtypes(make, checks)
+    _check_read_only(x, readonly, checks)
+    _check_undescribable(undescribable, checks)
+    check_table(x, checks, spec)
+    _check_refcount(x, checks)
+    return checks
+
+
+def check_library(library: Library, checks=None) -> Checks:
+    return check_producer(library.make, readonly=library.readonly, undescribable=library.undescribable, spec=library.spec, checks=checks)
+
+
+def _legacy_or_buffer_error(info, error):
+    if error is not None:
+        return isinstance(error, BufferError), describe_error(error)
+    return info["name"] == "dltensor", f"{info['name']} capsule"
+
+
+def _check_versions(x, checks):
+    info, error = export_info(x)
+    ok, detail = _legacy_or_buffer_error(info, error)
+    checks.record("dlpack.max_version_absent", ok, detail, C.MAX_VERSION_NONE)
+    info, error = export_info(x, max_version=(0, 8))
+    ok, detail = _legacy_or_buffer_error(info, error)
+    checks.record("dlpack.max_version_0", ok, detail, C.MAX_VERSION_NONE)
+    info, error = export_info(x, max_version=V1)
+    if error is not None:
+        checks.record("dlpack.max_version_1", False, describe_error(error), C.MAX_VERSION)
+    else:
+        # A legacy capsule is allowed ("or of a different version"): the consumer verifies.
+        ok = info["version"] is None or info["version"][0] == 1
+        checks.record("dlpack.max_version_1", ok, f"{info['name']} {info['version'] or ''}", C.MAX_VERSION)
+        checks.record("dlpack.max_version_1_versioned", info["version"] is not None, f"{info['name']} capsule", C.MAX_VERSION, required=False)
+        if info["version"] is not None and info["version"] >= (1, 2):
+            checks.record("dlpack.strides_non_null", info["strides"] is not None, f"version {info['version']}, strides {info['strides']}", C.STRIDES)
+        else:
+            checks.skip("dlpack.strides_non_null", "no capsule of version 1.2 or later", C.STRIDES)
+    info, error = export_info(x, max_version=(2, 0))
+    if error is not None:
+        checks.record("dlpack.max_version_2", False, describe_error(error), C.MAX_VERSION_NEWER)
+    else:
+        checks.record("dlpack.max_version_2", info["version"] is None or info["version"][0] in (1, 2), f"{info['name']} {info['version'] or ''}", C.MAX_VERSION_NEWER)
+
+
+def _check_device(x, checks):
+    device = tuple(int(v) for v in x.__dlpack_device__())
+    info, error = export_info(x, max_version=V1)
+    ok = error is None and device == info["device"]
+    checks.record("dlpack_device.matches", ok, f"__dlpack_device__ {device}, capsule {info['device'] if info else describe_error(error)}", C.DLPACK_DEVICE)
+    same, error = export_info(x, max_version=V1, dl_device=device)
+    ok = error is None and info is not None and same["data"] == info["data"] and same["device"] == device
+    checks.record("dl_device.own_device", ok, describe_error(error) if error else f"device {same['device']}, {'same data' if ok else 'other data'}", C.DL_DEVICE_SAME)
+    other, error = export_info(x, max_version=V1, dl_device=(abi.KDL_HEXAGON, 0))
+    ok = isinstance(error, BufferError)
+    checks.record("dl_device.unsupported_type", ok, describe_error(error) if error else f"returned a capsule on {other['device']}", C.DL_DEVICE)
+    if device[0] == abi.KDL_CPU:
+        # A CPU array asked for CUDA: refusing is right; a capsule must then be on CUDA.
+        other, error = export_info(x, max_version=V1, dl_device=(abi.KDL_CUDA, 0))
+        ok = error is not None or other["device"] == (abi.KDL_CUDA, 0)
+        checks.record("dl_device.honoured", ok, describe_error(error) if error else f"asked for (2, 0), got a capsule on {other['device']}", C.DL_DEVICE)
+
+
+def _check_copy_and_stream(x, checks):
+    base, _ = export_info(x, max_version=V1)
+    copied, error = export_info(x, max_version=V1, copy=True)
+    if error is not None:
+        checks.record("copy.true", False, describe_error(error), C.COPY_TRUE)
+    else:
+        moved = base is not None and copied["data"] != base["data"]
+        flagged = copied["flags"] is not None and bool(copied["flags"] & abi.FLAG_IS_COPIED)
+        # A legacy capsule cannot carry the flag; then only the new memory is checked.
+        ok = moved and (flagged or copied["flags"] is None)
+        checks.record("copy.true", ok, f"{'new' if moved else 'same'} memory, IS_COPIED {'set' if flagged else 'absent' if copied['flags'] is not None else 'n/a (legacy capsule)'}", C.COPY_TRUE)
+    kept, error = export_info(x, max_version=V1, copy=False)
+    ok = error is None and base is not None and kept["data"] == base["data"] and not (kept["flags"] or 0) & abi.FLAG_IS_COPIED
+    checks.record("copy.false", ok, describe_error(error) if error else ("same memory, no IS_COPIED" if ok else "copied"), C.COPY_FALSE)
+    if tuple(x.__dlpack_device__())[0] != abi.KDL_CPU:
+        return
+    _, error = export_info(x, max_version=V1, stream=None)
+    checks.record("stream.none_on_cpu", error is None, describe_error(error) if error else "accepted", C.STREAM_CPU)
+    _, error = export_info(x, max_version=V1, stream=1)
+    checks.record("stream.int_on_cpu_refused", error is not None, describe_error(error) if error else "stream=1 accepted on a CPU array", C.STREAM_CPU)
+
+
+def _check_capsule_lifetime(x, checks):
+    capsule, error = export(x, max_version=V1)
+    if error is not None:
+        checks.record("capsule.name", False, describe_error(error), C.CAPSULE_NAME)
+        return
+    name = abi.capsule_name(capsule)
+    checks.record("capsule.name", name in (abi.VERSIONED_NAME, abi.LEGACY_NAME), repr(name.decode() if name else name), C.CAPSULE_NAME)
+    # Unconsumed: the capsule's destructor must call the deleter, once.
+    spied = Spied(abi.capsule_pointer(capsule), name == abi.VERSIONED_NAME)
+    del capsule
+    gc.collect()
+    calls = spied.forget()
+    if calls == 0 and spied.had_deleter:
+        # jax's destructor calls its deleter function directly, not through the struct's field:
+        # the call cannot be seen from here, which is no evidence of a leak.
+        checks.skip("capsule.unconsumed_deleted_once", "the destructor does not call through the struct's deleter field: not measurable", C.CAPSULE_DESTRUCTOR)
+    else:
+        checks.record("capsule.unconsumed_deleted_once", calls == 1 or not spied.had_deleter, f"deleter calls: {calls}" if spied.had_deleter else "NULL deleter", C.CAPSULE_DESTRUCTOR)
+    # Consumed: renamed, the destructor must leave it alone; the consumer's call frees it.
+    capsule, _ = export(x, max_version=V1)
+    _, spied = consume(capsule)
+    del capsule
+    gc.collect()
+    after_drop = spied.calls
+    spied.delete()
+    total = spied.forget()
+    checks.record("capsule.consumed_not_deleted", after_drop == 0 and total == 1, f"deleter calls after dropping the used capsule: {after_drop}, after the consumer's call: {total}", C.CAPSULE_DESTRUCTOR)
+
+
+def _expect(name, build, shape, expected_values, checks):
+    try:
+        view = build()
+    except Exception as exc:  # noqa: BLE001 - the library cannot make this layout
+        checks.skip(f"layout.{name}", f"cannot make it: {describe_error(exc)}", C.LAYOUT)
+        return None
+    info, error = export_info(view, max_version=V1)
+    if error is not None:
+        checks.record(f"layout.{name}", False, describe_error(error), C.LAYOUT)
+        return None
+    positions = _positions(info["shape"])
+    values = read_values(info, positions) if info["data"] or not positions else None
+    ok = info["shape"] == shape and values == expected_values
+    checks.record(f"layout.{name}", ok, f"shape {info['shape']}, strides {info['strides']}, values {'as expected' if values == expected_values else values}", C.LAYOUT)
+    return info
+
+
+def _positions(shape):
+    positions = [()]
+    for extent in shape:
+        positions = [p + (i,) for p in positions for i in range(extent)]
+    return positions
+
+
+def _check_layouts(make, checks):
+    _expect("contiguous", lambda: make((2, 3), "float32"), (2, 3), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], checks)
+    _expect("non_contiguous", lambda: make((2, 3), "float32")[:, ::2], (2, 2), [0.0, 2.0, 3.0, 5.0], checks)
+    _expect("negative_strides", lambda: make((2, 3), "float32")[::-1, :], (2, 3), [3.0, 4.0, 5.0, 0.0, 1.0, 2.0], checks)
+    _expect("zero_d", lambda: make((), "float32"), (), [0.0], checks)
+    info = _expect("zero_size", lambda: make((0, 3), "float32"), (0, 3), [], checks)
+    if info is not None:
+        checks.record("layout.zero_size_null_data", info["data"] == 0, f"data {info['data']:#x}", C.ZERO_SIZE, required=False)
+
+
+def _check_dtypes(make, checks):
+    absent = []
+    for name, expected in DTYPES.items():
+        try:
+            x = make((4,), name)
+        except Exception:  # noqa: BLE001 - the library has no such dtype
+            absent.append(name)
+            continue
+        info, error = export_info(x, max_version=V1)
+        if isinstance(error, BufferError):
+            checks.record(f"dtype.{name}", True, f"BufferError (allowed): {describe_error(error)}", C.BUFFER_ERROR)
+        elif error is not None:
+            checks.record(f"dtype.{name}", False, describe_error(error), C.DTYPE)
+        else:
+            checks.record(f"dtype.{name}", info["dtype"] == expected, f"(code, bits, lanes) = {info['dtype']}", C.DTYPE)
+    if absent:
+        checks.skip("dtype.absent", f"not offered: {', '.join(absent)}", C.DTYPE, required=False)
+
+
+def _check_read_only(x, readonly, checks):
+    if readonly is None:
+        checks.skip("read_only.flag", "the library has no read-only arrays (or no factory for them)", C.READ_ONLY)
+        return
+    info, error = export_info(readonly(x), max_version=V1)
+    if error is not None:
+        checks.record("read_only.flag", isinstance(error, BufferError), describe_error(error), C.READ_ONLY)
+    else:
+        ok = info["flags"] is not None and bool(info["flags"] & abi.FLAG_READ_ONLY)
+        checks.record("read_only.flag", ok, f"flags {info['flags']}", C.READ_ONLY)
+
+
+def _check_undescribable(undescribable, checks):
+    if undescribable is None:
+        checks.skip("dlpack.buffer_error", "no factory for an array DLPack cannot describe", C.BUFFER_ERROR, required=False)
+        return
+    _, error = export_info(undescribable(), max_version=V1)
+    checks.record("dlpack.buffer_error", isinstance(error, BufferError), describe_error(error) if error else "exported", C.BUFFER_ERROR)
+
+
+def _check_refcount(x, checks):
+    def rounds(n):
+        for _ in range(n):
+            export_info(x, max_version=V1)
+            export_info(x)
+            capsule, _ = export(x, max_version=V1)
+            del capsule  # unconsumed: the producer's destructor frees it
+            refcount_through_table(x)
+        gc.collect()
+
+    rounds(2)  # first calls may fill caches
+    before = sys.getrefcount(x)
+    rounds(REFCOUNT_ROUNDS)
+    after = sys.getrefcount(x)
+    checks.record("refcount.flat", before == after, f"sys.getrefcount {before} -> {after} over {REFCOUNT_ROUNDS} rounds", C.REFCOUNT)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Compiles and links examples/cuda_kernel for sm_90 with a plain nvcc command line — nvcc from
+# PyPI (nvidia-cuda-nvcc, in tests/requirements.txt) unless NVCC names another — against the
+# dlpx that DLPX_PYTHON imports, so the CUDA example cannot rot on a machine without a GPU.
+# Then checks the module (its init symbol; libdlpx.so.0 needed, the CUDA runtime static), imports
+# it (no driver is needed until a kernel launches) and runs tests/python/test_cuda_kernel.py on it:
+# without a GPU only the checks that need none run, the others say why they skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${DLPX_PYTHON:-.venv/bin/python}
+PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
+out=${DLPX_CUDA_KERNEL_DIR:-build/cuda_kernel}
+site=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+NVCC=${NVCC:-$site/nvidia/cu13/bin/nvcc}
+[ -x "$NVCC" ] || { echo "check_cuda_example: no nvcc at $NVCC (pip install nvidia-cuda-nvcc, or set NVCC)"; exit 1; }
+
+# nvcc must match the runtime headers it compiles against (cuda_runtime_api.h's CUDART_VERSION).
+release=$("$NVCC" --version | sed -n 's/.*release \([0-9]*\)\.\([0-9]*\),.*/\1 \2/p')
+headers=$(printf '#include <cuda_runtime_api.h>\nCUDART_VERSION\n' | "$NVCC" -E -x cu - 2>/dev/null | tail -n 1)
+read -r major minor <<<"$release"
+if [ "$headers" != "$((major * 1000 + minor * 10))" ]; then
+  echo "check_cuda_example: nvcc $major.$minor but the CUDA runtime headers are $headers (keep them one release)"
+  exit 1
+fi
+
+library=$("$PY" -m dlpx --library)
+include=$("$PY" -m dlpx --includedir)
+[ -f "$include/dlpx/dlpx.h" ] || include=$PWD/include  # dlpx run from the tree (DLPX_LIBRARY)
+python_include=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+suffix=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+module=$out/dlpx_cuda_kernel$suffix
+mkdir -p "$out"
+
+start=$(date +%s%N)
+"$NVCC" -std=c++17 -O2 -arch=sm_90 -cudart static -shared -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra \
+  -Werror all-warnings -I "$include" -I "$python_include" examples/cuda_kernel/cuda_kernel.cu \
+  -Xlinker "$library" -Xlinker -rpath,"$(dirname "$library")" -o "$module"
+echo "check_cuda_example: nvcc $major.$minor built $module for sm_90 in $(( ($(date +%s%N) - start) / 1000000 )) ms"
+
+nm -D --defined-only "$module" | grep -q ' T PyInit_dlpx_cuda_kernel$' \
+  || { echo "check_cuda_example: $module does not export PyInit_dlpx_cuda_kernel"; exit 1; }
+needed=$(readelf -d "$module" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+case " $needed" in *" libdlpx.so.0 "*) ;; *) echo "check_cuda_example: libdlpx.so.0 is not needed: $needed"; exit 1 ;; esac
+case " $needed" in *libcudart*|*libcuda.*) echo "check_cuda_example: links the CUDA runtime or driver dynamically: $needed"; exit 1 ;; esac
+
+module=$(realpath "$module")
+(cd tests && DLPX_CUDA_KERNEL="$module" "$PY" -m pytest -q -p no:cacheprovider python/test_cuda_kernel.py -rs)

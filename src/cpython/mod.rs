@@ -1,0 +1,284 @@
+//! CPython, resolved at run time.
+//!
+//! libdlpx never links libpython (a C program without Python must load it), so every CPython
+//! function it calls is looked up once with `dlsym(RTLD_DEFAULT, …)` into one table of function
+//! pointers. Only stable-ABI functions are used, so one build serves CPython 3.9 and later.
+//! `pyo3_ffi` supplies the struct types; none of its `extern` functions or inline helpers that
+//! call them are used.
+//!
+//! This is a leaf: it depends on `error` alone, and everything that speaks Python builds on it.
+//!
+//! Functions here take `PyObject*` as CPython's own API does: borrowed references, valid while
+//! the caller holds the GIL — the contract of the whole module, so they are not each `unsafe`.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+mod gil;
+mod objects;
+mod raise;
+
+pub use gil::{holds_gil, without_gil, ExceptionGuard, GilCell};
+pub use objects::{fastcall_as_cfunction, int_tuple, type_name, FastCallKeywords, METH_FASTCALL};
+pub use raise::{take_pending, Raise};
+
+use std::ffi::{c_char, c_int, c_long, c_longlong, c_ulonglong, c_void, CStr, CString};
+
+use once_cell::sync::OnceCell;
+pub use pyo3_ffi::{PyMethodDef, PyModuleDef, PyObject, PyTypeObject, PyType_Slot, PyType_Spec, Py_ssize_t};
+
+use crate::error::{Error, ErrorKind, Result};
+
+pub type PyCapsuleDestructor = unsafe extern "C" fn(*mut PyObject);
+
+macro_rules! python_api {
+    (
+        functions { $($fname:ident : fn($($arg:ty),*) -> $ret:ty;)* }
+        data { $($dname:ident : $dsym:literal;)* }
+    ) => {
+        /// Every CPython function and object dlpx uses, resolved from the running interpreter.
+        #[allow(non_snake_case)]
+        pub struct Python {
+            $(pub $fname: unsafe extern "C" fn($($arg),*) -> $ret,)*
+            $(pub $dname: *mut PyObject,)*
+            /// `PyExc_<name>` for each of `ErrorKind::exceptions()`, in that order.
+            exceptions: [*mut PyObject; 6],
+        }
+
+        impl Python {
+            fn resolve() -> std::result::Result<Python, &'static str> {
+                Ok(Python {
+                    $($fname: {
+                        let name = concat!(stringify!($fname), "\0");
+                        // SAFETY: dlsym with a NUL-terminated name; the symbol's C type is the one
+                        // declared here (taken from CPython's stable ABI headers).
+                        unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> $ret>(lookup(name)?) }
+                    },)*
+                    $($dname: {
+                        let name = concat!($dsym, "\0");
+                        lookup(name)?.cast::<PyObject>()
+                    },)*
+                    exceptions: resolve_exceptions()?,
+                })
+            }
+        }
+    };
+}
+
+python_api! {
+    functions {
+        Py_IsInitialized: fn() -> c_int;
+        Py_IncRef: fn(*mut PyObject) -> ();
+        Py_DecRef: fn(*mut PyObject) -> ();
+        PyGILState_Ensure: fn() -> c_int;
+        PyGILState_Release: fn(c_int) -> ();
+        PyErr_SetString: fn(*mut PyObject, *const c_char) -> ();
+        PyErr_Occurred: fn() -> *mut PyObject;
+        PyErr_ExceptionMatches: fn(*mut PyObject) -> c_int;
+        PyErr_Clear: fn() -> ();
+        PyErr_Fetch: fn(*mut *mut PyObject, *mut *mut PyObject, *mut *mut PyObject) -> ();
+        PyErr_Restore: fn(*mut PyObject, *mut PyObject, *mut PyObject) -> ();
+        PyType_FromSpecWithBases: fn(*mut PyType_Spec, *mut PyObject) -> *mut PyObject;
+        PyType_GetSlot: fn(*mut PyTypeObject, c_int) -> *mut c_void;
+        PyType_IsSubtype: fn(*mut PyTypeObject, *mut PyTypeObject) -> c_int;
+        PyType_GetFlags: fn(*mut PyTypeObject) -> std::ffi::c_ulong;
+        PyCapsule_New: fn(*mut c_void, *const c_char, Option<PyCapsuleDestructor>) -> *mut PyObject;
+        PyCapsule_GetPointer: fn(*mut PyObject, *const c_char) -> *mut c_void;
+        PyCapsule_GetName: fn(*mut PyObject) -> *const c_char;
+        PyCapsule_SetName: fn(*mut PyObject, *const c_char) -> c_int;
+        PyCapsule_IsValid: fn(*mut PyObject, *const c_char) -> c_int;
+        PyLong_FromVoidPtr: fn(*mut c_void) -> *mut PyObject;
+        PyLong_AsVoidPtr: fn(*mut PyObject) -> *mut c_void;
+        PyLong_FromLongLong: fn(c_longlong) -> *mut PyObject;
+        PyLong_FromUnsignedLongLong: fn(c_ulonglong) -> *mut PyObject;
+        PyLong_AsLongLong: fn(*mut PyObject) -> c_longlong;
+        PyBool_FromLong: fn(c_long) -> *mut PyObject;
+        PyTuple_New: fn(Py_ssize_t) -> *mut PyObject;
+        PyTuple_SetItem: fn(*mut PyObject, Py_ssize_t, *mut PyObject) -> c_int;
+        PyTuple_GetItem: fn(*mut PyObject, Py_ssize_t) -> *mut PyObject;
+        PyTuple_Size: fn(*mut PyObject) -> Py_ssize_t;
+        PyList_New: fn(Py_ssize_t) -> *mut PyObject;
+        PyList_Append: fn(*mut PyObject, *mut PyObject) -> c_int;
+        PySequence_Check: fn(*mut PyObject) -> c_int;
+        PySequence_Size: fn(*mut PyObject) -> Py_ssize_t;
+        PySequence_GetItem: fn(*mut PyObject, Py_ssize_t) -> *mut PyObject;
+        PyDict_New: fn() -> *mut PyObject;
+        PyDict_SetItemString: fn(*mut PyObject, *const c_char, *mut PyObject) -> c_int;
+        PyDict_SetItem: fn(*mut PyObject, *mut PyObject, *mut PyObject) -> c_int;
+        PyDict_Size: fn(*mut PyObject) -> Py_ssize_t;
+        PyUnicode_FromStringAndSize: fn(*const c_char, Py_ssize_t) -> *mut PyObject;
+        PyUnicode_AsUTF8String: fn(*mut PyObject) -> *mut PyObject;
+        PyBytes_AsString: fn(*mut PyObject) -> *mut c_char;
+        PyObject_GetAttrString: fn(*mut PyObject, *const c_char) -> *mut PyObject;
+        PyObject_SetAttrString: fn(*mut PyObject, *const c_char, *mut PyObject) -> c_int;
+        PyObject_Call: fn(*mut PyObject, *mut PyObject, *mut PyObject) -> *mut PyObject;
+        PyObject_CallObject: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
+        PyObject_Str: fn(*mut PyObject) -> *mut PyObject;
+        PyIndex_Check: fn(*mut PyObject) -> c_int;
+        PyNumber_Index: fn(*mut PyObject) -> *mut PyObject;
+        PyModule_Create2: fn(*mut PyModuleDef, c_int) -> *mut PyObject;
+        PyModule_AddObject: fn(*mut PyObject, *const c_char, *mut PyObject) -> c_int;
+        PyGILState_Check: fn() -> c_int;
+        PyGILState_GetThisThreadState: fn() -> *mut c_void;
+        PyEval_SaveThread: fn() -> *mut c_void;
+        PyEval_RestoreThread: fn(*mut c_void) -> ();
+        PyUnicode_InternFromString: fn(*const c_char) -> *mut PyObject;
+        PyObject_GetAttr: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
+        PyImport_ImportModule: fn(*const c_char) -> *mut PyObject;
+        PySys_GetObject: fn(*const c_char) -> *mut PyObject;
+        PyDict_GetItemString: fn(*mut PyObject, *const c_char) -> *mut PyObject;
+    }
+    data {
+        none: "_Py_NoneStruct";
+        true_: "_Py_TrueStruct";
+        false_: "_Py_FalseStruct";
+        capsule_type: "PyCapsule_Type";
+    }
+}
+
+// SAFETY: function pointers and pointers to immortal interpreter objects; using any of them
+// requires the GIL, which every caller holds.
+unsafe impl Send for Python {}
+unsafe impl Sync for Python {}
+
+/// The exception classes, named once in `ErrorKind`: each is a `PyObject*` variable.
+fn resolve_exceptions() -> std::result::Result<[*mut PyObject; 6], &'static str> {
+    let mut classes = [std::ptr::null_mut(); 6];
+    for ((_, name), slot) in ErrorKind::exceptions().zip(classes.iter_mut()) {
+        let symbol = CString::new(format!("PyExc_{}", name.to_str().unwrap_or_default())).map_err(|_| "PyExc_?")?;
+        // SAFETY: dlsym with a NUL-terminated name.
+        let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, symbol.as_ptr()) };
+        if address.is_null() {
+            return Err("an exception class (PyExc_*)");
+        }
+        // SAFETY: the symbol is a `PyObject*` variable initialised by the interpreter.
+        *slot = unsafe { *address.cast::<*mut PyObject>() };
+    }
+    Ok(classes)
+}
+
+pub(crate) fn lookup(name: &'static str) -> std::result::Result<*mut c_void, &'static str> {
+    // SAFETY: `name` is NUL-terminated (the macro appends it); RTLD_DEFAULT searches the
+    // process, where a running interpreter has put its symbols.
+    let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) };
+    if address.is_null() {
+        Err(name)
+    } else {
+        Ok(address)
+    }
+}
+
+/// Only success is kept: a process may call dlpx before it starts its interpreter.
+static PYTHON: OnceCell<Python> = OnceCell::new();
+
+/// The interpreter's API, or why there is none (no Python in this process, or one without a symbol).
+pub fn python() -> Result<&'static Python> {
+    PYTHON.get_or_try_init(load).map_err(|why| Error::runtime(why).at("python"))
+}
+
+#[cold]
+fn load() -> std::result::Result<Python, String> {
+    let py = Python::resolve().map_err(|missing| {
+        let missing = missing.trim_end_matches('\0');
+        if missing == "Py_IsInitialized" {
+            "no Python interpreter in this process".to_string()
+        } else {
+            format!("the Python interpreter in this process lacks {missing}")
+        }
+    })?;
+    // SAFETY: Py_IsInitialized may be called at any time, with or without the GIL.
+    if unsafe { (py.Py_IsInitialized)() } == 0 {
+        return Err("the Python interpreter in this process is not initialized".to_string());
+    }
+    Ok(py)
+}
+
+/// The `python()` table when the caller already knows Python is loaded (it holds a PyObject).
+#[inline]
+pub fn py() -> &'static Python {
+    match PYTHON.get() {
+        Some(py) => py,
+        None => python().expect("CPython is loaded when a PyObject exists"),
+    }
+}
+
+impl Python {
+    /// The exception class a Python caller sees for `kind`.
+    pub fn exception(&self, kind: ErrorKind) -> *mut PyObject {
+        self.exceptions[kind.exception_index()]
+    }
+
+    /// A new reference to None.
+    pub fn new_none(&self) -> *mut PyObject {
+        // SAFETY: None is immortal-or-refcounted; Py_IncRef handles both.
+        unsafe { (self.Py_IncRef)(self.none) };
+        self.none
+    }
+
+    pub fn new_bool(&self, value: bool) -> *mut PyObject {
+        // SAFETY: the GIL is held by every caller of this table.
+        unsafe { (self.PyBool_FromLong)(value as c_long) }
+    }
+
+    pub fn decref(&self, object: *mut PyObject) {
+        if !object.is_null() {
+            // SAFETY: the caller owns this reference.
+            unsafe { (self.Py_DecRef)(object) }
+        }
+    }
+
+    /// A new `str`.
+    pub fn new_str(&self, text: &str) -> Result<*mut PyObject> {
+        // SAFETY: pointer and length describe `text`, valid UTF-8.
+        let s = unsafe { (self.PyUnicode_FromStringAndSize)(text.as_ptr().cast(), text.len() as Py_ssize_t) };
+        self.check(s)
+    }
+
+    /// A Rust copy of a `str`, or a TypeError naming `what`.
+    pub fn str_value(&self, object: *mut PyObject, what: &str) -> Result<String> {
+        // SAFETY: `object` is a live reference held by the caller.
+        let bytes = unsafe { (self.PyUnicode_AsUTF8String)(object) };
+        if bytes.is_null() {
+            // SAFETY: GIL held; the failed conversion left an exception we replace.
+            unsafe { (self.PyErr_Clear)() };
+            return Err(Error::type_error(format!("{what}: expected a str")));
+        }
+        // SAFETY: `bytes` is a live bytes object; its buffer is NUL-terminated.
+        let text = unsafe { CStr::from_ptr((self.PyBytes_AsString)(bytes)) }.to_string_lossy().into_owned();
+        self.decref(bytes);
+        Ok(text)
+    }
+
+    /// Turns a NULL result into the pending Python exception (as an `Error` that re-raises it).
+    pub fn check(&self, object: *mut PyObject) -> Result<*mut PyObject> {
+        if object.is_null() {
+            Err(Error::python_pending())
+        } else {
+            Ok(object)
+        }
+    }
+}
+
+/// An owned reference that is released on drop (the GIL is held throughout its life).
+pub struct Owned(pub(crate) *mut PyObject);
+
+impl Owned {
+    /// Takes a new reference, or the pending exception when it is NULL.
+    pub fn new(object: *mut PyObject) -> Result<Owned> {
+        py().check(object).map(Owned)
+    }
+
+    pub fn as_ptr(&self) -> *mut PyObject {
+        self.0
+    }
+
+    pub fn into_ptr(self) -> *mut PyObject {
+        let p = self.0;
+        std::mem::forget(self);
+        p
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        py().decref(self.0);
+    }
+}

@@ -1,0 +1,55 @@
+//! The Python channel: an error becomes the current Python exception, and a pending Python
+//! exception becomes an `Error` for the other channels.
+
+use crate::error::{set_last_error, Channel, Error, ErrorKind};
+
+use super::{python, Owned};
+
+/// PyObject entry points report by raising (the caller holds the GIL).
+#[derive(Clone, Copy)]
+pub struct Raise;
+
+impl Channel for Raise {
+    /// Sets `err` as the current Python exception, unless it stands for one already set.
+    fn deliver(self, err: &Error) {
+        let Ok(py) = python() else {
+            // No interpreter to raise in: the message still reaches `dlpx_last_error()`.
+            set_last_error(err);
+            return;
+        };
+        if err.is_python_pending() {
+            // SAFETY: GIL held by the Python channel's callers.
+            if unsafe { (py.PyErr_Occurred)() }.is_null() {
+                let msg = c"dlpx: a Python call failed without setting an exception";
+                // SAFETY: as above.
+                unsafe { (py.PyErr_SetString)(py.exception(ErrorKind::RuntimeError), msg.as_ptr()) };
+            }
+            return;
+        }
+        let message = err.c_message();
+        // SAFETY: GIL held; both arguments are valid.
+        unsafe { (py.PyErr_SetString)(py.exception(err.kind), message.as_ptr()) };
+    }
+}
+
+/// Moves the pending Python exception into an `Error` (for channels other than Python); its
+/// message is kept as the exception says it.
+pub fn take_pending() -> Error {
+    let Ok(py) = python() else { return Error::runtime("no Python interpreter") };
+    // SAFETY: GIL held by the caller; the fetched references are released here.
+    unsafe {
+        // In table order, so NotImplementedError matches before its base RuntimeError.
+        let kind = ErrorKind::exceptions()
+            .find(|(kind, _)| (py.PyErr_ExceptionMatches)(py.exception(*kind)) != 0)
+            .map_or(ErrorKind::RuntimeError, |(kind, _)| kind);
+        let (mut ty, mut value, mut tb) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        (py.PyErr_Fetch)(&mut ty, &mut value, &mut tb);
+        let text = if value.is_null() { None } else { Owned::new((py.PyObject_Str)(value)).ok() };
+        let message = text.and_then(|t| py.str_value(t.as_ptr(), "exception").ok()).unwrap_or_default();
+        (py.PyErr_Clear)();
+        for object in [ty, value, tb] {
+            py.decref(object);
+        }
+        Error::verbatim(kind, message)
+    }
+}

@@ -1,0 +1,54 @@
+//! CUDA memory through the driver API: device memory from a dlpx-owned stream-ordered pool per
+//! device, pinned host memory with event-fenced reuse, managed memory, and the events that order
+//! one stream after another. One file per concept:
+//!
+//! - `device`: per-device set-up (primary context, pool, peer access) and running on a device;
+//! - `events`: the event pool, fences, and ordering one stream after another;
+//! - `pool`: device and managed memory, frees put off while a stream is being captured;
+//! - `pinned`: the pinned host-memory cache;
+//! - `copy`: device-to-host and device-to-device copies.
+//!
+//! The library loads where no driver exists: the driver is looked for on first use only, and
+//! without it every path fails with "CUDA driver not found" (see `driver`).
+
+mod copy;
+mod device;
+mod events;
+mod pinned;
+mod pool;
+
+use std::ffi::c_void;
+
+pub use copy::{copy_device_to_device, copy_to_host};
+pub use device::{check_device, synchronise_device};
+pub use events::{order_after, Fence, StreamUse, Uses};
+pub use pinned::{alloc_pinned, free_pinned, pinned_capacity};
+pub use pool::{alloc_device, alloc_managed, empty_cache, free_device, free_managed};
+
+use super::driver;
+
+/// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD, the driver's names for DLPack's stream 1 and 2.
+pub const STREAM_LEGACY: usize = 0x1;
+pub const STREAM_PER_THREAD: usize = 0x2;
+
+/// The stream a use on `stream` is recorded as: the per-thread default stream (2) names a
+/// different stream on each thread, so a use there is recorded as the legacy stream, which
+/// waits for all of them (and which every thread can name later, at the free).
+pub fn as_recordable(stream: *mut c_void) -> *mut c_void {
+    if stream as usize == STREAM_PER_THREAD {
+        STREAM_LEGACY as *mut c_void
+    } else {
+        stream
+    }
+}
+
+/// Whether a CUDA driver is present (without initialising it).
+pub fn driver_present() -> bool {
+    driver::present()
+}
+
+/// Whether two stream handles name the same stream (NULL is the legacy default stream).
+pub fn same_stream(a: usize, b: usize) -> bool {
+    let normalise = |s: usize| if s == 0 { STREAM_LEGACY } else { s };
+    normalise(a) == normalise(b)
+}

@@ -1,0 +1,146 @@
+//! Calling a producer's `__dlpack__(max_version=(1, 3))` for the cost of the call itself.
+//!
+//! The name, the version tuple and the keyword names are built once and interned, so a call
+//! makes no string and no dict. Where the running CPython exports `PyObject_VectorcallMethod`
+//! (3.9 and later export it; the stable ABI lists it from 3.12) the method is called without
+//! a bound-method object either; an interpreter without it gets `getattr` + `PyObject_Call`
+//! with a shared keyword dict, the path every CPython has.
+
+use std::ffi::c_void;
+use std::ptr;
+
+use once_cell::sync::OnceCell;
+use pyo3_ffi::PyObject;
+
+use crate::abi::{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+use crate::cpython::{int_tuple, lookup, GilCell, Owned, Python};
+use crate::error::{Error, ErrorKind, Result};
+
+/// `PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf,
+/// PyObject *kwnames)`: `args[0]` is the object, `nargsf` counts it.
+type VectorcallMethod =
+    unsafe extern "C" fn(*mut PyObject, *const *mut PyObject, usize, *mut PyObject) -> *mut PyObject;
+
+/// Resolved apart from the `python_api!` table, whose every symbol must exist for it to load.
+fn vectorcall_method() -> Option<VectorcallMethod> {
+    static METHOD: OnceCell<Option<VectorcallMethod>> = OnceCell::new();
+    *METHOD.get_or_init(|| {
+        let address = lookup("PyObject_VectorcallMethod\0").ok()?;
+        // SAFETY: the symbol has had this C signature since it appeared (3.9).
+        Some(unsafe { std::mem::transmute::<*mut c_void, VectorcallMethod>(address) })
+    })
+}
+
+/// The call's constant parts, alive for the process: `"__dlpack__"` (interned), `(1, 3)`,
+/// `("max_version",)`, `()` and `{"max_version": (1, 3)}`. CPython never mutates a call's
+/// arguments, so every call may share them.
+#[derive(Clone, Copy)]
+struct Parts {
+    name: usize,
+    version: usize,
+    kwnames: usize,
+    empty: usize,
+    kwargs: usize,
+}
+
+fn parts(py: &Python) -> Result<Parts> {
+    static PARTS: GilCell<Parts> = GilCell::new();
+    PARTS.get_or_try_init(|| {
+        // SAFETY: GIL held; each new reference is owned until leaked into the cell.
+        unsafe {
+            let name = Owned::new((py.PyUnicode_InternFromString)(c"__dlpack__".as_ptr()))?;
+            let key = Owned::new((py.PyUnicode_InternFromString)(c"max_version".as_ptr()))?;
+            let version = Owned::new(int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
+            let kwnames = Owned::new((py.PyTuple_New)(1))?;
+            (py.Py_IncRef)(key.as_ptr());
+            (py.PyTuple_SetItem)(kwnames.as_ptr(), 0, key.as_ptr());
+            let empty = Owned::new((py.PyTuple_New)(0))?;
+            let kwargs = Owned::new((py.PyDict_New)())?;
+            if (py.PyDict_SetItem)(kwargs.as_ptr(), key.as_ptr(), version.as_ptr()) != 0 {
+                return Err(Error::python_pending());
+            }
+            Ok(Parts {
+                name: name.into_ptr() as usize,
+                version: version.into_ptr() as usize,
+                kwnames: kwnames.into_ptr() as usize,
+                empty: empty.into_ptr() as usize,
+                kwargs: kwargs.into_ptr() as usize,
+            })
+        }
+    })
+}
+
+/// `()` and `{"max_version": (1, 3)}`, for calls that build their own keywords and fall back
+/// to these.
+pub fn shared_arguments(py: &Python) -> Result<(*mut PyObject, *mut PyObject)> {
+    let p = parts(py)?;
+    Ok((p.empty as *mut PyObject, p.kwargs as *mut PyObject))
+}
+
+/// `object.__dlpack__(max_version=(1, 3))`, or `object.__dlpack__()` when the producer predates
+/// `max_version` (a TypeError). A TypeError naming the object's type when it has no `__dlpack__`.
+pub fn call(py: &Python, object: *mut PyObject) -> Result<Owned> {
+    let p = parts(py)?;
+    let (name, version) = (p.name as *mut PyObject, p.version as *mut PyObject);
+    // SAFETY: GIL held; `object` is live; the parts live for the process; a NULL result leaves
+    // the producer's exception pending.
+    let result = unsafe {
+        match vectorcall_method() {
+            Some(call) => {
+                let args = [object, version];
+                let result = call(name, args.as_ptr(), 1, p.kwnames as *mut PyObject);
+                if result.is_null() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0 {
+                    (py.PyErr_Clear)();
+                    call(name, args.as_ptr(), 1, ptr::null_mut())
+                } else {
+                    result
+                }
+            }
+            None => {
+                let method = (py.PyObject_GetAttr)(object, name);
+                if method.is_null() {
+                    ptr::null_mut()
+                } else {
+                    let method = Owned(method);
+                    let empty = p.empty as *mut PyObject;
+                    let result = (py.PyObject_Call)(method.as_ptr(), empty, p.kwargs as *mut PyObject);
+                    if result.is_null() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0 {
+                        (py.PyErr_Clear)();
+                        (py.PyObject_Call)(method.as_ptr(), empty, ptr::null_mut())
+                    } else {
+                        result
+                    }
+                }
+            }
+        }
+    };
+    if result.is_null() {
+        return Err(failure(py, object, name));
+    }
+    Ok(Owned(result))
+}
+
+/// The producer's own exception, unless the object has no `__dlpack__` at all.
+#[cold]
+fn failure(py: &Python, object: *mut PyObject, name: *mut PyObject) -> Error {
+    // SAFETY: GIL held; the pending exception is set aside while the attribute is looked up
+    // and put back untouched when the method exists.
+    unsafe {
+        let mut saved = [ptr::null_mut(); 3];
+        (py.PyErr_Fetch)(&mut saved[0], &mut saved[1], &mut saved[2]);
+        let method = (py.PyObject_GetAttr)(object, name);
+        if method.is_null() {
+            (py.PyErr_Clear)();
+            for object in saved {
+                py.decref(object);
+            }
+            return Error::type_error(format!(
+                "{} does not support DLPack (no __dlpack__ and no exchange table)",
+                crate::cpython::type_name(object)
+            ));
+        }
+        py.decref(method);
+        (py.PyErr_Restore)(saved[0], saved[1], saved[2]);
+    }
+    Error::python_pending()
+}

@@ -1,0 +1,28 @@
+//! Kernel views of producers without an exchange table (tvm_ffi, jax, array-api-strict, …):
+//! the managed tensor `__dlpack__` put in its capsule goes to the kernel as the view's owner,
+//! as it is. No `Tensor` is built and no export made for it, so dlpx allocates nothing; the
+//! kernel's `dlpx_view_release` calls the producer's deleter, once.
+
+use std::ptr::NonNull;
+
+use pyo3_ffi::PyObject;
+
+use super::{capsule, consumer, dlpack_call};
+use crate::abi::DLManagedTensorVersioned;
+use crate::cpython::Python;
+use crate::error::Result;
+
+/// An owning managed tensor of `object` through `__dlpack__`. Where the capsule holds what
+/// cannot be handed on as it is (a legacy tensor, NULL strides, an unknown major, an invalid
+/// tensor), or a CUDA stream is current (the producer must be asked with it), the importer's
+/// path decides and its `Tensor` is exported.
+pub fn managed_of(py: &Python, object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
+    if crate::stream::any_set() {
+        return consumer::import(object, None, None)?.export_versioned(0);
+    }
+    let capsule = dlpack_call::call(py, object)?;
+    if let Some(managed) = capsule::take_versioned(py, capsule.as_ptr())? {
+        return Ok(managed);
+    }
+    capsule::consume(py, capsule.as_ptr())?.export_versioned(0)
+}

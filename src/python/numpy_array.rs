@@ -1,0 +1,252 @@
+//! numpy arrays read through numpy's own C struct, at exchange-table speed.
+//!
+//! numpy publishes no exchange table, so its arrays would cost a `__dlpack__` call, a capsule
+//! and numpy's managed tensor per import. Instead, for an array whose type is exactly numpy's
+//! `ndarray` (a subclass may override `__dlpack__`), dlpx reads the fields numpy's stable ABI
+//! fixes — data, nd, dimensions, strides, descr, flags — and describes them in a managed tensor
+//! of its own (one block from the per-thread cache, no malloc) that holds a reference to the
+//! array. What this path does not cover exactly as numpy's `__dlpack__` would (a dtype outside
+//! the fixed-size numeric ones, a byte order other than the machine's, unaligned data, a stride
+//! that is no multiple of the item size) goes to `__dlpack__`, so numpy's answer — or numpy's
+//! error — stays the answer.
+//!
+//! The struct layouts are numpy's: `PyArrayObject_fields` is unchanged since numpy 1.7 and the
+//! prefix of `PyArray_Descr` read here (through `type_num`) is the same in numpy 1.x and 2.x.
+//! They are trusted only when numpy's `_ARRAY_API` reports one of those ABI versions and the
+//! type is the `PyArray_Type` that table points to.
+
+use std::cell::UnsafeCell;
+use std::ffi::{c_char, c_int, c_void};
+use std::mem::size_of;
+use std::ptr::{self, NonNull};
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+use crate::abi::*;
+use crate::cpython::{py, Owned, Python};
+use crate::error::{guard, Error, Result};
+use crate::memory::cpu::{self, Capacity};
+use crate::tensor::Tensor;
+
+/// numpy's `PyArrayObject_fields`, up to `flags`.
+#[repr(C)]
+struct ArrayFields {
+    ob_base: PyObject,
+    data: *mut c_void,
+    nd: c_int,
+    dimensions: *const isize,
+    strides: *const isize,
+    base: *mut PyObject,
+    descr: *const DescrPrefix,
+    flags: c_int,
+}
+
+/// The prefix of numpy's `PyArray_Descr` that numpy 1.x and 2.x share.
+#[repr(C)]
+struct DescrPrefix {
+    ob_base: PyObject,
+    typeobj: *mut PyTypeObject,
+    kind: c_char,
+    type_: c_char,
+    byteorder: c_char,
+    former_flags: c_char,
+    type_num: c_int,
+}
+
+/// `NPY_ABI_VERSION` of numpy 1.x and 2.x: the layouts above hold for both.
+const KNOWN_ABI_VERSIONS: [u32; 2] = [0x0100_0009, 0x0200_0000];
+const NPY_ARRAY_ALIGNED: c_int = 0x0100;
+const NPY_ARRAY_WRITEABLE: c_int = 0x0400;
+/// numpy 2's NPY_MAXDIMS (numpy 1's is 32).
+const MAX_DIMS: usize = 64;
+
+/// The DLPack dtype and item size of a builtin numpy type number with a fixed-size numeric
+/// item; None for the others (long double, object, strings, datetimes, structured, user types).
+fn dtype_of(type_num: c_int) -> Option<(DLDataType, usize)> {
+    let long = size_of::<std::ffi::c_long>() as u8 * 8;
+    let (code, bits) = match type_num {
+        0 => (DataTypeCode::BOOL, 8),
+        1 => (DataTypeCode::INT, 8),
+        2 => (DataTypeCode::UINT, 8),
+        3 => (DataTypeCode::INT, 16),
+        4 => (DataTypeCode::UINT, 16),
+        5 => (DataTypeCode::INT, 32),
+        6 => (DataTypeCode::UINT, 32),
+        7 => (DataTypeCode::INT, long),
+        8 => (DataTypeCode::UINT, long),
+        9 => (DataTypeCode::INT, 64),
+        10 => (DataTypeCode::UINT, 64),
+        11 => (DataTypeCode::FLOAT, 32),
+        12 => (DataTypeCode::FLOAT, 64),
+        14 => (DataTypeCode::COMPLEX, 64),
+        15 => (DataTypeCode::COMPLEX, 128),
+        23 => (DataTypeCode::FLOAT, 16),
+        _ => return None,
+    };
+    Some((DLDataType { code: code.0, bits, lanes: 1 }, bits as usize / 8))
+}
+
+/// What dlpx knows of numpy: nothing yet (numpy not imported: asked again next time, as dlpx
+/// never imports numpy itself), its `ndarray` type, or that its ABI is one dlpx does not read.
+#[derive(Clone, Copy)]
+enum Numpy {
+    Unknown,
+    Array(*mut PyTypeObject),
+    Unreadable,
+}
+
+struct NumpyCell(UnsafeCell<Numpy>);
+
+// SAFETY: only touched with the GIL held, which serialises every access.
+unsafe impl Sync for NumpyCell {}
+
+static NUMPY: NumpyCell = NumpyCell(UnsafeCell::new(Numpy::Unknown));
+
+fn array_type(py: &Python) -> Option<*mut PyTypeObject> {
+    // SAFETY: GIL held (see NumpyCell); a copy is read, no reference kept.
+    match unsafe { *NUMPY.0.get() } {
+        Numpy::Array(ty) => Some(ty),
+        Numpy::Unreadable => None,
+        Numpy::Unknown => resolve(py),
+    }
+}
+
+#[cold]
+fn resolve(py: &Python) -> Option<*mut PyTypeObject> {
+    // SAFETY: GIL held; PySys_GetObject and PyDict_GetItemString return borrowed references and
+    // set no exception.
+    let imported = unsafe {
+        let modules = (py.PySys_GetObject)(c"modules".as_ptr());
+        !modules.is_null() && !(py.PyDict_GetItemString)(modules, c"numpy".as_ptr()).is_null()
+    };
+    if !imported {
+        return None;
+    }
+    let found = read_array_api(py);
+    // SAFETY: GIL held; the import above ran Python code, but no reference into the cell lives.
+    unsafe { *NUMPY.0.get() = found.map_or(Numpy::Unreadable, Numpy::Array) };
+    found
+}
+
+/// numpy's `PyArray_Type` from its `_ARRAY_API` table (slot 2), when slot 0,
+/// `PyArray_GetNDArrayCVersion`, reports a known ABI.
+fn read_array_api(py: &Python) -> Option<*mut PyTypeObject> {
+    // SAFETY: GIL held; failures are cleared; the capsule holds numpy's API table (numpy names
+    // it NULL), which lives as long as numpy, which is never unloaded.
+    unsafe {
+        let module = [c"numpy._core._multiarray_umath", c"numpy.core._multiarray_umath"].iter().find_map(|name| {
+            let module = (py.PyImport_ImportModule)(name.as_ptr());
+            if module.is_null() {
+                (py.PyErr_Clear)();
+            }
+            Owned::new(module).ok()
+        })?;
+        let capsule = Owned::new((py.PyObject_GetAttrString)(module.as_ptr(), c"_ARRAY_API".as_ptr()));
+        let table = capsule.ok().map(|c| (py.PyCapsule_GetPointer)(c.as_ptr(), ptr::null())).unwrap_or(ptr::null_mut());
+        if table.is_null() {
+            (py.PyErr_Clear)();
+            return None;
+        }
+        let table = table.cast::<*mut c_void>();
+        let version: unsafe extern "C" fn() -> u32 = std::mem::transmute(*table);
+        KNOWN_ABI_VERSIONS.contains(&version()).then(|| (*table.add(2)).cast::<PyTypeObject>())
+    }
+}
+
+/// Bytes of a managed tensor describing `ndim` dimensions: the struct, then shape and strides
+/// (copied: numpy lets `a.shape = …` change an array's dimensions in place).
+fn block_capacity(ndim: usize) -> Capacity {
+    cpu::capacity_for(size_of::<DLManagedTensorVersioned>() + 2 * ndim * size_of::<i64>())
+        .expect("at most 64 dimensions fit a size class")
+}
+
+/// A managed tensor describing `object` when it is a numpy array this path covers: it holds a
+/// reference to the array, released by its deleter (which takes the GIL). None: not such an
+/// array (the caller asks `__dlpack__`).
+pub fn managed_of(py: &Python, object: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
+    // SAFETY: GIL held; `object` is live.
+    let ty = unsafe { (*object).ob_type };
+    if array_type(py) != Some(ty) {
+        return Ok(None);
+    }
+    // SAFETY: the exact type is numpy's ndarray of a known ABI, so the object is laid out as
+    // `ArrayFields`; the descr and dimension arrays live as long as the array.
+    unsafe {
+        let array = &*object.cast::<ArrayFields>();
+        let descr = &*array.descr;
+        let Some((dtype, itemsize)) = dtype_of(descr.type_num) else { return Ok(None) };
+        let native = if cfg!(target_endian = "little") { b'<' } else { b'>' };
+        let ndim = array.nd as usize;
+        if ![b'=', b'|', native].contains(&(descr.byteorder as u8))
+            || array.flags & NPY_ARRAY_ALIGNED == 0
+            || ndim > MAX_DIMS
+        {
+            return Ok(None);
+        }
+        // A 0-d array has NULL `dimensions` and `strides`: no slice may be made from them.
+        let (shape, strides): (&[isize], &[isize]) = match ndim {
+            0 => (&[], &[]),
+            _ => (std::slice::from_raw_parts(array.dimensions, ndim), std::slice::from_raw_parts(array.strides, ndim)),
+        };
+        if strides.iter().any(|s| s % itemsize as isize != 0) {
+            return Ok(None);
+        }
+        let capacity = block_capacity(ndim);
+        let block = cpu::alloc(capacity).ok_or_else(|| Error::memory("out of memory for a managed tensor"))?;
+        let managed = block.cast::<DLManagedTensorVersioned>();
+        let dims = block.as_ptr().add(size_of::<DLManagedTensorVersioned>()).cast::<i64>();
+        for (i, (&extent, &stride)) in shape.iter().zip(strides).enumerate() {
+            dims.add(i).write(extent as i64);
+            dims.add(ndim + i).write((stride / itemsize as isize) as i64);
+        }
+        (py.Py_IncRef)(object);
+        let readonly = array.flags & NPY_ARRAY_WRITEABLE == 0;
+        managed.as_ptr().write(DLManagedTensorVersioned {
+            version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
+            manager_ctx: object.cast(),
+            deleter: Some(release),
+            flags: if readonly { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 },
+            dl_tensor: DLTensor {
+                data: array.data,
+                device: DLDevice { device_type: DeviceType::CPU, device_id: 0 },
+                ndim: ndim as i32,
+                dtype,
+                shape: dims,
+                strides: dims.add(ndim),
+                byte_offset: 0,
+            },
+        });
+        Ok(Some(managed))
+    }
+}
+
+/// `object` as a [`Tensor`] when it is a numpy array this path covers; None otherwise.
+pub fn import(py: &Python, object: *mut PyObject) -> Result<Option<Tensor>> {
+    let Some(managed) = managed_of(py, object)? else { return Ok(None) };
+    // SAFETY: a valid tensor we own; should validation refuse it, it is released here.
+    unsafe { Tensor::from_managed(managed) }.map(Some).inspect_err(|_| unsafe { release(managed.as_ptr()) })
+}
+
+/// The deleter: frees the block and drops the array's reference, with the GIL (any thread may
+/// release the last reference to a tensor). After the interpreter is gone the reference is
+/// left, as numpy's own deleter does.
+unsafe extern "C" fn release(managed: *mut DLManagedTensorVersioned) {
+    guard("numpy array release", || {
+        // SAFETY: a block `managed_of` filled; it is freed once, here, by its only owner.
+        unsafe {
+            let array = (*managed).manager_ctx.cast::<PyObject>();
+            let capacity = block_capacity((*managed).dl_tensor.ndim as usize);
+            cpu::free(NonNull::new_unchecked(managed).cast(), capacity);
+            let py = py();
+            if (py.Py_IsInitialized)() == 0 {
+                return;
+            }
+            let state = (py.PyGILState_Ensure)();
+            {
+                let _pending = crate::cpython::ExceptionGuard::save_with_gil(py);
+                (py.Py_DecRef)(array);
+            }
+            (py.PyGILState_Release)(state);
+        }
+    })
+}

@@ -1,0 +1,211 @@
+"""The consumer's fast paths keep the semantics of the paths they shortcut: numpy arrays read
+through numpy's array struct (from_dlpack and the kernel API) describe exactly what numpy's own
+`__dlpack__` does, fall back to it for what they do not cover, keep the array alive and
+read-only arrays read-only; kernel views of table-less producers hand on the producer's own
+managed tensor and release it once; reference counts stay flat over 10**6 calls of each."""
+
+import ctypes
+import sys
+import threading
+
+import numpy as np
+import pytest
+import tvm_ffi
+
+import dlpack_abi as abi
+import dlpx
+
+
+class TensorView(ctypes.Structure):
+    _fields_ = [("tensor", abi.DLTensor), ("owner", ctypes.POINTER(abi.DLManagedTensorVersioned))]
+
+
+# PyDLL: the GIL stays held across each call, as the kernel API requires.
+_LIB = ctypes.PyDLL(dlpx.library_path())
+view_of = _LIB.dlpx_view_of
+view_of.argtypes = [ctypes.py_object, ctypes.POINTER(TensorView)]
+view_of.restype = ctypes.c_int
+view_release = _LIB.dlpx_view_release
+view_release.argtypes = [ctypes.POINTER(TensorView)]
+view_release.restype = None
+dlpx_import = _LIB.dlpx_import
+dlpx_import.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.POINTER(abi.DLManagedTensorVersioned))]
+dlpx_import.restype = ctypes.c_int
+# CFUNCTYPE: the deleter runs with the GIL released, as on a thread that does not hold it.
+DELETER_WITHOUT_GIL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def numpys_own(a) -> dict:
+    """What numpy's `__dlpack__` exports for `a` (the capsule is released when it dies)."""
+    info = abi.read_capsule(a.__dlpack__(max_version=(1, 0)))
+    return {k: info[k] for k in ("data", "device", "ndim", "dtype", "shape", "strides", "byte_offset", "flags")}
+
+
+def viewed(obj) -> dict:
+    view = TensorView()
+    assert view_of(obj, ctypes.byref(view)) == 0
+    try:
+        info = abi.describe(view.tensor)
+        info["flags"] = view.owner.contents.flags if view.owner else None
+        return info
+    finally:
+        view_release(ctypes.byref(view))
+
+
+def readonly(a):
+    a.flags.writeable = False
+    return a
+
+
+ARRAYS = {
+    "contiguous": lambda: np.arange(12, dtype=np.float32).reshape(3, 4),
+    "strided": lambda: np.arange(24, dtype=np.float64).reshape(4, 6)[::2, 1::3],
+    "negative": lambda: np.arange(10, dtype=np.int16)[::-1],
+    "transposed": lambda: np.arange(12, dtype=np.int64).reshape(3, 4).T,
+    "zero-d": lambda: np.array(3.5, dtype=np.float32),
+    "zero-size": lambda: np.zeros((0, 3), dtype=np.uint8),
+    "bool": lambda: np.array([True, False, True]),
+    "complex": lambda: np.arange(4, dtype=np.complex64),
+    "float16": lambda: np.arange(4, dtype=np.float16),
+    "int8": lambda: np.arange(4, dtype=np.int8),
+    "uint64": lambda: np.arange(4, dtype=np.uint64),
+    "long": lambda: np.arange(4, dtype=np.int_),
+    "readonly": lambda: readonly(np.arange(6.0)),
+}
+
+
+@pytest.mark.parametrize("make", ARRAYS.values(), ids=ARRAYS.keys())
+def test_a_numpy_view_describes_what_numpys_own_export_does(make):
+    a = make()
+    assert viewed(a) == numpys_own(a)
+
+
+@pytest.mark.parametrize("make", ARRAYS.values(), ids=ARRAYS.keys())
+def test_a_numpy_import_is_zero_copy_and_keeps_shape_strides_and_read_only(make):
+    a = make()
+    t = dlpx.from_dlpack(a)
+    own = numpys_own(a)
+    assert t.data_ptr == own["data"]
+    assert t.shape == own["shape"] and t.strides == own["strides"]
+    assert t.readonly == (not a.flags.writeable)
+    np.testing.assert_array_equal(np.from_dlpack(t), a)
+
+
+def test_the_import_keeps_the_array_alive_and_lets_it_go():
+    a = np.arange(5.0)
+    refs = sys.getrefcount(a)
+    t = dlpx.from_dlpack(a)
+    assert sys.getrefcount(a) == refs + 1
+    del t
+    assert sys.getrefcount(a) == refs
+
+
+def test_reshaping_the_array_in_place_leaves_the_import_as_it_was():
+    a = np.arange(6.0)
+    t = dlpx.from_dlpack(a)
+    a.shape = (2, 3)
+    assert t.shape == (6,) and t.strides == (1,)
+
+
+def test_an_import_released_without_the_gil_drops_its_reference():
+    a = np.arange(4.0)
+    refs = sys.getrefcount(a)
+    out = ctypes.POINTER(abi.DLManagedTensorVersioned)()
+    assert dlpx_import(a, ctypes.byref(out)) == 0
+    assert sys.getrefcount(a) == refs + 1
+    DELETER_WITHOUT_GIL(ctypes.cast(out.contents.deleter, ctypes.c_void_p).value)(ctypes.addressof(out.contents))
+    assert sys.getrefcount(a) == refs
+
+
+def test_an_import_released_on_another_thread_drops_its_reference():
+    a = np.arange(4.0)
+    refs = sys.getrefcount(a)
+    holder = [dlpx.from_dlpack(a)]
+    worker = threading.Thread(target=holder.clear)
+    worker.start()
+    worker.join()
+    assert sys.getrefcount(a) == refs
+
+
+class Sub(np.ndarray):
+    def __dlpack__(self, **kwargs):
+        raise BufferError("Sub.__dlpack__ was asked")
+
+
+FALLBACKS = {
+    "big-endian": lambda: np.arange(4, dtype=">f4"),
+    "unaligned": lambda: np.frombuffer(bytearray(33), dtype=np.float64, offset=1, count=4),
+    "long double": lambda: np.arange(4, dtype=np.longdouble),
+    "object": lambda: np.array([1, "x"], dtype=object),
+    # Aligned (complex128 aligns to 8) with a stride that is no multiple of the item size.
+    "odd stride": lambda: np.lib.stride_tricks.as_strided(np.zeros(4, np.complex128), shape=(3,), strides=(8,)),
+    "subclass": lambda: np.arange(4.0).view(Sub),
+}
+
+
+@pytest.mark.parametrize("make", FALLBACKS.values(), ids=FALLBACKS.keys())
+def test_what_the_struct_path_does_not_cover_gets_numpys_own_answer(make):
+    a = make()
+    try:
+        expected = numpys_own(a)
+    except Exception as exc:  # numpy refuses it: dlpx must refuse it the same way
+        with pytest.raises(type(exc), match=str(exc)[:20]):
+            dlpx.from_dlpack(a)
+        return
+    t = dlpx.from_dlpack(a)
+    assert (t.data_ptr, t.shape, t.strides) == (expected["data"], expected["shape"], expected["strides"])
+    assert viewed(a) == expected
+
+
+def test_a_table_less_producers_view_is_its_own_tensor_released_once():
+    t = tvm_ffi.from_dlpack(np.arange(6, dtype=np.float32))
+    view = TensorView()
+    assert view_of(t, ctypes.byref(view)) == 0
+    expected = abi.read_capsule(t.__dlpack__(max_version=(1, 0)))
+    assert abi.describe(view.tensor) == {k: expected[k] for k in abi.describe(view.tensor)}
+    # The owner is tvm_ffi's managed tensor itself: its deleter is tvm_ffi's, not dlpx's.
+    dlpx_owned = TensorView()
+    assert view_of(np.zeros(1), ctypes.byref(dlpx_owned)) == 0
+    assert view.owner.contents.deleter != dlpx_owned.owner.contents.deleter
+    view_release(ctypes.byref(dlpx_owned))
+    view_release(ctypes.byref(view))
+    assert not view.owner
+    view_release(ctypes.byref(view))  # idempotent: nothing is released twice
+
+
+def test_a_view_of_something_without_dlpack_is_a_type_error_naming_it():
+    view = TensorView()
+    with pytest.raises(TypeError, match="int does not support DLPack"):
+        view_of(3, ctypes.byref(view))
+
+
+CALLS = 1_000_000
+
+
+def flat_refcounts(obj, call) -> None:
+    for _ in range(1000):
+        call(obj)
+    refs = sys.getrefcount(obj)
+    for _ in range(CALLS):
+        call(obj)
+    assert sys.getrefcount(obj) == refs
+
+
+def view_and_release(obj, view=TensorView()):
+    if view_of(obj, ctypes.byref(view)) != 0:
+        raise AssertionError("view_of failed")
+    view_release(ctypes.byref(view))
+
+
+@pytest.mark.parametrize(
+    "make,call",
+    [
+        (lambda: np.arange(16, dtype=np.float32), dlpx.from_dlpack),
+        (lambda: np.arange(16, dtype=np.float32), view_and_release),
+        (lambda: tvm_ffi.from_dlpack(np.arange(16, dtype=np.float32)), dlpx.from_dlpack),
+        (lambda: tvm_ffi.from_dlpack(np.arange(16, dtype=np.float32)), view_and_release),
+    ],
+    ids=["numpy-from_dlpack", "numpy-view", "dlpack_call-from_dlpack", "fast_capsule-view"],
+)
+def test_reference_counts_are_flat_over_a_million_calls(make, call):
+    flat_refcounts(make(), call)
