@@ -66,7 +66,7 @@ fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
         unsafe { std::ptr::copy_nonoverlapping(src_base, dst_base, nbytes) };
         return Ok(dst);
     }
-    let bits = dl.dtype.bits as u64 * dl.dtype.lanes as u64;
+    let bits = crate::layout::element_bits(dl.dtype, src.flags());
     if bits % 8 != 0 {
         return Err(Error::buffer("cannot copy a strided tensor of a packed sub-byte dtype"));
     }
@@ -91,5 +91,50 @@ unsafe fn copy_strided(src: *const u8, shape: &[i64], strides: &[i64], item: usi
                 unsafe { copy_strided(src.wrapping_offset(i * step), rest, &strides[1..], item, dst, written) };
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ptr::NonNull;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static DELETED: AtomicUsize = AtomicUsize::new(0);
+
+    unsafe extern "C" fn count_delete(_: *mut DLManagedTensorVersioned) {
+        DELETED.fetch_add(1, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn a_strided_padded_sub_byte_tensor_with_lanes_copies_whole_elements() {
+        // int4 x 2 lanes, IS_SUBBYTE_TYPE_PADDED: 2 bytes per element; every other element.
+        let mut data: Vec<u8> = (0..16).collect();
+        let mut shape = [2i64];
+        let mut strides = [2i64];
+        let mut managed = DLManagedTensorVersioned {
+            version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(count_delete),
+            flags: DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
+            dl_tensor: DLTensor {
+                data: data.as_mut_ptr().cast(),
+                device: DLDevice { device_type: DeviceType::CPU, device_id: 0 },
+                ndim: 1,
+                dtype: DLDataType { code: DataTypeCode::INT.0, bits: 4, lanes: 2 },
+                shape: shape.as_mut_ptr(),
+                strides: strides.as_mut_ptr(),
+                byte_offset: 0,
+            },
+        };
+        // SAFETY: the struct and its arrays outlive the tensor, dropped at the end of the test.
+        let src = unsafe { Tensor::from_managed(NonNull::from(&mut managed)) }.unwrap();
+        let copy = duplicate(&src).unwrap();
+        assert_eq!(copy.nbytes(), 4);
+        // SAFETY: a compact CPU tensor of 4 bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(copy.dl_tensor().data.cast::<u8>(), 4) };
+        assert_eq!(bytes, [0, 1, 4, 5]);
+        drop((src, copy));
+        assert_eq!(DELETED.load(Ordering::SeqCst), 1);
     }
 }

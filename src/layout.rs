@@ -41,10 +41,16 @@ pub fn numel(shape: &[i64]) -> Result<u64> {
 /// producer flagged sub-byte types as padded, then one byte per sub-byte lane.
 pub fn nbytes(numel: u64, dtype: DLDataType, flags: u64) -> Result<u64> {
     let overflow = || Error::value(format!("{numel} elements of {} overflow the byte size", dtype_name(dtype)));
-    let padded = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0;
-    let bits_per_element = if padded && dtype.bits < 8 { 8 } else { dtype.bits as u64 } * dtype.lanes as u64;
-    let bits = numel.checked_mul(bits_per_element).ok_or_else(overflow)?;
+    let bits = numel.checked_mul(element_bits(dtype, flags)).ok_or_else(overflow)?;
     Ok(bits.div_ceil(8))
+}
+
+/// Bits one element (all its lanes) occupies: a sub-byte lane takes a whole byte when the
+/// producer flagged IS_SUBBYTE_TYPE_PADDED.
+pub fn element_bits(dtype: DLDataType, flags: u64) -> u64 {
+    let padded = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0;
+    let bits_per_lane = if padded && dtype.bits < 8 { 8 } else { dtype.bits as u64 };
+    bits_per_lane * dtype.lanes as u64
 }
 
 /// Compact row-major strides (in elements) for `shape`, written into `out`.
@@ -84,6 +90,8 @@ mod tests {
     fn sizes_are_packed_and_checked() {
         assert_eq!(nbytes(3, dt(17, 4, 1), 0).unwrap(), 2);
         assert_eq!(nbytes(3, dt(17, 4, 1), DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED).unwrap(), 3);
+        assert_eq!(element_bits(dt(0, 4, 2), DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED), 16);
+        assert_eq!(element_bits(dt(0, 4, 2), 0), 8);
         assert_eq!(nbytes(4, dt(15, 6, 1), 0).unwrap(), 3);
         assert_eq!(nbytes(16, dt(2, 32, 1), 0).unwrap(), 64);
         assert!(nbytes(u64::MAX / 2, dt(2, 32, 1), 0).is_err());
