@@ -174,8 +174,15 @@ pub fn int_sequence(py: &Python, object: *mut PyObject, name: &str) -> Result<Ve
             (py.PyErr_Clear)();
             return Err(Error::type_error(format!("{name} must be a sequence of integers")));
         }
-        // `n` comes from `__len__`, which may lie: reserve no more than a real shape needs.
-        let mut values = Vec::with_capacity((n as usize).min(crate::layout::MAX_NDIM));
+        // `n` comes from `__len__`, which may lie: no argument dlpx takes has more items than a
+        // shape has dimensions, so a longer one is refused before any item is read.
+        if n as usize > crate::layout::MAX_NDIM {
+            return Err(Error::value(format!(
+                "{name} has {n} items, more than any argument takes (at most ndim = {})",
+                crate::layout::MAX_NDIM
+            )));
+        }
+        let mut values = Vec::with_capacity(n as usize);
         for i in 0..n {
             let item = crate::cpython::Owned::new((py.PySequence_GetItem)(object, i))?;
             values.push(int_value(py, item.as_ptr(), &format!("{name}[{i}]"))?);
