@@ -130,33 +130,36 @@ impl Tensor {
     /// # Safety
     /// `managed` points to a live managed tensor that the caller owns.
     pub unsafe fn from_managed(managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
-        // SAFETY: live by the caller's contract; only the version (in every major's stable prefix)
-        // is read before the version check allows a reference to the whole v1 struct.
-        let major = unsafe { std::ptr::addr_of!((*managed.as_ptr()).version.major).read() };
-        if major != DLPACK_MAJOR_VERSION {
-            return Err(Error::buffer(format!(
-                "unsupported DLPack major version {major} (dlpx supports {DLPACK_MAJOR_VERSION})"
-            )));
-        }
-        // SAFETY: a v1 struct, live and owned by the caller.
-        let m = unsafe { managed.as_ref() };
-        if is_our_export(m) {
-            // One of our exports coming home (a round trip): take back its reference instead of
-            // wrapping it in a second owner.
-            // SAFETY: our export's manager_ctx is an `Arc::into_raw`, its block ours to free.
-            return Ok(unsafe {
-                let core = Arc::from_raw(m.manager_ctx.cast_const().cast::<Core>());
-                cpu::free(managed.cast(), EXPORT_BLOCK);
-                Tensor(core)
-            });
-        }
-        if allocation::is_ours(m) {
+        // SAFETY: forwarded contract.
+        match unsafe { check_versioned(managed)? } {
+            Checked::OurExport => {
+                // One of our exports coming home (a round trip): take back its reference instead
+                // of wrapping it in a second owner.
+                // SAFETY: our export's manager_ctx is an `Arc::into_raw`, its block ours to free.
+                Ok(unsafe {
+                    let core = Arc::from_raw(managed.as_ref().manager_ctx.cast_const().cast::<Core>());
+                    cpu::free(managed.cast(), EXPORT_BLOCK);
+                    Tensor(core)
+                })
+            }
             // SAFETY: our own allocator's output is valid by construction.
-            return Ok(unsafe { Self::adopt_valid(managed) });
+            Checked::OurAllocation => Ok(unsafe { Self::adopt_valid(managed) }),
+            Checked::Foreign(dims) => {
+                // SAFETY: checked: a v1 struct, live and owned by the caller.
+                let m = unsafe { managed.as_ref() };
+                Ok(Self::build(m.dl_tensor, m.flags, Owner::Versioned(managed), dims))
+            }
         }
-        // SAFETY: as above; the version is known, so the whole struct may be read.
-        let dims = unsafe { check_imported(&m.dl_tensor, m.flags)? };
-        Ok(Self::build(m.dl_tensor, m.flags, Owner::Versioned(managed), dims))
+    }
+
+    /// [`Tensor::from_managed`] taking ownership either way: a tensor it refuses is deleted
+    /// (its deleter called once, unread past the version when the major is unknown).
+    ///
+    /// # Safety
+    /// As for [`Tensor::from_managed`]; the caller gives `managed` up.
+    pub unsafe fn from_managed_or_delete(managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
+        // SAFETY: forwarded contract; on failure the tensor is still ours to delete.
+        unsafe { Self::from_managed(managed).inspect_err(|_| delete_refused(managed)) }
     }
 
     /// Takes ownership of a legacy (unversioned) managed tensor after validating it. On error the
@@ -373,6 +376,88 @@ fn fence_consumer(core: &Core, tail: ExportTail) {
     if let Owner::Versioned(owner) = core.owner {
         // SAFETY: the core keeps its owner alive.
         unsafe { allocation::record_fence(owner, tail.device_id, tail.stream as *mut c_void) };
+    }
+}
+
+/// What [`check_versioned`] found a versioned managed tensor to be.
+enum Checked {
+    /// An export of a dlpx tensor (its manager_ctx is an `Arc<Core>`).
+    OurExport,
+    /// A block of dlpx's allocator.
+    OurAllocation,
+    /// A valid foreign tensor; owned shape+strides when its strides were NULL.
+    Foreign(Option<Box<[i64]>>),
+}
+
+/// Validates a versioned managed tensor without taking it: its major version first (nothing
+/// else of an unknown major is read), then everything [`check_imported`] checks.
+///
+/// # Safety
+/// `managed` points to a live managed tensor.
+unsafe fn check_versioned(managed: NonNull<DLManagedTensorVersioned>) -> Result<Checked> {
+    // SAFETY: live by the caller's contract; only the version (in every major's stable prefix)
+    // is read before the version check allows a reference to the whole v1 struct.
+    let major = unsafe { std::ptr::addr_of!((*managed.as_ptr()).version.major).read() };
+    if major != DLPACK_MAJOR_VERSION {
+        return Err(Error::buffer(format!(
+            "unsupported DLPack major version {major} (dlpx supports {DLPACK_MAJOR_VERSION})"
+        )));
+    }
+    // SAFETY: a v1 struct, live.
+    let m = unsafe { managed.as_ref() };
+    if is_our_export(m) {
+        return Ok(Checked::OurExport);
+    }
+    if allocation::is_ours(m) {
+        return Ok(Checked::OurAllocation);
+    }
+    // SAFETY: as above; the version is known, so the whole struct may be read.
+    Ok(Checked::Foreign(unsafe { check_imported(&m.dl_tensor, m.flags)? }))
+}
+
+/// Validates a producer's managed tensor that is to be handed on as it is (the kernel API
+/// passes a table's tensor straight to C): Ok(true) when it is valid and complete, Ok(false)
+/// when it is valid but its strides are NULL (an old producer's compact row-major), which a
+/// C caller cannot index: wrap it in a [`Tensor`] and export that instead. On error the tensor
+/// has been deleted (refused tensors are never handed on).
+///
+/// # Safety
+/// `managed` points to a live managed tensor that the caller owns and gives up on error.
+pub unsafe fn check_managed_or_delete(managed: NonNull<DLManagedTensorVersioned>) -> Result<bool> {
+    // SAFETY: forwarded contract.
+    match unsafe { check_versioned(managed) } {
+        Ok(Checked::Foreign(Some(_))) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(err) => {
+            // SAFETY: refused, so still the caller's, which gave it up to us.
+            unsafe { delete_refused(managed) };
+            Err(err)
+        }
+    }
+}
+
+/// Validates a non-owning view a producer filled (`dltensor_from_py_object_no_sync`): Ok(true)
+/// when it can be handed on, Ok(false) when its strides are NULL (see [`check_managed_or_delete`]).
+///
+/// # Safety
+/// `dl.shape` and `dl.strides`, when non-NULL, point to `dl.ndim` values.
+pub unsafe fn check_view(dl: &DLTensor) -> Result<bool> {
+    // A view carries no flags: sizes are checked as packed, the smaller reading.
+    // SAFETY: forwarded contract.
+    Ok(unsafe { check_imported(dl, 0)? }.is_none())
+}
+
+/// Deletes a managed tensor dlpx refused. The deleter sits in the prefix every major version
+/// keeps, so it is called even for a major dlpx cannot read.
+///
+/// # Safety
+/// `managed` is live and owned by the caller, who gives it up.
+unsafe fn delete_refused(managed: NonNull<DLManagedTensorVersioned>) {
+    // SAFETY: per the contract; only the stable prefix is read.
+    unsafe {
+        if let Some(deleter) = std::ptr::addr_of!((*managed.as_ptr()).deleter).read() {
+            deleter(managed.as_ptr());
+        }
     }
 }
 

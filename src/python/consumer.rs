@@ -117,7 +117,16 @@ fn stream_request(py: &Python, object: *mut PyObject) -> Result<Option<i64>> {
                 let stream = crate::stream::current(dev) as usize as i64;
                 Ok(Some(if stream == 0 { 1 } else { stream }))
             }
-            _ => Ok(None),
+            Ok(_) => Ok(None),
+            // An answer that is not a device pair is "unknown" too; reading it may have run
+            // Python code that raised (`__index__`, `__getitem__`): clear that, or the
+            // import would return with an exception set.
+            Err(err) => {
+                if err.is_python_pending() {
+                    (py.PyErr_Clear)();
+                }
+                Ok(None)
+            }
         }
     }
 }
@@ -135,15 +144,8 @@ unsafe fn import_through_table(api: &DLPackExchangeAPI, object: *mut PyObject) -
     }
     let managed =
         NonNull::new(managed).ok_or_else(|| Error::buffer("the producer returned success and a NULL tensor"))?;
-    // SAFETY: we own `managed` now; on a validation failure we delete it ourselves (the
-    // deleter sits in the prefix every major version keeps).
-    unsafe {
-        Tensor::from_managed(managed).inspect_err(|_| {
-            if let Some(deleter) = std::ptr::addr_of!((*managed.as_ptr()).deleter).read() {
-                deleter(managed.as_ptr());
-            }
-        })
-    }
+    // SAFETY: we own `managed` now; a tensor refused is deleted there.
+    unsafe { Tensor::from_managed_or_delete(managed) }
 }
 
 fn import_through_protocol(

@@ -14,6 +14,7 @@ use super::{consumer, tensor_type};
 use crate::abi::*;
 use crate::cpython::{python, Raise};
 use crate::error::{boundary, Error, Result};
+use crate::tensor::{self, Tensor};
 
 /// `managed_tensor_from_py_object_no_sync` of the universal table: imports anything that
 /// speaks `__dlpack__`.
@@ -63,7 +64,15 @@ pub fn import_managed(object: *mut PyObject) -> Result<NonNull<DLManagedTensorVe
     if unsafe { from_py(object.cast(), &mut out) } != 0 {
         return Err(Error::python_pending());
     }
-    NonNull::new(out).ok_or_else(|| Error::buffer("the producer returned success and NULL"))
+    let out = NonNull::new(out).ok_or_else(|| Error::buffer("the producer returned success and NULL"))?;
+    // The C caller gets the producer's tensor itself: refuse what `from_dlpack` refuses, and
+    // give NULL strides (compact row-major) an owner that spells them out.
+    // SAFETY: we own `out`; a refused tensor is deleted there.
+    if unsafe { tensor::check_managed_or_delete(out)? } {
+        return Ok(out);
+    }
+    // SAFETY: checked and owned; a failure deletes it.
+    unsafe { Tensor::from_managed_or_delete(out)? }.export_versioned(0)
 }
 
 /// A DLTensor view of `object` and, when the producer has no non-owning view, the managed
@@ -74,7 +83,11 @@ pub fn view(object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedT
         if unsafe { view(object.cast(), out) } != 0 {
             return Err(Error::python_pending());
         }
-        return Ok(ptr::null_mut());
+        // SAFETY: the producer filled `out`; its shape and strides are `ndim` long.
+        if unsafe { tensor::check_view(out)? } {
+            return Ok(ptr::null_mut());
+        }
+        // NULL strides: an owning import spells them out (below).
     }
     let managed = import_managed(object)?;
     // SAFETY: a live managed tensor we own until the caller releases the view.
