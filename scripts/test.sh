@@ -3,8 +3,8 @@
 # sanitized) through ctest, a Release build, the Python package (pip install . then pytest), the
 # distributable wheel and sdist (scripts/build_dist.sh), the sdist in a fresh venv, and the wheel
 # on CPython 3.9-3.15.
-# It first installs what it needs: cmake, pkg-config and binutils through apt-get when missing,
-# and the test peers (tests/requirements.txt) into DLPX_PYTHON's environment (default:
+# It first installs what it needs: cmake, pkg-config, binutils and valgrind through apt-get when
+# missing, and the test peers (tests/requirements.txt) into DLPX_PYTHON's environment (default:
 # .venv/bin/python, created when missing; the quick start's .venv gets the peers it lacks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,7 @@ need_apt=()
 command -v cmake >/dev/null || need_apt+=(cmake)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v nm >/dev/null || need_apt+=(binutils)
+command -v valgrind >/dev/null || need_apt+=(valgrind)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     echo "scripts/test.sh needs ${need_apt[*]}: install them (Debian/Ubuntu: sudo apt-get install ${need_apt[*]}) and rerun" >&2
@@ -60,7 +61,7 @@ echo "== cargo package (the crate builds from its packaged files alone)"
 # --allow-dirty: a developer's uncommitted work is packaged as it stands (CI's clone is clean).
 cargo package --allow-dirty --quiet
 
-echo "== cmake build + ctest (C11, C++17, ASan/UBSan/LSan)"
+echo "== cmake build + ctest (C11, C++17, ASan/UBSan/LSan, valgrind memcheck)"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLPX_TEST_PYTHON="$PY" -DDLPX_REQUIRE_ALL_TESTS=ON -DDLPX_WERROR=ON >/dev/null
 cmake --build "$BUILD" -j 2
 ctest --test-dir "$BUILD" --output-on-failure -j 2

@@ -17,7 +17,7 @@ mod objects;
 mod raise;
 
 pub use gil::{holds_gil, without_gil, ExceptionGuard, GilCell};
-pub use objects::{fastcall_as_cfunction, int_tuple, type_name, FastCallKeywords, METH_FASTCALL};
+pub use objects::{fastcall_as_cfunction, int_tuple, type_name, CStatic, FastCallKeywords, METH_FASTCALL};
 pub use raise::{take_pending, Raise};
 
 use std::ffi::{c_char, c_int, c_long, c_longlong, c_ulonglong, c_void, CStr, CString};

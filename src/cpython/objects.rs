@@ -9,13 +9,33 @@ use crate::error::Result;
 /// METH_FASTCALL: in the limited API from 3.10, with the same value and convention since 3.7.
 pub const METH_FASTCALL: c_int = 0x0080;
 
+/// A C structure CPython keeps a pointer to for the life of the process (a type spec, its slots,
+/// method tables, a module definition), as a `static`: a leaked heap copy would have no owner
+/// CPython keeps pointing at, which valgrind rightly reports as lost. CPython writes into a
+/// module definition while initialising it, hence the cell.
+#[repr(transparent)]
+pub struct CStatic<T>(std::cell::UnsafeCell<T>);
+
+// SAFETY: CPython reads (and, for a module definition, initialises) these with the GIL held.
+unsafe impl<T> Sync for CStatic<T> {}
+
+impl<T> CStatic<T> {
+    pub const fn new(value: T) -> Self {
+        CStatic(std::cell::UnsafeCell::new(value))
+    }
+
+    pub const fn get(&self) -> *mut T {
+        self.0.get()
+    }
+}
+
 /// A METH_FASTCALL | METH_KEYWORDS function, stored where CPython reads it back by its flags.
 pub type FastCallKeywords =
     unsafe extern "C" fn(*mut PyObject, *const *mut PyObject, pyo3_ffi::Py_ssize_t, *mut PyObject) -> *mut PyObject;
 
 /// # Safety
 /// The method's flags must say METH_FASTCALL | METH_KEYWORDS, so CPython calls it as such.
-pub unsafe fn fastcall_as_cfunction(f: FastCallKeywords) -> pyo3_ffi::PyCFunction {
+pub const unsafe fn fastcall_as_cfunction(f: FastCallKeywords) -> pyo3_ffi::PyCFunction {
     // SAFETY: function pointers of the C ABI have one size; CPython casts back by the flags.
     unsafe { std::mem::transmute::<FastCallKeywords, pyo3_ffi::PyCFunction>(f) }
 }

@@ -14,7 +14,7 @@ use super::consumer;
 use super::tensor_type;
 use crate::abi::*;
 use crate::cpython::Raise;
-use crate::cpython::{fastcall_as_cfunction, int_tuple};
+use crate::cpython::{fastcall_as_cfunction, int_tuple, CStatic};
 use crate::cpython::{py, python, Owned, Python};
 use crate::error::{boundary, Error, Result};
 use crate::tensor::Tensor;
@@ -251,6 +251,36 @@ macro_rules! method {
 
 const MODULE_DOC: &CStr = c"Native core of dlpx (libdlpx.so loaded as a Python extension module).";
 
+// The module's definition: CPython keeps (and initialises) it for the life of the process.
+static METHODS: CStatic<[PyMethodDef; 10]> = CStatic::new([
+    method!(c"empty", fast empty, c"empty(shape, dtype='float32', device='cpu') -> Tensor\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
+    method!(c"from_dlpack", fast from_dlpack, c"from_dlpack(x, /, *, device=None, copy=None) -> Tensor\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
+    method!(c"exchange_api_info", one exchange_api_info, c"exchange_api_info(type_or_object) -> dict | None\n\nThe exchange table a type publishes: version, the prev_api chain, which entries are set."),
+    method!(c"_set_device_class", one set_device_class, c"Registers the class that Tensor.device returns."),
+    method!(c"_set_current_stream", fast set_current_stream, c"_set_current_stream(device_type, device_id, handle) -> previous handle"),
+    method!(c"_record_stream", fast record_stream, c"_record_stream(tensor, device_id, handle)"),
+    method!(c"_empty_cache", noargs empty_cache, c"_empty_cache()"),
+    method!(c"_current_stream", fast current_stream, c"_current_stream(device_type, device_id) -> handle (0: default)"),
+    PyMethodDef {
+        ml_name: c"_cuda_driver_present".as_ptr(),
+        ml_meth: PyMethodDefPointer { PyCFunction: cuda_driver_present },
+        ml_flags: pyo3_ffi::METH_NOARGS,
+        ml_doc: c"Whether libcuda can be loaded in this process.".as_ptr(),
+    },
+    PyMethodDef::zeroed(),
+]);
+static DEF: CStatic<PyModuleDef> = CStatic::new(PyModuleDef {
+    m_base: pyo3_ffi::PyModuleDef_HEAD_INIT,
+    m_name: c"dlpx._native".as_ptr(),
+    m_doc: MODULE_DOC.as_ptr(),
+    m_size: -1,
+    m_methods: METHODS.get().cast(),
+    m_slots: ptr::null_mut(),
+    m_traverse: None,
+    m_clear: None,
+    m_free: None,
+});
+
 /// Creates the `dlpx._native` module, whose `Tensor` type publishes `own`, dlpx's exchange
 /// table (`PyInit__native` on top hands it down). Called by CPython's import machinery, with
 /// the GIL held.
@@ -258,36 +288,8 @@ pub fn init(own: &'static DLPackExchangeAPI) -> *mut PyObject {
     boundary(Raise, "PyInit__native", || {
         let py = python()?;
         super::install_gil_release();
-        let methods: &'static mut [PyMethodDef] = Box::leak(Box::new([
-            method!(c"empty", fast empty, c"empty(shape, dtype='float32', device='cpu') -> Tensor\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
-            method!(c"from_dlpack", fast from_dlpack, c"from_dlpack(x, /, *, device=None, copy=None) -> Tensor\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
-            method!(c"exchange_api_info", one exchange_api_info, c"exchange_api_info(type_or_object) -> dict | None\n\nThe exchange table a type publishes: version, the prev_api chain, which entries are set."),
-            method!(c"_set_device_class", one set_device_class, c"Registers the class that Tensor.device returns."),
-            method!(c"_set_current_stream", fast set_current_stream, c"_set_current_stream(device_type, device_id, handle) -> previous handle"),
-            method!(c"_record_stream", fast record_stream, c"_record_stream(tensor, device_id, handle)"),
-            method!(c"_empty_cache", noargs empty_cache, c"_empty_cache()"),
-            method!(c"_current_stream", fast current_stream, c"_current_stream(device_type, device_id) -> handle (0: default)"),
-            PyMethodDef {
-                ml_name: c"_cuda_driver_present".as_ptr(),
-                ml_meth: PyMethodDefPointer { PyCFunction: cuda_driver_present },
-                ml_flags: pyo3_ffi::METH_NOARGS,
-                ml_doc: c"Whether libcuda can be loaded in this process.".as_ptr(),
-            },
-            PyMethodDef::zeroed(),
-        ]));
-        let def: &'static mut PyModuleDef = Box::leak(Box::new(PyModuleDef {
-            m_base: pyo3_ffi::PyModuleDef_HEAD_INIT,
-            m_name: c"dlpx._native".as_ptr(),
-            m_doc: MODULE_DOC.as_ptr(),
-            m_size: -1,
-            m_methods: methods.as_mut_ptr(),
-            m_slots: ptr::null_mut(),
-            m_traverse: None,
-            m_clear: None,
-            m_free: None,
-        }));
         // SAFETY: GIL held (CPython is importing us); 3 is the stable ABI's API version.
-        let module = Owned::new(unsafe { (py.PyModule_Create2)(def, 3) })?;
+        let module = Owned::new(unsafe { (py.PyModule_Create2)(DEF.get(), 3) })?;
         let ty = tensor_type::create_type(py, own)?;
         add(py, &module, c"Tensor", ty)?;
         add(py, &module, c"__version__", py.new_str(env!("CARGO_PKG_VERSION"))?)?;

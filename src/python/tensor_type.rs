@@ -11,7 +11,7 @@ use pyo3_ffi::{PyGetSetDef, PyMethodDef, PyMethodDefPointer, PyObject, PyTypeObj
 use super::dlpack_method;
 use crate::abi::*;
 use crate::cpython::Raise;
-use crate::cpython::{fastcall_as_cfunction, int_tuple, type_name, METH_FASTCALL};
+use crate::cpython::{fastcall_as_cfunction, int_tuple, type_name, CStatic, METH_FASTCALL};
 use crate::cpython::{py, Owned, Python};
 use crate::device;
 use crate::error::{boundary, guard, Error, Result};
@@ -367,6 +367,64 @@ macro_rules! getset {
     };
 }
 
+// What `create_type` hands CPython, which keeps pointers into it for the life of the type.
+static GETSET: CStatic<[PyGetSetDef; 13]> = CStatic::new([
+    getset!(c"shape", get_shape, c"Extents of each dimension, a tuple of ints."),
+    getset!(c"strides", get_strides, c"Strides of each dimension in elements (not bytes), a tuple of ints."),
+    getset!(c"ndim", get_ndim, c"Number of dimensions."),
+    getset!(c"numel", get_numel, c"Number of elements."),
+    getset!(c"nbytes", get_nbytes, c"Bytes the elements occupy (sub-byte types packed unless flagged padded)."),
+    getset!(
+        c"byte_offset",
+        get_byte_offset,
+        c"DLTensor.byte_offset: bytes from the data pointer to the first element."
+    ),
+    getset!(c"data_ptr", get_data_ptr, c"Address of the first element (data + byte_offset), 0 for empty tensors."),
+    getset!(c"is_contiguous", get_is_contiguous, c"Whether the strides are compact row-major."),
+    getset!(c"readonly", get_readonly, c"Whether the producer marked the memory read-only."),
+    getset!(
+        c"dtype",
+        get_dtype,
+        c"Element type name: 'float32', 'bfloat16', 'float8_e4m3fn', 'bool', 'complex64', ..."
+    ),
+    getset!(c"dtype_raw", get_dtype_raw, c"The DLPack dtype as (code, bits, lanes)."),
+    getset!(c"device", get_device, c"The device, a dlpx.Device (prints as 'cpu:0', compares with such strings)."),
+    PyGetSetDef { name: ptr::null(), get: None, set: None, doc: ptr::null(), closure: ptr::null_mut() },
+]);
+static METHODS: CStatic<[PyMethodDef; 3]> = CStatic::new([
+    PyMethodDef {
+        ml_name: c"__dlpack__".as_ptr(),
+        // SAFETY: the same pointer type CPython expects for METH_FASTCALL | METH_KEYWORDS.
+        ml_meth: PyMethodDefPointer { PyCFunction: unsafe { fastcall_as_cfunction(dlpack_method::dlpack) } },
+        ml_flags: METH_FASTCALL | pyo3_ffi::METH_KEYWORDS,
+        ml_doc: dlpack_method::DLPACK_DOC.as_ptr(),
+    },
+    PyMethodDef {
+        ml_name: c"__dlpack_device__".as_ptr(),
+        ml_meth: PyMethodDefPointer { PyCFunction: dlpack_method::dlpack_device },
+        ml_flags: pyo3_ffi::METH_NOARGS,
+        ml_doc: c"__dlpack_device__() -> (device_type, device_id) as DLPack integers.".as_ptr(),
+    },
+    PyMethodDef::zeroed(),
+]);
+static SLOTS: CStatic<[PyType_Slot; 7]> = CStatic::new([
+    PyType_Slot { slot: pyo3_ffi::Py_tp_dealloc, pfunc: tensor_dealloc as *mut c_void },
+    PyType_Slot { slot: pyo3_ffi::Py_tp_new, pfunc: tensor_new as *mut c_void },
+    PyType_Slot { slot: pyo3_ffi::Py_tp_repr, pfunc: tensor_repr as *mut c_void },
+    PyType_Slot { slot: pyo3_ffi::Py_tp_doc, pfunc: DOC.as_ptr() as *mut c_void },
+    PyType_Slot { slot: pyo3_ffi::Py_tp_getset, pfunc: GETSET.get().cast() },
+    PyType_Slot { slot: pyo3_ffi::Py_tp_methods, pfunc: METHODS.get().cast() },
+    PyType_Slot { slot: 0, pfunc: ptr::null_mut() },
+]);
+static SPEC: CStatic<PyType_Spec> = CStatic::new(PyType_Spec {
+    name: c"dlpx.Tensor".as_ptr(),
+    basicsize: std::mem::size_of::<PyTensor>() as c_int,
+    itemsize: 0,
+    // Py_TPFLAGS_DEFAULT before 3.10 (version tag; ignored later) | BASETYPE so users may subclass.
+    flags: ((1u64 << 18) | pyo3_ffi::Py_TPFLAGS_BASETYPE) as std::ffi::c_uint,
+    slots: SLOTS.get().cast(),
+});
+
 /// Creates the type, publishes the exchange table on it, and remembers it. Called once at
 /// module initialisation; a second call returns the same type.
 pub fn create_type(py: &Python, own: &'static DLPackExchangeAPI) -> Result<*mut PyObject> {
@@ -377,65 +435,8 @@ pub fn create_type(py: &Python, own: &'static DLPackExchangeAPI) -> Result<*mut 
         unsafe { (py.Py_IncRef)(existing.cast()) };
         return Ok(existing.cast());
     }
-    // CPython keeps pointers into these arrays for the life of the type: leak them once.
-    let getset: &'static mut [PyGetSetDef] = Box::leak(Box::new([
-        getset!(c"shape", get_shape, c"Extents of each dimension, a tuple of ints."),
-        getset!(c"strides", get_strides, c"Strides of each dimension in elements (not bytes), a tuple of ints."),
-        getset!(c"ndim", get_ndim, c"Number of dimensions."),
-        getset!(c"numel", get_numel, c"Number of elements."),
-        getset!(c"nbytes", get_nbytes, c"Bytes the elements occupy (sub-byte types packed unless flagged padded)."),
-        getset!(
-            c"byte_offset",
-            get_byte_offset,
-            c"DLTensor.byte_offset: bytes from the data pointer to the first element."
-        ),
-        getset!(c"data_ptr", get_data_ptr, c"Address of the first element (data + byte_offset), 0 for empty tensors."),
-        getset!(c"is_contiguous", get_is_contiguous, c"Whether the strides are compact row-major."),
-        getset!(c"readonly", get_readonly, c"Whether the producer marked the memory read-only."),
-        getset!(
-            c"dtype",
-            get_dtype,
-            c"Element type name: 'float32', 'bfloat16', 'float8_e4m3fn', 'bool', 'complex64', ..."
-        ),
-        getset!(c"dtype_raw", get_dtype_raw, c"The DLPack dtype as (code, bits, lanes)."),
-        getset!(c"device", get_device, c"The device, a dlpx.Device (prints as 'cpu:0', compares with such strings)."),
-        PyGetSetDef { name: ptr::null(), get: None, set: None, doc: ptr::null(), closure: ptr::null_mut() },
-    ]));
-    let methods: &'static mut [PyMethodDef] = Box::leak(Box::new([
-        PyMethodDef {
-            ml_name: c"__dlpack__".as_ptr(),
-            // SAFETY: the same pointer type CPython expects for METH_FASTCALL | METH_KEYWORDS.
-            ml_meth: PyMethodDefPointer { PyCFunction: unsafe { fastcall_as_cfunction(dlpack_method::dlpack) } },
-            ml_flags: METH_FASTCALL | pyo3_ffi::METH_KEYWORDS,
-            ml_doc: dlpack_method::DLPACK_DOC.as_ptr(),
-        },
-        PyMethodDef {
-            ml_name: c"__dlpack_device__".as_ptr(),
-            ml_meth: PyMethodDefPointer { PyCFunction: dlpack_method::dlpack_device },
-            ml_flags: pyo3_ffi::METH_NOARGS,
-            ml_doc: c"__dlpack_device__() -> (device_type, device_id) as DLPack integers.".as_ptr(),
-        },
-        PyMethodDef::zeroed(),
-    ]));
-    let slots: &'static mut [PyType_Slot] = Box::leak(Box::new([
-        PyType_Slot { slot: pyo3_ffi::Py_tp_dealloc, pfunc: tensor_dealloc as *mut c_void },
-        PyType_Slot { slot: pyo3_ffi::Py_tp_new, pfunc: tensor_new as *mut c_void },
-        PyType_Slot { slot: pyo3_ffi::Py_tp_repr, pfunc: tensor_repr as *mut c_void },
-        PyType_Slot { slot: pyo3_ffi::Py_tp_doc, pfunc: DOC.as_ptr() as *mut c_void },
-        PyType_Slot { slot: pyo3_ffi::Py_tp_getset, pfunc: getset.as_mut_ptr().cast() },
-        PyType_Slot { slot: pyo3_ffi::Py_tp_methods, pfunc: methods.as_mut_ptr().cast() },
-        PyType_Slot { slot: 0, pfunc: ptr::null_mut() },
-    ]));
-    let spec: &'static mut PyType_Spec = Box::leak(Box::new(PyType_Spec {
-        name: c"dlpx.Tensor".as_ptr(),
-        basicsize: std::mem::size_of::<PyTensor>() as c_int,
-        itemsize: 0,
-        // Py_TPFLAGS_DEFAULT before 3.10 (version tag; ignored later) | BASETYPE so users may subclass.
-        flags: ((1u64 << 18) | pyo3_ffi::Py_TPFLAGS_BASETYPE) as std::ffi::c_uint,
-        slots: slots.as_mut_ptr(),
-    }));
     // SAFETY: GIL held; the spec and everything it points to is 'static.
-    let ty = Owned::new(unsafe { (py.PyType_FromSpecWithBases)(spec, ptr::null_mut()) })?;
+    let ty = Owned::new(unsafe { (py.PyType_FromSpecWithBases)(SPEC.get(), ptr::null_mut()) })?;
     publish_exchange_api(py, ty.as_ptr())?;
     // SAFETY: GIL held; a live type; both slots are always filled (inherited from object).
     unsafe {
