@@ -1,0 +1,380 @@
+"""Hostile inputs never crash, corrupt or leak (issue 13).
+
+A hostile producer (the conformance kit's ctypes reference producer, which can set every field
+of a managed tensor, and a hand-made exchange table) and hostile Python objects (a lying
+``__len__``, a raising ``__index__``, a recursive or mutating ``__dlpack__``): each gives a clean
+exception of the right kind, a producer's deleter runs exactly once, and no exception is left
+set for a later call to trip over.
+"""
+
+import ctypes
+import gc
+import sys
+
+import numpy as np
+import pytest
+
+import dlpx
+from dlpx.conform import abi
+from dlpx.conform.reference import ReferenceProducer, ReferenceTensor, settle
+
+LIB = ctypes.PyDLL(dlpx.library_path())
+LIB.dlpx_import.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p)]
+LIB.dlpx_import.restype = ctypes.c_int
+
+
+class DlpxTensorView(ctypes.Structure):
+    _fields_ = [("tensor", abi.DLTensor), ("owner", ctypes.c_void_p)]
+
+
+LIB.dlpx_view_of.argtypes = [ctypes.py_object, ctypes.POINTER(DlpxTensorView)]
+LIB.dlpx_view_of.restype = ctypes.c_int
+LIB.dlpx_view_release.argtypes = [ctypes.POINTER(DlpxTensorView)]
+LIB.dlpx_view_release.restype = None
+
+
+def settled(tensor):
+    gc.collect()
+    settle()
+    return tensor.deleter_calls
+
+
+def nothing_pending():
+    """A successful call right after: CPython raises SystemError from a call that returns a
+    result while an exception is set, so a stale exception shows up here."""
+    assert dlpx.empty((1,)).shape == (1,)
+    assert sys.exc_info() == (None, None, None)
+
+
+# ---- a producer's malformed fields -----------------------------------------------------------
+
+# Every field a producer fills, set to what dlpx must refuse: (field, kwargs of ReferenceTensor).
+MALFORMED = {
+    "major-2": dict(version=(2, 0)),
+    "major-0": dict(version=(0, 9)),
+    "major-max": dict(version=(2**32 - 1, 0)),
+    "ndim-negative": dict(shape=(4,), ndim=-1),
+    "ndim-65": dict(shape=(1,) * 65),
+    "ndim-huge": dict(shape=(4,), ndim=2**31 - 1),
+    "shape-null": dict(shape=None, ndim=2),
+    "shape-negative": dict(shape=(2, -3)),
+    "shape-int64-min": dict(shape=(-(2**63),)),
+    "shape-overflow": dict(shape=(2**62, 2**62)),
+    "bytes-overflow": dict(shape=(2**61,), dtype=(2, 64, 1)),
+    "dtype-unknown-code": dict(dtype=(99, 32, 1)),
+    "dtype-zero-bits": dict(dtype=(2, 0, 1)),
+    "dtype-zero-lanes": dict(dtype=(2, 32, 0)),
+    "dtype-fp4-bits": dict(dtype=(17, 8, 1)),
+    "dtype-complex-odd": dict(dtype=(5, 63, 1)),
+    "device-unknown": dict(device=(99, 0)),
+    "device-negative": dict(device=(-1, 0)),
+    "data-null": dict(data=None),
+}
+
+
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_tensor_is_a_buffer_error_and_deleted_once(case, versioned):
+    kwargs = dict(MALFORMED[case])
+    if "version" in kwargs and not versioned:
+        pytest.skip("a legacy tensor has no version")
+    producer = ReferenceProducer(**kwargs)
+    max_version = (1, 3) if versioned else None
+    capsule = producer.__dlpack__(max_version=max_version)
+    with pytest.raises(BufferError, match=r"^dlpx: from_dlpack: "):
+        dlpx.from_dlpack(capsule)
+    del capsule
+    assert settled(producer.made[0]) == 1
+    nothing_pending()
+
+
+def test_the_bad_input_matrix_covers_every_field():
+    fields = {case.split("-")[0] for case in MALFORMED}
+    assert fields == {"major", "ndim", "shape", "bytes", "dtype", "device", "data"}
+
+
+def test_a_null_deleter_is_never_called():
+    producer = ReferenceProducer(shape=(2, -3), deleter=None)
+    with pytest.raises(BufferError, match=r"^dlpx: from_dlpack: "):
+        dlpx.from_dlpack(producer)
+    nothing_pending()
+
+
+# ---- copies of padded sub-byte tensors with lanes (src/copy.rs) ------------------------------
+
+
+def test_copy_true_of_a_strided_padded_int4x2_tensor_copies_whole_elements():
+    data = (ctypes.c_uint8 * 16)(*range(16))
+    tensor = ReferenceTensor(
+        shape=(2,), dtype=(0, 4, 2), strides=(2,), data=ctypes.addressof(data), flags=abi.FLAG_IS_SUBBYTE_TYPE_PADDED
+    )
+    copy = dlpx.from_dlpack(tensor.capsule(), copy=True)
+    assert copy.nbytes == 4 and copy.is_contiguous
+    assert bytes((ctypes.c_uint8 * 4).from_address(copy.data_ptr)) == bytes([0, 1, 4, 5])
+    del copy
+    assert settled(tensor) == 1
+
+
+# ---- the C kernel API validates what a producer's table returns (src/python/kernel.rs) -------
+
+
+def hostile_type(tensor_kwargs, view=False):
+    """A class whose exchange table hands out ReferenceTensors built from `tensor_kwargs`:
+    managed (`managed_tensor_from_py_object_no_sync`) or, with `view`, a non-owning view."""
+    made = []
+
+    @abi.FromPyObject
+    def from_py(obj, out):
+        made.append(ReferenceTensor(**tensor_kwargs))
+        out[0] = made[-1].address
+        return 0
+
+    @abi.DLTensorFromPyObject
+    def view_of(obj, out):
+        made.append(ReferenceTensor(**tensor_kwargs))
+        out[0] = made[-1].struct.dl_tensor
+        return 0
+
+    table = abi.DLPackExchangeAPI()
+    table.header.version = abi.DLPackVersion(1, 3)
+    table.managed_tensor_from_py_object_no_sync = ctypes.cast(from_py, ctypes.c_void_p).value
+    if view:
+        table.dltensor_from_py_object_no_sync = ctypes.cast(view_of, ctypes.c_void_p).value
+
+    class Hostile:
+        # The callbacks and the table live as long as the class (dlpx caches the table per type).
+        _keep = (from_py, view_of, table)
+        __c_dlpack_exchange_api__ = ctypes.addressof(table)
+
+        def __dlpack__(self, **kwargs):
+            made.append(ReferenceTensor(**tensor_kwargs))
+            return made[-1].capsule()
+
+    Hostile.made = made
+    return Hostile
+
+
+REFUSED_FROM_TABLES = {
+    "major-2": dict(version=(2, 0)),
+    "shape-negative": dict(shape=(2, -3)),
+    "ndim-65": dict(shape=(1,) * 65),
+    "dtype-unknown-code": dict(dtype=(99, 32, 1)),
+    "device-unknown": dict(device=(99, 0)),
+    "data-null": dict(data=None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_FROM_TABLES))
+def test_dlpx_import_refuses_what_from_dlpack_refuses(case):
+    Hostile = hostile_type(REFUSED_FROM_TABLES[case])
+    with pytest.raises(BufferError, match=r"^dlpx: from_dlpack: "):
+        dlpx.from_dlpack(Hostile())
+    out = ctypes.c_void_p()
+    with pytest.raises(BufferError, match=r"^dlpx: import: "):
+        LIB.dlpx_import(Hostile(), ctypes.byref(out))
+    assert not out.value
+    assert [t.deleter_calls for t in Hostile.made] == [1, 1]
+    nothing_pending()
+
+
+@pytest.mark.parametrize("case", sorted(k for k in REFUSED_FROM_TABLES if k != "major-2"))
+def test_dlpx_view_of_refuses_a_malformed_view(case):
+    Hostile = hostile_type(REFUSED_FROM_TABLES[case], view=True)
+    view = DlpxTensorView()
+    with pytest.raises(BufferError, match=r"^dlpx: view_of: "):
+        LIB.dlpx_view_of(Hostile(), ctypes.byref(view))
+    assert not view.owner
+    nothing_pending()
+
+
+def test_dlpx_import_gives_null_strides_an_owner_that_spells_them_out():
+    Hostile = hostile_type(dict(shape=(2, 3), strides=None))
+    out = ctypes.c_void_p()
+    assert LIB.dlpx_import(Hostile(), ctypes.byref(out)) == 0
+    got = abi.read_managed(out.value, True)
+    assert got["shape"] == (2, 3) and got["strides"] == (3, 1)
+    assert Hostile.made[0].deleter_calls == 0
+    abi.call_deleter(out.value, got["deleter"])
+    assert Hostile.made[0].deleter_calls == 1
+
+
+def test_dlpx_view_of_null_strides_falls_back_to_an_owning_view():
+    Hostile = hostile_type(dict(shape=(2, 3), strides=None), view=True)
+    view = DlpxTensorView()
+    assert LIB.dlpx_view_of(Hostile(), ctypes.byref(view)) == 0
+    assert view.owner, "the view owns a tensor that holds the strides"
+    assert [view.tensor.strides[i] for i in range(2)] == [3, 1]
+    LIB.dlpx_view_release(ctypes.byref(view))
+    assert [t.deleter_calls for t in Hostile.made] == [0, 1], "the view's struct had no deleter to call"
+
+
+def test_a_valid_table_tensor_is_handed_on_unchanged():
+    Hostile = hostile_type(dict(shape=(2, 3)))
+    out = ctypes.c_void_p()
+    assert LIB.dlpx_import(Hostile(), ctypes.byref(out)) == 0
+    assert out.value == Hostile.made[0].address, "no wrapping on the fast path"
+    abi.call_deleter(out.value, abi.read_managed(out.value, True)["deleter"])
+    assert Hostile.made[0].deleter_calls == 1
+
+
+# ---- lying __len__ (src/python/args.rs) ------------------------------------------------------
+
+
+class LyingLength:
+    def __init__(self, length, item=None):
+        self.length, self.item = length, item
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, i):
+        if self.item is None:
+            raise IndexError(i)
+        return self.item
+
+
+ENTRY_POINTS = {
+    "empty-shape": lambda arg: dlpx.empty(arg),
+    "from_dlpack-device": lambda arg: dlpx.from_dlpack(np.ones(2), device=arg),
+    "dlpack-max_version": lambda arg: dlpx.empty((1,)).__dlpack__(max_version=arg),
+    "dlpack-dl_device": lambda arg: dlpx.empty((1,)).__dlpack__(dl_device=arg),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.parametrize("length", [2**40, 2**62, sys.maxsize])
+@pytest.mark.parametrize("item", [None, 1], ids=["raising-getitem", "endless-items"])
+def test_a_lying_len_is_a_value_error_not_an_abort(entry, length, item):
+    with pytest.raises(ValueError, match=r"^dlpx: .*has \d+ items"):
+        ENTRY_POINTS[entry](LyingLength(length, item))
+    nothing_pending()
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_a_len_too_large_for_ssize_t_is_a_type_error(entry):
+    with pytest.raises(TypeError, match=r"^dlpx: "):
+        ENTRY_POINTS[entry](LyingLength(2**64))
+    nothing_pending()
+
+
+@pytest.fixture
+def cuda_stream_set():
+    """A CUDA stream set on this thread (no GPU needed): the importer then asks the object
+    for its device, to pass the stream to ``__dlpack__``."""
+    previous = dlpx.cuda.set_current_stream(0x1234)
+    yield
+    dlpx.cuda.set_current_stream(previous)
+
+
+class RaisingIndex:
+    def __index__(self):
+        raise ValueError("boom")
+
+
+DEVICE_ANSWERS = {
+    "raising-index": (2, RaisingIndex()),
+    "raising-getitem": LyingLength(2),
+    "lying-len": LyingLength(2**40, 2),
+    "not-a-pair": 7,
+}
+
+
+@pytest.mark.parametrize("answer", sorted(DEVICE_ANSWERS))
+def test_a_bad_dlpack_device_answer_leaves_no_exception_set(cuda_stream_set, answer):
+    capsule = np.arange(3.0).__dlpack__()
+
+    class Producer:
+        def __dlpack_device__(self):
+            return DEVICE_ANSWERS[answer]
+
+        def __dlpack__(self, **kwargs):
+            return capsule
+
+    # An answer dlpx cannot read means "device unknown": no stream is passed, the import works.
+    assert dlpx.from_dlpack(Producer()).shape == (3,)
+    nothing_pending()
+
+
+# ---- raising __index__, recursive and mutating __dlpack__ ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: dlpx.empty((2, RaisingIndex())),
+        lambda: dlpx.empty(RaisingIndex()),
+        lambda: dlpx.from_dlpack(np.ones(2), device=(1, RaisingIndex())),
+        lambda: dlpx.empty((1,)).__dlpack__(max_version=(RaisingIndex(), 3)),
+        lambda: dlpx.empty((1,)).__dlpack__(dl_device=(RaisingIndex(), 0)),
+    ],
+    ids=["shape-item", "shape", "device", "max_version", "dl_device"],
+)
+def test_a_raising_index_propagates_the_callers_own_exception(call):
+    # The exception is the object's own, unchanged (as CPython's own int() does).
+    with pytest.raises(ValueError, match="^boom$"):
+        call()
+    nothing_pending()
+
+
+def test_a_recursive_dlpack_is_a_recursion_error_not_a_crash():
+    class Recursive:
+        def __dlpack__(self, **kwargs):
+            return dlpx.from_dlpack(self)
+
+    with pytest.raises(RecursionError):
+        dlpx.from_dlpack(Recursive())
+    nothing_pending()
+
+
+def test_a_dlpack_that_replaces_itself_mid_call_is_served_once():
+    made = []
+
+    class Mutating:
+        def __dlpack__(self, **kwargs):
+            type(self).__dlpack__ = lambda self, **kw: pytest.fail("called twice")
+            made.append(ReferenceTensor(shape=(3,)))
+            return made[-1].capsule(abi.VERSIONED_NAME if kwargs.get("max_version") else abi.LEGACY_NAME)
+
+    t = dlpx.from_dlpack(Mutating())
+    assert t.shape == (3,)
+    del t
+    assert settled(made[0]) == 1
+
+
+def test_a_dlpack_returning_its_own_consumed_capsule_is_a_buffer_error():
+    tensor = ReferenceTensor(shape=(3,))
+
+    class ConsumesFirst:
+        def __dlpack__(self, **kwargs):
+            capsule = tensor.capsule()
+            dlpx.from_dlpack(capsule)  # the producer's own consumer renames it
+            return capsule
+
+    with pytest.raises(BufferError, match=r"^dlpx: from_dlpack: .*consumed"):
+        dlpx.from_dlpack(ConsumesFirst())
+    assert settled(tensor) == 1
+    nothing_pending()
+
+
+def test_a_shape_that_shrinks_while_it_is_read_is_a_clean_error():
+    shape = [2, 3, 4]
+
+    class Shrinks:
+        def __index__(self):
+            shape.clear()
+            return 2
+
+    shape[0] = Shrinks()
+    with pytest.raises(IndexError):
+        dlpx.empty(shape)
+    nothing_pending()
+
+
+def test_a_dlpack_returning_no_capsule_is_a_type_error():
+    class ReturnsInt:
+        def __dlpack__(self, **kwargs):
+            return 7
+
+    with pytest.raises(TypeError, match=r"^dlpx: from_dlpack: "):
+        dlpx.from_dlpack(ReturnsInt())
+    nothing_pending()
