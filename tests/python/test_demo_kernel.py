@@ -105,7 +105,7 @@ def test_a_non_cpu_tensor_is_a_value_error(demo):
 
 
 def test_a_non_tensor_is_a_type_error_naming_it(demo):
-    with pytest.raises(TypeError, match="dlpx: from_dlpack: str does not support DLPack"):
+    with pytest.raises(TypeError, match="dlpx: view_of: str does not support DLPack"):
         demo.add("not a tensor", np.ones(3))
 
 
