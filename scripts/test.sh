@@ -37,6 +37,7 @@ echo "== layering and formatting"
 bash scripts/check_layers.sh
 if cargo fmt --version >/dev/null 2>&1 || { command -v rustup >/dev/null && rustup component add rustfmt >/dev/null 2>&1; }; then
   cargo fmt --all -- --check
+  (cd fuzz && cargo fmt -- --check)  # its own workspace
 else
   echo "WARNING: rustfmt is not installed and could not be added: formatting not checked"
 fi
@@ -80,6 +81,7 @@ echo "== pip install . and pytest"
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation .
 # The simulated CUDA driver ctest built runs dlpx's CUDA paths in Python too (test_cuda_simulated.py).
 (cd tests && DLPX_REQUIRE_ALL_TESTS=1 DLPX_SIM_CUDA_DIR="$SIM_CUDA_DIR" "$PY" -m pytest -q -p no:cacheprovider python)
+DLPX_PYTHON="$PY" bash scripts/reliability.sh  # fuzz targets over their corpus, the soak (short)
 echo "== the CUDA example, compiled with nvcc from PyPI (no GPU needed)" && DLPX_PYTHON="$PY" bash scripts/check_cuda_example.sh
 
 for b in interop kernel_overhead; do "$PY" benches/$b.py --quick | tail -n 2; done  # benchmark smoke run
