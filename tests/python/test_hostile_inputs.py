@@ -1,7 +1,7 @@
 """Hostile inputs never crash, corrupt or leak (issue 13).
 
-A hostile producer (the conformance kit's ctypes reference producer, which can set every field
-of a managed tensor, and a hand-made exchange table) and hostile Python objects (a lying
+A hostile producer built in C (hostile_producer.c: it can send every field of a managed tensor
+malformed, in a capsule or from its exchange table) and hostile Python objects (a lying
 ``__len__``, a raising ``__index__``, a recursive or mutating ``__dlpack__``): each gives a clean
 exception of the right kind, a producer's deleter runs exactly once, and no exception is left
 set for a later call to trip over.
@@ -16,7 +16,11 @@ import pytest
 
 import dlpx
 from dlpx.conform import abi
-from dlpx.conform.reference import ReferenceProducer, ReferenceTensor, settle
+from dlpx.conform.reference import ReferenceTensor, settle
+
+import hostile_producer as hostile
+
+hostile.library()  # builds it now: a module without a C compiler skips as a whole
 
 LIB = ctypes.PyDLL(dlpx.library_path())
 LIB.dlpx_import.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p)]
@@ -48,7 +52,7 @@ def nothing_pending():
 
 # ---- a producer's malformed fields -----------------------------------------------------------
 
-# Every field a producer fills, set to what dlpx must refuse: (field, kwargs of ReferenceTensor).
+# Every field a producer fills, set to what dlpx must refuse: (field, hostile_producer.spec arguments).
 MALFORMED = {
     "major-2": dict(version=(2, 0)),
     "major-0": dict(version=(0, 9)),
@@ -68,7 +72,7 @@ MALFORMED = {
     "dtype-complex-odd": dict(dtype=(5, 63, 1)),
     "device-unknown": dict(device=(99, 0)),
     "device-negative": dict(device=(-1, 0)),
-    "data-null": dict(data=None),
+    "data-null": dict(data=False),
 }
 
 
@@ -78,13 +82,12 @@ def test_a_malformed_tensor_is_a_buffer_error_and_deleted_once(case, versioned):
     kwargs = dict(MALFORMED[case])
     if "version" in kwargs and not versioned:
         pytest.skip("a legacy tensor has no version")
-    producer = ReferenceProducer(**kwargs)
-    max_version = (1, 3) if versioned else None
-    capsule = producer.__dlpack__(max_version=max_version)
+    tensor = hostile.make(versioned, **kwargs)
+    capsule = tensor.capsule()
     with pytest.raises(BufferError, match=r"^dlpx: from_dlpack: "):
         dlpx.from_dlpack(capsule)
     del capsule
-    assert settled(producer.made[0]) == 1
+    assert tensor.deleter_calls == 1
     nothing_pending()
 
 
@@ -93,10 +96,12 @@ def test_the_bad_input_matrix_covers_every_field():
     assert fields == {"major", "ndim", "shape", "bytes", "dtype", "device", "data"}
 
 
-def test_a_null_deleter_is_never_called():
-    producer = ReferenceProducer(shape=(2, -3), deleter=None)
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_a_null_deleter_is_never_called(versioned):
+    tensor = hostile.make(versioned, shape=(2, -3), deleter=False)
     with pytest.raises(BufferError, match=r"^dlpx: from_dlpack: "):
-        dlpx.from_dlpack(producer)
+        dlpx.from_dlpack(tensor.capsule())
+    assert tensor.deleter_calls == 0
     nothing_pending()
 
 
@@ -118,103 +123,81 @@ def test_copy_true_of_a_strided_padded_int4x2_tensor_copies_whole_elements():
 # ---- the C kernel API validates what a producer's table returns (src/python/kernel.rs) -------
 
 
-def hostile_type(tensor_kwargs, view=False):
-    """A class whose exchange table hands out ReferenceTensors built from `tensor_kwargs`:
-    managed (`managed_tensor_from_py_object_no_sync`) or, with `view`, a non-owning view."""
-    made = []
-
-    @abi.FromPyObject
-    def from_py(obj, out):
-        made.append(ReferenceTensor(**tensor_kwargs))
-        out[0] = made[-1].address
-        return 0
-
-    @abi.DLTensorFromPyObject
-    def view_of(obj, out):
-        made.append(ReferenceTensor(**tensor_kwargs))
-        out[0] = made[-1].struct.dl_tensor
-        return 0
-
-    table = abi.DLPackExchangeAPI()
-    table.header.version = abi.DLPackVersion(1, 3)
-    table.managed_tensor_from_py_object_no_sync = ctypes.cast(from_py, ctypes.c_void_p).value
-    if view:
-        table.dltensor_from_py_object_no_sync = ctypes.cast(view_of, ctypes.c_void_p).value
-
-    class Hostile:
-        # The callbacks and the table live as long as the class (dlpx caches the table per type).
-        _keep = (from_py, view_of, table)
-        __c_dlpack_exchange_api__ = ctypes.addressof(table)
-
-        def __dlpack__(self, **kwargs):
-            made.append(ReferenceTensor(**tensor_kwargs))
-            return made[-1].capsule()
-
-    Hostile.made = made
-    return Hostile
-
-
 REFUSED_FROM_TABLES = {
     "major-2": dict(version=(2, 0)),
     "shape-negative": dict(shape=(2, -3)),
     "ndim-65": dict(shape=(1,) * 65),
     "dtype-unknown-code": dict(dtype=(99, 32, 1)),
     "device-unknown": dict(device=(99, 0)),
-    "data-null": dict(data=None),
+    "data-null": dict(data=False),
 }
+
+
+def hostile_type(tensor_kwargs, view=False):
+    """The C producer's table class, armed with `tensor_kwargs`, and a function listing the
+    tensors it made since."""
+    hostile.arm(**tensor_kwargs)
+    start = hostile.count()
+    return hostile.table_type(view), lambda: hostile.made_since(start)
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED_FROM_TABLES))
 def test_dlpx_import_refuses_what_from_dlpack_refuses(case):
-    Hostile = hostile_type(REFUSED_FROM_TABLES[case])
+    Hostile, made = hostile_type(REFUSED_FROM_TABLES[case])
     with pytest.raises(BufferError, match=r"^dlpx: from_dlpack: "):
         dlpx.from_dlpack(Hostile())
     out = ctypes.c_void_p()
     with pytest.raises(BufferError, match=r"^dlpx: import: "):
         LIB.dlpx_import(Hostile(), ctypes.byref(out))
     assert not out.value
-    assert [t.deleter_calls for t in Hostile.made] == [1, 1]
+    gc.collect()
+    assert [t.deleter_calls for t in made()] == [1, 1]
     nothing_pending()
 
 
 @pytest.mark.parametrize("case", sorted(k for k in REFUSED_FROM_TABLES if k != "major-2"))
 def test_dlpx_view_of_refuses_a_malformed_view(case):
-    Hostile = hostile_type(REFUSED_FROM_TABLES[case], view=True)
+    Hostile, made = hostile_type(REFUSED_FROM_TABLES[case], view=True)
     view = DlpxTensorView()
     with pytest.raises(BufferError, match=r"^dlpx: view_of: "):
         LIB.dlpx_view_of(Hostile(), ctypes.byref(view))
     assert not view.owner
+    assert made() == [], "a view is refused before anything owning is made"
     nothing_pending()
 
 
 def test_dlpx_import_gives_null_strides_an_owner_that_spells_them_out():
-    Hostile = hostile_type(dict(shape=(2, 3), strides=None))
+    Hostile, made = hostile_type(dict(shape=(2, 3), strides=None))
     out = ctypes.c_void_p()
     assert LIB.dlpx_import(Hostile(), ctypes.byref(out)) == 0
     got = abi.read_managed(out.value, True)
     assert got["shape"] == (2, 3) and got["strides"] == (3, 1)
-    assert Hostile.made[0].deleter_calls == 0
+    [tensor] = made()
+    assert tensor.deleter_calls == 0
     abi.call_deleter(out.value, got["deleter"])
-    assert Hostile.made[0].deleter_calls == 1
+    assert tensor.deleter_calls == 1
 
 
 def test_dlpx_view_of_null_strides_falls_back_to_an_owning_view():
-    Hostile = hostile_type(dict(shape=(2, 3), strides=None), view=True)
+    Hostile, made = hostile_type(dict(shape=(2, 3), strides=None), view=True)
     view = DlpxTensorView()
     assert LIB.dlpx_view_of(Hostile(), ctypes.byref(view)) == 0
     assert view.owner, "the view owns a tensor that holds the strides"
     assert [view.tensor.strides[i] for i in range(2)] == [3, 1]
+    [owned] = made()
+    assert owned.deleter_calls == 0
     LIB.dlpx_view_release(ctypes.byref(view))
-    assert [t.deleter_calls for t in Hostile.made] == [0, 1], "the view's struct had no deleter to call"
+    assert owned.deleter_calls == 1
 
 
 def test_a_valid_table_tensor_is_handed_on_unchanged():
-    Hostile = hostile_type(dict(shape=(2, 3)))
+    Hostile, made = hostile_type(dict(shape=(2, 3)))
     out = ctypes.c_void_p()
     assert LIB.dlpx_import(Hostile(), ctypes.byref(out)) == 0
-    assert out.value == Hostile.made[0].address, "no wrapping on the fast path"
+    [tensor] = made()
+    assert out.value == tensor.address, "no wrapping on the fast path"
     abi.call_deleter(out.value, abi.read_managed(out.value, True)["deleter"])
-    assert Hostile.made[0].deleter_calls == 1
+    assert tensor.deleter_calls == 1
 
 
 # ---- lying __len__ (src/python/args.rs) ------------------------------------------------------

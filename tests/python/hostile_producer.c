@@ -1,0 +1,209 @@
+/* A hostile DLPack producer, built in C for the tests (hostile_producer.py compiles it).
+ *
+ * It sends whatever a caller asks for in every field a producer fills: the version, ndim,
+ * shape and strides (or NULL), dtype, device, data (or NULL), flags, byte offset, and the
+ * deleter (or NULL). A tensor goes out three ways, as a C producer's would:
+ *
+ *  - in a capsule (`hp_capsule`), named "dltensor_versioned" or "dltensor", whose destructor
+ *    deletes the tensor only while the capsule is unconsumed (the spec's rule);
+ *  - from an exchange table's `managed_tensor_from_py_object_no_sync` (`hp_table`), which
+ *    hands out a fresh tensor made from the armed spec on every call;
+ *  - from the same table's `dltensor_from_py_object_no_sync`, as a non-owning view.
+ *
+ * Every tensor gets an id; its deleter counts calls per id (the count outlives the tensor),
+ * so a test can check that a consumer deleted each tensor exactly once, whatever it refused.
+ * Loaded with ctypes.PyDLL: every function runs with the GIL held.
+ */
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlpack.h"
+
+/* Room for 80 dimensions: more than the 64 a consumer accepts, so "ndim 65" is a real shape. */
+#define HP_DIMS 80
+/* Ids handed out in one process; a test run makes a few hundred. */
+#define HP_MAX_TENSORS 65536
+/* Every tensor's data: zeroed bytes, enough for any shape a test reads. */
+#define HP_DATA_BYTES 256
+
+/* What a test asks for. Mirrored field by field in hostile_producer.py. */
+typedef struct hp_spec {
+  uint32_t major;
+  uint32_t minor;
+  int32_t ndim;
+  int32_t shape_null;
+  int32_t strides_null;
+  int32_t data_null;
+  int32_t deleter_null;
+  int32_t reserved;
+  int64_t shape[HP_DIMS];
+  int64_t strides[HP_DIMS];
+  DLDataType dtype;
+  DLDevice device;
+  uint64_t flags;
+  uint64_t byte_offset;
+} hp_spec;
+
+/* One made tensor: both managed layouts share the shape, strides and data that follow. */
+typedef struct hp_tensor {
+  union {
+    DLManagedTensorVersioned versioned;
+    DLManagedTensor legacy;
+  } managed;
+  int versioned;
+  int64_t shape[HP_DIMS];
+  int64_t strides[HP_DIMS];
+  unsigned char data[HP_DATA_BYTES];
+} hp_tensor;
+
+static int hp_deleter_calls_by_id[HP_MAX_TENSORS];
+static hp_tensor *hp_live[HP_MAX_TENSORS]; /* NULL once deleted */
+static int hp_made;
+
+static void hp_delete(hp_tensor *tensor, intptr_t id) {
+  if (id >= 0 && id < HP_MAX_TENSORS) {
+    hp_deleter_calls_by_id[id] += 1;
+    hp_live[id] = NULL;
+  }
+  /* A second call frees twice: the count lets the test see it, and a sanitizer or valgrind
+   * sees the double free. */
+  free(tensor);
+}
+
+static void hp_versioned_deleter(DLManagedTensorVersioned *self) {
+  hp_delete((hp_tensor *)self, (intptr_t)self->manager_ctx);
+}
+
+static void hp_legacy_deleter(DLManagedTensor *self) {
+  hp_delete((hp_tensor *)self, (intptr_t)self->manager_ctx);
+}
+
+static void hp_fill(DLTensor *out, hp_tensor *tensor, const hp_spec *spec) {
+  memcpy(tensor->shape, spec->shape, sizeof tensor->shape);
+  memcpy(tensor->strides, spec->strides, sizeof tensor->strides);
+  out->data = spec->data_null ? NULL : tensor->data;
+  out->device = spec->device;
+  out->ndim = spec->ndim;
+  out->dtype = spec->dtype;
+  out->shape = spec->shape_null ? NULL : tensor->shape;
+  out->strides = spec->strides_null ? NULL : tensor->strides;
+  out->byte_offset = spec->byte_offset;
+}
+
+/* Makes a tensor as `spec` says; returns its id, or -1 when out of ids or memory. */
+int hp_make(const hp_spec *spec, int versioned) {
+  if (hp_made >= HP_MAX_TENSORS) return -1;
+  hp_tensor *tensor = calloc(1, sizeof *tensor);
+  if (tensor == NULL) return -1;
+  intptr_t id = hp_made++;
+  tensor->versioned = versioned;
+  if (versioned) {
+    DLManagedTensorVersioned *m = &tensor->managed.versioned;
+    m->version.major = spec->major;
+    m->version.minor = spec->minor;
+    m->manager_ctx = (void *)id;
+    m->deleter = spec->deleter_null ? NULL : hp_versioned_deleter;
+    m->flags = spec->flags;
+    hp_fill(&m->dl_tensor, tensor, spec);
+  } else {
+    DLManagedTensor *m = &tensor->managed.legacy;
+    m->manager_ctx = (void *)id;
+    m->deleter = spec->deleter_null ? NULL : hp_legacy_deleter;
+    hp_fill(&m->dl_tensor, tensor, spec);
+  }
+  hp_live[id] = tensor;
+  return (int)id;
+}
+
+/* How many times tensor `id`'s deleter ran (-1 for an id never made). */
+int hp_deleter_calls(int id) {
+  return id >= 0 && id < hp_made ? hp_deleter_calls_by_id[id] : -1;
+}
+
+/* The address of tensor `id`'s managed struct; NULL once it was deleted. */
+void *hp_address(int id) { return id >= 0 && id < hp_made ? hp_live[id] : NULL; }
+
+/* How many tensors were made so far: the next one gets this id. */
+int hp_count(void) { return hp_made; }
+
+/* ---- capsules ------------------------------------------------------------------------- */
+
+static const char HP_VERSIONED_NAME[] = "dltensor_versioned";
+static const char HP_LEGACY_NAME[] = "dltensor";
+
+static void hp_capsule_destructor(PyObject *capsule) {
+  const char *name = PyCapsule_GetName(capsule);
+  if (name == NULL || (strcmp(name, HP_VERSIONED_NAME) != 0 && strcmp(name, HP_LEGACY_NAME) != 0)) {
+    PyErr_Clear();
+    return; /* consumed (renamed): the consumer owns the tensor now */
+  }
+  void *pointer = PyCapsule_GetPointer(capsule, name);
+  if (pointer == NULL) {
+    PyErr_Clear();
+    return;
+  }
+  hp_tensor *tensor = pointer;
+  if (tensor->versioned) {
+    DLManagedTensorVersioned *m = &tensor->managed.versioned;
+    if (m->deleter) m->deleter(m);
+  } else {
+    DLManagedTensor *m = &tensor->managed.legacy;
+    if (m->deleter) m->deleter(m);
+  }
+}
+
+/* Hands tensor `id` (made, not yet deleted) out in a capsule named for its layout; None for
+ * an id with no live tensor. */
+PyObject *hp_capsule(int id) {
+  hp_tensor *tensor = hp_address(id);
+  if (tensor == NULL) Py_RETURN_NONE;
+  return PyCapsule_New(tensor, tensor->versioned ? HP_VERSIONED_NAME : HP_LEGACY_NAME, hp_capsule_destructor);
+}
+
+/* ---- the exchange table --------------------------------------------------------------- */
+
+static hp_spec hp_armed;
+static hp_tensor *hp_view; /* the storage behind the latest view; freed on the next */
+
+static int hp_from_py_object(void *py_object, DLManagedTensorVersioned **out) {
+  (void)py_object;
+  int id = hp_make(&hp_armed, 1);
+  if (id < 0) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  *out = &hp_live[id]->managed.versioned;
+  return 0;
+}
+
+static int hp_view_from_py_object(void *py_object, DLTensor *out) {
+  (void)py_object;
+  hp_tensor *storage = calloc(1, sizeof *storage);
+  if (storage == NULL) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  free(hp_view);
+  hp_view = storage;
+  hp_fill(out, storage, &hp_armed);
+  return 0;
+}
+
+static DLPackExchangeAPI hp_tables[2];
+
+/* Arms the tables: every later call of their entries makes a tensor as `spec` says. */
+void hp_arm(const hp_spec *spec) { hp_armed = *spec; }
+
+/* A table whose managed entry makes tensors; with `view`, it also fills non-owning views
+ * (else that entry is NULL, as for a producer without one). */
+const DLPackExchangeAPI *hp_table(int view) {
+  DLPackExchangeAPI *table = &hp_tables[view ? 1 : 0];
+  table->header.version.major = DLPACK_MAJOR_VERSION;
+  table->header.version.minor = DLPACK_MINOR_VERSION;
+  table->header.prev_api = NULL;
+  table->managed_tensor_from_py_object_no_sync = hp_from_py_object;
+  table->dltensor_from_py_object_no_sync = view ? hp_view_from_py_object : NULL;
+  return table;
+}

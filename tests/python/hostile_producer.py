@@ -1,0 +1,195 @@
+"""The hostile producer built in C (hostile_producer.c): compiled once per test run with the
+interpreter's C compiler against the repository's dlpack.h, loaded with ctypes.PyDLL.
+
+``make(...)`` builds one managed tensor with any field a test names and returns a
+:class:`HostileTensor` (its capsule, its address, its deleter count). ``arm(...)`` sets what
+the C exchange table's entries hand out, and ``table_type(view)`` is a Python class that
+publishes that table, so dlpx's kernel API and ``from_dlpack`` take the table path.
+"""
+
+import ctypes
+import functools
+import os
+import shlex
+import subprocess
+import sysconfig
+import tempfile
+from ctypes import c_int, c_int32, c_int64, c_uint32, c_uint64, c_void_p
+
+import pytest
+
+from dlpx.conform import abi
+from dlpx.conform.reference import row_major_strides
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DLPACK_INCLUDE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "include", "dlpx")
+
+DIMS = 80  # HP_DIMS in the C source
+
+
+class Spec(ctypes.Structure):
+    """hp_spec: what the next tensor holds, field by field."""
+
+    _fields_ = [
+        ("major", c_uint32),
+        ("minor", c_uint32),
+        ("ndim", c_int32),
+        ("shape_null", c_int32),
+        ("strides_null", c_int32),
+        ("data_null", c_int32),
+        ("deleter_null", c_int32),
+        ("reserved", c_int32),
+        ("shape", c_int64 * DIMS),
+        ("strides", c_int64 * DIMS),
+        ("dtype", abi.DLDataType),
+        ("device", abi.DLDevice),
+        ("flags", c_uint64),
+        ("byte_offset", c_uint64),
+    ]
+
+
+DEFAULT = object()
+
+
+def spec(
+    shape=(2, 3),
+    dtype=(2, 32, 1),
+    *,
+    version=(abi.DLPACK_MAJOR, abi.DLPACK_MINOR),
+    ndim=None,
+    strides=DEFAULT,
+    device=(abi.KDL_CPU, 0),
+    data=True,
+    deleter=True,
+    flags=0,
+    byte_offset=0,
+):
+    """A Spec. ``shape=None`` (with ``ndim``) or ``strides=None`` send NULL arrays;
+    ``data=False`` a NULL data pointer; ``deleter=False`` a NULL deleter. Values wrap to their
+    C types, so ``2**63`` arrives as a negative int64."""
+    values = [] if shape is None else list(shape)
+    if len(values) > DIMS:
+        raise ValueError(f"the C producer holds at most {DIMS} dimensions")
+    if strides is DEFAULT:
+        strides = None if shape is None else row_major_strides(values)
+    s = Spec()
+    s.major, s.minor = version
+    s.ndim = len(values) if ndim is None else ndim
+    s.shape_null = shape is None
+    s.strides_null = strides is None
+    s.data_null = not data
+    s.deleter_null = not deleter
+    for i, v in enumerate(values):
+        s.shape[i] = v
+    for i, v in enumerate(strides or ()):
+        s.strides[i] = v
+    s.dtype = abi.DLDataType(*dtype)
+    s.device = abi.DLDevice(*device)
+    s.flags = flags
+    s.byte_offset = byte_offset
+    return s
+
+
+def _compile(out_dir):
+    compiler = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    library = os.path.join(out_dir, "libhostile_producer.so")
+    command = [
+        *compiler, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror",
+        f"-I{sysconfig.get_paths()['include']}", f"-I{DLPACK_INCLUDE}",
+        os.path.join(HERE, "hostile_producer.c"), "-o", library,
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True)
+    except FileNotFoundError as e:
+        return None, f"no C compiler ({e})"
+    if done.returncode != 0:
+        return None, f"{' '.join(command)} failed:\n{done.stderr}"
+    return library, None
+
+
+@functools.lru_cache(maxsize=None)
+def library():
+    """The compiled producer; skips (or fails, under DLPX_REQUIRE_ALL_TESTS) without a compiler."""
+    path, why = _compile(tempfile.mkdtemp(prefix="dlpx-hostile-"))
+    if path is None:
+        if os.environ.get("DLPX_REQUIRE_ALL_TESTS"):
+            pytest.fail(f"the hostile C producer did not build: {why}")
+        pytest.skip(f"the hostile C producer did not build: {why}", allow_module_level=True)
+    lib = ctypes.PyDLL(path)
+    lib.hp_make.argtypes = [ctypes.POINTER(Spec), c_int]
+    lib.hp_make.restype = c_int
+    lib.hp_deleter_calls.argtypes = [c_int]
+    lib.hp_deleter_calls.restype = c_int
+    lib.hp_address.argtypes = [c_int]
+    lib.hp_address.restype = c_void_p
+    lib.hp_count.argtypes = []
+    lib.hp_count.restype = c_int
+    lib.hp_capsule.argtypes = [c_int]
+    lib.hp_capsule.restype = ctypes.py_object
+    lib.hp_arm.argtypes = [ctypes.POINTER(Spec)]
+    lib.hp_arm.restype = None
+    lib.hp_table.argtypes = [c_int]
+    lib.hp_table.restype = c_void_p
+    return lib
+
+
+class HostileTensor:
+    """One tensor the C producer made."""
+
+    def __init__(self, id):
+        self.id = id
+
+    @property
+    def deleter_calls(self) -> int:
+        return library().hp_deleter_calls(self.id)
+
+    @property
+    def address(self):
+        """The managed struct's address, None once deleted."""
+        return library().hp_address(self.id)
+
+    def capsule(self):
+        """A capsule (named for the struct's layout) whose destructor deletes an unconsumed tensor."""
+        return library().hp_capsule(self.id)
+
+
+def make(versioned=True, **spec_kwargs) -> HostileTensor:
+    id = library().hp_make(ctypes.byref(spec(**spec_kwargs)), int(versioned))
+    assert id >= 0, "the C producer ran out of ids or memory"
+    return HostileTensor(id)
+
+
+def arm(**spec_kwargs) -> None:
+    """Every later tensor a ``table_type`` class hands out (from the C table's entries or its
+    ``__dlpack__``) is made as these fields say."""
+    _armed[0] = spec(**spec_kwargs)
+    library().hp_arm(ctypes.byref(_armed[0]))
+
+
+def made_since(count: int) -> list:
+    """The tensors made since ``hp_count()`` was ``count``."""
+    return [HostileTensor(i) for i in range(count, library().hp_count())]
+
+
+def count() -> int:
+    return library().hp_count()
+
+
+def table_type(view=False):
+    """A class publishing the C table (its view entry only with ``view``). Its ``__dlpack__``
+    hands out a capsule of a tensor made from the armed spec too, so every path dlpx may take
+    (table or protocol) meets the same hostile tensor."""
+    address = library().hp_table(int(view))
+
+    class Hostile:
+        __c_dlpack_exchange_api__ = address
+
+        def __dlpack__(self, **kwargs):
+            tensor = HostileTensor(library().hp_make(ctypes.byref(_armed[0]), 1))
+            return tensor.capsule()
+
+    return Hostile
+
+
+_armed = [None]  # the armed Spec, kept for table_type's __dlpack__
+
