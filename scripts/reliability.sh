@@ -5,6 +5,7 @@
 #    each, through a plain `cargo test` on the stable toolchain (libFuzzer needs nightly, which
 #    CI does not require); with DLPX_FUZZ_SECONDS=N and `cargo +nightly fuzz` present,
 #    libFuzzer also explores each target for N seconds;
+#  - the Python surface under atheris (fuzz/python/surface.py): 10 000 inputs from a fixed seed;
 #  - the soak in its short mode (8 threads x 20 000 operations).
 # DLPX_PYTHON names the Python with dlpx installed and the peers (default: .venv/bin/python).
 set -euo pipefail
@@ -27,6 +28,15 @@ if [ -n "${DLPX_FUZZ_SECONDS:-}" ] && cargo +nightly fuzz --version >/dev/null 2
     rm -rf "$work"
   done
 fi
+
+echo "== the Python surface under atheris (fuzz/python/surface.py), 10 000 inputs"
+work=$(mktemp -d)
+if ! out=$("$PY" fuzz/python/surface.py -runs=10000 -seed=1 -artifact_prefix="$work/" 2>&1); then
+  echo "$out" | tail -n 40
+  exit 1
+fi
+echo "$out" | grep -E '^(#[0-9]+[[:space:]]+DONE|Done )' || true
+rm -rf "$work"
 
 echo "== soak, short"
 "$PY" tests/soak.py --short
