@@ -155,7 +155,8 @@ pub fn int_pair(py: &Python, object: *mut PyObject, name: &str) -> Result<(i64, 
     let items = int_sequence(py, object, name)?;
     match items[..] {
         [a, b] => Ok((a, b)),
-        _ => Err(Error::type_error(format!("{name} must be a pair of integers, got {} items", items.len()))),
+        [_] => Err(Error::type_error(format!("{name} must be a pair of integers, got one integer"))),
+        _ => Err(Error::type_error(format!("{name} must be a pair of integers, got {} integers", items.len()))),
     }
 }
 

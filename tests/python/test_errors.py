@@ -134,6 +134,8 @@ CASES = {
     "empty-device-dlpx-cannot-allocate-on": (
         lambda: dlpx.empty((2,), device="tpu"), NotImplementedError, "empty", "allocation on device tpu:0 is not supported"
     ),
+    "empty-device-int": (lambda: dlpx.empty((2,), device=7), TypeError, "empty", "pair of integers, got one integer$"),
+    "empty-device-triple": (lambda: dlpx.empty((2,), device=(1, 0, 0)), TypeError, "empty", "got 3 integers$"),
     "empty-missing-shape": (lambda: dlpx.empty(), TypeError, "empty", "shape"),
     "empty-extra-keyword": (lambda: dlpx.empty((1,), order="C"), TypeError, "empty", "order"),
     "dlpack-stream": (lambda: dlpx.empty((1,)).__dlpack__(stream=1), ValueError, "__dlpack__", "stream"),
