@@ -7,6 +7,17 @@ import sys
 import dlpx
 
 _HERE = os.path.dirname(os.path.abspath(dlpx.__file__))
+# A source checkout run with PYTHONPATH=python: the headers are the repository's own.
+_SOURCE_INCLUDE = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "include")
+
+
+def _directory(what: str, marker: str, *candidates: str) -> str:
+    """The first candidate holding `marker`, or SystemExit naming what is missing and why."""
+    for path in candidates:
+        if os.path.isfile(os.path.join(path, marker)):
+            return path
+    raise SystemExit(f"dlpx: no {what} at {candidates[0]}: this dlpx ({_HERE}) is not an installed package "
+                     "(pip install . installs the C/C++ build files beside it)")
 
 
 def main(argv=None) -> int:
@@ -19,9 +30,9 @@ def main(argv=None) -> int:
     group.add_argument("--version", action="store_true", help="the dlpx version")
     args = parser.parse_args(argv)
     if args.cmakedir:
-        print(os.path.join(_HERE, "lib", "cmake", "dlpx"))
+        print(_directory("CMake package", "dlpxConfig.cmake", os.path.join(_HERE, "lib", "cmake", "dlpx")))
     elif args.includedir:
-        print(os.path.join(_HERE, "include"))
+        print(_directory("headers", os.path.join("dlpx", "dlpx.h"), os.path.join(_HERE, "include"), _SOURCE_INCLUDE))
     elif args.libdir:
         print(os.path.dirname(dlpx.library_path()))
     elif args.library:
