@@ -21,20 +21,24 @@ pub fn checked_ndim(ndim: i32) -> Result<usize> {
 
 /// Number of elements, with every product checked; negative extents are errors.
 pub fn numel(shape: &[i64]) -> Result<u64> {
-    if let Some((i, extent)) = shape.iter().enumerate().find(|(_, &e)| e < 0) {
-        return Err(Error::value(format!("shape[{i}] = {extent} is negative")));
+    // One pass (it runs on every import): a negative extent is reported wherever it is; with a
+    // zero extent there are no elements, whatever the other extents multiply to.
+    let (mut n, mut zero, mut overflow) = (1u64, false, false);
+    for (i, &extent) in shape.iter().enumerate() {
+        if extent < 0 {
+            return Err(Error::value(format!("shape[{i}] = {extent} is negative")));
+        }
+        zero |= extent == 0;
+        match n.checked_mul(extent as u64) {
+            Some(product) => n = product,
+            None => overflow = true,
+        }
     }
-    // With a zero extent there are no elements, whatever the other extents multiply to.
-    if shape.contains(&0) {
-        return Ok(0);
+    match (zero, overflow) {
+        (true, _) => Ok(0),
+        (false, true) => Err(Error::value(format!("shape {shape:?}: the element count overflows 64 bits"))),
+        (false, false) => Ok(n),
     }
-    let mut n: u64 = 1;
-    for &extent in shape {
-        n = n
-            .checked_mul(extent as u64)
-            .ok_or_else(|| Error::value(format!("shape {shape:?}: the element count overflows 64 bits")))?;
-    }
-    Ok(n)
 }
 
 /// Bytes of storage for `numel` elements: packed (ceil(numel × bits × lanes / 8)) unless the
@@ -100,6 +104,8 @@ mod tests {
         assert_eq!(numel(&[]).unwrap(), 1);
         assert_eq!(numel(&[5, 0, i64::MAX]).unwrap(), 0);
         assert_eq!(numel(&[i64::MAX, i64::MAX, 0]).unwrap(), 0);
+        assert_eq!(numel(&[i64::MAX, i64::MAX, -1]).unwrap_err().fact(), "shape[2] = -1 is negative");
+        assert_eq!(numel(&[3, 4, 5]).unwrap(), 60);
     }
 
     #[test]

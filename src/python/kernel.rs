@@ -45,7 +45,15 @@ pub fn published_api(object: *mut PyObject) -> Result<Option<&'static DLPackExch
 
 /// An owning managed tensor for any object (its table's fast path, else `__dlpack__`).
 pub fn import_managed(object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
-    let Some(api) = published_api(object)? else {
+    import_managed_through(object, published_api(object)?)
+}
+
+/// [`import_managed`] for a caller that has already looked up `object`'s table.
+fn import_managed_through(
+    object: *mut PyObject,
+    api: Option<&'static DLPackExchangeAPI>,
+) -> Result<NonNull<DLManagedTensorVersioned>> {
+    let Some(api) = api else {
         let py = crate::cpython::py();
         if let Some(managed) = super::numpy_array::managed_of(py, object)? {
             return Ok(managed);
@@ -78,7 +86,8 @@ pub fn import_managed(object: *mut PyObject) -> Result<NonNull<DLManagedTensorVe
 /// A DLTensor view of `object` and, when the producer has no non-owning view, the managed
 /// tensor that keeps it valid (the caller releases it with `dlpx_view_release`).
 pub fn view(object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedTensorVersioned> {
-    if let Some(view) = published_api(object)?.and_then(|api| api.dltensor_from_py_object_no_sync) {
+    let api = published_api(object)?;
+    if let Some(view) = api.and_then(|api| api.dltensor_from_py_object_no_sync) {
         // SAFETY: the producer's contract: GIL held, an object of its type, a writable DLTensor.
         if unsafe { view(object.cast(), out) } != 0 {
             return Err(Error::python_pending());
@@ -89,7 +98,7 @@ pub fn view(object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedT
         }
         // NULL strides: an owning import spells them out (below).
     }
-    let managed = import_managed(object)?;
+    let managed = import_managed_through(object, api)?;
     // SAFETY: a live managed tensor we own until the caller releases the view.
     *out = unsafe { managed.as_ref().dl_tensor };
     Ok(managed.as_ptr())

@@ -96,6 +96,11 @@ unsafe extern "C" fn from_dlpack(
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
     boundary(Raise, "from_dlpack", || {
+        if nargs == 1 && kwnames.is_null() {
+            // `from_dlpack(x)`, the common call: nothing else to parse.
+            // SAFETY: one positional argument, by CPython's convention.
+            return tensor_type::wrap(consumer::import(unsafe { *a }, None, None)?);
+        }
         let py = py();
         let mut v = [ptr::null_mut(); 3];
         // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
