@@ -90,7 +90,7 @@ class DLPackExchangeAPI(Structure):
     ]
 
 
-# x86-64 sizes (ARCHITECTURE.md, "The ABI, v1.3").
+# dlpack.h's v1.3 structs on x86-64: a layout that drifted from the header fails here, at import.
 assert ctypes.sizeof(DLTensor) == 48
 assert ctypes.sizeof(DLManagedTensor) == 64
 assert ctypes.sizeof(DLManagedTensorVersioned) == 80
@@ -236,7 +236,7 @@ def read_capsule(capsule) -> dict:
 
 def exchange_table_address(cls):
     """(address, how) of the exchange table `cls` publishes: the v1.3 capsule first, then the
-    older integer attribute (ARCHITECTURE ruling 1); (0, None) when it publishes neither."""
+    older integer attribute (docs/design.md, R1); (0, None) when it publishes neither."""
     capsule = getattr(cls, "__dlpack_c_exchange_api__", None)
     if capsule is not None and is_capsule(capsule) and capsule_valid(capsule, EXCHANGE_API_NAME):
         return capsule_pointer(capsule), "capsule"

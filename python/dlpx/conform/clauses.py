@@ -1,5 +1,6 @@
-"""The spec clauses the checks cite: file (``/work/shared/spec/NNN_*.txt`` of the dlpx
-repository's shared docs, or ARCHITECTURE.md for dlpx's rulings), section, and the clause's key
+"""The spec clauses the checks cite: the document (DLPack's own, numbered as dlpx cites them:
+000 dlpack.h, 001 the Python specification, 002 the ``__dlpack__`` page; or dlpx's
+docs/design.md, "Rulings", where the documents are silent), the section, and the clause's key
 words quoted verbatim."""
 
 from __future__ import annotations
@@ -19,16 +20,17 @@ class Clause(NamedTuple):
 C_API = "000 dlpack.h"
 PYTHON = "001 python_spec"
 DUNDER = "002 __dlpack__"
+RULINGS = "docs/design.md"
 
 EXCHANGE_ATTRIBUTE = Clause(C_API, "DLPackExchangeAPI", "must be set on the type")
 EXCHANGE_LIFETIME = Clause(C_API, "DLPackExchangeAPI", "must stay alive throughout the lifetime of the process")
-EXCHANGE_CAPSULE = Clause("ARCHITECTURE", "ruling 1", 'PyCapsule named "dlpack_exchange_api"')
+EXCHANGE_CAPSULE = Clause(RULINGS, "R1", "publishes `__dlpack_c_exchange_api__` (a capsule named `dlpack_exchange_api`)")
 HEADER_VERSION = Clause(C_API, "DLPackExchangeAPIHeader", "the consumer must check major version compatibility")
 PREV_API = Clause(C_API, "DLPackExchangeAPIHeader.prev_api", "the consumer may walk this to find an earlier supported version")
 REQUIRED_ENTRIES = Clause(C_API, "DLPackExchangeAPI members", "This function must not be NULL")
 ALLOCATOR = Clause(C_API, "DLPackManagedTensorAllocator", "SetError is called exactly when NULL is returned")
 ALLOCATOR_PROTOTYPE = Clause(C_API, "DLPackManagedTensorAllocator", "Only the dtype, ndim, shape, and device fields are used")
-NULL_SET_ERROR = Clause("ARCHITECTURE", "ruling 3", "SetError may be NULL (tvm-ffi's own tests pass NULL)")
+NULL_SET_ERROR = Clause(RULINGS, "R3", "`SetError` may be NULL")
 ALIGNMENT = Clause(C_API, "DLTensor.data", "This pointer is always aligned to 256 bytes")
 FROM_PY = Clause(C_API, "DLPackManagedTensorFromPyObjectNoSync", "The owning DLManagedTensorVersioned*")
 TO_PY = Clause(C_API, "DLPackManagedTensorToPyObjectNoSync", "the Python tensor of the producer (implementor) library with the correct type")
