@@ -97,21 +97,22 @@ def _allocate(table, proto, set_error):
 
 # One aligned address proves little: an allocator aligning to 64 bytes lands on a multiple of
 # 256 a quarter of the time. Several tensors alive together have distinct addresses.
-_ALIGNMENT_SAMPLES = 8
+ALIGNMENT_SAMPLES = 8
 
 
-def _data_remainders(table, first_data):
-    """`data % 256` of the first tensor and of more (2, 3) tensors allocated while it lives."""
-    more, errors = [], _ErrorLog()
+def data_remainders(table, samples=ALIGNMENT_SAMPLES):
+    """`data % 256` of `samples` (2, 3) float32 tensors from `table`'s allocator, all alive at
+    once (fewer if it refuses one)."""
+    tensors, errors = [], _ErrorLog()
     try:
-        for _ in range(_ALIGNMENT_SAMPLES - 1):
+        for _ in range(samples):
             rc, out = _allocate(table, prototype((2, 3)), errors.address)
             if rc != 0 or out in (None, 0, _SENTINEL):
                 break
-            more.append(out)
-        return [first_data % 256] + [abi.read_managed(out, True)["data"] % 256 for out in more]
+            tensors.append(out)
+        return [abi.read_managed(out, True)["data"] % 256 for out in tensors]
     finally:
-        for out in more:
+        for out in tensors:
             abi.call_deleter(out, abi.read_managed(out, True)["deleter"])
 
 
@@ -124,7 +125,7 @@ def _check_allocator(table, checks, spec):
         info = abi.read_managed(out, True)
         ok = info["version"][0] == abi.DLPACK_MAJOR and info["shape"] == (2, 3) and info["dtype"] == (2, 32, 1) and info["device"] == (1, 0) and info["strides"] is not None
         detail = f"version {info['version']}, shape {info.get('shape')}, strides {info.get('strides')}"
-        remainders = _data_remainders(table, info["data"])
+        remainders = [info["data"] % 256] + data_remainders(table, ALIGNMENT_SAMPLES - 1)
         checks.record("allocator.aligned", not any(remainders), f"data % 256 of {len(remainders)} live tensors: {remainders}", C.ALIGNMENT, required=False)
         spied = Spied(out, True)
         spied.delete()
