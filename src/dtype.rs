@@ -7,25 +7,44 @@ use crate::error::{Error, Result};
 
 /// Rejects dtypes no tensor can have: unknown codes, zero bits or lanes, and bit widths that
 /// contradict the code (DLPack: the consumer must stop importing if fp4/fp6 bits are unexpected).
+#[inline]
 pub fn check(dtype: DLDataType) -> Result<()> {
+    if is_valid(dtype) {
+        Ok(())
+    } else {
+        Err(refusal(dtype))
+    }
+}
+
+/// [`check`]'s answer without its reason.
+#[inline]
+pub fn is_valid(dtype: DLDataType) -> bool {
+    let DLDataType { code, bits, lanes } = dtype;
+    DataTypeCode(code).row().is_some_and(|row| {
+        bits != 0
+            && lanes != 0
+            && (row.bits == 0 || bits == row.bits)
+            && (row.value != DataTypeCode::COMPLEX || bits % 2 == 0)
+    })
+}
+
+/// Why [`check`] refused `dtype`.
+#[cold]
+fn refusal(dtype: DLDataType) -> Error {
     let DLDataType { code, bits, lanes } = dtype;
     let Some(row) = DataTypeCode(code).row() else {
         let last = DataTypeCode::TABLE.last().map_or(0, |row| row.value.0);
-        return Err(Error::value(format!("unknown dtype code {code} (DLPack names 0..={last})")));
+        return Error::value(format!("unknown dtype code {code} (DLPack names 0..={last})"));
     };
     if bits == 0 {
-        return Err(Error::value(format!("dtype code {code} has bits = 0")));
+        Error::value(format!("dtype code {code} has bits = 0"))
+    } else if lanes == 0 {
+        Error::value(format!("dtype code {code} has lanes = 0"))
+    } else if row.bits != 0 && bits != row.bits {
+        Error::value(format!("dtype code {code} ({}) needs bits = {}, got {bits}", row.name, row.bits))
+    } else {
+        Error::value(format!("complex dtype with odd bits = {bits}"))
     }
-    if lanes == 0 {
-        return Err(Error::value(format!("dtype code {code} has lanes = 0")));
-    }
-    if row.bits != 0 && bits != row.bits {
-        return Err(Error::value(format!("dtype code {code} ({}) needs bits = {}, got {bits}", row.name, row.bits)));
-    }
-    if row.value == DataTypeCode::COMPLEX && bits % 2 != 0 {
-        return Err(Error::value(format!("complex dtype with odd bits = {bits}")));
-    }
-    Ok(())
 }
 
 /// The name of a dtype as Python and C++ print it: the code's name with its bits where the code

@@ -9,48 +9,72 @@ use crate::error::{Error, Result};
 pub const MAX_NDIM: usize = 64;
 
 /// `ndim` as a count of dimensions: not negative, at most [`MAX_NDIM`].
+#[inline]
 pub fn checked_ndim(ndim: i32) -> Result<usize> {
+    if (0..=MAX_NDIM as i32).contains(&ndim) {
+        Ok(ndim as usize)
+    } else {
+        Err(bad_ndim(ndim))
+    }
+}
+
+#[cold]
+fn bad_ndim(ndim: i32) -> Error {
     if ndim < 0 {
-        return Err(Error::value(format!("ndim = {ndim} is negative")));
+        Error::value(format!("ndim = {ndim} is negative"))
+    } else {
+        Error::value(format!("ndim = {ndim} exceeds the maximum of {MAX_NDIM}"))
     }
-    if ndim as usize > MAX_NDIM {
-        return Err(Error::value(format!("ndim = {ndim} exceeds the maximum of {}", MAX_NDIM)));
-    }
-    Ok(ndim as usize)
 }
 
 /// Number of elements, with every product checked; negative extents are errors.
+///
+/// Every import runs it, so the loop only gathers facts and the message is built apart: a
+/// negative extent is reported wherever it is; with a zero extent there are no elements,
+/// whatever the other extents multiply to.
+#[inline]
 pub fn numel(shape: &[i64]) -> Result<u64> {
-    // One pass (it runs on every import): a negative extent is reported wherever it is; with a
-    // zero extent there are no elements, whatever the other extents multiply to.
-    let (mut n, mut zero, mut overflow) = (1u64, false, false);
-    for (i, &extent) in shape.iter().enumerate() {
-        if extent < 0 {
-            return Err(Error::value(format!("shape[{i}] = {extent} is negative")));
-        }
+    let (mut n, mut negative, mut zero, mut overflow) = (1u64, false, false, false);
+    for &extent in shape {
+        negative |= extent < 0;
         zero |= extent == 0;
-        match n.checked_mul(extent as u64) {
-            Some(product) => n = product,
-            None => overflow = true,
-        }
+        let (product, overflowed) = n.overflowing_mul(extent as u64);
+        n = product;
+        overflow |= overflowed;
     }
-    match (zero, overflow) {
-        (true, _) => Ok(0),
-        (false, true) => Err(Error::value(format!("shape {shape:?}: the element count overflows 64 bits"))),
-        (false, false) => Ok(n),
+    match (negative, zero, overflow) {
+        (false, true, _) => Ok(0),
+        (false, false, false) => Ok(n),
+        _ => Err(bad_shape(shape)),
+    }
+}
+
+#[cold]
+fn bad_shape(shape: &[i64]) -> Error {
+    match shape.iter().position(|&extent| extent < 0) {
+        Some(i) => Error::value(format!("shape[{i}] = {} is negative", shape[i])),
+        None => Error::value(format!("shape {shape:?}: the element count overflows 64 bits")),
     }
 }
 
 /// Bytes of storage for `numel` elements: packed (ceil(numel × bits × lanes / 8)) unless the
 /// producer flagged sub-byte types as padded, then one byte per sub-byte lane.
+#[inline]
 pub fn nbytes(numel: u64, dtype: DLDataType, flags: u64) -> Result<u64> {
-    let overflow = || Error::value(format!("{numel} elements of {} overflow the byte size", dtype_name(dtype)));
-    let bits = numel.checked_mul(element_bits(dtype, flags)).ok_or_else(overflow)?;
-    Ok(bits.div_ceil(8))
+    match numel.checked_mul(element_bits(dtype, flags)) {
+        Some(bits) => Ok(bits.div_ceil(8)),
+        None => Err(bytes_overflow(numel, dtype)),
+    }
+}
+
+#[cold]
+fn bytes_overflow(numel: u64, dtype: DLDataType) -> Error {
+    Error::value(format!("{numel} elements of {} overflow the byte size", dtype_name(dtype)))
 }
 
 /// Bits one element (all its lanes) occupies: a sub-byte lane takes a whole byte when the
 /// producer flagged IS_SUBBYTE_TYPE_PADDED.
+#[inline]
 pub fn element_bits(dtype: DLDataType, flags: u64) -> u64 {
     let padded = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0;
     let bits_per_lane = if padded && dtype.bits < 8 { 8 } else { dtype.bits as u64 };

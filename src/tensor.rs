@@ -441,9 +441,13 @@ pub unsafe fn check_managed_or_delete(managed: NonNull<DLManagedTensorVersioned>
 ///
 /// # Safety
 /// `dl.shape` and `dl.strides`, when non-NULL, point to `dl.ndim` values.
+#[inline]
 pub unsafe fn check_view(dl: &DLTensor) -> Result<bool> {
     // A view carries no flags: sizes are checked as packed, the smaller reading.
-    // SAFETY: forwarded contract.
+    // SAFETY: forwarded contract (both calls).
+    if unsafe { is_sound(dl, 0) } {
+        return Ok(true);
+    }
     Ok(unsafe { check_imported(dl, 0)? }.is_none())
 }
 
@@ -461,12 +465,57 @@ unsafe fn delete_refused(managed: NonNull<DLManagedTensorVersioned>) {
     }
 }
 
+/// Whether `dl` passes every check of [`check_imported`] and has its strides: the common case,
+/// decided without building a message or a result (every import and kernel view runs it).
+///
+/// # Safety
+/// As for [`check_imported`].
+#[inline]
+unsafe fn is_sound(dl: &DLTensor, flags: u64) -> bool {
+    if !(0..=layout::MAX_NDIM as i32).contains(&dl.ndim)
+        || !crate::device::is_known(dl.device.device_type)
+        || !crate::dtype::is_valid(dl.dtype)
+    {
+        return false;
+    }
+    if dl.ndim == 0 {
+        return !dl.data.is_null();
+    }
+    if dl.shape.is_null() || dl.strides.is_null() {
+        return false;
+    }
+    let mut numel: u64 = 1;
+    // SAFETY: the caller's contract: `ndim` (checked above) extents.
+    for &extent in unsafe { std::slice::from_raw_parts(dl.shape, dl.ndim as usize) } {
+        // A negative extent, or a product that overflows (which a zero extent may still
+        // excuse), is left to the full check.
+        match u64::try_from(extent).ok().and_then(|e| numel.checked_mul(e)) {
+            Some(product) => numel = product,
+            None => return false,
+        }
+    }
+    numel.checked_mul(layout::element_bits(dl.dtype, flags)).is_some() && (numel == 0 || !dl.data.is_null())
+}
+
 /// Checks what a foreign producer sent; returns owned shape+strides when its strides are NULL
 /// (pre-1.2 producers meant compact row-major by that).
 ///
 /// # Safety
 /// `dl.shape` and `dl.strides`, when non-NULL, point to `dl.ndim` values.
 pub unsafe fn check_imported(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
+    // SAFETY: forwarded contract (both calls).
+    if unsafe { is_sound(dl, flags) } {
+        return Ok(None);
+    }
+    unsafe { check_fully(dl, flags) }
+}
+
+/// [`check_imported`] for what [`is_sound`] did not pass: the reason, or NULL strides spelled out.
+///
+/// # Safety
+/// As for [`check_imported`].
+#[cold]
+unsafe fn check_fully(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
     let bad = |fact: String| Error::buffer(fact);
     let ndim = layout::checked_ndim(dl.ndim).map_err(Error::into_buffer_error)?;
     if ndim > 0 && dl.shape.is_null() {
@@ -559,5 +608,62 @@ mod tests {
         // SAFETY: our export; deleted once.
         unsafe { (export.as_ref().deleter.unwrap())(export.as_ptr()) };
         assert_eq!(DELETED.load(Ordering::SeqCst), before + 1);
+    }
+
+    #[test]
+    fn the_fast_check_passes_exactly_what_the_full_check_passes_with_strides() {
+        let mut data = [0u8; 64];
+        let data_ptr = data.as_mut_ptr().cast::<std::ffi::c_void>();
+        let shapes: [&[i64]; 8] =
+            [&[], &[4], &[0], &[2, 3], &[-1], &[i64::MAX, 3], &[i64::MAX, i64::MAX, 0], &[3, -2, 0]];
+        let dtypes = [
+            F32,
+            DLDataType { code: 2, bits: 0, lanes: 1 },
+            DLDataType { code: 99, bits: 8, lanes: 1 },
+            DLDataType { code: 5, bits: 33, lanes: 1 },
+        ];
+        let devices = [CPU, DLDevice { device_type: DeviceType(5), device_id: 0 }];
+        let mut cases = 0;
+        for shape in shapes {
+            let mut strides = vec![1i64; shape.len()];
+            for dtype in dtypes {
+                for device in devices {
+                    for (data, with_strides, ndim) in [
+                        (data_ptr, true, shape.len() as i32),
+                        (std::ptr::null_mut(), true, shape.len() as i32),
+                        (data_ptr, false, shape.len() as i32),
+                        (data_ptr, true, -1),
+                        (data_ptr, true, 65),
+                    ] {
+                        let dl = DLTensor {
+                            data,
+                            device,
+                            ndim,
+                            dtype,
+                            shape: if shape.is_empty() { std::ptr::null_mut() } else { shape.as_ptr().cast_mut() },
+                            strides: if with_strides && !shape.is_empty() {
+                                strides.as_mut_ptr()
+                            } else {
+                                std::ptr::null_mut()
+                            },
+                            byte_offset: 0,
+                        };
+                        // SAFETY: shape and strides hold `shape.len()` values; other ndims are
+                        // refused before either is read.
+                        let (fast, full) = unsafe { (is_sound(&dl, 0), check_fully(&dl, 0)) };
+                        let full_with_strides = matches!(full, Ok(None));
+                        // The one case the fast check leaves to the full one although it passes:
+                        // a product that overflows, excused by a zero extent.
+                        let excused = shape.contains(&0)
+                            && shape.iter().try_fold(1u64, |n, &e| n.checked_mul(e.max(0) as u64)).is_none();
+                        let case = format!("{shape:?} {dtype:?} {device:?} data {data:?} ndim {ndim}");
+                        assert!(!fast || full_with_strides, "fast passed what the full check refuses: {case}");
+                        assert!(fast || !full_with_strides || excused, "fast refused what passes: {case}");
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 8 * 4 * 2 * 5);
     }
 }

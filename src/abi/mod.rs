@@ -89,9 +89,24 @@ macro_rules! dlpack_enums {
                 },
             )*];
 
+            /// `TABLE`'s index of each value below 64 (u8::MAX: unnamed), so that `row`, which
+            /// every import runs, indexes rather than searches. A value of 64 or more in
+            /// `TABLE` stops the build here.
+            const BY_VALUE: [u8; 64] = {
+                let mut index = [u8::MAX; 64];
+                let mut i = 0;
+                while i < Self::TABLE.len() {
+                    index[Self::TABLE[i].value.0 as usize] = i as u8;
+                    i += 1;
+                }
+                index
+            };
+
             /// The row of this value, if DLPack names it.
+            #[inline]
             pub fn row(self) -> Option<&'static EnumRow<Self>> {
-                Self::TABLE.iter().find(|row| row.value == self)
+                let index = *Self::BY_VALUE.get(usize::try_from(self.0).ok()?)?;
+                Self::TABLE.get(index as usize)
             }
         }
     )*};
@@ -269,3 +284,24 @@ const _: () = {
     assert!(size_of::<DLPackExchangeAPI>() == 56);
     assert!(offset_of!(DLPackExchangeAPI, current_work_stream) == 48);
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_is_found_by_its_value_and_only_named_values_have_one() {
+        for row in DeviceType::TABLE {
+            assert_eq!(row.value.row().map(|r| r.value), Some(row.value));
+        }
+        for row in DataTypeCode::TABLE {
+            assert_eq!(row.value.row().map(|r| r.value), Some(row.value));
+        }
+        for unnamed in [-1, 0, 5, 6, 22, 63, 64, 1000, i32::MIN, i32::MAX] {
+            assert!(DeviceType(unnamed).row().is_none(), "{unnamed}");
+        }
+        for unnamed in [19u8, 63, 64, 255] {
+            assert!(DataTypeCode(unnamed).row().is_none(), "{unnamed}");
+        }
+    }
+}
