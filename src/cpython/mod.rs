@@ -17,7 +17,10 @@ mod objects;
 mod raise;
 
 pub use gil::{holds_gil, without_gil, ExceptionGuard, GilCell};
-pub use objects::{fastcall_as_cfunction, int_tuple, type_name, CStatic, FastCallKeywords, METH_FASTCALL};
+pub use objects::{
+    fastcall_as_cfunction, imported_module, int_tuple, interned, type_name, vectorcall_method, CStatic,
+    FastCallKeywords, VectorcallMethod, METH_FASTCALL,
+};
 pub use raise::{take_pending, Raise};
 
 use std::ffi::{c_char, c_int, c_long, c_longlong, c_ulonglong, c_void, CStr, CString};
@@ -123,8 +126,7 @@ python_api! {
         PyUnicode_InternFromString: fn(*const c_char) -> *mut PyObject;
         PyObject_GetAttr: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
         PyImport_ImportModule: fn(*const c_char) -> *mut PyObject;
-        PySys_GetObject: fn(*const c_char) -> *mut PyObject;
-        PyDict_GetItemString: fn(*mut PyObject, *const c_char) -> *mut PyObject;
+        PyImport_GetModule: fn(*mut PyObject) -> *mut PyObject;
     }
     data {
         none: "_Py_NoneStruct";
@@ -170,7 +172,16 @@ pub(crate) fn lookup(name: &'static str) -> std::result::Result<*mut c_void, &'s
 static PYTHON: OnceCell<Python> = OnceCell::new();
 
 /// The interpreter's API, or why there is none (no Python in this process, or one without a symbol).
+#[inline]
 pub fn python() -> Result<&'static Python> {
+    match PYTHON.get() {
+        Some(py) => Ok(py),
+        None => load_once(),
+    }
+}
+
+#[cold]
+fn load_once() -> Result<&'static Python> {
     PYTHON.get_or_try_init(load).map_err(|why| Error::runtime(why).at("python"))
 }
 

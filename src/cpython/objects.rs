@@ -1,9 +1,11 @@
 //! Small generic helpers over the CPython API: tuples of integers, type names for messages,
-//! and the METH_FASTCALL convention.
+//! the METH_FASTCALL convention and method calls by vectorcall.
 
-use std::ffi::{c_int, CStr};
+use std::ffi::{c_int, c_void, CStr};
 
-use super::{py, Owned, PyObject, Python};
+use once_cell::sync::OnceCell;
+
+use super::{lookup, py, GilCell, Owned, PyObject, Python};
 use crate::error::Result;
 
 /// METH_FASTCALL: in the limited API from 3.10, with the same value and convention since 3.7.
@@ -74,4 +76,48 @@ pub fn int_tuple(py: &Python, values: &[i64]) -> Result<*mut PyObject> {
         }
         Ok(tuple.into_ptr())
     }
+}
+
+/// `PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf,
+/// PyObject *kwnames)`: `args[0]` is the object, `nargsf` counts it.
+pub type VectorcallMethod =
+    unsafe extern "C" fn(*mut PyObject, *const *mut PyObject, usize, *mut PyObject) -> *mut PyObject;
+
+/// `PyObject_VectorcallMethod` where the running CPython exports it (3.9 and later do; the
+/// stable ABI lists it from 3.12), resolved apart from the `python_api!` table, whose every
+/// symbol must exist for it to load. Callers keep a path without it.
+pub fn vectorcall_method() -> Option<VectorcallMethod> {
+    static METHOD: OnceCell<Option<VectorcallMethod>> = OnceCell::new();
+    *METHOD.get_or_init(|| {
+        let address = lookup("PyObject_VectorcallMethod\0").ok()?;
+        // SAFETY: the symbol has had this C signature since it appeared (3.9).
+        Some(unsafe { std::mem::transmute::<*mut c_void, VectorcallMethod>(address) })
+    })
+}
+
+/// `text` as an interned str, made on the first call with `cell` and kept for the process.
+pub fn interned(py: &Python, cell: &GilCell<usize>, text: &CStr) -> Result<*mut PyObject> {
+    cell.get_or_try_init(|| {
+        // SAFETY: GIL held; the new reference is leaked into the cell.
+        Owned::new(unsafe { (py.PyUnicode_InternFromString)(text.as_ptr()) }).map(|name| name.into_ptr() as usize)
+    })
+    .map(|name| name as *mut PyObject)
+}
+
+/// The module `name` when it has been imported, else None: one lookup in the interpreter's
+/// module dict by a str interned once in `cell`, cheap enough to repeat on every call until a
+/// library dlpx reads directly is imported (dlpx never imports one itself). Failures are
+/// cleared.
+pub fn imported_module(py: &Python, cell: &GilCell<usize>, name: &CStr) -> Option<Owned> {
+    let module = match interned(py, cell, name) {
+        // SAFETY: GIL held; `name` is a live str.
+        Ok(name) => unsafe { (py.PyImport_GetModule)(name) },
+        Err(_) => std::ptr::null_mut(),
+    };
+    if module.is_null() {
+        // SAFETY: GIL held; a miss sets no error, a failure one that is dropped here.
+        unsafe { (py.PyErr_Clear)() };
+        return None;
+    }
+    Some(Owned(module))
 }

@@ -1,6 +1,7 @@
 //! The universal importer: any Python object that speaks DLPack becomes a [`Tensor`].
 //!
-//! Order of preference: the producer type's exchange table (a C call, no capsule), then
+//! Order of preference: the producer type's exchange table (a C call, no capsule), then the
+//! producers dlpx reads directly (numpy arrays, tvm_ffi tensors), then
 //! `__dlpack__(max_version=(1, 3), …)`, then the legacy `__dlpack__()`.
 
 use std::cell::UnsafeCell;
@@ -65,6 +66,9 @@ fn import_foreign(py: &Python, object: *mut PyObject, device: Option<DLDevice>, 
     }
     if device.is_none() && copy != Some(true) {
         if let Some(tensor) = super::numpy_array::import(py, object)? {
+            return Ok(tensor);
+        }
+        if let Some(tensor) = super::tvm_ffi_tensor::import(py, object)? {
             return Ok(tensor);
         }
     }

@@ -6,30 +6,13 @@
 //! a bound-method object either; an interpreter without it gets `getattr` + `PyObject_Call`
 //! with a shared keyword dict, the path every CPython has.
 
-use std::ffi::c_void;
 use std::ptr;
 
-use once_cell::sync::OnceCell;
 use pyo3_ffi::PyObject;
 
 use crate::abi::{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
-use crate::cpython::{int_tuple, lookup, GilCell, Owned, Python};
+use crate::cpython::{int_tuple, vectorcall_method, GilCell, Owned, Python};
 use crate::error::{Error, ErrorKind, Result};
-
-/// `PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf,
-/// PyObject *kwnames)`: `args[0]` is the object, `nargsf` counts it.
-type VectorcallMethod =
-    unsafe extern "C" fn(*mut PyObject, *const *mut PyObject, usize, *mut PyObject) -> *mut PyObject;
-
-/// Resolved apart from the `python_api!` table, whose every symbol must exist for it to load.
-fn vectorcall_method() -> Option<VectorcallMethod> {
-    static METHOD: OnceCell<Option<VectorcallMethod>> = OnceCell::new();
-    *METHOD.get_or_init(|| {
-        let address = lookup("PyObject_VectorcallMethod\0").ok()?;
-        // SAFETY: the symbol has had this C signature since it appeared (3.9).
-        Some(unsafe { std::mem::transmute::<*mut c_void, VectorcallMethod>(address) })
-    })
-}
 
 /// The call's constant parts, alive for the process: `"__dlpack__"` (interned), `(1, 3)`,
 /// `("max_version",)`, `()` and `{"max_version": (1, 3)}`. CPython never mutates a call's

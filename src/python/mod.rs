@@ -11,11 +11,13 @@ pub mod consumer;
 pub mod dlpack_call;
 pub mod dlpack_method;
 pub mod fast_capsule;
+pub mod held_object;
 pub mod info;
 pub mod kernel;
 pub mod module;
 pub mod numpy_array;
 pub mod tensor_type;
+pub mod tvm_ffi_tensor;
 
 /// Lets blocking driver calls release the GIL (the core's hook, `memory::blocking`): installed
 /// when Python first calls into dlpx (module import, the kernel API).

@@ -4,8 +4,7 @@
 //! and numpy's managed tensor per import. Instead, for an array whose type is exactly numpy's
 //! `ndarray` (a subclass may override `__dlpack__`), dlpx reads the fields numpy's stable ABI
 //! fixes — data, nd, dimensions, strides, descr, flags — and describes them in a managed tensor
-//! of its own (one block from the per-thread cache, no malloc) that holds a reference to the
-//! array. What this path does not cover exactly as numpy's `__dlpack__` would (a dtype outside
+//! of its own that holds a reference to the array (`held_object`: no malloc, no capsule). What this path does not cover exactly as numpy's `__dlpack__` would (a dtype outside
 //! the fixed-size numeric ones, a byte order other than the machine's, unaligned data, a stride
 //! that is no multiple of the item size) goes to `__dlpack__`, so numpy's answer — or numpy's
 //! error — stays the answer.
@@ -22,10 +21,11 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
+use super::held_object;
 use crate::abi::*;
-use crate::cpython::{py, Owned, Python};
-use crate::error::{guard, Error, Result};
-use crate::memory::cpu::{self, Capacity};
+use crate::cpython::{imported_module, GilCell, Owned, Python};
+use crate::error::Result;
+use crate::layout::MAX_NDIM;
 use crate::tensor::Tensor;
 
 /// numpy's `PyArrayObject_fields`, up to `flags`.
@@ -57,8 +57,6 @@ struct DescrPrefix {
 const KNOWN_ABI_VERSIONS: [u32; 2] = [0x0100_0009, 0x0200_0000];
 const NPY_ARRAY_ALIGNED: c_int = 0x0100;
 const NPY_ARRAY_WRITEABLE: c_int = 0x0400;
-/// numpy 2's NPY_MAXDIMS (numpy 1's is 32).
-const MAX_DIMS: usize = 64;
 
 /// The DLPack dtype and item size of a builtin numpy type number with a fixed-size numeric
 /// item; None for the others (long double, object, strings, datetimes, structured, user types).
@@ -113,15 +111,8 @@ fn array_type(py: &Python) -> Option<*mut PyTypeObject> {
 
 #[cold]
 fn resolve(py: &Python) -> Option<*mut PyTypeObject> {
-    // SAFETY: GIL held; PySys_GetObject and PyDict_GetItemString return borrowed references and
-    // set no exception.
-    let imported = unsafe {
-        let modules = (py.PySys_GetObject)(c"modules".as_ptr());
-        !modules.is_null() && !(py.PyDict_GetItemString)(modules, c"numpy".as_ptr()).is_null()
-    };
-    if !imported {
-        return None;
-    }
+    static NAME: GilCell<usize> = GilCell::new();
+    imported_module(py, &NAME, c"numpy")?;
     let found = read_array_api(py);
     // SAFETY: GIL held; the import above ran Python code, but no reference into the cell lives.
     unsafe { *NUMPY.0.get() = found.map_or(Numpy::Unreadable, Numpy::Array) };
@@ -153,13 +144,6 @@ fn read_array_api(py: &Python) -> Option<*mut PyTypeObject> {
     }
 }
 
-/// Bytes of a managed tensor describing `ndim` dimensions: the struct, then shape and strides
-/// (copied: numpy lets `a.shape = …` change an array's dimensions in place).
-fn block_capacity(ndim: usize) -> Capacity {
-    cpu::capacity_for(size_of::<DLManagedTensorVersioned>() + 2 * ndim * size_of::<i64>())
-        .expect("at most 64 dimensions fit a size class")
-}
-
 /// A managed tensor describing `object` when it is a numpy array this path covers: it holds a
 /// reference to the array, released by its deleter (which takes the GIL). None: not such an
 /// array (the caller asks `__dlpack__`).
@@ -179,7 +163,7 @@ pub fn managed_of(py: &Python, object: *mut PyObject) -> Result<Option<NonNull<D
         let ndim = array.nd as usize;
         if ![b'=', b'|', native].contains(&(descr.byteorder as u8))
             || array.flags & NPY_ARRAY_ALIGNED == 0
-            || ndim > MAX_DIMS
+            || ndim > MAX_NDIM
         {
             return Ok(None);
         }
@@ -191,62 +175,25 @@ pub fn managed_of(py: &Python, object: *mut PyObject) -> Result<Option<NonNull<D
         if strides.iter().any(|s| s % itemsize as isize != 0) {
             return Ok(None);
         }
-        let capacity = block_capacity(ndim);
-        let block = cpu::alloc(capacity).ok_or_else(|| Error::memory("out of memory for a managed tensor"))?;
-        let managed = block.cast::<DLManagedTensorVersioned>();
-        let dims = block.as_ptr().add(size_of::<DLManagedTensorVersioned>()).cast::<i64>();
-        for (i, (&extent, &stride)) in shape.iter().zip(strides).enumerate() {
-            dims.add(i).write(extent as i64);
-            dims.add(ndim + i).write((stride / itemsize as isize) as i64);
-        }
-        (py.Py_IncRef)(object);
         let readonly = array.flags & NPY_ARRAY_WRITEABLE == 0;
-        managed.as_ptr().write(DLManagedTensorVersioned {
-            version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
-            manager_ctx: object.cast(),
-            deleter: Some(release),
-            flags: if readonly { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 },
-            dl_tensor: DLTensor {
-                data: array.data,
-                device: DLDevice { device_type: DeviceType::CPU, device_id: 0 },
-                ndim: ndim as i32,
-                dtype,
-                shape: dims,
-                strides: dims.add(ndim),
-                byte_offset: 0,
-            },
-        });
-        Ok(Some(managed))
+        let tensor = DLTensor {
+            data: array.data,
+            device: DLDevice { device_type: DeviceType::CPU, device_id: 0 },
+            ndim: ndim as i32,
+            dtype,
+            shape: ptr::null_mut(),
+            strides: ptr::null_mut(),
+            byte_offset: 0,
+        };
+        let dims =
+            shape.iter().zip(strides).map(|(&extent, &stride)| (extent as i64, (stride / itemsize as isize) as i64));
+        held_object::managed_holding(py, object, tensor, dims, readonly).map(Some)
     }
 }
 
 /// `object` as a [`Tensor`] when it is a numpy array this path covers; None otherwise.
 pub fn import(py: &Python, object: *mut PyObject) -> Result<Option<Tensor>> {
     let Some(managed) = managed_of(py, object)? else { return Ok(None) };
-    // SAFETY: a valid tensor we own; should validation refuse it, it is released here.
-    unsafe { Tensor::from_managed(managed) }.map(Some).inspect_err(|_| unsafe { release(managed.as_ptr()) })
-}
-
-/// The deleter: frees the block and drops the array's reference, with the GIL (any thread may
-/// release the last reference to a tensor). After the interpreter is gone the reference is
-/// left, as numpy's own deleter does.
-unsafe extern "C" fn release(managed: *mut DLManagedTensorVersioned) {
-    guard("numpy array release", || {
-        // SAFETY: a block `managed_of` filled; it is freed once, here, by its only owner.
-        unsafe {
-            let array = (*managed).manager_ctx.cast::<PyObject>();
-            let capacity = block_capacity((*managed).dl_tensor.ndim as usize);
-            cpu::free(NonNull::new_unchecked(managed).cast(), capacity);
-            let py = py();
-            if (py.Py_IsInitialized)() == 0 {
-                return;
-            }
-            let state = (py.PyGILState_Ensure)();
-            {
-                let _pending = crate::cpython::ExceptionGuard::save_with_gil(py);
-                (py.Py_DecRef)(array);
-            }
-            (py.PyGILState_Release)(state);
-        }
-    })
+    // SAFETY: a tensor we own; should validation refuse it, it is deleted there.
+    unsafe { Tensor::from_managed_or_delete(managed) }.map(Some)
 }

@@ -1,13 +1,15 @@
 """The consumer's fast paths keep the semantics of the paths they shortcut: numpy arrays read
-through numpy's array struct (from_dlpack and the kernel API) describe exactly what numpy's own
-`__dlpack__` does, fall back to it for what they do not cover, keep the array alive and
-read-only arrays read-only; kernel views of table-less producers hand on the producer's own
-managed tensor and release it once; reference counts stay flat over 10**6 calls of each."""
+through numpy's array struct and tvm_ffi tensors read through tvm-ffi's C ABI (from_dlpack and
+the kernel API) describe exactly what the producer's own `__dlpack__` does, fall back to it for
+what they do not cover, keep the object alive and read-only arrays read-only; kernel views of
+other table-less producers hand on the producer's own managed tensor and release it once;
+reference counts stay flat over 10**6 calls of each."""
 
 import ctypes
 import sys
 import threading
 
+import array_api_strict
 import numpy as np
 import pytest
 import tvm_ffi
@@ -158,12 +160,12 @@ def test_what_the_struct_path_does_not_cover_gets_numpys_own_answer(make):
 
 
 def test_a_table_less_producers_view_is_its_own_tensor_released_once():
-    t = tvm_ffi.from_dlpack(np.arange(6, dtype=np.float32))
+    a = array_api_strict.asarray(np.arange(6, dtype=np.float32))
     view = TensorView()
-    assert view_of(t, ctypes.byref(view)) == 0
-    expected = abi.read_capsule(t.__dlpack__(max_version=(1, 0)))
+    assert view_of(a, ctypes.byref(view)) == 0
+    expected = abi.read_capsule(a.__dlpack__(max_version=(1, 0)))
     assert abi.describe(view.tensor) == {k: expected[k] for k in abi.describe(view.tensor)}
-    # The owner is tvm_ffi's managed tensor itself: its deleter is tvm_ffi's, not dlpx's.
+    # The owner is the producer's managed tensor itself: its deleter is numpy's, not dlpx's.
     dlpx_owned = TensorView()
     assert view_of(np.zeros(1), ctypes.byref(dlpx_owned)) == 0
     assert view.owner.contents.deleter != dlpx_owned.owner.contents.deleter
@@ -171,6 +173,67 @@ def test_a_table_less_producers_view_is_its_own_tensor_released_once():
     view_release(ctypes.byref(view))
     assert not view.owner
     view_release(ctypes.byref(view))  # idempotent: nothing is released twice
+
+
+def strided_tvm_ffi():
+    return tvm_ffi.from_dlpack(np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2])
+
+
+TVM_FFI_TENSORS = {
+    "float32 1-d": lambda: tvm_ffi.from_dlpack(np.arange(6, dtype=np.float32)),
+    "strided 2-d": strided_tvm_ffi,
+    "0-d": lambda: tvm_ffi.from_dlpack(np.array(3.0)),
+    "empty": lambda: tvm_ffi.from_dlpack(np.zeros((0, 3), np.float16)),
+    "bool": lambda: tvm_ffi.from_dlpack(np.array([True, False])),
+    "int64 3-d": lambda: tvm_ffi.from_dlpack(np.arange(24, dtype=np.int64).reshape(2, 3, 4)),
+}
+
+DESCRIBED = ("data", "device", "ndim", "dtype", "shape", "strides", "byte_offset")
+
+
+def tvm_ffis_own(t) -> dict:
+    info = abi.read_capsule(t.__dlpack__(max_version=(1, 0)))
+    return {k: info[k] for k in DESCRIBED + ("flags",)}
+
+
+@pytest.mark.parametrize("make", TVM_FFI_TENSORS.values(), ids=TVM_FFI_TENSORS.keys())
+def test_a_tvm_ffi_tensors_view_is_its_own_dltensor_and_owns_nothing(make):
+    t = make()
+    refs = sys.getrefcount(t)
+    view = TensorView()
+    assert view_of(t, ctypes.byref(view)) == 0
+    assert not view.owner  # non-owning: the caller's reference keeps the tensor valid
+    assert sys.getrefcount(t) == refs
+    expected = tvm_ffis_own(t)
+    assert {k: abi.describe(view.tensor)[k] for k in DESCRIBED} == {k: expected[k] for k in DESCRIBED}
+    view_release(ctypes.byref(view))
+
+
+@pytest.mark.parametrize("make", TVM_FFI_TENSORS.values(), ids=TVM_FFI_TENSORS.keys())
+def test_from_dlpack_of_a_tvm_ffi_tensor_is_what_its_dlpack_exports_and_keeps_it_alive(make):
+    t = make()
+    expected = tvm_ffis_own(t)
+    x = dlpx.from_dlpack(t)
+    data = np.from_dlpack(t).copy()
+    got = abi.read_capsule(x.__dlpack__(max_version=(1, 0)))
+    assert {k: got[k] for k in DESCRIBED} == {k: expected[k] for k in DESCRIBED}
+    assert got["flags"] & abi.FLAG_READ_ONLY == expected["flags"] & abi.FLAG_READ_ONLY == 0
+    refs = sys.getrefcount(t)
+    del t  # the dlpx tensor holds the tvm_ffi tensor, and so its memory
+    np.testing.assert_array_equal(np.from_dlpack(x), data)
+    assert refs > 1
+
+
+def test_a_tvm_ffi_import_drops_its_reference_with_its_last_tensor():
+    t = tvm_ffi.from_dlpack(np.arange(4, dtype=np.float32))
+    refs = sys.getrefcount(t)
+    x = dlpx.from_dlpack(t)
+    y = np.from_dlpack(x)  # an export of the import: the tvm_ffi tensor lives until both go
+    assert sys.getrefcount(t) == refs + 1
+    del x
+    assert sys.getrefcount(t) == refs + 1
+    del y
+    assert sys.getrefcount(t) == refs
 
 
 def test_a_view_of_something_without_dlpack_is_a_type_error_naming_it():
@@ -204,8 +267,17 @@ def view_and_release(obj, view=TensorView()):
         (lambda: np.arange(16, dtype=np.float32), view_and_release),
         (lambda: tvm_ffi.from_dlpack(np.arange(16, dtype=np.float32)), dlpx.from_dlpack),
         (lambda: tvm_ffi.from_dlpack(np.arange(16, dtype=np.float32)), view_and_release),
+        (lambda: array_api_strict.asarray(np.arange(16, dtype=np.float32)), dlpx.from_dlpack),
+        (lambda: array_api_strict.asarray(np.arange(16, dtype=np.float32)), view_and_release),
     ],
-    ids=["numpy-from_dlpack", "numpy-view", "dlpack_call-from_dlpack", "fast_capsule-view"],
+    ids=[
+        "numpy-from_dlpack",
+        "numpy-view",
+        "tvm_ffi-from_dlpack",
+        "tvm_ffi-view",
+        "dlpack_call-from_dlpack",
+        "fast_capsule-view",
+    ],
 )
 def test_reference_counts_are_flat_over_a_million_calls(make, call):
     flat_refcounts(make(), call)
