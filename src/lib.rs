@@ -15,6 +15,7 @@ pub mod error;
 pub mod exchange;
 pub mod exports;
 pub mod layout;
+pub mod legacy;
 pub mod memory;
 pub mod python;
 pub mod stream;

@@ -471,7 +471,7 @@ unsafe fn delete_refused(managed: NonNull<DLManagedTensorVersioned>) {
 /// # Safety
 /// As for [`check_imported`].
 #[inline]
-unsafe fn is_sound(dl: &DLTensor, flags: u64) -> bool {
+pub unsafe fn is_sound(dl: &DLTensor, flags: u64) -> bool {
     if !(0..=layout::MAX_NDIM as i32).contains(&dl.ndim)
         || !crate::device::is_known(dl.device.device_type)
         || !crate::dtype::is_valid(dl.dtype)

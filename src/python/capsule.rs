@@ -149,6 +149,27 @@ pub fn take_versioned(py: &Python, capsule: *mut PyObject) -> Result<Option<NonN
     }
 }
 
+/// The legacy managed tensor in a `"dltensor"` capsule, taken out (the capsule renamed) and
+/// handed on in a versioned wrapper when it passes every import check and has strides
+/// (`legacy::wrap`). None leaves the capsule as it was, for [`consume`] to import or refuse.
+pub fn take_legacy(py: &Python, capsule: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
+    // SAFETY: GIL held; `capsule` is live; the tensor is the capsule's until renamed, and goes
+    // back to it when it cannot be wrapped.
+    unsafe {
+        if (py.PyCapsule_IsValid)(capsule, LEGACY.as_ptr()) == 0 {
+            return Ok(None);
+        }
+        let managed = (py.PyCapsule_GetPointer)(capsule, LEGACY.as_ptr()).cast::<DLManagedTensor>();
+        let Some(managed) = NonNull::new(managed) else { return Ok(None) };
+        mark_used(py, capsule, USED_LEGACY)?;
+        let wrapped = crate::legacy::wrap(managed);
+        if wrapped.is_none() {
+            mark_used(py, capsule, LEGACY)?;
+        }
+        Ok(wrapped)
+    }
+}
+
 fn mark_used(py: &Python, capsule: *mut PyObject, name: &'static CStr) -> Result<()> {
     // SAFETY: GIL held; the name is 'static, as CPython keeps the pointer.
     if unsafe { (py.PyCapsule_SetName)(capsule, name.as_ptr()) } != 0 {

@@ -1,7 +1,8 @@
-//! Kernel views of producers without an exchange table (tvm_ffi, jax, array-api-strict, …):
-//! the managed tensor `__dlpack__` put in its capsule goes to the kernel as the view's owner,
-//! as it is. No `Tensor` is built and no export made for it, so dlpx allocates nothing; the
-//! kernel's `dlpx_view_release` calls the producer's deleter, once.
+//! Kernel views of producers without an exchange table that dlpx does not read directly (jax,
+//! array-api-strict, …): the managed tensor `__dlpack__` put in its capsule goes to the kernel
+//! as the view's owner, as it is (a legacy one in a versioned wrapper from the per-thread cache, `legacy::wrap`).
+//! No `Tensor` is built and no export made for it, so dlpx makes no heap allocation of its own;
+//! the kernel's `dlpx_view_release` calls the producer's deleter, once.
 
 use std::ptr::NonNull;
 
@@ -13,7 +14,7 @@ use crate::cpython::Python;
 use crate::error::Result;
 
 /// An owning managed tensor of `object` through `__dlpack__`. Where the capsule holds what
-/// cannot be handed on as it is (a legacy tensor, NULL strides, an unknown major, an invalid
+/// cannot be handed on as it is (NULL strides, an unknown major, an invalid
 /// tensor), or a CUDA stream is current (the producer must be asked with it), the importer's
 /// path decides and its `Tensor` is exported.
 pub fn managed_of(py: &Python, object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
@@ -22,6 +23,9 @@ pub fn managed_of(py: &Python, object: *mut PyObject) -> Result<NonNull<DLManage
     }
     let capsule = dlpack_call::call(py, object)?;
     if let Some(managed) = capsule::take_versioned(py, capsule.as_ptr())? {
+        return Ok(managed);
+    }
+    if let Some(managed) = capsule::take_legacy(py, capsule.as_ptr())? {
         return Ok(managed);
     }
     capsule::consume(py, capsule.as_ptr())?.export_versioned(0)

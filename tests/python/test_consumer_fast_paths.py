@@ -2,8 +2,8 @@
 through numpy's array struct and tvm_ffi tensors read through tvm-ffi's C ABI (from_dlpack and
 the kernel API) describe exactly what the producer's own `__dlpack__` does, fall back to it for
 what they do not cover, keep the object alive and read-only arrays read-only; kernel views of
-other table-less producers hand on the producer's own managed tensor and release it once;
-reference counts stay flat over 10**6 calls of each."""
+other table-less producers hand on the producer's own managed tensor (a legacy one in a
+wrapper) and release it once; reference counts stay flat over 10**6 calls of each."""
 
 import ctypes
 import sys
@@ -245,6 +245,12 @@ def test_a_view_of_something_without_dlpack_is_a_type_error_naming_it():
 CALLS = 1_000_000
 
 
+def jax_array(values):
+    """A jax array: jax's `__dlpack__` answers with a legacy capsule (src/legacy.rs)."""
+    jnp = pytest.importorskip("jax.numpy")
+    return jnp.asarray(values)
+
+
 def flat_refcounts(obj, call) -> None:
     for _ in range(1000):
         call(obj)
@@ -269,6 +275,7 @@ def view_and_release(obj, view=TensorView()):
         (lambda: tvm_ffi.from_dlpack(np.arange(16, dtype=np.float32)), view_and_release),
         (lambda: array_api_strict.asarray(np.arange(16, dtype=np.float32)), dlpx.from_dlpack),
         (lambda: array_api_strict.asarray(np.arange(16, dtype=np.float32)), view_and_release),
+        (lambda: jax_array(np.arange(16, dtype=np.float32)), view_and_release),
     ],
     ids=[
         "numpy-from_dlpack",
@@ -277,6 +284,7 @@ def view_and_release(obj, view=TensorView()):
         "tvm_ffi-view",
         "dlpack_call-from_dlpack",
         "fast_capsule-view",
+        "legacy-view",
     ],
 )
 def test_reference_counts_are_flat_over_a_million_calls(make, call):

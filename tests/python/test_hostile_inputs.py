@@ -200,6 +200,56 @@ def test_a_valid_table_tensor_is_handed_on_unchanged():
     assert tensor.deleter_calls == 1
 
 
+# ---- kernel views of producers that send legacy capsules (src/legacy.rs) ---------------------
+
+
+class SendsCapsule:
+    """A table-less producer whose `__dlpack__` answers with one given capsule, as jax does."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __dlpack__(self, **kwargs):
+        return self.tensor.capsule()
+
+
+def test_a_legacy_tensor_is_viewed_in_a_wrapper_and_deleted_once_on_release():
+    tensor = hostile.make(False, shape=(2, 3))
+    view = DlpxTensorView()
+    assert LIB.dlpx_view_of(SendsCapsule(tensor), ctypes.byref(view)) == 0
+    assert view.owner
+    got = abi.read_managed(view.owner, True)
+    assert (got["version"], got["flags"]) == ((1, 3), 0)
+    assert got["shape"] == (2, 3) and got["strides"] == (3, 1)
+    assert abi.describe(view.tensor) == {k: got[k] for k in abi.describe(view.tensor)}
+    # The wrapper holds the producer's tensor itself: no dlpx tensor (and no heap block) between.
+    assert abi.managed_at(view.owner, True).manager_ctx == tensor.address
+    assert tensor.deleter_calls == 0
+    LIB.dlpx_view_release(ctypes.byref(view))
+    assert settled(tensor) == 1
+    nothing_pending()
+
+
+@pytest.mark.parametrize("case", sorted(k for k in MALFORMED if not k.startswith("major")))
+def test_a_malformed_legacy_tensor_viewed_through_dlpack_is_refused_and_deleted_once(case):
+    tensor = hostile.make(False, **MALFORMED[case])
+    view = DlpxTensorView()
+    with pytest.raises(BufferError, match=r"^dlpx: view_of: "):
+        LIB.dlpx_view_of(SendsCapsule(tensor), ctypes.byref(view))
+    assert not view.owner
+    assert settled(tensor) == 1
+    nothing_pending()
+
+
+def test_a_legacy_tensor_without_strides_is_viewed_with_them_spelled_out():
+    tensor = hostile.make(False, shape=(2, 3), strides=None)
+    view = DlpxTensorView()
+    assert LIB.dlpx_view_of(SendsCapsule(tensor), ctypes.byref(view)) == 0
+    assert [view.tensor.strides[i] for i in range(2)] == [3, 1]
+    LIB.dlpx_view_release(ctypes.byref(view))
+    assert settled(tensor) == 1
+
+
 # ---- lying __len__ (src/python/args.rs) ------------------------------------------------------
 
 
