@@ -221,16 +221,18 @@ pub unsafe extern "C" fn dlpx_import(py_object: *mut c_void, out: *mut *mut DLMa
 pub struct DlpxTensorView {
     /// The tensor; valid until `dlpx_view_release`, and while the viewed object lives.
     pub tensor: DLTensor,
-    /// NULL when the producer gave a non-owning view (valid while the object lives and the
-    /// caller holds the GIL); otherwise the managed tensor backing `tensor`, released by
-    /// `dlpx_view_release`.
+    /// NULL for a non-owning view (the producer's table gave one, or the object is a tvm_ffi
+    /// tensor, read in place): valid while the object lives and the caller holds the GIL;
+    /// otherwise the managed tensor backing `tensor`, released by `dlpx_view_release`.
     pub owner: *mut DLManagedTensorVersioned,
 }
 
 /// Fills `out` with a view of `py_object` (GIL held): the producer's
-/// `dltensor_from_py_object_no_sync` when its table has one (no allocation), else an owning
-/// import kept in `out->owner`. Always pair with `dlpx_view_release(out)`. Returns 0, or -1 with
-/// a Python exception set (then `out` needs no release).
+/// `dltensor_from_py_object_no_sync` when its table has one, a tvm_ffi tensor's own `DLTensor`
+/// (both non-owning, no allocation), else an owning import kept in `out->owner` (numpy arrays
+/// read in place, other producers' `__dlpack__` tensors as they are). Always pair with
+/// `dlpx_view_release(out)`. Returns 0, or -1 with a Python exception set (then `out` needs no
+/// release).
 ///
 /// # Safety
 /// The GIL is held; `py_object` is NULL or a live `PyObject*` that outlives the view; `out` is NULL or writable.

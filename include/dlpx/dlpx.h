@@ -91,9 +91,9 @@ typedef struct {
    */
   DLTensor tensor;
   /**
-   * NULL when the producer gave a non-owning view (valid while the object lives and the
-   * caller holds the GIL); otherwise the managed tensor backing `tensor`, released by
-   * `dlpx_view_release`.
+   * NULL for a non-owning view (the producer's table gave one, or the object is a tvm_ffi
+   * tensor, read in place): valid while the object lives and the caller holds the GIL;
+   * otherwise the managed tensor backing `tensor`, released by `dlpx_view_release`.
    */
   DLManagedTensorVersioned *owner;
 } DlpxTensorView;
@@ -224,9 +224,11 @@ int dlpx_import(void *py_object, DLManagedTensorVersioned **out);
 
 /**
  * Fills `out` with a view of `py_object` (GIL held): the producer's
- * `dltensor_from_py_object_no_sync` when its table has one (no allocation), else an owning
- * import kept in `out->owner`. Always pair with `dlpx_view_release(out)`. Returns 0, or -1 with
- * a Python exception set (then `out` needs no release).
+ * `dltensor_from_py_object_no_sync` when its table has one, a tvm_ffi tensor's own `DLTensor`
+ * (both non-owning, no allocation), else an owning import kept in `out->owner` (numpy arrays
+ * read in place, other producers' `__dlpack__` tensors as they are). Always pair with
+ * `dlpx_view_release(out)`. Returns 0, or -1 with a Python exception set (then `out` needs no
+ * release).
  *
  * # Safety
  * The GIL is held; `py_object` is NULL or a live `PyObject*` that outlives the view; `out` is NULL or writable.
