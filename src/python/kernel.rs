@@ -2,8 +2,9 @@
 //! tensors and return its outputs there (DLPack's "N0" use). The exported `dlpx_*` functions
 //! and the universal table on top (`exports.rs`, `exchange.rs`) are thin shells over these.
 //!
-//! An object maps to its type's own exchange table (walked to major 1), or to none; objects
-//! without one are imported through `__dlpack__` and returned as `dlpx.Tensor`s.
+//! An object maps to its type's own exchange table (walked to major 1), or to none. Without
+//! one, numpy arrays and tvm_ffi tensors are read directly (docs/design.md, "Producers read
+//! directly") and other objects go through `__dlpack__`; outputs for them are `dlpx.Tensor`s.
 
 use std::ffi::{c_int, c_void};
 use std::ptr::{self, NonNull};
