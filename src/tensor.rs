@@ -448,7 +448,7 @@ pub unsafe fn check_view(dl: &DLTensor) -> Result<bool> {
     if unsafe { is_sound(dl, 0) } {
         return Ok(true);
     }
-    Ok(unsafe { check_imported(dl, 0)? }.is_none())
+    Ok(unsafe { check_fully(dl, 0)? }.is_none())
 }
 
 /// Deletes a managed tensor dlpx refused. The deleter sits in the prefix every major version

@@ -90,13 +90,15 @@ macro_rules! dlpack_enums {
             )*];
 
             /// `TABLE`'s index of each value below 64 (u8::MAX: unnamed), so that `row`, which
-            /// every import runs, indexes rather than searches. A value of 64 or more in
-            /// `TABLE` stops the build here.
+            /// every import runs, indexes rather than searches. A value in `TABLE` that is
+            /// negative, 64 or more, or named twice stops the build here.
             const BY_VALUE: [u8; 64] = {
                 let mut index = [u8::MAX; 64];
                 let mut i = 0;
                 while i < Self::TABLE.len() {
-                    index[Self::TABLE[i].value.0 as usize] = i as u8;
+                    let value = Self::TABLE[i].value.0 as usize;
+                    assert!(index[value] == u8::MAX, "a value is named twice");
+                    index[value] = i as u8;
                     i += 1;
                 }
                 index

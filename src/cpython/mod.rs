@@ -19,7 +19,7 @@ mod raise;
 pub use gil::{holds_gil, without_gil, ExceptionGuard, GilCell};
 pub use objects::{
     fastcall_as_cfunction, imported_module, int_tuple, interned, type_name, vectorcall_method, CStatic,
-    FastCallKeywords, VectorcallMethod, METH_FASTCALL,
+    FastCallKeywords, ModuleWatch, VectorcallMethod, METH_FASTCALL,
 };
 pub use raise::{take_pending, Raise};
 
@@ -127,6 +127,7 @@ python_api! {
         PyObject_GetAttr: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
         PyImport_ImportModule: fn(*const c_char) -> *mut PyObject;
         PyImport_GetModule: fn(*mut PyObject) -> *mut PyObject;
+        PyImport_GetModuleDict: fn() -> *mut PyObject;
     }
     data {
         none: "_Py_NoneStruct";

@@ -104,12 +104,42 @@ pub fn interned(py: &Python, cell: &GilCell<usize>, text: &CStr) -> Result<*mut 
     .map(|name| name as *mut PyObject)
 }
 
-/// The module `name` when it has been imported, else None: one lookup in the interpreter's
-/// module dict by a str interned once in `cell`, cheap enough to repeat on every call until a
-/// library dlpx reads directly is imported (dlpx never imports one itself). Failures are
+/// What [`imported_module`] remembers of one module name: the name, interned once, and the
+/// size `sys.modules` had when the module was last missing there.
+pub struct ModuleWatch {
+    name: GilCell<usize>,
+    size_at_miss: std::cell::Cell<isize>,
+}
+
+// SAFETY: only touched with the GIL held, which serialises every access.
+unsafe impl Sync for ModuleWatch {}
+
+impl ModuleWatch {
+    pub const fn new() -> Self {
+        ModuleWatch { name: GilCell::new(), size_at_miss: std::cell::Cell::new(-1) }
+    }
+}
+
+impl Default for ModuleWatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The module `name` when it has been imported, else None. dlpx never imports the libraries it
+/// reads directly, so it asks on every call until one is imported: while `sys.modules` keeps
+/// the size it had at the last miss the answer is taken to be the same (two loads); otherwise
+/// `PyImport_GetModule` looks (it also waits for a module another thread is still
+/// initialising). A module set to None in `sys.modules` is returned as it is. Failures are
 /// cleared.
-pub fn imported_module(py: &Python, cell: &GilCell<usize>, name: &CStr) -> Option<Owned> {
-    let module = match interned(py, cell, name) {
+pub fn imported_module(py: &Python, watch: &ModuleWatch, name: &CStr) -> Option<Owned> {
+    // SAFETY: GIL held; the interpreter's module dict is borrowed, and never NULL once Python
+    // code runs.
+    let size = unsafe { (py.PyDict_Size)((py.PyImport_GetModuleDict)()) };
+    if size == watch.size_at_miss.get() {
+        return None;
+    }
+    let module = match interned(py, &watch.name, name) {
         // SAFETY: GIL held; `name` is a live str.
         Ok(name) => unsafe { (py.PyImport_GetModule)(name) },
         Err(_) => std::ptr::null_mut(),
@@ -117,6 +147,7 @@ pub fn imported_module(py: &Python, cell: &GilCell<usize>, name: &CStr) -> Optio
     if module.is_null() {
         // SAFETY: GIL held; a miss sets no error, a failure one that is dropped here.
         unsafe { (py.PyErr_Clear)() };
+        watch.size_at_miss.set(size);
         return None;
     }
     Some(Owned(module))

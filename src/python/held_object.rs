@@ -1,7 +1,7 @@
 //! Managed tensors that describe a Python object's memory and hold a reference to the object.
 //!
-//! This is how dlpx imports the producers it reads directly instead of through `__dlpack__`
-//! (numpy arrays, tvm_ffi tensors; docs/design.md, "Producers read directly"): one block from
+//! This is how dlpx imports numpy arrays, which it reads directly instead of through
+//! `__dlpack__` (docs/design.md, "Producers read directly"): one block from
 //! the per-thread cache holds the managed tensor, its shape and its strides (copied, so the
 //! object may change its own afterwards), and the deleter drops the object's reference with
 //! the GIL. No malloc, no capsule, no producer deleter.

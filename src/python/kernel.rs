@@ -90,19 +90,19 @@ fn import_managed_through(
 /// A DLTensor view of `object` and, when the producer has no non-owning view, the managed
 /// tensor that keeps it valid (the caller releases it with `dlpx_view_release`).
 pub fn view(object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedTensorVersioned> {
-    if object.is_null() {
-        return Err(Error::null("py_object"));
-    }
-    // A tvm_ffi tensor is its own non-owning view: the caller's reference keeps it valid.
-    if let Some(tensor) = super::tvm_ffi_tensor::dl_tensor_of(python()?, object) {
-        // SAFETY: the object's DLTensor; its shape and strides are `ndim` long and live in it.
-        *out = unsafe { tensor.read() };
-        if unsafe { tensor::check_view(out)? } {
-            return Ok(ptr::null_mut());
-        }
-        // NULL strides: an owning import spells them out (below).
-    }
     let api = published_api(object)?;
+    if api.is_none() {
+        // A tvm_ffi tensor is its own non-owning view: the caller's reference keeps it valid.
+        if let Some(handle) = super::tvm_ffi_tensor::handle_of(crate::cpython::py(), object)? {
+            // SAFETY: the object's DLTensor; its shape and strides are `ndim` long and live in it.
+            *out = unsafe { handle.dl_tensor().read() };
+            // SAFETY: as above.
+            if unsafe { tensor::check_view(out)? } {
+                return Ok(ptr::null_mut());
+            }
+            // NULL strides: an owning import spells them out (below).
+        }
+    }
     if let Some(view) = api.and_then(|api| api.dltensor_from_py_object_no_sync) {
         // SAFETY: the producer's contract: GIL held, an object of its type, a writable DLTensor.
         if unsafe { view(object.cast(), out) } != 0 {

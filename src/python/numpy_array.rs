@@ -4,8 +4,9 @@
 //! and numpy's managed tensor per import. Instead, for an array whose type is exactly numpy's
 //! `ndarray` (a subclass may override `__dlpack__`), dlpx reads the fields numpy's stable ABI
 //! fixes — data, nd, dimensions, strides, descr, flags — and describes them in a managed tensor
-//! of its own that holds a reference to the array (`held_object`: no malloc, no capsule). What this path does not cover exactly as numpy's `__dlpack__` would (a dtype outside
-//! the fixed-size numeric ones, a byte order other than the machine's, unaligned data, a stride
+//! of its own that holds a reference to the array (`held_object`: no malloc, no capsule). What
+//! this path does not cover exactly as numpy's `__dlpack__` would (a dtype outside the
+//! fixed-size numeric ones, a byte order other than the machine's, unaligned data, a stride
 //! that is no multiple of the item size) goes to `__dlpack__`, so numpy's answer — or numpy's
 //! error — stays the answer.
 //!
@@ -23,7 +24,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::held_object;
 use crate::abi::*;
-use crate::cpython::{imported_module, GilCell, Owned, Python};
+use crate::cpython::{imported_module, ModuleWatch, Owned, Python};
 use crate::error::Result;
 use crate::layout::MAX_NDIM;
 use crate::tensor::Tensor;
@@ -111,8 +112,8 @@ fn array_type(py: &Python) -> Option<*mut PyTypeObject> {
 
 #[cold]
 fn resolve(py: &Python) -> Option<*mut PyTypeObject> {
-    static NAME: GilCell<usize> = GilCell::new();
-    imported_module(py, &NAME, c"numpy")?;
+    static WATCH: ModuleWatch = ModuleWatch::new();
+    imported_module(py, &WATCH, c"numpy")?;
     let found = read_array_api(py);
     // SAFETY: GIL held; the import above ran Python code, but no reference into the cell lives.
     unsafe { *NUMPY.0.get() = found.map_or(Numpy::Unreadable, Numpy::Array) };

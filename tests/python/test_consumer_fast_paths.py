@@ -218,22 +218,46 @@ def test_from_dlpack_of_a_tvm_ffi_tensor_is_what_its_dlpack_exports_and_keeps_it
     got = abi.read_capsule(x.__dlpack__(max_version=(1, 0)))
     assert {k: got[k] for k in DESCRIBED} == {k: expected[k] for k in DESCRIBED}
     assert got["flags"] & abi.FLAG_READ_ONLY == expected["flags"] & abi.FLAG_READ_ONLY == 0
-    refs = sys.getrefcount(t)
-    del t  # the dlpx tensor holds the tvm_ffi tensor, and so its memory
+    del t  # the dlpx tensor holds the tvm-ffi object, and so its memory
     np.testing.assert_array_equal(np.from_dlpack(x), data)
-    assert refs > 1
 
 
-def test_a_tvm_ffi_import_drops_its_reference_with_its_last_tensor():
-    t = tvm_ffi.from_dlpack(np.arange(4, dtype=np.float32))
-    refs = sys.getrefcount(t)
+def tvm_ffi_strong_refs(handle: int) -> int:
+    """The strong count of a live tvm-ffi object: the low half of its header's first word."""
+    return ctypes.c_uint64.from_address(handle).value & 0xFFFFFFFF
+
+
+def test_a_tvm_ffi_import_holds_the_object_itself_until_its_last_tensor_goes():
+    a = np.arange(4, dtype=np.float32)
+    t = tvm_ffi.from_dlpack(a)
+    del a  # from here the tvm-ffi object alone keeps numpy's memory alive
+    handle = t.__chandle__()
+    before = tvm_ffi_strong_refs(handle)
     x = dlpx.from_dlpack(t)
-    y = np.from_dlpack(x)  # an export of the import: the tvm_ffi tensor lives until both go
-    assert sys.getrefcount(t) == refs + 1
+    assert tvm_ffi_strong_refs(handle) == before + 1
+    y = np.from_dlpack(x)  # an export of the import: the object lives until both go
+    # Empty the wrapper (its handle moves to another, which then dies): only dlpx holds on.
+    other = tvm_ffi.core.Tensor.__new__(tvm_ffi.core.Tensor)
+    other.__move_handle_from__(t)
+    del other
+    assert tvm_ffi_strong_refs(handle) == before
     del x
-    assert sys.getrefcount(t) == refs + 1
-    del y
-    assert sys.getrefcount(t) == refs
+    np.testing.assert_array_equal(y, [0, 1, 2, 3])
+    assert tvm_ffi_strong_refs(handle) == before
+    del y  # the last tensor: the object goes (its count is no longer readable)
+
+
+def test_a_tvm_ffi_wrapper_whose_handle_moved_out_is_a_buffer_error():
+    t = tvm_ffi.from_dlpack(np.arange(4, dtype=np.float32))
+    other = tvm_ffi.core.Tensor.__new__(tvm_ffi.core.Tensor)
+    other.__move_handle_from__(t)
+    # tvm_ffi's own __dlpack__ would dereference the NULL handle (a crash): dlpx refuses first.
+    with pytest.raises(BufferError, match="handle was moved out"):
+        dlpx.from_dlpack(t)
+    view = TensorView()
+    with pytest.raises(BufferError, match="^dlpx: view_of: .*handle was moved out"):
+        view_of(t, ctypes.byref(view))
+    assert not view.owner
 
 
 def test_a_view_of_something_without_dlpack_is_a_type_error_naming_it():

@@ -222,7 +222,7 @@ def test_a_legacy_tensor_is_viewed_in_a_wrapper_and_deleted_once_on_release():
     assert (got["version"], got["flags"]) == ((1, 3), 0)
     assert got["shape"] == (2, 3) and got["strides"] == (3, 1)
     assert abi.describe(view.tensor) == {k: got[k] for k in abi.describe(view.tensor)}
-    # The wrapper holds the producer's tensor itself: no dlpx tensor (and no heap block) between.
+    # The wrapper (a per-thread cache block) holds the producer's tensor itself: no dlpx tensor between.
     assert abi.managed_at(view.owner, True).manager_ctx == tensor.address
     assert tensor.deleter_calls == 0
     LIB.dlpx_view_release(ctypes.byref(view))
