@@ -7,18 +7,12 @@
 //! read-only), the legacy tensor as `manager_ctx`, and a deleter that calls the producer's
 //! deleter, once, then frees the block.
 
-use std::mem::size_of;
 use std::ptr::NonNull;
 
 use crate::abi::*;
 use crate::error::guard;
-use crate::memory::cpu::{self, Capacity};
-use crate::tensor;
-
-const BLOCK: Capacity = match cpu::capacity_for(size_of::<DLManagedTensorVersioned>()) {
-    Some(c) => c,
-    None => panic!("a managed tensor fits a size class"),
-};
+use crate::memory::cpu;
+use crate::tensor::{self, MANAGED_BLOCK};
 
 /// `legacy` in a versioned wrapper when it passes every import check and has strides (an
 /// old producer's NULL strides need storage of their own: the caller imports those as a
@@ -33,8 +27,8 @@ pub unsafe fn wrap(legacy: NonNull<DLManagedTensor>) -> Option<NonNull<DLManaged
     if !unsafe { tensor::is_sound(&dl, 0) } {
         return None;
     }
-    let managed = cpu::alloc(BLOCK)?.cast::<DLManagedTensorVersioned>();
-    // SAFETY: a block of BLOCK bytes, aligned for the struct.
+    let managed = cpu::alloc(MANAGED_BLOCK)?.cast::<DLManagedTensorVersioned>();
+    // SAFETY: a block of MANAGED_BLOCK bytes, aligned for the struct.
     unsafe {
         managed.as_ptr().write(DLManagedTensorVersioned {
             version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
@@ -53,7 +47,7 @@ unsafe extern "C" fn release(managed: *mut DLManagedTensorVersioned) {
         // here, by their only owner.
         unsafe {
             let legacy = (*managed).manager_ctx.cast::<DLManagedTensor>();
-            cpu::free(NonNull::new_unchecked(managed).cast(), BLOCK);
+            cpu::free(NonNull::new_unchecked(managed).cast(), MANAGED_BLOCK);
             if let Some(deleter) = (*legacy).deleter {
                 deleter(legacy);
             }

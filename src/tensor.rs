@@ -138,7 +138,7 @@ impl Tensor {
                 // SAFETY: our export's manager_ctx is an `Arc::into_raw`, its block ours to free.
                 Ok(unsafe {
                     let core = Arc::from_raw(managed.as_ref().manager_ctx.cast_const().cast::<Core>());
-                    cpu::free(managed.cast(), EXPORT_BLOCK);
+                    cpu::free(managed.cast(), MANAGED_BLOCK);
                     Tensor(core)
                 })
             }
@@ -302,9 +302,11 @@ fn dims<'a>(ptr: *const i64, ndim: i32) -> &'a [i64] {
     }
 }
 
-const EXPORT_BLOCK: Capacity = match cpu::capacity_for(size_of::<DLManagedTensorVersioned>()) {
+/// The per-thread cache's size class of a managed tensor: dlpx's exports (with their tail in
+/// the slack), and the wrappers of legacy and tvm_ffi tensors.
+pub const MANAGED_BLOCK: Capacity = match cpu::capacity_for(size_of::<DLManagedTensorVersioned>()) {
     Some(c) => c,
-    None => panic!("export block fits a size class"),
+    None => panic!("a managed tensor fits a size class"),
 };
 
 const _: () = assert!(size_of::<DLManagedTensor>() <= size_of::<DLManagedTensorVersioned>());
@@ -319,7 +321,7 @@ struct ExportTail {
 
 const TAIL_OFFSET: usize = size_of::<DLManagedTensorVersioned>();
 const _: () = assert!(TAIL_OFFSET % std::mem::align_of::<ExportTail>() == 0);
-const _: () = assert!(TAIL_OFFSET + size_of::<ExportTail>() <= EXPORT_BLOCK.bytes());
+const _: () = assert!(TAIL_OFFSET + size_of::<ExportTail>() <= MANAGED_BLOCK.bytes());
 
 #[inline]
 fn write_tail(block: NonNull<u8>, consumer: Option<(i32, *mut c_void)>) {
@@ -331,7 +333,7 @@ fn write_tail(block: NonNull<u8>, consumer: Option<(i32, *mut c_void)>) {
 
 #[inline]
 fn export_block() -> Result<NonNull<u8>> {
-    cpu::alloc(EXPORT_BLOCK).ok_or_else(|| Error::memory("out of memory for a managed tensor"))
+    cpu::alloc(MANAGED_BLOCK).ok_or_else(|| Error::memory("out of memory for a managed tensor"))
 }
 
 fn is_our_export(m: &DLManagedTensorVersioned) -> bool {
@@ -366,7 +368,7 @@ unsafe fn release_export(ctx: *mut c_void, block: NonNull<u8>) {
             fence_consumer(&core, tail);
         }
         drop(core);
-        cpu::free(block, EXPORT_BLOCK);
+        cpu::free(block, MANAGED_BLOCK);
     })
 }
 

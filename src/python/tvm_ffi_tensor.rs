@@ -29,8 +29,8 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 use crate::abi::*;
 use crate::cpython::{imported_module, interned, py, vectorcall_method, GilCell, ModuleWatch, Owned, Python};
 use crate::error::{guard, Error, Result};
-use crate::memory::cpu::{self, Capacity};
-use crate::tensor::Tensor;
+use crate::memory::cpu;
+use crate::tensor::{Tensor, MANAGED_BLOCK};
 
 /// tvm-ffi's `TVMFFIObject`: the header every object handle points to.
 #[repr(C)]
@@ -282,11 +282,6 @@ fn handle_by_method(py: &Python, object: *mut PyObject) -> Option<*mut ObjectHea
     }
 }
 
-const BLOCK: Capacity = match cpu::capacity_for(size_of::<DLManagedTensorVersioned>()) {
-    Some(c) => c,
-    None => panic!("a managed tensor fits a size class"),
-};
-
 /// A managed tensor of `object` when it is a tvm_ffi tensor with shape and strides: one block
 /// from the per-thread cache holding a strong reference to the tvm-ffi object itself (not to
 /// the wrapper, whose handle can be moved out: `Object._move()`), as tvm_ffi's own export
@@ -299,16 +294,16 @@ pub fn managed_of(py: &Python, object: *mut PyObject) -> Result<Option<NonNull<D
     if tensor.ndim != 0 && (tensor.shape.is_null() || tensor.strides.is_null()) {
         return Ok(None);
     }
-    let Some(block) = cpu::alloc(BLOCK) else { return Ok(None) };
+    let Some(block) = cpu::alloc(MANAGED_BLOCK) else { return Ok(None) };
     let handle = handle.0.as_ptr().cast::<c_void>();
     // SAFETY: a live tvm-ffi object; the new reference is the block's, dropped by `release`.
     if unsafe { inc_ref(handle) } != 0 {
         // SAFETY: ours, unused.
-        unsafe { cpu::free(block, BLOCK) };
+        unsafe { cpu::free(block, MANAGED_BLOCK) };
         return Ok(None);
     }
     let managed = block.cast::<DLManagedTensorVersioned>();
-    // SAFETY: a block of BLOCK bytes, aligned for the struct; shape and strides stay the
+    // SAFETY: a block of MANAGED_BLOCK bytes, aligned for the struct; shape and strides stay the
     // object's, which the reference keeps.
     unsafe {
         managed.as_ptr().write(DLManagedTensorVersioned {
@@ -331,7 +326,7 @@ unsafe extern "C" fn release(managed: *mut DLManagedTensorVersioned) {
         // stored before any such block was made.
         unsafe {
             let handle = (*managed).manager_ctx;
-            cpu::free(NonNull::new_unchecked(managed).cast(), BLOCK);
+            cpu::free(NonNull::new_unchecked(managed).cast(), MANAGED_BLOCK);
             let dec_ref = std::mem::transmute::<*mut c_void, RefFn>(DEC_REF.load(Ordering::Acquire));
             let py = py();
             if (py.Py_IsInitialized)() == 0 {
