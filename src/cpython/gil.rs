@@ -48,6 +48,34 @@ impl<T: Copy> GilCell<T> {
     }
 }
 
+/// A value that lives in the interpreter's world and changes: what dlpx has learnt of a
+/// library it reads directly (not yet imported, found, unreadable). Read and written only with
+/// the GIL held, which serialises every access; a copy is read, so no reference into the cell
+/// lives while Python code runs.
+pub struct GilVar<T: Copy>(std::cell::UnsafeCell<T>);
+
+// SAFETY: every access happens with the GIL held, which serialises them.
+unsafe impl<T: Copy> Sync for GilVar<T> {}
+
+impl<T: Copy> GilVar<T> {
+    pub const fn new(value: T) -> Self {
+        GilVar(std::cell::UnsafeCell::new(value))
+    }
+
+    /// The value (the GIL is held).
+    #[inline]
+    pub fn get(&self) -> T {
+        // SAFETY: GIL held; a copy is read.
+        unsafe { *self.0.get() }
+    }
+
+    /// Replaces the value (the GIL is held).
+    pub fn set(&self, value: T) {
+        // SAFETY: GIL held; no reference into the cell lives.
+        unsafe { *self.0.get() = value }
+    }
+}
+
 /// Whether the calling thread holds the GIL (any thread may ask): the interpreter's current
 /// thread state is this thread's own. Neither half is enough alone. PyGILState_Check answers 1
 /// for every thread once a subinterpreter exists, even one with no thread state; and before 3.12

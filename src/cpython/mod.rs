@@ -16,7 +16,7 @@ mod gil;
 mod objects;
 mod raise;
 
-pub use gil::{holds_gil, without_gil, ExceptionGuard, GilCell};
+pub use gil::{holds_gil, without_gil, ExceptionGuard, GilCell, GilVar};
 pub use objects::{
     fastcall_as_cfunction, imported_module, int_tuple, interned, type_name, vectorcall_method, CStatic,
     FastCallKeywords, ModuleWatch, VectorcallMethod, METH_FASTCALL,

@@ -2,7 +2,8 @@
 //!
 //! Order of preference: the producer type's exchange table (a C call, no capsule), then the
 //! producers dlpx reads directly (numpy arrays, tvm_ffi tensors), then
-//! `__dlpack__(max_version=(1, 3), …)`, then the legacy `__dlpack__()`.
+//! `__dlpack__(max_version=(1, 3), …)` (for a jax array on one device, the jaxlib function it
+//! ends in: `jax_array`), then the legacy `__dlpack__()`.
 
 use std::cell::UnsafeCell;
 use std::ffi::CStr;
@@ -161,7 +162,7 @@ fn import_through_protocol(
     // A stream belongs to the object's own device: none when another device is asked for.
     let stream = if device.is_none() { stream_request(py, object)? } else { None };
     if device.is_none() && copy.is_none() && stream.is_none() {
-        let capsule = super::dlpack_call::call(py, object)?;
+        let capsule = super::jax_array::dlpack(py, object)?;
         return capsule::consume(py, capsule.as_ptr());
     }
     // SAFETY: GIL held; every new reference is owned by an `Owned`.

@@ -1,6 +1,8 @@
 //! Kernel views of producers without an exchange table that dlpx does not read directly (jax,
-//! array-api-strict, …): the managed tensor `__dlpack__` put in its capsule goes to the kernel
-//! as the view's owner, as it is (a legacy one in a versioned wrapper from the per-thread cache, `legacy::wrap`).
+//! array-api-strict, …): the managed tensor `__dlpack__` put in its capsule (for a jax array,
+//! the capsule of the jaxlib function `__dlpack__` ends in: `jax_array`) goes to the kernel as
+//! the view's owner, as it is (a legacy one in a versioned wrapper from the per-thread cache,
+//! `legacy::wrap`).
 //! No `Tensor` is built and no export made for it, so dlpx makes no heap allocation of its own;
 //! the kernel's `dlpx_view_release` calls the producer's deleter, once.
 
@@ -8,7 +10,7 @@ use std::ptr::NonNull;
 
 use pyo3_ffi::PyObject;
 
-use super::{capsule, consumer, dlpack_call};
+use super::{capsule, consumer, jax_array};
 use crate::abi::DLManagedTensorVersioned;
 use crate::cpython::Python;
 use crate::error::Result;
@@ -21,7 +23,7 @@ pub fn managed_of(py: &Python, object: *mut PyObject) -> Result<NonNull<DLManage
     if crate::stream::any_set() {
         return consumer::import(object, None, None)?.export_versioned(0);
     }
-    let capsule = dlpack_call::call(py, object)?;
+    let capsule = jax_array::dlpack(py, object)?;
     if let Some(managed) = capsule::take_versioned(py, capsule.as_ptr())? {
         return Ok(managed);
     }

@@ -4,7 +4,8 @@
 //!
 //! An object maps to its type's own exchange table (walked to major 1), or to none. Without
 //! one, numpy arrays and tvm_ffi tensors are read directly (docs/design.md, "Producers read
-//! directly") and other objects go through `__dlpack__`; outputs for them are `dlpx.Tensor`s.
+//! directly") and other objects go through `__dlpack__` (a jax array through the jaxlib function
+//! it ends in); outputs for them are `dlpx.Tensor`s.
 
 use std::ffi::{c_int, c_void};
 use std::ptr::{self, NonNull};

@@ -13,6 +13,7 @@ pub mod dlpack_method;
 pub mod fast_capsule;
 pub mod held_object;
 pub mod info;
+pub mod jax_array;
 pub mod kernel;
 pub mod module;
 pub mod numpy_array;

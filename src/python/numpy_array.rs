@@ -15,7 +15,6 @@
 //! They are trusted only when numpy's `_ARRAY_API` reports one of those ABI versions and the
 //! type is the `PyArray_Type` that table points to.
 
-use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::size_of;
 use std::ptr::{self, NonNull};
@@ -24,7 +23,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::held_object;
 use crate::abi::*;
-use crate::cpython::{imported_module, ModuleWatch, Owned, Python};
+use crate::cpython::{imported_module, GilVar, ModuleWatch, Owned, Python};
 use crate::error::Result;
 use crate::layout::MAX_NDIM;
 use crate::tensor::Tensor;
@@ -94,16 +93,10 @@ enum Numpy {
     Unreadable,
 }
 
-struct NumpyCell(UnsafeCell<Numpy>);
-
-// SAFETY: only touched with the GIL held, which serialises every access.
-unsafe impl Sync for NumpyCell {}
-
-static NUMPY: NumpyCell = NumpyCell(UnsafeCell::new(Numpy::Unknown));
+static NUMPY: GilVar<Numpy> = GilVar::new(Numpy::Unknown);
 
 fn array_type(py: &Python) -> Option<*mut PyTypeObject> {
-    // SAFETY: GIL held (see NumpyCell); a copy is read, no reference kept.
-    match unsafe { *NUMPY.0.get() } {
+    match NUMPY.get() {
         Numpy::Array(ty) => Some(ty),
         Numpy::Unreadable => None,
         Numpy::Unknown => resolve(py),
@@ -115,8 +108,7 @@ fn resolve(py: &Python) -> Option<*mut PyTypeObject> {
     static WATCH: ModuleWatch = ModuleWatch::new();
     imported_module(py, &WATCH, c"numpy")?;
     let found = read_array_api(py);
-    // SAFETY: GIL held; the import above ran Python code, but no reference into the cell lives.
-    unsafe { *NUMPY.0.get() = found.map_or(Numpy::Unreadable, Numpy::Array) };
+    NUMPY.set(found.map_or(Numpy::Unreadable, Numpy::Array));
     found
 }
 

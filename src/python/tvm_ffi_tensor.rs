@@ -18,7 +18,6 @@
 //! (a subclass may override `__dlpack__`); anything else — tvm_ffi not imported, a NULL handle,
 //! a tensor without strides — goes to `__dlpack__`, whose answer stays the answer.
 
-use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 use std::ptr::{self, NonNull};
@@ -27,7 +26,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use crate::abi::*;
-use crate::cpython::{imported_module, interned, py, vectorcall_method, GilCell, ModuleWatch, Owned, Python};
+use crate::cpython::{imported_module, interned, py, vectorcall_method, GilCell, GilVar, ModuleWatch, Owned, Python};
 use crate::error::{guard, Error, Result};
 use crate::memory::cpu;
 use crate::tensor::{Tensor, MANAGED_BLOCK};
@@ -71,28 +70,17 @@ enum TvmFfi {
     Unreadable,
 }
 
-struct TvmFfiCell(UnsafeCell<TvmFfi>);
-
-// SAFETY: only touched with the GIL held, which serialises every access.
-unsafe impl Sync for TvmFfiCell {}
-
-static TVM_FFI: TvmFfiCell = TvmFfiCell(UnsafeCell::new(TvmFfi::Unknown));
+static TVM_FFI: GilVar<TvmFfi> = GilVar::new(TvmFfi::Unknown);
 
 /// `TVMFFIObjectDecRef`, for the deleter of an import (which has no other context).
 static DEC_REF: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
 
 #[inline]
 fn state(py: &Python) -> TvmFfi {
-    // SAFETY: GIL held (see TvmFfiCell); a copy is read, no reference kept.
-    match unsafe { *TVM_FFI.0.get() } {
+    match TVM_FFI.get() {
         TvmFfi::Unknown => resolve(py),
         known => known,
     }
-}
-
-fn set_state(state: TvmFfi) {
-    // SAFETY: GIL held (see TvmFfiCell); no reference into the cell lives.
-    unsafe { *TVM_FFI.0.get() = state };
 }
 
 /// `tvm_ffi.core.Tensor` and tvm-ffi's functions, once `tvm_ffi.core` is imported and the
@@ -120,7 +108,7 @@ fn resolve(py: &Python) -> TvmFfi {
         }
         TvmFfi::Found(Found { ty: ty.cast(), handle_ptr, inc_ref: refs.map(|(inc, _)| inc), verified: false })
     };
-    set_state(found);
+    TVM_FFI.set(found);
     found
 }
 
@@ -230,7 +218,7 @@ fn verify(py: &Python, object: *mut PyObject, mut found: Found) -> Result<Option
     // SAFETY: a live tvm-ffi object; the DLTensor is read only once the type index says tensor.
     let ours = unsafe {
         if (*handle.as_ptr()).type_index != TENSOR_TYPE_INDEX {
-            set_state(TvmFfi::Unreadable);
+            TVM_FFI.set(TvmFfi::Unreadable);
             return Ok(None);
         }
         Handle(handle).dl_tensor().read()
@@ -255,10 +243,10 @@ fn verify(py: &Python, object: *mut PyObject, mut found: Found) -> Result<Option
         }
     };
     if !same {
-        set_state(TvmFfi::Unreadable);
+        TVM_FFI.set(TvmFfi::Unreadable);
         return Ok(None);
     }
-    set_state(TvmFfi::Found(Found { verified: true, ..found }));
+    TVM_FFI.set(TvmFfi::Found(Found { verified: true, ..found }));
     Ok(Some(Handle(handle)))
 }
 

@@ -1,0 +1,167 @@
+"""jax arrays exported by jaxlib's C++ function (src/python/jax_array.rs) instead of the Python
+of jax's `__dlpack__`: the same tensor as jax's own export, made by that function and not by
+`__dlpack__`, for one-device arrays only; jax's own answer (and error) for everything else; the
+first array checked against `__dlpack__`, a disagreement turning the path off."""
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax._src.lib import _jax  # noqa: E402
+
+import dlpack_abi as abi  # noqa: E402
+import dlpx  # noqa: E402
+from test_consumer_fast_paths import TensorView, view_of, view_release  # noqa: E402
+
+ARRAYS = {
+    "float32": lambda: jnp.arange(12, dtype=jnp.float32).reshape(3, 4),
+    "int8": lambda: jnp.arange(5, dtype=jnp.int8),
+    "bool": lambda: jnp.arange(4) % 2 == 0,
+    "bfloat16": lambda: jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3),
+    "complex64": lambda: jnp.arange(4, dtype=jnp.complex64),
+    "zero-d": lambda: jnp.float32(2.5),
+    "zero-size": lambda: jnp.zeros((0, 3), dtype=jnp.float32),
+    "transposed": lambda: jnp.arange(6.0).reshape(2, 3).T,
+    "committed": lambda: jax.device_put(jnp.arange(4.0), jax.devices()[0]),
+}
+FIELDS = ("data", "device", "ndim", "dtype", "shape", "strides", "byte_offset")
+
+
+def jaxs_own(x) -> dict:
+    info = abi.read_capsule(x.__dlpack__())
+    assert info["name"] == "dltensor"
+    return {k: info[k] for k in FIELDS}
+
+
+def imported(x) -> dict:
+    t = dlpx.from_dlpack(x)
+    info = abi.read_capsule(t.__dlpack__(max_version=(1, 3)))
+    return {k: info[k] for k in FIELDS}
+
+
+def viewed(x) -> dict:
+    view = TensorView()
+    assert view_of(x, ctypes.byref(view)) == 0
+    try:
+        return {k: v for k, v in abi.describe(view.tensor).items() if k in FIELDS}
+    finally:
+        view_release(ctypes.byref(view))
+
+
+@pytest.mark.parametrize("make", ARRAYS.values(), ids=ARRAYS.keys())
+@pytest.mark.parametrize("read", [imported, viewed], ids=["from_dlpack", "view"])
+def test_a_jax_array_is_the_tensor_jaxs_own_export_describes(make, read):
+    x = make()
+    assert read(x) == jaxs_own(x)
+
+
+class Counting:
+    """Counts the calls of jaxlib's export function and of jax's `__dlpack__`, both replaced by
+    wrappers that call the originals (jax's `__dlpack__` looks the function up in the module
+    on every call, as dlpx does)."""
+
+    def __init__(self, monkeypatch):
+        self.exports = self.dlpacks = 0
+        export, dlpack = _jax.buffer_to_dlpack_managed_tensor, _jax.ArrayImpl.__dlpack__
+
+        def counted_export(*args, **kwargs):
+            self.exports += 1
+            return export(*args, **kwargs)
+
+        def counted_dlpack(*args, **kwargs):
+            self.dlpacks += 1
+            return dlpack(*args, **kwargs)
+
+        monkeypatch.setattr(_jax, "buffer_to_dlpack_managed_tensor", counted_export)
+        monkeypatch.setattr(_jax.ArrayImpl, "__dlpack__", counted_dlpack)
+
+
+@pytest.mark.parametrize("read", [imported, viewed], ids=["from_dlpack", "view"])
+def test_a_one_device_array_is_exported_by_jaxlibs_function_not_by_dlpack(monkeypatch, read):
+    x = jnp.arange(8.0)
+    dlpx.from_dlpack(x)  # the first array of the process is checked against __dlpack__
+    counts = Counting(monkeypatch)
+    for _ in range(3):
+        read(x)
+    assert (counts.exports, counts.dlpacks) == (3, 0)
+
+
+def test_a_deleted_array_gets_jaxs_own_error():
+    x = jnp.arange(3.0)
+    x.delete()
+    with pytest.raises(RuntimeError, match="Array has been deleted"):
+        dlpx.from_dlpack(x)
+    with pytest.raises(RuntimeError, match="Array has been deleted"):
+        view_of(x, ctypes.byref(TensorView()))
+
+
+def test_reference_counts_are_flat_over_a_million_imports():
+    x = jnp.arange(16, dtype=jnp.float32)
+    for _ in range(1000):
+        dlpx.from_dlpack(x)
+    refs = sys.getrefcount(x)
+    for _ in range(1_000_000):
+        dlpx.from_dlpack(x)
+    assert sys.getrefcount(x) == refs
+
+
+def run_fresh(code: str) -> str:
+    """`code` in a new interpreter with two CPU devices: the path's state is per process."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_an_array_over_several_devices_gets_jaxs_own_buffer_error():
+    out = run_fresh(
+        """
+        import jax, jax.numpy as jnp, numpy as np, dlpx
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        mesh = Mesh(np.array(jax.devices()), ("x",))
+        dlpx.from_dlpack(jnp.arange(4.0))
+        for spec in (P("x"), P()):
+            y = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, spec))
+            try:
+                dlpx.from_dlpack(y)
+            except BufferError as e:
+                print("refused:", e)
+        one = jax.device_put(jnp.arange(8.0), jax.devices()[1])
+        print("second device:", np.from_dlpack(dlpx.from_dlpack(one)).tolist() == list(range(8)))
+        """
+    )
+    assert out.count("refused: to_dlpack can only pack a dlpack tensor from an array on a singular device") == 2
+    assert "second device: True" in out
+
+
+def test_a_function_that_disagrees_with_dlpack_on_the_first_array_turns_the_path_off():
+    # The replacement exports another array when handed the array itself, as dlpx does;
+    # jax's `__dlpack__` hands it `addressable_data(0)`, a different object, and gets the truth.
+    out = run_fresh(
+        """
+        import jax.numpy as jnp, numpy as np, dlpx
+        from jax._src.lib import _jax
+        export, other = _jax.buffer_to_dlpack_managed_tensor, jnp.full(4, 7.0)
+        calls = []
+        def lying(buffer, stream=None):
+            calls.append(1)
+            return export(other if buffer is x else buffer, stream=stream)
+        _jax.buffer_to_dlpack_managed_tensor = lying
+        x = jnp.arange(4.0)
+        for _ in range(3):
+            print(np.from_dlpack(dlpx.from_dlpack(x)).tolist())
+        print("calls:", len(calls))
+        """
+    )
+    assert out.splitlines()[:3] == ["[0.0, 1.0, 2.0, 3.0]"] * 3
+    # One call of ours to check, then `__dlpack__` for each of the three imports.
+    assert "calls: 4" in out
