@@ -27,7 +27,7 @@ use crate::tensor::Tensor;
 pub fn import(object: *mut PyObject, device: Option<DLDevice>, copy: Option<bool>) -> Result<Tensor> {
     let py = py();
     // SAFETY: GIL held; `object` is a live reference held by our caller.
-    let tensor = match unsafe { tensor_type::tensor_of(object) } {
+    let tensor = match unsafe { tensor_type::exact_tensor_of(object) } {
         Some(t) => t.clone(),
         None => import_foreign(py, object, device, copy).map_err(|err| err.at("from_dlpack"))?,
     };
@@ -60,6 +60,14 @@ fn import_foreign(py: &Python, object: *mut PyObject, device: Option<DLDevice>, 
     // SAFETY: GIL held; `object` is live.
     let ty = unsafe { (*object).ob_type };
     if let Some(api) = exchange_api_of_type(py, ty)? {
+        // A subclass of dlpx.Tensor inherits dlpx's table: its tensor is shared as it is. (Asked
+        // only here, so other producers' types cost no walk of their MRO.)
+        if tensor_type::own_table().is_some_and(|own| ptr::eq(own, api)) {
+            // SAFETY: GIL held; `object` is live.
+            if let Some(tensor) = unsafe { tensor_type::tensor_of(object) } {
+                return Ok(tensor.clone());
+            }
+        }
         // SAFETY: the table came from the object's own type and stays alive for the process.
         let tensor = unsafe { import_through_table(api, object)? };
         order_after_producer(api, tensor.dl_tensor().device)?;

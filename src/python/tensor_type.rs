@@ -96,6 +96,22 @@ pub unsafe fn tensor_of<'a>(object: *mut PyObject) -> Option<&'a Tensor> {
     }
 }
 
+/// The tensor inside `object` when its type is exactly dlpx.Tensor: one comparison, where
+/// [`tensor_of`] walks the MRO of every other type to find subclasses.
+///
+/// # Safety
+/// GIL held; `object` is a live object.
+#[inline]
+pub unsafe fn exact_tensor_of<'a>(object: *mut PyObject) -> Option<&'a Tensor> {
+    // SAFETY: a live object has a type; our type's instances have the PyTensor layout.
+    unsafe {
+        match (*object).ob_type == tensor_type() {
+            true => PyTensor::get(object),
+            false => None,
+        }
+    }
+}
+
 /// The DLTensor of `object` when its type is exactly dlpx.Tensor (the hot path of the view).
 ///
 /// # Safety
