@@ -89,8 +89,13 @@ fn resolve(py: &Python) -> Jax {
         let single = Owned::new((py.PyObject_GetAttrString)(module.as_ptr(), c"SingleDeviceSharding".as_ptr()));
         let export =
             Owned::new((py.PyObject_GetAttrString)(module.as_ptr(), c"buffer_to_dlpack_managed_tensor".as_ptr()));
+        // Without the field every array would cost a failed lookup before `__dlpack__`.
+        let field = match &array {
+            Ok(array) => Owned::new((py.PyObject_GetAttrString)(array.as_ptr(), c"_sharding".as_ptr())).is_ok(),
+            Err(_) => false,
+        };
         match (array, single, export) {
-            (Ok(array), Ok(single), Ok(_)) => Jax::Found(Found {
+            (Ok(array), Ok(single), Ok(_)) if field => Jax::Found(Found {
                 module: module.into_ptr(),
                 array: array.into_ptr().cast(),
                 single_device: single.into_ptr().cast(),
@@ -106,10 +111,11 @@ fn resolve(py: &Python) -> Jax {
     found
 }
 
-/// `"sharding"`, interned once.
+/// `"_sharding"`, interned once: the field of jaxlib's `ArrayImpl` that jax's Python `sharding`
+/// property returns (a Python frame dearer).
 fn sharding_name(py: &Python) -> Result<*mut PyObject> {
     static NAME: GilCell<usize> = GilCell::new();
-    interned(py, &NAME, c"sharding")
+    interned(py, &NAME, c"_sharding")
 }
 
 /// `"buffer_to_dlpack_managed_tensor"`, interned once.
@@ -119,7 +125,8 @@ fn export_name(py: &Python) -> Result<*mut PyObject> {
 }
 
 /// Whether the array's sharding is exactly a `SingleDeviceSharding`: `__dlpack__` refuses an
-/// array over several devices, which jaxlib's function would export one shard of.
+/// array over several devices (`self.sharding.device_set`), which jaxlib's function would
+/// export one shard of.
 fn on_one_device(py: &Python, object: *mut PyObject, found: Found) -> bool {
     let Ok(name) = sharding_name(py) else { return false };
     // SAFETY: GIL held; the new reference is released here; a failure is cleared.
