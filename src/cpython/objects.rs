@@ -104,6 +104,19 @@ pub fn interned(py: &Python, cell: &GilCell<usize>, text: &CStr) -> Result<*mut 
     .map(|name| name as *mut PyObject)
 }
 
+/// `getattr(object, name)`, or None with the failure cleared: for optional lookups, which
+/// must not leave an exception set for the next call to run into.
+pub fn attribute(py: &Python, object: *mut PyObject, name: &CStr) -> Option<Owned> {
+    // SAFETY: GIL held; `object` is live; the new reference is owned.
+    let value = unsafe { (py.PyObject_GetAttrString)(object, name.as_ptr()) };
+    if value.is_null() {
+        // SAFETY: GIL held.
+        unsafe { (py.PyErr_Clear)() };
+        return None;
+    }
+    Some(Owned(value))
+}
+
 /// What [`imported_module`] remembers of one module name: the name, interned once, and the
 /// size `sys.modules` had when the module was last missing there.
 pub struct ModuleWatch {

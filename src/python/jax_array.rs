@@ -7,13 +7,16 @@
 //! `__dlpack__`'s cost; the rest is the Python around it, which every consumer pays
 //! (benches/interop.py prints both). For an array whose type is exactly `jaxlib._jax.ArrayImpl`
 //! and whose sharding is exactly a `SingleDeviceSharding` (one device by construction), dlpx
-//! calls the function itself, with the array (its only shard), looked up in the module on every
-//! call as jax's own code looks it up, and no stream: only the requests dlpx makes with none go
-//! this way.
+//! makes the same call: the function, looked up in the module on every call as jax's own code
+//! looks it up, with what `addressable_data(0)` gives such an array, its cached
+//! `_fully_replicated_shard()` (not the array itself: an export of the array would outlive a
+//! `delete()` of it badly, and one of an array held by another process would read a shard list
+//! that is empty), and no stream: only the requests dlpx makes with none go this way.
 //!
-//! Nothing is trusted before the first array has been exported both ways and the two capsules
-//! matched (docs/design.md, "Producers read directly"); a mismatch turns this path off for the
-//! process. Whatever the function refuses (a deleted array) goes to `__dlpack__`, so jax's own
+//! Nothing is trusted before an array has been exported both ways and the two capsules matched
+//! (docs/design.md, "Producers read directly"); a mismatch, or an export `__dlpack__` refuses,
+//! turns this path off for the process, for good. Whatever the shard lookup or the function
+//! refuses (a deleted array, one held by another process) goes to `__dlpack__`, so jax's own
 //! error is the error; so does everything else: a subclass, another sharding, jax without
 //! `jaxlib._jax`.
 
@@ -22,7 +25,9 @@ use std::ptr;
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use crate::abi::DLManagedTensor;
-use crate::cpython::{imported_module, interned, vectorcall_method, GilCell, GilVar, ModuleWatch, Owned, Python};
+use crate::cpython::{
+    attribute, imported_module, interned, vectorcall_method, GilCell, GilVar, ModuleWatch, Owned, Python,
+};
 use crate::error::Result;
 use crate::layout::MAX_NDIM;
 
@@ -72,40 +77,32 @@ fn state(py: &Python) -> Jax {
     }
 }
 
-/// `ArrayImpl`, `SingleDeviceSharding` and the module, once `jaxlib._jax` is imported, has
-/// both types and the function, and the running CPython can call by vectorcall (3.9+).
+/// `ArrayImpl`, `SingleDeviceSharding` and the module, once `jaxlib._jax` is imported and has
+/// them all, the function and the fields this path reads.
 #[cold]
 fn resolve(py: &Python) -> Jax {
     static WATCH: ModuleWatch = ModuleWatch::new();
     let Some(module) = imported_module(py, &WATCH, c"jaxlib._jax") else { return Jax::Unknown };
-    if vectorcall_method().is_none() || sharding_name(py).is_err() || export_name(py).is_err() {
-        // SAFETY: GIL held; interning may have failed with an exception: not ours to keep.
+    if [sharding_name(py), shard_name(py), export_name(py)].iter().any(|name| name.is_err()) {
+        // SAFETY: GIL held; interning failed with an exception (no memory): not ours to keep.
         unsafe { (py.PyErr_Clear)() };
         return Jax::Unknown;
     }
-    // SAFETY: GIL held; new references are owned (kept below); failed lookups are cleared.
-    let found = unsafe {
-        let array = Owned::new((py.PyObject_GetAttrString)(module.as_ptr(), c"ArrayImpl".as_ptr()));
-        let single = Owned::new((py.PyObject_GetAttrString)(module.as_ptr(), c"SingleDeviceSharding".as_ptr()));
-        let export =
-            Owned::new((py.PyObject_GetAttrString)(module.as_ptr(), c"buffer_to_dlpack_managed_tensor".as_ptr()));
-        // Without the field every array would cost a failed lookup before `__dlpack__`.
-        let field = match &array {
-            Ok(array) => Owned::new((py.PyObject_GetAttrString)(array.as_ptr(), c"_sharding".as_ptr())).is_ok(),
-            Err(_) => false,
-        };
-        match (array, single, export) {
-            (Ok(array), Ok(single), Ok(_)) if field => Jax::Found(Found {
-                module: module.into_ptr(),
-                array: array.into_ptr().cast(),
-                single_device: single.into_ptr().cast(),
-                verified: false,
-            }),
-            _ => {
-                (py.PyErr_Clear)();
-                Jax::Off
-            }
-        }
+    let array = attribute(py, module.as_ptr(), c"ArrayImpl");
+    let single = attribute(py, module.as_ptr(), c"SingleDeviceSharding");
+    let export = attribute(py, module.as_ptr(), c"buffer_to_dlpack_managed_tensor");
+    // Without the fields every array would cost failed lookups before `__dlpack__`.
+    let fields = array.as_ref().is_some_and(|array| {
+        [c"_sharding", c"_fully_replicated_shard"].iter().all(|field| attribute(py, array.as_ptr(), field).is_some())
+    });
+    let found = match (array, single, export) {
+        (Some(array), Some(single), Some(_)) if fields && vectorcall_method().is_some() => Jax::Found(Found {
+            module: module.into_ptr(),
+            array: array.into_ptr().cast(),
+            single_device: single.into_ptr().cast(),
+            verified: false,
+        }),
+        _ => Jax::Off,
     };
     JAX.set(found);
     found
@@ -116,6 +113,13 @@ fn resolve(py: &Python) -> Jax {
 fn sharding_name(py: &Python) -> Result<*mut PyObject> {
     static NAME: GilCell<usize> = GilCell::new();
     interned(py, &NAME, c"_sharding")
+}
+
+/// `"_fully_replicated_shard"`, interned once: what jax's `addressable_data(0)` returns for an
+/// array on one device (cached by the array).
+fn shard_name(py: &Python) -> Result<*mut PyObject> {
+    static NAME: GilCell<usize> = GilCell::new();
+    interned(py, &NAME, c"_fully_replicated_shard")
 }
 
 /// `"buffer_to_dlpack_managed_tensor"`, interned once.
@@ -139,37 +143,48 @@ fn on_one_device(py: &Python, object: *mut PyObject, found: Found) -> bool {
     }
 }
 
-/// `jaxlib._jax.buffer_to_dlpack_managed_tensor(object)`; None when it fails (cleared).
+/// `jaxlib._jax.buffer_to_dlpack_managed_tensor(object._fully_replicated_shard())`, as jax's
+/// `_to_dlpack` calls it for an array on one device; None when either call fails (cleared).
 fn export(py: &Python, object: *mut PyObject, found: Found) -> Option<Owned> {
     let call = vectorcall_method()?;
-    let name = export_name(py).ok()?;
+    let (shard_name, export_name) = (shard_name(py).ok()?, export_name(py).ok()?);
     // SAFETY: GIL held; the module and `object` are live; `args[0]` is the receiver, as
-    // `PyObject_VectorcallMethod` takes it: the module's attribute is called with `object`.
-    unsafe {
-        let args = [found.module, object];
-        match Owned::new(call(name, args.as_ptr(), 2, ptr::null_mut())) {
-            Ok(capsule) => Some(capsule),
-            Err(_) => {
-                (py.PyErr_Clear)();
-                None
-            }
+    // `PyObject_VectorcallMethod` takes it (for the module, its attribute is called with the
+    // shard); new references are owned.
+    let capsule = unsafe {
+        let shard = Owned::new(call(shard_name, [object].as_ptr(), 1, ptr::null_mut()));
+        match shard {
+            Ok(shard) => Owned::new(call(export_name, [found.module, shard.as_ptr()].as_ptr(), 2, ptr::null_mut())),
+            Err(error) => Err(error),
+        }
+    };
+    match capsule {
+        Ok(capsule) => Some(capsule),
+        Err(_) => {
+            // SAFETY: GIL held.
+            unsafe { (py.PyErr_Clear)() };
+            None
         }
     }
 }
 
-/// The first array: exported both ways, the capsules compared. Agreement turns the path on;
-/// any difference, including one failing where the other does not, turns it off. The answer is
-/// `__dlpack__`'s either way.
+/// The first array: exported both ways, the capsules compared. Agreement turns the path on; a
+/// difference, or one way refusing what the other exports, turns it off for good (another
+/// thread's verdict meanwhile cannot turn it back on). Both refusing (a deleted array) decides
+/// nothing. The answer is `__dlpack__`'s either way.
 #[cold]
 fn verify(py: &Python, object: *mut PyObject, found: Found) -> Result<Owned> {
     let ours = export(py, object, found);
     let theirs = super::dlpack_call::call(py, object);
-    let agree = match (&ours, &theirs) {
+    let verdict = match (&ours, &theirs) {
         // SAFETY: GIL held; both capsules are live.
-        (Some(ours), Ok(theirs)) => unsafe { same_legacy_tensor(py, ours.as_ptr(), theirs.as_ptr()) },
-        _ => false,
+        (Some(ours), Ok(theirs)) => Some(unsafe { same_legacy_tensor(py, ours.as_ptr(), theirs.as_ptr()) }),
+        (None, Err(_)) => None,
+        _ => Some(false),
     };
-    JAX.set(if agree { Jax::Found(Found { verified: true, ..found }) } else { Jax::Off });
+    if let (Some(agree), Jax::Found(now)) = (verdict, JAX.get()) {
+        JAX.set(if agree { Jax::Found(Found { verified: true, ..now }) } else { Jax::Off });
+    }
     // `ours`, unconsumed, is freed by its capsule's destructor.
     theirs
 }
@@ -181,15 +196,21 @@ fn verify(py: &Python, object: *mut PyObject, found: Found) -> Result<Owned> {
 /// GIL held; both are live objects.
 unsafe fn same_legacy_tensor(py: &Python, a: *mut PyObject, b: *mut PyObject) -> bool {
     // SAFETY: per the contract; a non-capsule or another name answers NULL, cleared.
-    let (a, b) = unsafe {
-        let a = (py.PyCapsule_GetPointer)(a, c"dltensor".as_ptr()).cast::<DLManagedTensor>();
-        let b = (py.PyCapsule_GetPointer)(b, c"dltensor".as_ptr()).cast::<DLManagedTensor>();
-        if a.is_null() || b.is_null() {
-            (py.PyErr_Clear)();
-            return false;
+    let pointer = |capsule: *mut PyObject| {
+        // SAFETY: per the contract.
+        let managed = unsafe { (py.PyCapsule_GetPointer)(capsule, c"dltensor".as_ptr()) };
+        if managed.is_null() {
+            // SAFETY: GIL held.
+            unsafe { (py.PyErr_Clear)() };
         }
-        (&(*a).dl_tensor, &(*b).dl_tensor)
+        managed.cast::<DLManagedTensor>()
     };
+    let (a, b) = (pointer(a), pointer(b));
+    if a.is_null() || b.is_null() {
+        return false;
+    }
+    // SAFETY: non-NULL pointers of live "dltensor" capsules.
+    let (a, b) = unsafe { (&(*a).dl_tensor, &(*b).dl_tensor) };
     if (a.data, a.byte_offset, a.device, a.dtype, a.ndim) != (b.data, b.byte_offset, b.device, b.dtype, b.ndim)
         || !(0..=MAX_NDIM as i32).contains(&a.ndim)
     {

@@ -246,7 +246,11 @@ fn verify(py: &Python, object: *mut PyObject, mut found: Found) -> Result<Option
         TVM_FFI.set(TvmFfi::Unreadable);
         return Ok(None);
     }
-    TVM_FFI.set(TvmFfi::Found(Found { verified: true, ..found }));
+    // `__dlpack__` ran Python code: another thread's verdict may have come meanwhile, and a
+    // "no" stays a no.
+    if let TvmFfi::Found(_) = TVM_FFI.get() {
+        TVM_FFI.set(TvmFfi::Found(Found { verified: true, ..found }));
+    }
     Ok(Some(Handle(handle)))
 }
 

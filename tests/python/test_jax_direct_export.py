@@ -5,6 +5,7 @@ first array checked against `__dlpack__`, a disagreement turning the path off.""
 
 import ctypes
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -102,24 +103,41 @@ def test_a_deleted_array_gets_jaxs_own_error():
         view_of(x, ctypes.byref(TensorView()))
 
 
-def test_reference_counts_are_flat_over_a_million_imports():
-    x = jnp.arange(16, dtype=jnp.float32)
-    for _ in range(1000):
-        dlpx.from_dlpack(x)
-    refs = sys.getrefcount(x)
-    for _ in range(1_000_000):
-        dlpx.from_dlpack(x)
-    assert sys.getrefcount(x) == refs
+@pytest.mark.parametrize("read", [dlpx.from_dlpack, viewed], ids=["from_dlpack", "view"])
+def test_an_array_deleted_while_its_import_lives_leaves_the_import_valid(read):
+    # The export is of the shard jax's own `__dlpack__` exports, not of the array: jaxlib
+    # aborts the process when an array is deleted under an export of its own.
+    dlpx.from_dlpack(jnp.arange(3.0))
+    x = jnp.arange(8.0) * 2
+    if read is viewed:
+        view = TensorView()
+        assert view_of(x, ctypes.byref(view)) == 0
+        x.delete()
+        assert abi.describe(view.tensor)["shape"] == (8,)
+        view_release(ctypes.byref(view))
+    else:
+        t = read(x)
+        x.delete()
+        assert np.from_dlpack(t).tolist() == [2.0 * i for i in range(8)]
+
+
+def fresh(code: str, *args: str) -> subprocess.Popen:
+    """`code` in a new interpreter with two CPU devices: the path's state is per process."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def run_fresh(code: str) -> str:
-    """`code` in a new interpreter with two CPU devices: the path's state is per process."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    process = fresh(code)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, out + err
+    return out
 
 
 def test_an_array_over_several_devices_gets_jaxs_own_buffer_error():
@@ -165,3 +183,55 @@ def test_a_function_that_disagrees_with_dlpack_on_the_first_array_turns_the_path
     assert out.splitlines()[:3] == ["[0.0, 1.0, 2.0, 3.0]"] * 3
     # One call of ours to check, then `__dlpack__` for each of the three imports.
     assert "calls: 4" in out
+
+
+def test_a_deleted_first_array_decides_nothing():
+    out = run_fresh(
+        """
+        import jax.numpy as jnp, dlpx
+        from jax._src.lib import _jax
+        d = jnp.arange(3.0)
+        d.delete()
+        try:
+            dlpx.from_dlpack(d)
+        except RuntimeError as e:
+            print("first:", e)
+        dlpack, calls = _jax.ArrayImpl.__dlpack__, []
+        def counted(*args, **kwargs):
+            calls.append(1)
+            return dlpack(*args, **kwargs)
+        _jax.ArrayImpl.__dlpack__ = counted
+        for _ in range(5):
+            dlpx.from_dlpack(jnp.arange(4.0))
+        print("__dlpack__ calls:", len(calls))
+        """
+    )
+    assert "first: Array has been deleted" in out
+    # The second array is checked against __dlpack__ (one call); the other four are not.
+    assert "__dlpack__ calls: 1" in out
+
+
+def test_an_array_held_by_another_process_gets_jaxs_own_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = """
+        import sys, jax
+        jax.distributed.initialize(f"127.0.0.1:{sys.argv[1]}", num_processes=2, process_id=int(sys.argv[2]))
+        import jax.numpy as jnp, dlpx
+        from jax.sharding import SingleDeviceSharding
+        dlpx.from_dlpack(jnp.arange(4.0))
+        remote = next(d for d in jax.devices() if d.process_index != jax.process_index())
+        x = jax.make_array_from_single_device_arrays((4,), SingleDeviceSharding(remote), [], dtype=jnp.float32)
+        for read in (dlpx.from_dlpack, lambda x: x.__dlpack__()):
+            try:
+                read(x)
+            except Exception as e:
+                print(type(e).__name__, str(e).splitlines()[0])
+        """
+    processes = [fresh(code, str(port), str(i)) for i in range(2)]
+    outs = [p.communicate(timeout=300) for p in processes]
+    for process, (out, err) in zip(processes, outs):
+        assert process.returncode == 0, out + err
+        lines = out.splitlines()
+        assert len(lines) == 2 and lines[0] == lines[1] and "no addressable shards" in lines[0], out + err

@@ -332,6 +332,22 @@ def test_from_dlpack_of_a_subclass_gives_a_plain_tensor_on_the_same_memory():
     assert u.data_ptr == t.data_ptr
 
 
+def test_a_subclass_that_publishes_its_own_export_is_imported_through_it():
+    calls = []
+
+    class OwnExport(dlpx.Tensor):
+        __dlpack_c_exchange_api__ = None  # no table: its __dlpack__ is the way in
+
+        def __dlpack__(self, **kwargs):
+            calls.append(sorted(kwargs))
+            return super().__dlpack__(**kwargs)
+
+    t = OwnExport(np.arange(3.0))
+    u = dlpx.from_dlpack(t)
+    assert calls == [["max_version"]]
+    assert type(u) is dlpx.Tensor and u.data_ptr == t.data_ptr
+
+
 def test_subclass_inherits_the_exchange_attributes():
     assert Labelled.__dlpack_c_exchange_api__ is dlpx.Tensor.__dlpack_c_exchange_api__
     assert Labelled.__c_dlpack_exchange_api__ == dlpx.Tensor.__c_dlpack_exchange_api__
