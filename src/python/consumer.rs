@@ -1,7 +1,8 @@
 //! The universal importer: any Python object that speaks DLPack becomes a [`Tensor`].
 //!
 //! Order of preference: the producer type's exchange table (a C call, no capsule), then the
-//! producers dlpx reads directly (numpy arrays, tvm_ffi tensors), then
+//! producers dlpx reads directly (numpy arrays, tvm_ffi tensors, the numpy arrays inside
+//! array-api-strict's), then
 //! `__dlpack__(max_version=(1, 3), …)` (for a jax array on one device, the jaxlib function it
 //! ends in: `jax_array`), then the legacy `__dlpack__()`.
 
@@ -78,6 +79,9 @@ fn import_foreign(py: &Python, object: *mut PyObject, device: Option<DLDevice>, 
             return Ok(tensor);
         }
         if let Some(tensor) = super::tvm_ffi_tensor::import(py, object)? {
+            return Ok(tensor);
+        }
+        if let Some(tensor) = super::array_api_strict_array::import(py, object)? {
             return Ok(tensor);
         }
     }

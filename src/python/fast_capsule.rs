@@ -1,5 +1,5 @@
 //! Kernel views of producers without an exchange table that dlpx does not read directly (jax,
-//! array-api-strict, …): the managed tensor `__dlpack__` put in its capsule (for a jax array,
+//! cupy, …): the managed tensor `__dlpack__` put in its capsule (for a jax array,
 //! the capsule of the jaxlib function `__dlpack__` ends in: `jax_array`) goes to the kernel as
 //! the view's owner, as it is (a legacy one in a versioned wrapper from the per-thread cache,
 //! `legacy::wrap`).

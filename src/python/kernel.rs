@@ -3,7 +3,7 @@
 //! and the universal table on top (`exports.rs`, `exchange.rs`) are thin shells over these.
 //!
 //! An object maps to its type's own exchange table (walked to major 1), or to none. Without
-//! one, numpy arrays and tvm_ffi tensors are read directly (docs/design.md, "Producers read
+//! one, numpy arrays, tvm_ffi tensors and array-api-strict arrays are read directly (docs/design.md, "Producers read
 //! directly") and other objects go through `__dlpack__` (a jax array through the jaxlib function
 //! it ends in); outputs for them are `dlpx.Tensor`s.
 
@@ -61,6 +61,9 @@ fn import_managed_through(
             return Ok(managed);
         }
         if let Some(managed) = super::tvm_ffi_tensor::managed_of(py, object)? {
+            return Ok(managed);
+        }
+        if let Some(managed) = super::array_api_strict_array::managed_of(py, object)? {
             return Ok(managed);
         }
         // SAFETY: GIL held; `object` is live.

@@ -6,6 +6,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod args;
+pub mod array_api_strict_array;
 pub mod capsule;
 pub mod consumer;
 pub mod dlpack_call;

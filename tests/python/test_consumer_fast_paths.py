@@ -159,8 +159,15 @@ def test_what_the_struct_path_does_not_cover_gets_numpys_own_answer(make):
     assert viewed(a) == expected
 
 
+def through_dlpack(values):
+    """An array_api_strict array on one of its make-believe devices: dlpx does not read it
+    through the numpy array it wraps (src/python/array_api_strict_array.rs), so it takes the
+    path of any table-less producer, `__dlpack__`."""
+    return array_api_strict.asarray(values, device=array_api_strict.Device("device1"))
+
+
 def test_a_table_less_producers_view_is_its_own_tensor_released_once():
-    a = array_api_strict.asarray(np.arange(6, dtype=np.float32))
+    a = through_dlpack(np.arange(6, dtype=np.float32))
     view = TensorView()
     assert view_of(a, ctypes.byref(view)) == 0
     expected = abi.read_capsule(a.__dlpack__(max_version=(1, 0)))
@@ -297,8 +304,11 @@ def view_and_release(obj, view=TensorView()):
         (lambda: np.arange(16, dtype=np.float32), view_and_release),
         (lambda: tvm_ffi.from_dlpack(np.arange(16, dtype=np.float32)), dlpx.from_dlpack),
         (lambda: tvm_ffi.from_dlpack(np.arange(16, dtype=np.float32)), view_and_release),
+        (lambda: through_dlpack(np.arange(16, dtype=np.float32)), dlpx.from_dlpack),
+        (lambda: through_dlpack(np.arange(16, dtype=np.float32)), view_and_release),
         (lambda: array_api_strict.asarray(np.arange(16, dtype=np.float32)), dlpx.from_dlpack),
         (lambda: array_api_strict.asarray(np.arange(16, dtype=np.float32)), view_and_release),
+        (lambda: jax_array(np.arange(16, dtype=np.float32)), dlpx.from_dlpack),
         (lambda: jax_array(np.arange(16, dtype=np.float32)), view_and_release),
     ],
     ids=[
@@ -308,6 +318,9 @@ def view_and_release(obj, view=TensorView()):
         "tvm_ffi-view",
         "dlpack_call-from_dlpack",
         "fast_capsule-view",
+        "array_api_strict-from_dlpack",
+        "array_api_strict-view",
+        "jax-from_dlpack",
         "legacy-view",
     ],
 )
