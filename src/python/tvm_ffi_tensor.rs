@@ -248,8 +248,10 @@ fn verify(py: &Python, object: *mut PyObject, mut found: Found) -> Result<Option
     }
     // `__dlpack__` ran Python code: another thread's verdict may have come meanwhile, and a
     // "no" stays a no.
-    if let TvmFfi::Found(_) = TVM_FFI.get() {
-        TVM_FFI.set(TvmFfi::Found(Found { verified: true, ..found }));
+    if let TvmFfi::Found(now) = TVM_FFI.get() {
+        // Either verification finding the accessor wrong leaves it unused.
+        let handle_ptr = now.handle_ptr.and(found.handle_ptr);
+        TVM_FFI.set(TvmFfi::Found(Found { verified: true, handle_ptr, ..now }));
     }
     Ok(Some(Handle(handle)))
 }
