@@ -467,6 +467,25 @@ unsafe fn delete_refused(managed: NonNull<DLManagedTensorVersioned>) {
     }
 }
 
+/// Whether two producers' `DLTensor`s describe the same tensor: data, offset, device, dtype and
+/// ndim equal, shape and strides equal by value (each export may own its arrays; NULL strides
+/// match only NULL). An `ndim` outside dlpx's limit never matches. How a shortcut to a producer's
+/// export is checked against the export itself (docs/design.md, "Producers read directly").
+///
+/// # Safety
+/// Each non-NULL `shape` and `strides` holds `ndim` values.
+pub unsafe fn same_description(a: &DLTensor, b: &DLTensor) -> bool {
+    if (a.data, a.byte_offset, a.device, a.dtype, a.ndim) != (b.data, b.byte_offset, b.device, b.dtype, b.ndim)
+        || !(0..=layout::MAX_NDIM as i32).contains(&a.ndim)
+    {
+        return false;
+    }
+    let n = a.ndim as usize;
+    // SAFETY: the caller's contract; `n` is within dlpx's limit.
+    let values = |p: *const i64| (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, n) });
+    n == 0 || (values(a.shape) == values(b.shape) && values(a.strides) == values(b.strides))
+}
+
 /// Whether `dl` passes every check of [`check_imported`] and has its strides: the common case,
 /// decided without building a message or a result (every import and kernel view runs it).
 ///
@@ -550,6 +569,34 @@ mod tests {
 
     const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
     const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
+
+    #[test]
+    fn two_descriptions_are_the_same_by_value_not_by_address() {
+        let (mut shape_a, mut shape_b, mut strides_a, mut strides_b) = ([2i64, 3], [2i64, 3], [3i64, 1], [3i64, 1]);
+        let mut data = [0f32; 6];
+        let a = Tensor::empty(&[2, 3], F32, CPU).unwrap();
+        let mut x = *a.dl_tensor();
+        x.data = data.as_mut_ptr().cast();
+        let (mut y, mut z) = (x, x);
+        (x.shape, x.strides) = (shape_a.as_mut_ptr(), strides_a.as_mut_ptr());
+        (y.shape, y.strides) = (shape_b.as_mut_ptr(), strides_b.as_mut_ptr());
+        z.shape = shape_b.as_mut_ptr();
+        // SAFETY: every non-NULL shape and strides above holds `ndim` values.
+        unsafe {
+            assert!(same_description(&x, &y));
+            z.strides = std::ptr::null_mut();
+            assert!(!same_description(&x, &z), "NULL strides match only NULL");
+            let mut w = x;
+            w.byte_offset = 4;
+            assert!(!same_description(&x, &w));
+            w = x;
+            w.ndim = -1;
+            assert!(!same_description(&w, &w), "an ndim out of range never matches");
+            let mut other_strides = [4i64, 1];
+            y.strides = other_strides.as_mut_ptr();
+            assert!(!same_description(&x, &y));
+        }
+    }
 
     #[test]
     fn an_export_keeps_the_storage_alive_until_its_deleter() {

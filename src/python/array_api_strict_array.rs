@@ -21,7 +21,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 use crate::abi::{DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_READ_ONLY};
 use crate::cpython::{attribute, imported_module, interned, GilCell, GilVar, ModuleWatch, Owned, Python};
 use crate::error::Result;
-use crate::tensor::Tensor;
+use crate::tensor::{same_description, Tensor};
 
 /// The oldest API version whose `__dlpack__` takes `max_version` (versions are "YYYY.MM").
 const OLDEST_API_VERSION: &str = "2023.12";
@@ -208,16 +208,7 @@ unsafe fn same_tensor(py: &Python, capsule: *mut PyObject, tensor: &Tensor) -> b
     }
     // SAFETY: the pointer of a live "dltensor_versioned" capsule.
     let managed = unsafe { &*managed.cast::<DLManagedTensorVersioned>() };
-    let (theirs, ours) = (&managed.dl_tensor, tensor.dl_tensor());
-    if (theirs.data, theirs.byte_offset, theirs.device, theirs.dtype, theirs.ndim)
-        != (ours.data, ours.byte_offset, ours.device, ours.dtype, ours.ndim)
-        || (managed.flags ^ tensor.flags()) & DLPACK_FLAG_BITMASK_READ_ONLY != 0
-    {
-        return false;
-    }
-    // `ours` passed dlpx's checks: `ndim` is within its limit and its shape and strides are set.
-    let n = ours.ndim as usize;
-    // SAFETY: a producer's shape and strides are `ndim` long (its strides may be NULL).
-    let dims = |p: *const i64| (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, n) });
-    n == 0 || (dims(theirs.shape) == dims(ours.shape) && dims(theirs.strides) == dims(ours.strides))
+    // SAFETY: `tensor` passed dlpx's checks; the producer's shape and strides are `ndim` long.
+    (managed.flags ^ tensor.flags()) & DLPACK_FLAG_BITMASK_READ_ONLY == 0
+        && unsafe { same_description(&managed.dl_tensor, tensor.dl_tensor()) }
 }

@@ -2,9 +2,8 @@
 //!
 //! Order of preference: the producer type's exchange table (a C call, no capsule), then the
 //! producers dlpx reads directly (numpy arrays, tvm_ffi tensors, the numpy arrays inside
-//! array-api-strict's), then
-//! `__dlpack__(max_version=(1, 3), …)` (for a jax array on one device, the jaxlib function it
-//! ends in: `jax_array`), then the legacy `__dlpack__()`.
+//! array-api-strict's), then `__dlpack__(max_version=(1, 3), …)` (for a jax array on one
+//! device, the jaxlib function it ends in: `jax_array`), then the legacy `__dlpack__()`.
 
 use std::cell::UnsafeCell;
 use std::ffi::CStr;

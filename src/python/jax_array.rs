@@ -29,7 +29,7 @@ use crate::cpython::{
     attribute, imported_module, interned, vectorcall_method, GilCell, GilVar, ModuleWatch, Owned, Python,
 };
 use crate::error::Result;
-use crate::layout::MAX_NDIM;
+use crate::tensor::same_description;
 
 /// What dlpx found in the loaded `jaxlib._jax`. The references are kept for the process: the
 /// extension is never unloaded.
@@ -206,19 +206,6 @@ unsafe fn same_legacy_tensor(py: &Python, a: *mut PyObject, b: *mut PyObject) ->
         managed.cast::<DLManagedTensor>()
     };
     let (a, b) = (pointer(a), pointer(b));
-    if a.is_null() || b.is_null() {
-        return false;
-    }
-    // SAFETY: non-NULL pointers of live "dltensor" capsules.
-    let (a, b) = unsafe { (&(*a).dl_tensor, &(*b).dl_tensor) };
-    if (a.data, a.byte_offset, a.device, a.dtype, a.ndim) != (b.data, b.byte_offset, b.device, b.dtype, b.ndim)
-        || !(0..=MAX_NDIM as i32).contains(&a.ndim)
-    {
-        return false;
-    }
-    let n = a.ndim as usize;
-    // SAFETY: a producer's shape and strides are `ndim` long (strides may be NULL); read only
-    // for an ndim within dlpx's limit.
-    let values = |p: *const i64| (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, n) });
-    n == 0 || (values(a.shape) == values(b.shape) && values(a.strides) == values(b.strides))
+    // SAFETY: non-NULL pointers of live "dltensor" capsules, whose producers keep `ndim` values.
+    !a.is_null() && !b.is_null() && unsafe { same_description(&(*a).dl_tensor, &(*b).dl_tensor) }
 }

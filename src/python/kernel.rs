@@ -3,9 +3,9 @@
 //! and the universal table on top (`exports.rs`, `exchange.rs`) are thin shells over these.
 //!
 //! An object maps to its type's own exchange table (walked to major 1), or to none. Without
-//! one, numpy arrays, tvm_ffi tensors and array-api-strict arrays are read directly (docs/design.md, "Producers read
-//! directly") and other objects go through `__dlpack__` (a jax array through the jaxlib function
-//! it ends in); outputs for them are `dlpx.Tensor`s.
+//! one, numpy arrays, tvm_ffi tensors and array-api-strict arrays are read directly
+//! (docs/design.md, "Producers read directly") and other objects go through `__dlpack__` (a jax
+//! array through the jaxlib function it ends in); outputs for them are `dlpx.Tensor`s.
 
 use std::ffi::{c_int, c_void};
 use std::ptr::{self, NonNull};
