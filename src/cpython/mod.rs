@@ -18,8 +18,8 @@ mod raise;
 
 pub use gil::{holds_gil, without_gil, ExceptionGuard, GilCell, GilVar};
 pub use objects::{
-    attribute, fastcall_as_cfunction, imported_module, int_tuple, interned, type_name, vectorcall_method, CStatic,
-    FastCallKeywords, ModuleWatch, VectorcallMethod, METH_FASTCALL,
+    attribute, fastcall_as_cfunction, imported_module, int_tuple, interned, interned_attribute, type_name,
+    vectorcall_method, CStatic, FastCallKeywords, ModuleWatch, VectorcallMethod, METH_FASTCALL,
 };
 pub use raise::{take_pending, Raise};
 

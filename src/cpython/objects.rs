@@ -107,8 +107,18 @@ pub fn interned(py: &Python, cell: &GilCell<usize>, text: &CStr) -> Result<*mut 
 /// `getattr(object, name)`, or None with the failure cleared: for optional lookups, which
 /// must not leave an exception set for the next call to run into.
 pub fn attribute(py: &Python, object: *mut PyObject, name: &CStr) -> Option<Owned> {
-    // SAFETY: GIL held; `object` is live; the new reference is owned.
-    let value = unsafe { (py.PyObject_GetAttrString)(object, name.as_ptr()) };
+    // SAFETY: GIL held; `object` is live.
+    optional(py, unsafe { (py.PyObject_GetAttrString)(object, name.as_ptr()) })
+}
+
+/// [`attribute`] for an interned `name` (a hot path's lookup: no str is made).
+pub fn interned_attribute(py: &Python, object: *mut PyObject, name: *mut PyObject) -> Option<Owned> {
+    // SAFETY: GIL held; `object` and `name` are live.
+    optional(py, unsafe { (py.PyObject_GetAttr)(object, name) })
+}
+
+/// A new reference, or None with the exception that NULL left cleared.
+fn optional(py: &Python, value: *mut PyObject) -> Option<Owned> {
     if value.is_null() {
         // SAFETY: GIL held.
         unsafe { (py.PyErr_Clear)() };

@@ -19,7 +19,9 @@
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use crate::abi::{DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_READ_ONLY};
-use crate::cpython::{attribute, imported_module, interned, GilCell, GilVar, ModuleWatch, Owned, Python};
+use crate::cpython::{
+    attribute, imported_module, interned, interned_attribute, GilCell, GilVar, ModuleWatch, Owned, Python,
+};
 use crate::error::Result;
 use crate::tensor::{same_description, Tensor};
 
@@ -56,7 +58,7 @@ fn numpy_of(py: &Python, object: *mut PyObject) -> Option<Owned> {
     if unsafe { (*object).ob_type } != found.array || !on_cpu(py, object, found) || !api_new_enough(py, found) {
         return None;
     }
-    field(py, object, array_name(py).ok()?)
+    interned_attribute(py, object, array_name(py).ok()?)
 }
 
 /// [`numpy_of`] imported through the numpy path, checked against `__dlpack__` on first use.
@@ -147,30 +149,17 @@ fn version_name(py: &Python) -> Result<*mut PyObject> {
     interned(py, &NAME, c"API_VERSION")
 }
 
-/// `getattr(object, name)` for an interned `name`; None when it fails (cleared).
-fn field(py: &Python, object: *mut PyObject, name: *mut PyObject) -> Option<Owned> {
-    // SAFETY: GIL held; `object` and `name` are live; a failure is cleared.
-    match Owned::new(unsafe { (py.PyObject_GetAttr)(object, name) }) {
-        Ok(value) => Some(value),
-        Err(_) => {
-            // SAFETY: GIL held.
-            unsafe { (py.PyErr_Clear)() };
-            None
-        }
-    }
-}
-
 /// Whether the array is on array-api-strict's CPU device (its other devices are make-believe
 /// ones its own host conversions refuse).
 fn on_cpu(py: &Python, object: *mut PyObject, found: Found) -> bool {
     let Ok(name) = device_name(py) else { return false };
-    field(py, object, name).is_some_and(|device| device.as_ptr() == found.cpu_device)
+    interned_attribute(py, object, name).is_some_and(|device| device.as_ptr() == found.cpu_device)
 }
 
 /// Whether the `API_VERSION` flag is 2023.12 or later: the string last found new enough, or a
 /// new one that is (then remembered).
 fn api_new_enough(py: &Python, found: Found) -> bool {
-    let Some(version) = version_name(py).ok().and_then(|name| field(py, found.flags, name)) else {
+    let Some(version) = version_name(py).ok().and_then(|name| interned_attribute(py, found.flags, name)) else {
         return false;
     };
     if version.as_ptr() == found.api_version {

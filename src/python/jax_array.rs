@@ -26,7 +26,8 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 use crate::abi::DLManagedTensor;
 use crate::cpython::{
-    attribute, imported_module, interned, vectorcall_method, GilCell, GilVar, ModuleWatch, Owned, Python,
+    attribute, imported_module, interned, interned_attribute, vectorcall_method, GilCell, GilVar, ModuleWatch, Owned,
+    Python,
 };
 use crate::error::Result;
 use crate::tensor::same_description;
@@ -132,15 +133,11 @@ fn export_name(py: &Python) -> Result<*mut PyObject> {
 /// array over several devices (`self.sharding.device_set`), which jaxlib's function would
 /// export one shard of.
 fn on_one_device(py: &Python, object: *mut PyObject, found: Found) -> bool {
-    let Ok(name) = sharding_name(py) else { return false };
-    // SAFETY: GIL held; the new reference is released here; a failure is cleared.
-    unsafe {
-        let Ok(sharding) = Owned::new((py.PyObject_GetAttr)(object, name)) else {
-            (py.PyErr_Clear)();
-            return false;
-        };
-        (*sharding.as_ptr()).ob_type == found.single_device
-    }
+    let Some(sharding) = sharding_name(py).ok().and_then(|name| interned_attribute(py, object, name)) else {
+        return false;
+    };
+    // SAFETY: a live object has a type.
+    unsafe { (*sharding.as_ptr()).ob_type == found.single_device }
 }
 
 /// `jaxlib._jax.buffer_to_dlpack_managed_tensor(object._fully_replicated_shard())`, as jax's
