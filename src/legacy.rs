@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 use crate::abi::*;
 use crate::error::guard;
 use crate::memory::cpu;
-use crate::tensor::{self, MANAGED_BLOCK};
+use crate::tensor::MANAGED_BLOCK;
 
 /// `legacy` in a versioned wrapper when it passes every import check and has strides (an
 /// old producer's NULL strides need storage of their own: the caller imports those as a
@@ -24,7 +24,7 @@ pub unsafe fn wrap(legacy: NonNull<DLManagedTensor>) -> Option<NonNull<DLManaged
     // SAFETY: live by the caller's contract.
     let dl = unsafe { legacy.as_ref().dl_tensor };
     // SAFETY: the producer's shape and strides are `ndim` long.
-    if !unsafe { tensor::is_sound(&dl, 0) } {
+    if !unsafe { crate::validate::is_sound(&dl, 0) } {
         return None;
     }
     let managed = cpu::alloc(MANAGED_BLOCK)?.cast::<DLManagedTensorVersioned>();

@@ -20,6 +20,7 @@ pub mod memory;
 pub mod python;
 pub mod stream;
 pub mod tensor;
+pub mod validate;
 
 pub use abi::{DLDataType, DLDevice, DLManagedTensorVersioned, DLTensor, DataTypeCode, DeviceType};
 pub use error::{Error, ErrorKind};

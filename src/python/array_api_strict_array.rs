@@ -23,7 +23,8 @@ use crate::cpython::{
     attribute, imported_module, interned, interned_attribute, GilCell, GilVar, ModuleWatch, Owned, Python,
 };
 use crate::error::Result;
-use crate::tensor::{same_description, Tensor};
+use crate::tensor::Tensor;
+use crate::validate::same_description;
 
 /// The oldest API version whose `__dlpack__` takes `max_version` (versions are "YYYY.MM").
 const OLDEST_API_VERSION: &str = "2023.12";

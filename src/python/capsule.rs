@@ -99,13 +99,10 @@ pub fn consume(py: &Python, capsule: *mut PyObject) -> Result<Tensor> {
             let managed = (py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>();
             let managed = NonNull::new(managed).ok_or_else(|| Error::buffer("capsule holds NULL"))?;
             // Only the stable prefix (version, deleter) may be read before the version check.
-            let major = std::ptr::addr_of!((*managed.as_ptr()).version.major).read();
-            if major != DLPACK_MAJOR_VERSION {
+            if let Err(err) = crate::validate::check_major(crate::validate::major_of(managed.as_ptr())) {
                 mark_used(py, capsule, USED_VERSIONED)?;
                 delete_versioned(managed.as_ptr());
-                return Err(Error::buffer(format!(
-                    "the producer sent DLPack major version {major}; dlpx supports {DLPACK_MAJOR_VERSION}"
-                )));
+                return Err(err);
             }
             mark_used(py, capsule, USED_VERSIONED)?;
             // A tensor that fails validation goes back to the capsule, whose destructor frees it.
@@ -137,11 +134,11 @@ pub fn take_versioned(py: &Python, capsule: *mut PyObject) -> Result<Option<NonN
         }
         let managed = (py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>();
         let Some(managed) = NonNull::new(managed) else { return Ok(None) };
-        if std::ptr::addr_of!((*managed.as_ptr()).version.major).read() != DLPACK_MAJOR_VERSION {
+        if crate::validate::major_of(managed.as_ptr()) != DLPACK_MAJOR_VERSION {
             return Ok(None);
         }
         let m = managed.as_ref();
-        if !matches!(crate::tensor::check_imported(&m.dl_tensor, m.flags), Ok(None)) {
+        if !matches!(crate::validate::check_imported(&m.dl_tensor, m.flags), Ok(None)) {
             return Ok(None);
         }
         mark_used(py, capsule, USED_VERSIONED)?;

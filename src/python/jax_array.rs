@@ -30,7 +30,7 @@ use crate::cpython::{
     Python,
 };
 use crate::error::Result;
-use crate::tensor::same_description;
+use crate::validate::same_description;
 
 /// What dlpx found in the loaded `jaxlib._jax`. The references are kept for the process: the
 /// extension is never unloaded.

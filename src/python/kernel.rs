@@ -101,7 +101,7 @@ pub fn view(object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedT
             // SAFETY: the object's DLTensor; its shape and strides are `ndim` long and live in it.
             *out = unsafe { handle.dl_tensor().read() };
             // SAFETY: as above.
-            if unsafe { tensor::check_view(out)? } {
+            if unsafe { crate::validate::check_view(out)? } {
                 return Ok(ptr::null_mut());
             }
             // NULL strides: an owning import spells them out (below).
@@ -113,7 +113,7 @@ pub fn view(object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedT
             return Err(Error::python_pending());
         }
         // SAFETY: the producer filled `out`; its shape and strides are `ndim` long.
-        if unsafe { tensor::check_view(out)? } {
+        if unsafe { crate::validate::check_view(out)? } {
             return Ok(ptr::null_mut());
         }
         // NULL strides: an owning import spells them out (below).

@@ -196,3 +196,12 @@ pub(super) fn set_up_devices() -> impl Iterator<Item = (i32, &'static Device)> {
         .into_iter()
         .flat_map(|devices| devices.iter().enumerate().filter_map(|(i, d)| d.get().map(|d| (i as i32, d))))
 }
+
+/// A driver's answer to an allocation of `nbytes`: MemoryError naming the size for
+/// CUDA_ERROR_OUT_OF_MEMORY, the driver's own error otherwise.
+pub(super) fn out_of_memory(driver: &Driver, code: i32, nbytes: usize, device_id: i32) -> Result<()> {
+    if code == driver::CUDA_ERROR_OUT_OF_MEMORY {
+        return Err(Error::memory(format!("out of memory allocating {nbytes} bytes on CUDA device {device_id}")));
+    }
+    check(driver, "CUDA allocation", code)
+}

@@ -23,7 +23,7 @@ pub use copy::{copy_device_to_device, copy_to_host};
 pub use device::{check_device, synchronise_device};
 pub use events::{order_after, Fence, StreamUse, Uses};
 pub use pinned::{alloc_pinned, free_pinned, pinned_capacity};
-pub use pool::{alloc_device, alloc_managed, empty_cache, free_device, free_managed};
+pub use pool::{alloc_device, alloc_managed, free_device, free_managed};
 
 use super::driver;
 
@@ -51,4 +51,11 @@ pub fn driver_present() -> bool {
 pub fn same_stream(a: usize, b: usize) -> bool {
     let normalise = |s: usize| if s == 0 { STREAM_LEGACY } else { s };
     normalise(a) == normalise(b)
+}
+
+/// Gives the CUDA memory dlpx keeps for reuse back to the driver: its pools' free memory on
+/// every device set up so far, and pinned blocks whose work has finished.
+pub fn empty_cache() -> crate::error::Result<()> {
+    pool::trim_pools()?;
+    pinned::empty_pinned_cache()
 }

@@ -6,9 +6,8 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys::CUevent;
 
-use super::device::{devices_in_use, on_device, synchronise_context};
+use super::device::{devices_in_use, on_device, out_of_memory, synchronise_context};
 use super::events::{fences_done, record_event, release_fences, Fence, Uses};
-use super::pool::out_of_memory;
 use super::STREAM_LEGACY;
 use crate::error::Result;
 use crate::memory::blocking::blocking;

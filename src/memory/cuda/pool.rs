@@ -8,11 +8,10 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUevent, CUmemoryPool, CUstream};
 
-use super::device::{on_device, set_up_devices, synchronise_context, with_context, Device, DEVICES};
+use super::device::{on_device, out_of_memory, set_up_devices, synchronise_context, with_context, Device, DEVICES};
 use super::events::{enqueue_wait, release_fences, wait_for_peer, Uses};
-use super::pinned::empty_pinned_cache;
 use super::same_stream;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::memory::blocking::blocking;
 use crate::memory::driver::{self, check, Driver};
 
@@ -150,18 +149,19 @@ unsafe fn free_now(
 }
 
 /// Gives the memory dlpx's pools keep for reuse back to the driver, on every device set up so far.
-pub fn empty_cache() -> Result<()> {
-    if DEVICES.get().is_some() {
-        let driver = driver::get()?;
-        for (device_id, state) in set_up_devices().filter(|(_, s)| s.pool != 0) {
-            with_context(driver, state.context as CUcontext, || {
-                flush_deferred(driver, state, device_id);
-                // SAFETY: a pool dlpx created; trimming keeps memory that is still allocated.
-                check(driver, "cuMemPoolTrimTo", unsafe { (driver.cuMemPoolTrimTo)(state.pool as CUmemoryPool, 0) })
-            })?;
-        }
+pub(super) fn trim_pools() -> Result<()> {
+    if DEVICES.get().is_none() {
+        return Ok(());
     }
-    empty_pinned_cache()
+    let driver = driver::get()?;
+    for (device_id, state) in set_up_devices().filter(|(_, s)| s.pool != 0) {
+        with_context(driver, state.context as CUcontext, || {
+            flush_deferred(driver, state, device_id);
+            // SAFETY: a pool dlpx created; trimming keeps memory that is still allocated.
+            check(driver, "cuMemPoolTrimTo", unsafe { (driver.cuMemPoolTrimTo)(state.pool as CUmemoryPool, 0) })
+        })?;
+    }
+    Ok(())
 }
 
 /// Managed (unified) memory, attached globally.
@@ -180,11 +180,4 @@ pub fn alloc_managed(nbytes: usize) -> Result<*mut c_void> {
 pub unsafe fn free_managed(ptr: *mut c_void) -> Result<()> {
     // SAFETY: per the contract.
     on_device(0, |driver, _| check(driver, "cuMemFree", unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) }))
-}
-
-pub(super) fn out_of_memory(driver: &Driver, code: i32, nbytes: usize, device_id: i32) -> Result<()> {
-    if code == driver::CUDA_ERROR_OUT_OF_MEMORY {
-        return Err(Error::memory(format!("out of memory allocating {nbytes} bytes on CUDA device {device_id}")));
-    }
-    check(driver, "CUDA allocation", code)
 }

@@ -1,0 +1,369 @@
+//! `Tensor`: shared ownership (`Arc`) of one managed tensor — allocated by dlpx or imported from
+//! any producer (docs/design.md, "Memory and ownership"); its exports are in `export`.
+
+mod export;
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use export::is_our_export;
+pub use export::MANAGED_BLOCK;
+
+use crate::abi::*;
+use crate::allocation;
+use crate::error::{Error, Result};
+use crate::layout;
+use crate::memory::cpu;
+use crate::validate::{check_imported, check_major, major_of};
+
+/// What keeps the memory alive: the producer's managed tensor, whose deleter runs exactly once
+/// when the last `Tensor` (and the last export) is gone.
+enum Owner {
+    Versioned(NonNull<DLManagedTensorVersioned>),
+    Legacy(NonNull<DLManagedTensor>),
+}
+
+struct Core {
+    dl: DLTensor,
+    flags: u64,
+    owner: Owner,
+    /// Shape and strides when the producer's cannot be used as they are (NULL strides of an old
+    /// producer); `dl.shape`/`dl.strides` point here then.
+    _dims: Option<Box<[i64]>>,
+}
+
+// SAFETY: the core is immutable after construction; DLPack deleters may run on any thread (the
+// producer's contract), which is what dropping the last reference elsewhere does.
+unsafe impl Send for Core {}
+unsafe impl Sync for Core {}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        // SAFETY: we own the managed tensor and call its deleter exactly once, here.
+        unsafe {
+            match self.owner {
+                Owner::Versioned(m) => {
+                    if let Some(deleter) = (*m.as_ptr()).deleter {
+                        deleter(m.as_ptr())
+                    }
+                }
+                Owner::Legacy(m) => {
+                    if let Some(deleter) = (*m.as_ptr()).deleter {
+                        deleter(m.as_ptr())
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A tensor: cheap to clone, safe to send, immutable metadata.
+#[derive(Clone)]
+pub struct Tensor(Arc<Core>);
+
+impl Tensor {
+    /// Records that work on this tensor's data is being ordered on `stream` of CUDA device
+    /// `device_id`, so dlpx's allocator waits for it before the memory is reused (torch's
+    /// `record_stream`). Memory another producer allocated is its allocator's business.
+    pub fn record_stream(&self, device_id: i32, stream: *mut c_void) {
+        Tensor::record_core_stream(&self.0, device_id, stream);
+    }
+
+    /// [`Tensor::record_stream`] for a managed tensor dlpx handed out: an allocator block, or an
+    /// export of a tensor (whose owner is found through the export). Others are ignored.
+    ///
+    /// # Safety
+    /// `managed` points to a live managed tensor the caller holds.
+    pub unsafe fn record_stream_of(managed: NonNull<DLManagedTensorVersioned>, device_id: i32, stream: *mut c_void) {
+        // SAFETY: live, per the contract.
+        let m = unsafe { managed.as_ref() };
+        if allocation::is_ours(m) {
+            // SAFETY: as above, with the caller's pointer (and its provenance).
+            unsafe { allocation::record_use(managed, device_id, stream) };
+        } else if is_our_export(m) {
+            // SAFETY: an export's manager_ctx is an `Arc<Core>` it holds; borrowed here, not taken.
+            let core = unsafe { &*m.manager_ctx.cast_const().cast::<Core>() };
+            Tensor::record_core_stream(core, device_id, stream);
+        }
+    }
+
+    fn record_core_stream(core: &Core, device_id: i32, stream: *mut c_void) {
+        if let Owner::Versioned(owner) = core.owner {
+            // SAFETY: the core keeps its owner alive.
+            unsafe { allocation::record_use(owner, device_id, stream) };
+        }
+    }
+
+    /// A consumer of dlpx's exchange table works on dlpx's current stream of the tensor's
+    /// device (`current_work_stream`): record it.
+    #[inline]
+    pub fn record_current_stream(&self) {
+        let device = self.0.dl.device;
+        if device.device_type == DeviceType::CUDA {
+            self.record_stream(device.device_id, crate::stream::current(device));
+        }
+    }
+
+    /// A new compact CPU tensor, uninitialised, from dlpx's allocator.
+    pub fn empty(shape: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Tensor> {
+        Self::empty_with_flags(shape, dtype, device, 0)
+    }
+
+    /// [`Tensor::empty`] recording DLPack flags; only IS_SUBBYTE_TYPE_PADDED is kept (it sizes
+    /// sub-byte dtypes one element per byte).
+    pub fn empty_with_flags(shape: &[i64], dtype: DLDataType, device: DLDevice, flags: u64) -> Result<Tensor> {
+        let ndim = i32::try_from(shape.len()).map_err(|_| Error::value("too many dimensions"))?;
+        let prototype = DLTensor {
+            data: std::ptr::null_mut(),
+            device,
+            ndim,
+            dtype,
+            shape: shape.as_ptr().cast_mut(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        // SAFETY: `shape` is a live slice of `ndim` values.
+        let managed = unsafe { allocation::allocate_with_flags(&prototype, flags)? };
+        // SAFETY: a fresh, valid tensor from our allocator; ownership passes to the Tensor.
+        Ok(unsafe { Self::adopt_valid(managed) })
+    }
+
+    /// Takes ownership of a versioned managed tensor after validating it. On error the caller
+    /// keeps ownership (and must call the deleter).
+    ///
+    /// # Safety
+    /// `managed` points to a live managed tensor that the caller owns.
+    pub unsafe fn from_managed(managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
+        // SAFETY: forwarded contract.
+        match unsafe { check_versioned(managed)? } {
+            Checked::OurExport => {
+                // One of our exports coming home (a round trip): take back its reference instead
+                // of wrapping it in a second owner.
+                // SAFETY: our export's manager_ctx is an `Arc::into_raw`, its block ours to free.
+                Ok(unsafe {
+                    let core = Arc::from_raw(managed.as_ref().manager_ctx.cast_const().cast::<Core>());
+                    cpu::free(managed.cast(), MANAGED_BLOCK);
+                    Tensor(core)
+                })
+            }
+            // SAFETY: our own allocator's output is valid by construction.
+            Checked::OurAllocation => Ok(unsafe { Self::adopt_valid(managed) }),
+            Checked::Foreign(dims) => {
+                // SAFETY: checked: a v1 struct, live and owned by the caller.
+                let m = unsafe { managed.as_ref() };
+                Ok(Self::build(m.dl_tensor, m.flags, Owner::Versioned(managed), dims))
+            }
+        }
+    }
+
+    /// [`Tensor::from_managed`] taking ownership either way: a tensor it refuses is deleted
+    /// (its deleter called once, unread past the version when the major is unknown).
+    ///
+    /// # Safety
+    /// As for [`Tensor::from_managed`]; the caller gives `managed` up.
+    pub unsafe fn from_managed_or_delete(managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
+        // SAFETY: forwarded contract; on failure the tensor is still ours to delete.
+        unsafe { Self::from_managed(managed).inspect_err(|_| delete_refused(managed)) }
+    }
+
+    /// Takes ownership of a legacy (unversioned) managed tensor after validating it. On error the
+    /// caller keeps ownership.
+    ///
+    /// # Safety
+    /// `managed` points to a live legacy managed tensor that the caller owns.
+    pub unsafe fn from_legacy(managed: NonNull<DLManagedTensor>) -> Result<Tensor> {
+        // SAFETY: live by the caller's contract.
+        let m = unsafe { managed.as_ref() };
+        // SAFETY: as above.
+        let dims = unsafe { check_imported(&m.dl_tensor, 0)? };
+        Ok(Self::build(m.dl_tensor, 0, Owner::Legacy(managed), dims))
+    }
+
+    /// # Safety
+    /// `managed` is valid (checked or ours) and owned by the caller, who gives it up.
+    unsafe fn adopt_valid(managed: NonNull<DLManagedTensorVersioned>) -> Tensor {
+        // SAFETY: per the contract.
+        let m = unsafe { managed.as_ref() };
+        Self::build(m.dl_tensor, m.flags, Owner::Versioned(managed), None)
+    }
+
+    fn build(mut dl: DLTensor, flags: u64, owner: Owner, dims: Option<Box<[i64]>>) -> Tensor {
+        if let Some(dims) = &dims {
+            let ndim = dl.ndim as usize;
+            dl.shape = dims.as_ptr().cast_mut();
+            // SAFETY: `dims` holds shape then strides, 2 * ndim values.
+            dl.strides = unsafe { dims.as_ptr().add(ndim).cast_mut() };
+        }
+        Tensor(Arc::new(Core { dl, flags, owner, _dims: dims }))
+    }
+
+    /// The tensor's description; shape and strides live as long as this `Tensor`.
+    #[inline]
+    pub fn dl_tensor(&self) -> &DLTensor {
+        &self.0.dl
+    }
+
+    /// The producer's flags. IS_COPIED here means the producer made this tensor as a private
+    /// copy for dlpx; exports never repeat it (dlpx keeps a reference, so the consumer of an
+    /// export does not own the memory alone).
+    pub fn flags(&self) -> u64 {
+        self.0.flags
+    }
+
+    pub fn is_readonly(&self) -> bool {
+        self.0.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0
+    }
+
+    pub fn shape(&self) -> &[i64] {
+        dims(self.0.dl.shape, self.0.dl.ndim)
+    }
+
+    pub fn strides(&self) -> &[i64] {
+        dims(self.0.dl.strides, self.0.dl.ndim)
+    }
+
+    pub fn numel(&self) -> u64 {
+        self.shape().iter().map(|&e| e as u64).product()
+    }
+
+    /// Bytes the elements occupy (packed sub-byte types unless flagged padded).
+    pub fn nbytes(&self) -> u64 {
+        layout::nbytes(self.numel(), self.0.dl.dtype, self.0.flags).unwrap_or(u64::MAX)
+    }
+
+    pub fn is_contiguous(&self) -> bool {
+        layout::is_contiguous(self.shape(), self.strides())
+    }
+
+    /// Whether both handles share one owner (no copy was made between them).
+    pub fn same_owner(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+fn dims<'a>(ptr: *const i64, ndim: i32) -> &'a [i64] {
+    if ndim <= 0 || ptr.is_null() {
+        &[]
+    } else {
+        // SAFETY: a core's shape and strides are `ndim` long and live as long as the core.
+        unsafe { std::slice::from_raw_parts(ptr, ndim as usize) }
+    }
+}
+
+/// What [`check_versioned`] found a versioned managed tensor to be.
+enum Checked {
+    /// An export of a dlpx tensor (its manager_ctx is an `Arc<Core>`).
+    OurExport,
+    /// A block of dlpx's allocator.
+    OurAllocation,
+    /// A valid foreign tensor; owned shape+strides when its strides were NULL.
+    Foreign(Option<Box<[i64]>>),
+}
+
+/// Validates a versioned managed tensor without taking it: its major version first (nothing
+/// else of an unknown major is read), then everything [`check_imported`] checks.
+///
+/// # Safety
+/// `managed` points to a live managed tensor.
+unsafe fn check_versioned(managed: NonNull<DLManagedTensorVersioned>) -> Result<Checked> {
+    // SAFETY: live by the caller's contract; only the version is read before the version check
+    // allows a reference to the whole v1 struct.
+    check_major(unsafe { major_of(managed.as_ptr()) })?;
+    // SAFETY: a v1 struct, live.
+    let m = unsafe { managed.as_ref() };
+    if is_our_export(m) {
+        return Ok(Checked::OurExport);
+    }
+    if allocation::is_ours(m) {
+        return Ok(Checked::OurAllocation);
+    }
+    // SAFETY: as above; the version is known, so the whole struct may be read.
+    Ok(Checked::Foreign(unsafe { check_imported(&m.dl_tensor, m.flags)? }))
+}
+
+/// Validates a producer's managed tensor that is to be handed on as it is (the kernel API
+/// passes a table's tensor straight to C): Ok(true) when it is valid and complete, Ok(false)
+/// when it is valid but its strides are NULL (an old producer's compact row-major), which a
+/// C caller cannot index: wrap it in a [`Tensor`] and export that instead. On error the tensor
+/// has been deleted (refused tensors are never handed on).
+///
+/// # Safety
+/// `managed` points to a live managed tensor that the caller owns and gives up on error.
+pub unsafe fn check_managed_or_delete(managed: NonNull<DLManagedTensorVersioned>) -> Result<bool> {
+    // SAFETY: forwarded contract.
+    match unsafe { check_versioned(managed) } {
+        Ok(Checked::Foreign(Some(_))) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(err) => {
+            // SAFETY: refused, so still the caller's, which gave it up to us.
+            unsafe { delete_refused(managed) };
+            Err(err)
+        }
+    }
+}
+
+/// Deletes a managed tensor dlpx refused. The deleter sits in the prefix every major version
+/// keeps, so it is called even for a major dlpx cannot read.
+///
+/// # Safety
+/// `managed` is live and owned by the caller, who gives it up.
+unsafe fn delete_refused(managed: NonNull<DLManagedTensorVersioned>) {
+    // SAFETY: per the contract; only the stable prefix is read.
+    unsafe {
+        if let Some(deleter) = std::ptr::addr_of!((*managed.as_ptr()).deleter).read() {
+            deleter(managed.as_ptr());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
+    const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
+
+    static DELETED: AtomicUsize = AtomicUsize::new(0);
+    unsafe extern "C" fn count_and_free(m: *mut DLManagedTensorVersioned) {
+        DELETED.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: made by `foreign` below with Box::into_raw.
+        drop(unsafe { Box::from_raw(m) });
+    }
+
+    fn foreign(data: &mut [f32; 4], shape: &mut [i64; 1], version: u32) -> NonNull<DLManagedTensorVersioned> {
+        let dl = DLTensor {
+            data: data.as_mut_ptr().cast(),
+            device: CPU,
+            ndim: 1,
+            dtype: F32,
+            shape: shape.as_mut_ptr(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        let m = DLManagedTensorVersioned {
+            version: DLPackVersion { major: version, minor: 0 },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(count_and_free),
+            flags: 0,
+            dl_tensor: dl,
+        };
+        NonNull::new(Box::into_raw(Box::new(m))).unwrap()
+    }
+
+    #[test]
+    fn an_import_calls_the_producers_deleter_once_when_its_last_user_goes() {
+        let (mut data, mut shape) = ([1.0f32, 2.0, 3.0, 4.0], [4i64]);
+        let before = DELETED.load(Ordering::SeqCst);
+        // SAFETY: a valid managed tensor whose deleter frees it; ownership moves in.
+        let t = unsafe { Tensor::from_managed(foreign(&mut data, &mut shape, 1)) }.unwrap();
+        assert_eq!(t.strides(), &[1], "NULL strides from an old producer read as compact (R5)");
+        let export = t.export_versioned(0).unwrap();
+        drop(t);
+        assert_eq!(DELETED.load(Ordering::SeqCst), before, "the export still holds the import");
+        // SAFETY: our export; deleted once.
+        unsafe { (export.as_ref().deleter.unwrap())(export.as_ptr()) };
+        assert_eq!(DELETED.load(Ordering::SeqCst), before + 1);
+    }
+}

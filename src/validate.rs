@@ -1,0 +1,247 @@
+//! Validation of what a producer or caller hands dlpx, read as hostile (docs/design.md,
+//! "Hostile input"): the major version before anything else of a managed tensor, then ndim,
+//! shape, strides, dtype, device and the byte size, each against overflow. Every import, view
+//! and kernel argument passes through here; nothing else reads a foreign `DLTensor` first.
+
+use crate::abi::*;
+use crate::error::{Error, Result};
+use crate::layout;
+
+/// The major version of a versioned managed tensor, read from the prefix every major keeps.
+///
+/// # Safety
+/// `managed` points to a live managed tensor of any major version.
+#[inline]
+pub unsafe fn major_of(managed: *const DLManagedTensorVersioned) -> u32 {
+    // SAFETY: per the contract; only the version, in every major's stable prefix, is read.
+    unsafe { std::ptr::addr_of!((*managed).version.major).read() }
+}
+
+/// Refuses a major version dlpx cannot read (docs/design.md R7): nothing else of it may be read.
+pub fn check_major(major: u32) -> Result<()> {
+    if major != DLPACK_MAJOR_VERSION {
+        return Err(Error::buffer(format!(
+            "unsupported DLPack major version {major} (dlpx supports {DLPACK_MAJOR_VERSION})"
+        )));
+    }
+    Ok(())
+}
+
+/// `ndim` values at `ptr` (none for NULL or a non-positive `ndim`).
+fn dims<'a>(ptr: *const i64, ndim: i32) -> &'a [i64] {
+    if ndim <= 0 || ptr.is_null() {
+        &[]
+    } else {
+        // SAFETY: the callers' contract: a non-NULL shape or strides holds `ndim` values.
+        unsafe { std::slice::from_raw_parts(ptr, ndim as usize) }
+    }
+}
+
+/// Validates a non-owning view a producer filled (`dltensor_from_py_object_no_sync`): Ok(true)
+/// when it can be handed on, Ok(false) when its strides are NULL (an owner must spell them out).
+///
+/// # Safety
+/// `dl.shape` and `dl.strides`, when non-NULL, point to `dl.ndim` values.
+#[inline]
+pub unsafe fn check_view(dl: &DLTensor) -> Result<bool> {
+    // A view carries no flags: sizes are checked as packed, the smaller reading.
+    // SAFETY: forwarded contract (both calls).
+    if unsafe { is_sound(dl, 0) } {
+        return Ok(true);
+    }
+    Ok(unsafe { check_fully(dl, 0)? }.is_none())
+}
+
+/// Whether two producers' `DLTensor`s describe the same tensor: data, offset, device, dtype and
+/// ndim equal, shape and strides equal by value (each export may own its arrays; NULL strides
+/// match only NULL). An `ndim` outside dlpx's limit never matches. How a shortcut to a producer's
+/// export is checked against the export itself (docs/design.md, "A guard per direct read").
+///
+/// # Safety
+/// Each non-NULL `shape` and `strides` holds `ndim` values.
+pub unsafe fn same_description(a: &DLTensor, b: &DLTensor) -> bool {
+    if (a.data, a.byte_offset, a.device, a.dtype, a.ndim) != (b.data, b.byte_offset, b.device, b.dtype, b.ndim)
+        || !(0..=layout::MAX_NDIM as i32).contains(&a.ndim)
+    {
+        return false;
+    }
+    let n = a.ndim as usize;
+    // SAFETY: the caller's contract; `n` is within dlpx's limit.
+    let values = |p: *const i64| (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, n) });
+    n == 0 || (values(a.shape) == values(b.shape) && values(a.strides) == values(b.strides))
+}
+
+/// Whether `dl` passes every check of [`check_imported`] and has its strides: the common case,
+/// decided without building a message or a result (every import and kernel view runs it).
+///
+/// # Safety
+/// As for [`check_imported`].
+#[inline]
+pub unsafe fn is_sound(dl: &DLTensor, flags: u64) -> bool {
+    if !(0..=layout::MAX_NDIM as i32).contains(&dl.ndim)
+        || !crate::device::is_known(dl.device.device_type)
+        || !crate::dtype::is_valid(dl.dtype)
+    {
+        return false;
+    }
+    if dl.ndim == 0 {
+        return !dl.data.is_null();
+    }
+    if dl.shape.is_null() || dl.strides.is_null() {
+        return false;
+    }
+    let mut numel: u64 = 1;
+    // SAFETY: the caller's contract: `ndim` (checked above) extents.
+    for &extent in unsafe { std::slice::from_raw_parts(dl.shape, dl.ndim as usize) } {
+        // A negative extent, or a product that overflows (which a zero extent may still
+        // excuse), is left to the full check.
+        match u64::try_from(extent).ok().and_then(|e| numel.checked_mul(e)) {
+            Some(product) => numel = product,
+            None => return false,
+        }
+    }
+    numel.checked_mul(layout::element_bits(dl.dtype, flags)).is_some() && (numel == 0 || !dl.data.is_null())
+}
+
+/// Checks what a foreign producer sent; returns owned shape+strides when its strides are NULL
+/// (pre-1.2 producers meant compact row-major by that).
+///
+/// # Safety
+/// `dl.shape` and `dl.strides`, when non-NULL, point to `dl.ndim` values.
+pub unsafe fn check_imported(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
+    // SAFETY: forwarded contract (both calls).
+    if unsafe { is_sound(dl, flags) } {
+        return Ok(None);
+    }
+    unsafe { check_fully(dl, flags) }
+}
+
+/// [`check_imported`] for what [`is_sound`] did not pass: the reason, or NULL strides spelled out.
+///
+/// # Safety
+/// As for [`check_imported`].
+#[cold]
+unsafe fn check_fully(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
+    let bad = |fact: String| Error::buffer(fact);
+    let ndim = layout::checked_ndim(dl.ndim).map_err(Error::into_buffer_error)?;
+    if ndim > 0 && dl.shape.is_null() {
+        return Err(bad(format!("shape is NULL with ndim = {ndim}")));
+    }
+    if !crate::device::is_known(dl.device.device_type) {
+        return Err(bad(format!("unknown device type {}", dl.device.device_type.0)));
+    }
+    crate::dtype::check(dl.dtype).map_err(Error::into_buffer_error)?;
+    let shape = dims(dl.shape, dl.ndim);
+    let numel = layout::numel(shape).map_err(Error::into_buffer_error)?;
+    layout::nbytes(numel, dl.dtype, flags).map_err(Error::into_buffer_error)?;
+    if numel > 0 && dl.data.is_null() {
+        return Err(bad(format!("data is NULL for {numel} elements")));
+    }
+    if ndim == 0 || !dl.strides.is_null() {
+        return Ok(None);
+    }
+    let mut owned = vec![0i64; 2 * ndim].into_boxed_slice();
+    owned[..ndim].copy_from_slice(shape);
+    let (shape_part, strides_part) = owned.split_at_mut(ndim);
+    layout::compact_strides(shape_part, strides_part);
+    Ok(Some(owned))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
+    const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
+
+    #[test]
+    fn two_descriptions_are_the_same_by_value_not_by_address() {
+        let (mut shape_a, mut shape_b, mut strides_a, mut strides_b) = ([2i64, 3], [2i64, 3], [3i64, 1], [3i64, 1]);
+        let mut data = [0f32; 6];
+        let mut x = DLTensor {
+            data: data.as_mut_ptr().cast(),
+            device: CPU,
+            ndim: 2,
+            dtype: F32,
+            shape: std::ptr::null_mut(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        let (mut y, mut z) = (x, x);
+        (x.shape, x.strides) = (shape_a.as_mut_ptr(), strides_a.as_mut_ptr());
+        (y.shape, y.strides) = (shape_b.as_mut_ptr(), strides_b.as_mut_ptr());
+        z.shape = shape_b.as_mut_ptr();
+        // SAFETY: every non-NULL shape and strides above holds `ndim` values.
+        unsafe {
+            assert!(same_description(&x, &y));
+            z.strides = std::ptr::null_mut();
+            assert!(!same_description(&x, &z), "NULL strides match only NULL");
+            let mut w = x;
+            w.byte_offset = 4;
+            assert!(!same_description(&x, &w));
+            w = x;
+            w.ndim = -1;
+            assert!(!same_description(&w, &w), "an ndim out of range never matches");
+            let mut other_strides = [4i64, 1];
+            y.strides = other_strides.as_mut_ptr();
+            assert!(!same_description(&x, &y));
+        }
+    }
+
+    #[test]
+    fn the_fast_check_passes_exactly_what_the_full_check_passes_with_strides() {
+        let mut data = [0u8; 64];
+        let data_ptr = data.as_mut_ptr().cast::<std::ffi::c_void>();
+        let shapes: [&[i64]; 8] =
+            [&[], &[4], &[0], &[2, 3], &[-1], &[i64::MAX, 3], &[i64::MAX, i64::MAX, 0], &[3, -2, 0]];
+        let dtypes = [
+            F32,
+            DLDataType { code: 2, bits: 0, lanes: 1 },
+            DLDataType { code: 99, bits: 8, lanes: 1 },
+            DLDataType { code: 5, bits: 33, lanes: 1 },
+        ];
+        let devices = [CPU, DLDevice { device_type: DeviceType(5), device_id: 0 }];
+        let mut cases = 0;
+        for shape in shapes {
+            let mut strides = vec![1i64; shape.len()];
+            for dtype in dtypes {
+                for device in devices {
+                    for (data, with_strides, ndim) in [
+                        (data_ptr, true, shape.len() as i32),
+                        (std::ptr::null_mut(), true, shape.len() as i32),
+                        (data_ptr, false, shape.len() as i32),
+                        (data_ptr, true, -1),
+                        (data_ptr, true, 65),
+                    ] {
+                        let dl = DLTensor {
+                            data,
+                            device,
+                            ndim,
+                            dtype,
+                            shape: if shape.is_empty() { std::ptr::null_mut() } else { shape.as_ptr().cast_mut() },
+                            strides: if with_strides && !shape.is_empty() {
+                                strides.as_mut_ptr()
+                            } else {
+                                std::ptr::null_mut()
+                            },
+                            byte_offset: 0,
+                        };
+                        // SAFETY: shape and strides hold `shape.len()` values; other ndims are
+                        // refused before either is read.
+                        let (fast, full) = unsafe { (is_sound(&dl, 0), check_fully(&dl, 0)) };
+                        let full_with_strides = matches!(full, Ok(None));
+                        // The one case the fast check leaves to the full one although it passes:
+                        // a product that overflows, excused by a zero extent.
+                        let excused = shape.contains(&0)
+                            && shape.iter().try_fold(1u64, |n, &e| n.checked_mul(e.max(0) as u64)).is_none();
+                        let case = format!("{shape:?} {dtype:?} {device:?} data {data:?} ndim {ndim}");
+                        assert!(!fast || full_with_strides, "fast passed what the full check refuses: {case}");
+                        assert!(fast || !full_with_strides || excused, "fast refused what passes: {case}");
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 8 * 4 * 2 * 5);
+    }
+}
