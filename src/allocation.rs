@@ -5,14 +5,14 @@
 //! Block layout: `[data | pad to 16 | Header | shape[ndim] | strides[ndim]]`. The data leads so
 //! it takes the block's 256-byte alignment without padding: 16 floats fit a 256-byte block.
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use crate::abi::*;
-use crate::error::{Error, Result};
+use crate::error::{boundary, Error, ErrorCallback, Result};
 use crate::layout;
 use crate::memory::cpu::{self, Capacity};
 use crate::memory::cuda;
@@ -142,6 +142,29 @@ pub unsafe fn allocate_with_flags(prototype: &DLTensor, flags: u64) -> Result<No
         });
         Ok(NonNull::new_unchecked(header.cast()))
     }
+}
+
+/// `managed_tensor_allocator` of dlpx's table and of the synthetic ones: never touches Python
+/// (tvm-ffi calls it with the GIL released); errors go to `SetError` exactly once (R3).
+///
+/// # Safety
+/// The table's contract: `prototype` is NULL or a valid prototype whose shape holds `ndim`
+/// values; `out` is NULL or writable.
+pub unsafe extern "C" fn allocator_entry(
+    prototype: *mut DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_ctx: *mut c_void,
+    set_error: SetErrorFn,
+) -> c_int {
+    boundary(ErrorCallback(error_ctx, set_error), "allocator", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
+        let prototype = NonNull::new(prototype).ok_or_else(|| Error::null("prototype"))?;
+        // SAFETY: non-NULL; the caller promises a valid prototype whose shape has ndim values.
+        let managed = unsafe { allocate(prototype.as_ref())? };
+        // SAFETY: `out` is non-NULL and writable by the caller's contract.
+        unsafe { out.as_ptr().write(managed.as_ptr()) };
+        Ok(0)
+    })
 }
 
 /// Whether `managed` is a block from [`allocate`] (its deleter is ours).

@@ -28,6 +28,21 @@ pub fn is_valid(dtype: DLDataType) -> bool {
     })
 }
 
+/// Whether `dtype` is a real floating-point kind (IEEE, bfloat16, the float8/6/4 kinds): every
+/// known code but the integer, boolean, handle and complex ones.
+pub fn is_floating(dtype: DLDataType) -> bool {
+    let code = DataTypeCode(dtype.code);
+    code.row().is_some()
+        && ![
+            DataTypeCode::INT,
+            DataTypeCode::UINT,
+            DataTypeCode::OPAQUE_HANDLE,
+            DataTypeCode::BOOL,
+            DataTypeCode::COMPLEX,
+        ]
+        .contains(&code)
+}
+
 /// Why [`check`] refused `dtype`.
 #[cold]
 fn refusal(dtype: DLDataType) -> Error {

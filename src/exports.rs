@@ -4,9 +4,10 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::NonNull;
 
 use crate::abi::*;
-use crate::cpython::Raise;
+use crate::cpython::{Python, Raise};
 use crate::error::{self, boundary, Channel, Error, ErrorCallback, ErrorKind, LastError};
-use crate::exchange::{EXCHANGE_API, UNIVERSAL_API};
+use crate::exchange::EXCHANGE_API;
+use crate::python::kernel;
 
 /// dlpx's `DLPackExchangeAPI` (DLPack 1.3). The pointer is the head of dlpx's chain, is
 /// statically initialised and stays valid for the life of the process. Never NULL.
@@ -162,16 +163,8 @@ pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *c
         };
         let kind = ErrorKind::from_name(&text(kind)).unwrap_or(ErrorKind::RuntimeError);
         let err = Error::verbatim(kind, text(message));
-        match crate::cpython::python() {
-            Ok(py) => {
-                // SAFETY: PyGILState_Ensure/Release bracket the raise, from any thread.
-                unsafe {
-                    let state = (py.PyGILState_Ensure)();
-                    Raise.deliver(&err);
-                    (py.PyGILState_Release)(state);
-                }
-            }
-            Err(_) => error::set_last_error(&err),
+        if Python::with_gil(|_| Raise.deliver(&err)).is_none() {
+            error::set_last_error(&err);
         }
         Ok(())
     })
@@ -179,23 +172,24 @@ pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *c
 
 // ---- the kernel API: Python objects of any framework in C kernels (GIL held) ----------------
 
-/// The table that serves `py_object`: its type's own, or the universal one.
-fn table_of(py_object: *mut c_void) -> crate::error::Result<&'static DLPackExchangeAPI> {
-    Ok(crate::python::kernel::published_api(py_object.cast())?.unwrap_or(&UNIVERSAL_API))
-}
-
-/// The exchange table that serves `py_object` (a `PyObject*`, GIL held): its type's own table
-/// (`__dlpack_c_exchange_api__`, else `__c_dlpack_exchange_api__`, walked to major 1 and cached
-/// per type), or else dlpx's universal table, which imports anything that implements
-/// `__dlpack__`, allocates with dlpx's allocator and returns `dlpx.Tensor`s (its
-/// `dltensor_from_py_object_no_sync` is NULL). Returns NULL with a Python exception set when the
-/// type publishes a broken table or no interpreter is running.
+/// The exchange table that serves `py_object` (a `PyObject*`, or a type: its objects; GIL
+/// held): its type's own table (`__dlpack_c_exchange_api__`, else `__c_dlpack_exchange_api__`,
+/// walked to major 1), or else dlpx's synthetic table for the way dlpx reads that producer
+/// (numpy, tvm_ffi, jax, array-api-strict, capsules, and `__dlpack__` for anything else): a
+/// DLPack 1.3 table whose reads take any object, whose allocator is dlpx's and whose
+/// `to_py` gives `dlpx.Tensor`s (its `dltensor_from_py_object_no_sync` is NULL unless the
+/// producer's objects can be viewed in place). The answer is found once per type. Returns NULL
+/// with a Python exception set for a NULL `py_object` or when no interpreter is running.
 ///
 /// # Safety
 /// The GIL is held; `py_object` is NULL or a live `PyObject*`.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const DLPackExchangeAPI {
-    boundary(Raise, "exchange_api_of", || table_of(py_object).map(|api| api as *const DLPackExchangeAPI))
+    boundary(Raise, "exchange_api_of", || {
+        // SAFETY: the caller holds the GIL, by this function's contract.
+        let py = unsafe { Python::assume_attached()? };
+        kernel::table_of(py, py_object.cast()).map(|api| api as *const DLPackExchangeAPI)
+    })
 }
 
 /// Imports any DLPack producer's object (GIL held) as an owning managed tensor: through its
@@ -209,7 +203,9 @@ pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const 
 pub unsafe extern "C" fn dlpx_import(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
     boundary(Raise, "import", || {
         let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
-        let managed = crate::python::kernel::import_managed(py_object.cast())?;
+        // SAFETY: the caller holds the GIL, by this function's contract.
+        let py = unsafe { Python::assume_attached()? };
+        let managed = kernel::import_managed(py, py_object.cast())?;
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { out.as_ptr().write(managed.as_ptr()) };
         Ok(0)
@@ -243,7 +239,10 @@ pub unsafe extern "C" fn dlpx_view_of(py_object: *mut c_void, out: *mut DlpxTens
         // SAFETY: non-NULL and writable by the caller's contract.
         let out = unsafe { &mut *out.as_ptr() };
         out.owner = std::ptr::null_mut();
-        out.owner = crate::python::kernel::view(py_object.cast(), &mut out.tensor)?;
+        // SAFETY: the caller holds the GIL, by this function's contract.
+        let py = unsafe { Python::assume_attached()? };
+        crate::python::install_gil_release();
+        out.owner = kernel::view(py, py_object.cast(), &mut out.tensor)?;
         Ok(0)
     })
 }
@@ -291,14 +290,16 @@ pub unsafe extern "C" fn dlpx_allocate_like(
         if like_py_object.is_null() {
             return Ok(&EXCHANGE_API as *const DLPackExchangeAPI);
         }
-        let api = crate::python::kernel::published_api(like_py_object.cast()).map_err(|err| {
+        // SAFETY: the caller holds the GIL, by this function's contract.
+        let py = unsafe { Python::assume_attached()? };
+        let api = kernel::allocator_table_of(py, like_py_object.cast()).map_err(|err| {
             match err.is_python_pending() {
                 // A Python exception is already set: move it into SetError's channel.
-                true => crate::cpython::take_pending(),
+                true => crate::cpython::take_pending(py),
                 false => err,
             }
         })?;
-        Ok(api.unwrap_or(&EXCHANGE_API) as *const DLPackExchangeAPI)
+        Ok(api as *const DLPackExchangeAPI)
     });
     if api.is_null() {
         return -1;
@@ -327,7 +328,9 @@ pub unsafe extern "C" fn dlpx_to_py_like(
 ) -> c_int {
     boundary(Raise, "to_py_like", || {
         let out = NonNull::new(out_py_object).ok_or_else(|| Error::null("out_py_object"))?;
-        let object = crate::python::kernel::to_py_like(like_py_object.cast(), managed)?;
+        // SAFETY: the caller holds the GIL, by this function's contract.
+        let py = unsafe { Python::assume_attached()? };
+        let object = kernel::to_py_like(py, like_py_object.cast(), managed)?;
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { out.as_ptr().write(object.cast()) };
         Ok(0)
@@ -349,18 +352,11 @@ pub unsafe extern "C" fn dlpx_current_stream_of(
 ) -> c_int {
     boundary(Raise, "current_stream_of", || {
         let out = NonNull::new(out_stream).ok_or_else(|| Error::null("out_stream"))?;
-        let api = table_of(like_py_object)?;
-        if std::ptr::eq(api, &EXCHANGE_API) || std::ptr::eq(api, &UNIVERSAL_API) {
-            // dlpx's own registry (its table reports errors to dlpx_last_error, not Python).
-            // SAFETY: non-NULL and writable by the caller's contract.
-            unsafe { out.as_ptr().write(crate::stream::current(DLDevice { device_type, device_id })) };
-            return Ok(0);
-        }
-        let stream = api.current_work_stream.ok_or_else(|| Error::buffer("the table has no current_work_stream"))?;
-        // SAFETY: the producer's contract.
-        match unsafe { stream(device_type, device_id, out.as_ptr()) } {
-            0 => Ok(0),
-            _ => Err(Error::python_pending()),
-        }
+        // SAFETY: the caller holds the GIL, by this function's contract.
+        let py = unsafe { Python::assume_attached()? };
+        let stream = kernel::current_stream_of(py, like_py_object.cast(), DLDevice { device_type, device_id })?;
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { out.as_ptr().write(stream) };
+        Ok(0)
     })
 }

@@ -5,11 +5,12 @@
 //! It has no destructor, so reaching it costs only the thread-local address lookup.
 
 use std::cell::Cell;
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::abi::{DLDevice, DeviceType};
-use crate::error::{Error, Result};
+use crate::error::{boundary, Error, LastError, Result};
 
 /// Most (device type, device id) pairs one thread can hold a current stream for.
 pub const MAX_STREAMS_PER_THREAD: usize = 16;
@@ -96,6 +97,60 @@ pub fn set_current(device: DLDevice, stream: *mut c_void) -> Result<*mut c_void>
                 Ok(std::ptr::null_mut())
             }
         }
+    })
+}
+
+/// `current_work_stream` of dlpx's table and of the synthetic ones: the calling thread's current
+/// stream (NULL for CPU and until one is set). Never touches Python; errors go to
+/// `dlpx_last_error()`.
+///
+/// # Safety
+/// The table's contract: `out` is NULL or writable.
+pub unsafe extern "C" fn current_work_stream_entry(
+    device_type: DeviceType,
+    device_id: i32,
+    out: *mut *mut c_void,
+) -> c_int {
+    if out.is_null() {
+        // SAFETY: forwarded contract.
+        return unsafe { current_work_stream_checked(device_type, device_id, out) };
+    }
+    // CPU has no streams, and until some thread sets one every device has its default stream:
+    // answered here, with no stack frame. Otherwise the thread-local lookup, a tail call that
+    // cannot panic (so no boundary).
+    if device_type == DeviceType::CPU || !ever_set() {
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { out.write(std::ptr::null_mut()) };
+        return 0;
+    }
+    // SAFETY: as above.
+    unsafe { current_work_stream_lookup(device_type, device_id, out) }
+}
+
+#[inline(never)]
+unsafe extern "C" fn current_work_stream_lookup(
+    device_type: DeviceType,
+    device_id: i32,
+    out: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: non-NULL and writable, checked by the caller.
+    unsafe { out.write(current(DLDevice { device_type, device_id })) };
+    0
+}
+
+/// Never touches Python: tvm-ffi calls it with the GIL released. Errors go to dlpx_last_error().
+#[cold]
+unsafe extern "C" fn current_work_stream_checked(
+    device_type: DeviceType,
+    device_id: i32,
+    out: *mut *mut c_void,
+) -> c_int {
+    boundary(LastError, "current_work_stream", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out_current_stream"))?;
+        let stream = current(DLDevice { device_type, device_id });
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { out.as_ptr().write(stream) };
+        Ok(0)
     })
 }
 

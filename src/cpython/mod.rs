@@ -7,21 +7,29 @@
 //! call them are used.
 //!
 //! This is a leaf: it depends on `error` alone, and everything that speaks Python builds on it.
+//! The table is reached only through a [`Python`] token (docs/design.md, "The GIL is a type").
 //!
 //! Functions here take `PyObject*` as CPython's own API does: borrowed references, valid while
-//! the caller holds the GIL — the contract of the whole module, so they are not each `unsafe`.
+//! the token's GIL is held — the contract of the whole module, so they are not each `unsafe`.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod cells;
 mod gil;
 mod objects;
+mod owned;
 mod raise;
+mod token;
 
-pub use gil::{holds_gil, without_gil, ExceptionGuard, GilCell, GilVar};
+pub use cells::{GilCell, GilVar};
+pub use gil::{without_gil, ExceptionGuard};
 pub use objects::{
-    attribute, fastcall_as_cfunction, imported_module, int_tuple, interned, interned_attribute, type_name,
-    vectorcall_method, CStatic, FastCallKeywords, ModuleWatch, VectorcallMethod, METH_FASTCALL,
+    attribute, fastcall_as_cfunction, imported_module, int_tuple, interned, interned_attribute, is_type, type_name,
+    type_of, type_of_unchecked, vectorcall_method, CStatic, FastCallKeywords, Interned, VectorcallMethod,
+    METH_FASTCALL,
 };
+pub use owned::Owned;
 pub use raise::{take_pending, Raise};
+pub use token::Python;
 
 use std::ffi::{c_char, c_int, c_long, c_longlong, c_ulonglong, c_void, CStr, CString};
 
@@ -37,18 +45,19 @@ macro_rules! python_api {
         functions { $($fname:ident : fn($($arg:ty),*) -> $ret:ty;)* }
         data { $($dname:ident : $dsym:literal;)* }
     ) => {
-        /// Every CPython function and object dlpx uses, resolved from the running interpreter.
+        /// Every CPython function and object dlpx uses, resolved from the running interpreter;
+        /// reached through a [`Python`] token.
         #[allow(non_snake_case)]
-        pub struct Python {
+        pub struct Api {
             $(pub $fname: unsafe extern "C" fn($($arg),*) -> $ret,)*
             $(pub $dname: *mut PyObject,)*
             /// `PyExc_<name>` for each of `ErrorKind::exceptions()`, in that order.
             exceptions: [*mut PyObject; 6],
         }
 
-        impl Python {
-            fn resolve() -> std::result::Result<Python, &'static str> {
-                Ok(Python {
+        impl Api {
+            fn resolve() -> std::result::Result<Api, &'static str> {
+                Ok(Api {
                     $($fname: {
                         let name = concat!(stringify!($fname), "\0");
                         // SAFETY: dlsym with a NUL-terminated name; the symbol's C type is the one
@@ -137,10 +146,11 @@ python_api! {
     }
 }
 
-// SAFETY: function pointers and pointers to immortal interpreter objects; using any of them
-// requires the GIL, which every caller holds.
-unsafe impl Send for Python {}
-unsafe impl Sync for Python {}
+// SAFETY: function pointers and pointers to immortal interpreter objects; calling any of them
+// takes a `Python` token, which only a GIL holder has.
+unsafe impl Send for Api {}
+// SAFETY: as above.
+unsafe impl Sync for Api {}
 
 /// The exception classes, named once in `ErrorKind`: each is a `PyObject*` variable.
 fn resolve_exceptions() -> std::result::Result<[*mut PyObject; 6], &'static str> {
@@ -170,25 +180,37 @@ pub(crate) fn lookup(name: &'static str) -> std::result::Result<*mut c_void, &'s
 }
 
 /// Only success is kept: a process may call dlpx before it starts its interpreter.
-static PYTHON: OnceCell<Python> = OnceCell::new();
+static API: OnceCell<Api> = OnceCell::new();
 
-/// The interpreter's API, or why there is none (no Python in this process, or one without a symbol).
+/// The interpreter's API, or why there is none (no Python in this process, or one without a
+/// symbol). Private to the leaf: the rest of the crate reaches it through a token.
 #[inline]
-pub fn python() -> Result<&'static Python> {
-    match PYTHON.get() {
-        Some(py) => Ok(py),
+fn api() -> Result<&'static Api> {
+    match API.get() {
+        Some(api) => Ok(api),
         None => load_once(),
     }
 }
 
-#[cold]
-fn load_once() -> Result<&'static Python> {
-    PYTHON.get_or_try_init(load).map_err(|why| Error::runtime(why).at("python"))
+/// Whether an initialised interpreter runs in this process (for messages and for entry points
+/// that need none); the error says why not.
+pub fn present() -> Result<()> {
+    api().map(|_| ())
+}
+
+/// The table behind a token (for guards that outlive a borrow of the token).
+fn api_of(py: Python<'_>) -> &'static Api {
+    py.table()
 }
 
 #[cold]
-fn load() -> std::result::Result<Python, String> {
-    let py = Python::resolve().map_err(|missing| {
+fn load_once() -> Result<&'static Api> {
+    API.get_or_try_init(load).map_err(Error::runtime)
+}
+
+#[cold]
+fn load() -> std::result::Result<Api, String> {
+    let api = Api::resolve().map_err(|missing| {
         let missing = missing.trim_end_matches('\0');
         if missing == "Py_IsInitialized" {
             "no Python interpreter in this process".to_string()
@@ -197,22 +219,13 @@ fn load() -> std::result::Result<Python, String> {
         }
     })?;
     // SAFETY: Py_IsInitialized may be called at any time, with or without the GIL.
-    if unsafe { (py.Py_IsInitialized)() } == 0 {
+    if unsafe { (api.Py_IsInitialized)() } == 0 {
         return Err("the Python interpreter in this process is not initialized".to_string());
     }
-    Ok(py)
+    Ok(api)
 }
 
-/// The `python()` table when the caller already knows Python is loaded (it holds a PyObject).
-#[inline]
-pub fn py() -> &'static Python {
-    match PYTHON.get() {
-        Some(py) => py,
-        None => python().expect("CPython is loaded when a PyObject exists"),
-    }
-}
-
-impl Python {
+impl Api {
     /// The exception class a Python caller sees for `kind`.
     pub fn exception(&self, kind: ErrorKind) -> *mut PyObject {
         self.exceptions[kind.exception_index()]
@@ -220,19 +233,20 @@ impl Python {
 
     /// A new reference to None.
     pub fn new_none(&self) -> *mut PyObject {
-        // SAFETY: None is immortal-or-refcounted; Py_IncRef handles both.
+        // SAFETY: reached through a token (GIL held); Py_IncRef handles immortal objects too.
         unsafe { (self.Py_IncRef)(self.none) };
         self.none
     }
 
     pub fn new_bool(&self, value: bool) -> *mut PyObject {
-        // SAFETY: the GIL is held by every caller of this table.
+        // SAFETY: reached through a token (GIL held).
         unsafe { (self.PyBool_FromLong)(value as c_long) }
     }
 
+    /// Releases a reference the caller owns (NULL is allowed).
     pub fn decref(&self, object: *mut PyObject) {
         if !object.is_null() {
-            // SAFETY: the caller owns this reference.
+            // SAFETY: reached through a token (GIL held); the caller owns this reference.
             unsafe { (self.Py_DecRef)(object) }
         }
     }
@@ -266,31 +280,5 @@ impl Python {
         } else {
             Ok(object)
         }
-    }
-}
-
-/// An owned reference that is released on drop (the GIL is held throughout its life).
-pub struct Owned(pub(crate) *mut PyObject);
-
-impl Owned {
-    /// Takes a new reference, or the pending exception when it is NULL.
-    pub fn new(object: *mut PyObject) -> Result<Owned> {
-        py().check(object).map(Owned)
-    }
-
-    pub fn as_ptr(&self) -> *mut PyObject {
-        self.0
-    }
-
-    pub fn into_ptr(self) -> *mut PyObject {
-        let p = self.0;
-        std::mem::forget(self);
-        p
-    }
-}
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        py().decref(self.0);
     }
 }

@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_void, CStr};
 
 use once_cell::sync::OnceCell;
 
-use super::{lookup, py, GilCell, Owned, PyObject, Python};
+use super::{lookup, GilCell, Owned, PyObject, PyTypeObject, Python};
 use crate::error::Result;
 
 /// METH_FASTCALL: in the limited API from 3.10, with the same value and convention since 3.7.
@@ -42,17 +42,41 @@ pub const unsafe fn fastcall_as_cfunction(f: FastCallKeywords) -> pyo3_ffi::PyCF
     unsafe { std::mem::transmute::<FastCallKeywords, pyo3_ffi::PyCFunction>(f) }
 }
 
+/// The type of a live `object`. (Every read of an object's header goes through here, at the
+/// offset of the running interpreter's object layout.)
+#[inline(always)]
+pub fn type_of(_py: Python<'_>, object: *mut PyObject) -> *mut PyTypeObject {
+    // SAFETY: the token proves the GIL is held, and `object` is live by the module's contract.
+    unsafe { type_of_unchecked(object) }
+}
+
+/// Whether `object` is a type (of any metaclass: Py_TPFLAGS_TYPE_SUBCLASS).
+pub fn is_type(py: Python<'_>, object: *mut PyObject) -> bool {
+    const TYPE_SUBCLASS: std::ffi::c_ulong = 1 << 31;
+    // SAFETY: the token proves the GIL is held; a live object has a live type.
+    unsafe { (py.PyType_GetFlags)(type_of(py, object)) & TYPE_SUBCLASS != 0 }
+}
+
+/// [`type_of`] for a caller that holds the GIL without a token at hand (a hot C entry point).
+///
+/// # Safety
+/// The GIL is held; `object` is live.
+#[inline(always)]
+pub unsafe fn type_of_unchecked(object: *mut PyObject) -> *mut PyTypeObject {
+    // SAFETY: per the contract.
+    unsafe { (*object).ob_type }
+}
+
 /// The qualified type name of `object` for messages (`torch.Tensor`, `int`).
-pub fn type_name(object: *mut PyObject) -> String {
+pub fn type_name(py: Python<'_>, object: *mut PyObject) -> String {
     if object.is_null() {
         return "NULL".to_string();
     }
-    let py = py();
     // SAFETY: GIL held; `object` is live; `__qualname__`/`__module__` reads do not keep references.
     unsafe {
-        let ty = (*object).ob_type.cast::<PyObject>();
+        let ty = type_of(py, object).cast::<PyObject>();
         let read = |name: &CStr| -> Option<String> {
-            let attr = Owned::new((py.PyObject_GetAttrString)(ty, name.as_ptr())).ok()?;
+            let attr = Owned::new(py, (py.PyObject_GetAttrString)(ty, name.as_ptr())).ok()?;
             py.str_value(attr.as_ptr(), "type name").ok()
         };
         let qualname = read(c"__qualname__").unwrap_or_else(|| "?".to_string());
@@ -66,10 +90,10 @@ pub fn type_name(object: *mut PyObject) -> String {
 }
 
 /// A new tuple of Python integers.
-pub fn int_tuple(py: &Python, values: &[i64]) -> Result<*mut PyObject> {
+pub fn int_tuple(py: Python<'_>, values: &[i64]) -> Result<*mut PyObject> {
     // SAFETY: GIL held; PyTuple_SetItem steals each new integer.
     unsafe {
-        let tuple = Owned::new((py.PyTuple_New)(values.len() as _))?;
+        let tuple = Owned::new(py, (py.PyTuple_New)(values.len() as _))?;
         for (i, &v) in values.iter().enumerate() {
             let item = py.check((py.PyLong_FromLongLong)(v))?;
             (py.PyTuple_SetItem)(tuple.as_ptr(), i as _, item);
@@ -95,83 +119,68 @@ pub fn vectorcall_method() -> Option<VectorcallMethod> {
     })
 }
 
+/// A str interned on first use and kept for the process: a hot path's attribute or method name
+/// (no str is made per call).
+pub struct Interned {
+    text: &'static CStr,
+    cell: GilCell<usize>,
+}
+
+impl Interned {
+    pub const fn new(text: &'static CStr) -> Interned {
+        Interned { text, cell: GilCell::new() }
+    }
+
+    pub fn get(&self, py: Python<'_>) -> Result<*mut PyObject> {
+        interned(py, &self.cell, self.text)
+    }
+}
+
 /// `text` as an interned str, made on the first call with `cell` and kept for the process.
-pub fn interned(py: &Python, cell: &GilCell<usize>, text: &CStr) -> Result<*mut PyObject> {
-    cell.get_or_try_init(|| {
+pub fn interned(py: Python<'_>, cell: &GilCell<usize>, text: &CStr) -> Result<*mut PyObject> {
+    cell.get_or_try_init(py, || {
         // SAFETY: GIL held; the new reference is leaked into the cell.
-        Owned::new(unsafe { (py.PyUnicode_InternFromString)(text.as_ptr()) }).map(|name| name.into_ptr() as usize)
+        Owned::new(py, unsafe { (py.PyUnicode_InternFromString)(text.as_ptr()) }).map(|name| name.into_ptr() as usize)
     })
     .map(|name| name as *mut PyObject)
 }
 
 /// `getattr(object, name)`, or None with the failure cleared: for optional lookups, which
 /// must not leave an exception set for the next call to run into.
-pub fn attribute(py: &Python, object: *mut PyObject, name: &CStr) -> Option<Owned> {
+pub fn attribute<'py>(py: Python<'py>, object: *mut PyObject, name: &CStr) -> Option<Owned<'py>> {
     // SAFETY: GIL held; `object` is live.
     optional(py, unsafe { (py.PyObject_GetAttrString)(object, name.as_ptr()) })
 }
 
 /// [`attribute`] for an interned `name` (a hot path's lookup: no str is made).
-pub fn interned_attribute(py: &Python, object: *mut PyObject, name: *mut PyObject) -> Option<Owned> {
+pub fn interned_attribute<'py>(py: Python<'py>, object: *mut PyObject, name: *mut PyObject) -> Option<Owned<'py>> {
     // SAFETY: GIL held; `object` and `name` are live.
     optional(py, unsafe { (py.PyObject_GetAttr)(object, name) })
 }
 
 /// A new reference, or None with the exception that NULL left cleared.
-fn optional(py: &Python, value: *mut PyObject) -> Option<Owned> {
+fn optional(py: Python<'_>, value: *mut PyObject) -> Option<Owned<'_>> {
     if value.is_null() {
         // SAFETY: GIL held.
         unsafe { (py.PyErr_Clear)() };
         return None;
     }
-    Some(Owned(value))
+    Owned::new(py, value).ok()
 }
 
-/// What [`imported_module`] remembers of one module name: the name, interned once, and the
-/// size `sys.modules` had when the module was last missing there.
-pub struct ModuleWatch {
-    name: GilCell<usize>,
-    size_at_miss: std::cell::Cell<isize>,
-}
-
-// SAFETY: only touched with the GIL held, which serialises every access.
-unsafe impl Sync for ModuleWatch {}
-
-impl ModuleWatch {
-    pub const fn new() -> Self {
-        ModuleWatch { name: GilCell::new(), size_at_miss: std::cell::Cell::new(-1) }
+/// The module `name` when it has been imported, else None (dlpx never imports the libraries it
+/// reads directly). `PyImport_GetModule` also waits for a module another thread is still
+/// initialising; a module set to None in `sys.modules` is returned as it is. Failures are
+/// cleared. (Asked when a row claims a type, once per type: never on a hot path.)
+pub fn imported_module<'py>(py: Python<'py>, name: &CStr) -> Option<Owned<'py>> {
+    // SAFETY: GIL held; the new str is released at once; a miss sets no error, a failure one
+    // that is dropped.
+    unsafe {
+        let name = Owned::new(py, (py.PyUnicode_FromStringAndSize)(name.as_ptr(), name.to_bytes().len() as _));
+        let module = match name {
+            Ok(name) => (py.PyImport_GetModule)(name.as_ptr()),
+            Err(_) => std::ptr::null_mut(),
+        };
+        optional(py, module)
     }
-}
-
-impl Default for ModuleWatch {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// The module `name` when it has been imported, else None. dlpx never imports the libraries it
-/// reads directly, so it asks on every call until one is imported: while `sys.modules` keeps
-/// the size it had at the last miss the answer is taken to be the same (two loads); otherwise
-/// `PyImport_GetModule` looks (it also waits for a module another thread is still
-/// initialising). A module set to None in `sys.modules` is returned as it is. Failures are
-/// cleared.
-pub fn imported_module(py: &Python, watch: &ModuleWatch, name: &CStr) -> Option<Owned> {
-    // SAFETY: GIL held; the interpreter's module dict is borrowed, and never NULL once Python
-    // code runs.
-    let size = unsafe { (py.PyDict_Size)((py.PyImport_GetModuleDict)()) };
-    if size == watch.size_at_miss.get() {
-        return None;
-    }
-    let module = match interned(py, &watch.name, name) {
-        // SAFETY: GIL held; `name` is a live str.
-        Ok(name) => unsafe { (py.PyImport_GetModule)(name) },
-        Err(_) => std::ptr::null_mut(),
-    };
-    if module.is_null() {
-        // SAFETY: GIL held; a miss sets no error, a failure one that is dropped here.
-        unsafe { (py.PyErr_Clear)() };
-        watch.size_at_miss.set(size);
-        return None;
-    }
-    Some(Owned(module))
 }

@@ -3,7 +3,7 @@
 
 use crate::error::{set_last_error, Channel, Error, ErrorKind};
 
-use super::{python, Owned};
+use super::{api, Owned, Python};
 
 /// PyObject entry points report by raising (the caller holds the GIL).
 #[derive(Clone, Copy)]
@@ -12,11 +12,13 @@ pub struct Raise;
 impl Channel for Raise {
     /// Sets `err` as the current Python exception, unless it stands for one already set.
     fn deliver(self, err: &Error) {
-        let Ok(py) = python() else {
+        let Ok(api) = api() else {
             // No interpreter to raise in: the message still reaches `dlpx_last_error()`.
             set_last_error(err);
             return;
         };
+        // SAFETY: the Python channel's entry points are called with the GIL held.
+        let py = unsafe { Python::assume_attached_to(api) };
         if err.is_python_pending() {
             // SAFETY: GIL held by the Python channel's callers.
             if unsafe { (py.PyErr_Occurred)() }.is_null() {
@@ -34,9 +36,8 @@ impl Channel for Raise {
 
 /// Moves the pending Python exception into an `Error` (for channels other than Python); its
 /// message is kept as the exception says it.
-pub fn take_pending() -> Error {
-    let Ok(py) = python() else { return Error::runtime("no Python interpreter") };
-    // SAFETY: GIL held by the caller; the fetched references are released here.
+pub fn take_pending(py: Python<'_>) -> Error {
+    // SAFETY: the token proves the GIL is held; the fetched references are released here.
     unsafe {
         // In table order, so NotImplementedError matches before its base RuntimeError.
         let kind = ErrorKind::exceptions()
@@ -44,7 +45,7 @@ pub fn take_pending() -> Error {
             .map_or(ErrorKind::RuntimeError, |(kind, _)| kind);
         let (mut ty, mut value, mut tb) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
         (py.PyErr_Fetch)(&mut ty, &mut value, &mut tb);
-        let text = if value.is_null() { None } else { Owned::new((py.PyObject_Str)(value)).ok() };
+        let text = if value.is_null() { None } else { Owned::new(py, (py.PyObject_Str)(value)).ok() };
         let message = text.and_then(|t| py.str_value(t.as_ptr(), "exception").ok()).unwrap_or_default();
         (py.PyErr_Clear)();
         for object in [ty, value, tb] {

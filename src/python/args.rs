@@ -5,7 +5,7 @@ use std::ffi::CStr;
 
 use pyo3_ffi::PyObject;
 
-use crate::cpython::{py, GilCell, Python};
+use crate::cpython::{GilCell, Owned, Python};
 use crate::error::{Error, Result};
 
 /// A function's parameter names, interned once: keyword names at a call site are interned
@@ -26,8 +26,8 @@ impl Names {
         Names { names, positional_only, interned: GilCell::new() }
     }
 
-    fn position(&self, py: &Python, key: *mut PyObject) -> Result<usize> {
-        let interned = self.interned.get_or_try_init(|| {
+    fn position(&self, py: Python<'_>, key: *mut PyObject) -> Result<usize> {
+        let interned = self.interned.get_or_try_init(py, || {
             let names: Vec<usize> = self
                 .names
                 .iter()
@@ -64,8 +64,9 @@ impl Names {
 /// needs no dict per call.)
 ///
 /// # Safety
-/// GIL held; `args` holds `nargs` + len(`kwnames`) borrowed references; `kwnames` is a tuple or NULL.
+/// `args` holds `nargs` + len(`kwnames`) borrowed references; `kwnames` is a tuple or NULL.
 pub unsafe fn parse(
+    py: Python<'_>,
     args: *const *mut PyObject,
     nargs: pyo3_ffi::Py_ssize_t,
     kwnames: *mut PyObject,
@@ -73,7 +74,6 @@ pub unsafe fn parse(
     positional: usize,
     out: &mut [*mut PyObject],
 ) -> Result<()> {
-    let py = py();
     out.iter_mut().for_each(|slot| *slot = std::ptr::null_mut());
     let nargs = nargs as usize;
     if nargs > positional {
@@ -104,12 +104,12 @@ pub unsafe fn parse(
 }
 
 /// None or absent.
-pub fn is_none(py: &Python, object: *mut PyObject) -> bool {
+pub fn is_none(py: Python<'_>, object: *mut PyObject) -> bool {
     object.is_null() || object == py.none
 }
 
 /// An optional bool argument: absent/None → None, True/False → the value, anything else a TypeError.
-pub fn optional_bool(py: &Python, object: *mut PyObject, name: &str) -> Result<Option<bool>> {
+pub fn optional_bool(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<Option<bool>> {
     if is_none(py, object) {
         Ok(None)
     } else if object == py.true_ {
@@ -122,13 +122,13 @@ pub fn optional_bool(py: &Python, object: *mut PyObject, name: &str) -> Result<O
 }
 
 /// An integer argument (anything with `__index__`).
-pub fn int_value(py: &Python, object: *mut PyObject, name: &str) -> Result<i64> {
+pub fn int_value(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<i64> {
     // SAFETY: GIL held; `object` is a live borrowed reference.
     unsafe {
         if (py.PyIndex_Check)(object) == 0 {
             return Err(Error::type_error(format!("{name} must be an integer")));
         }
-        let index = crate::cpython::Owned::new((py.PyNumber_Index)(object))?;
+        let index = Owned::new(py, (py.PyNumber_Index)(object))?;
         let value = (py.PyLong_AsLongLong)(index.as_ptr());
         if value == -1 && !(py.PyErr_Occurred)().is_null() {
             (py.PyErr_Clear)();
@@ -139,7 +139,7 @@ pub fn int_value(py: &Python, object: *mut PyObject, name: &str) -> Result<i64> 
 }
 
 /// A pair of integers given as a tuple or any sequence of length 2.
-pub fn int_pair(py: &Python, object: *mut PyObject, name: &str) -> Result<(i64, i64)> {
+pub fn int_pair(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<(i64, i64)> {
     // The common case, a tuple of two small ints, without building a Vec.
     // SAFETY: GIL held; PyTuple_Size fails (cleared below) on non-tuples; items are borrowed.
     unsafe {
@@ -161,7 +161,7 @@ pub fn int_pair(py: &Python, object: *mut PyObject, name: &str) -> Result<(i64, 
 }
 
 /// A sequence of integers (a shape).
-pub fn int_sequence(py: &Python, object: *mut PyObject, name: &str) -> Result<Vec<i64>> {
+pub fn int_sequence(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<Vec<i64>> {
     // SAFETY: GIL held; `object` is live; items are new references released by `Owned`.
     unsafe {
         if (py.PyIndex_Check)(object) != 0 {
@@ -185,7 +185,7 @@ pub fn int_sequence(py: &Python, object: *mut PyObject, name: &str) -> Result<Ve
         }
         let mut values = Vec::with_capacity(n as usize);
         for i in 0..n {
-            let item = crate::cpython::Owned::new((py.PySequence_GetItem)(object, i))?;
+            let item = Owned::new(py, (py.PySequence_GetItem)(object, i))?;
             values.push(int_value(py, item.as_ptr(), &format!("{name}[{i}]"))?);
         }
         Ok(values)

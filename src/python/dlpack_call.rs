@@ -11,7 +11,7 @@ use std::ptr;
 use pyo3_ffi::PyObject;
 
 use crate::abi::{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
-use crate::cpython::{int_tuple, vectorcall_method, GilCell, Owned, Python};
+use crate::cpython::{int_tuple, type_name, vectorcall_method, GilCell, Owned, Python};
 use crate::error::{Error, ErrorKind, Result};
 
 /// The call's constant parts, alive for the process: `"__dlpack__"` (interned), `(1, 3)`,
@@ -26,19 +26,19 @@ struct Parts {
     kwargs: usize,
 }
 
-fn parts(py: &Python) -> Result<Parts> {
+fn parts(py: Python<'_>) -> Result<Parts> {
     static PARTS: GilCell<Parts> = GilCell::new();
-    PARTS.get_or_try_init(|| {
+    PARTS.get_or_try_init(py, || {
         // SAFETY: GIL held; each new reference is owned until leaked into the cell.
         unsafe {
-            let name = Owned::new((py.PyUnicode_InternFromString)(c"__dlpack__".as_ptr()))?;
-            let key = Owned::new((py.PyUnicode_InternFromString)(c"max_version".as_ptr()))?;
-            let version = Owned::new(int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
-            let kwnames = Owned::new((py.PyTuple_New)(1))?;
+            let name = Owned::new(py, (py.PyUnicode_InternFromString)(c"__dlpack__".as_ptr()))?;
+            let key = Owned::new(py, (py.PyUnicode_InternFromString)(c"max_version".as_ptr()))?;
+            let version = Owned::new(py, int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
+            let kwnames = Owned::new(py, (py.PyTuple_New)(1))?;
             (py.Py_IncRef)(key.as_ptr());
             (py.PyTuple_SetItem)(kwnames.as_ptr(), 0, key.as_ptr());
-            let empty = Owned::new((py.PyTuple_New)(0))?;
-            let kwargs = Owned::new((py.PyDict_New)())?;
+            let empty = Owned::new(py, (py.PyTuple_New)(0))?;
+            let kwargs = Owned::new(py, (py.PyDict_New)())?;
             if (py.PyDict_SetItem)(kwargs.as_ptr(), key.as_ptr(), version.as_ptr()) != 0 {
                 return Err(Error::python_pending());
             }
@@ -55,14 +55,14 @@ fn parts(py: &Python) -> Result<Parts> {
 
 /// `()` and `{"max_version": (1, 3)}`, for calls that build their own keywords and fall back
 /// to these.
-pub fn shared_arguments(py: &Python) -> Result<(*mut PyObject, *mut PyObject)> {
+pub fn shared_arguments(py: Python<'_>) -> Result<(*mut PyObject, *mut PyObject)> {
     let p = parts(py)?;
     Ok((p.empty as *mut PyObject, p.kwargs as *mut PyObject))
 }
 
 /// `object.__dlpack__(max_version=(1, 3))`, or `object.__dlpack__()` when the producer predates
 /// `max_version` (a TypeError). A TypeError naming the object's type when it has no `__dlpack__`.
-pub fn call(py: &Python, object: *mut PyObject) -> Result<Owned> {
+pub fn call<'py>(py: Python<'py>, object: *mut PyObject) -> Result<Owned<'py>> {
     let p = parts(py)?;
     let (name, version) = (p.name as *mut PyObject, p.version as *mut PyObject);
     // SAFETY: GIL held; `object` is live; the parts live for the process; a NULL result leaves
@@ -84,7 +84,7 @@ pub fn call(py: &Python, object: *mut PyObject) -> Result<Owned> {
                 if method.is_null() {
                     ptr::null_mut()
                 } else {
-                    let method = Owned(method);
+                    let method = Owned::new(py, method)?;
                     let empty = p.empty as *mut PyObject;
                     let result = (py.PyObject_Call)(method.as_ptr(), empty, p.kwargs as *mut PyObject);
                     if result.is_null() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0 {
@@ -100,12 +100,12 @@ pub fn call(py: &Python, object: *mut PyObject) -> Result<Owned> {
     if result.is_null() {
         return Err(failure(py, object, name));
     }
-    Ok(Owned(result))
+    Owned::new(py, result)
 }
 
 /// The producer's own exception, unless the object has no `__dlpack__` at all.
 #[cold]
-fn failure(py: &Python, object: *mut PyObject, name: *mut PyObject) -> Error {
+fn failure(py: Python<'_>, object: *mut PyObject, name: *mut PyObject) -> Error {
     // SAFETY: GIL held; the pending exception is set aside while the attribute is looked up
     // and put back untouched when the method exists.
     unsafe {
@@ -119,7 +119,7 @@ fn failure(py: &Python, object: *mut PyObject, name: *mut PyObject) -> Error {
             }
             return Error::type_error(format!(
                 "{} does not support DLPack (no __dlpack__ and no exchange table)",
-                crate::cpython::type_name(object)
+                type_name(py, object)
             ));
         }
         py.decref(method);

@@ -1,7 +1,7 @@
 //! Managed tensors that describe a Python object's memory and hold a reference to the object.
 //!
 //! This is how dlpx imports numpy arrays, which it reads directly instead of through
-//! `__dlpack__` (docs/design.md, "Producers read directly"): one block from
+//! `__dlpack__` (docs/design.md, "What each direct read rests on"): one block from
 //! the per-thread cache holds the managed tensor, its shape and its strides (copied, so the
 //! object may change its own afterwards), and the deleter drops the object's reference with
 //! the GIL. No malloc, no capsule, no producer deleter.
@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 use pyo3_ffi::PyObject;
 
 use crate::abi::*;
-use crate::cpython::{py, Python};
+use crate::cpython::{ExceptionGuard, Python};
 use crate::error::{guard, Error, Result};
 use crate::layout::MAX_NDIM;
 use crate::memory::cpu::{self, Capacity};
@@ -30,7 +30,7 @@ fn block_capacity(ndim: usize) -> Capacity {
 /// GIL held; `object` is live and keeps `tensor.data` valid while it lives; `dims` yields
 /// `tensor.ndim` pairs and `tensor.ndim <= MAX_NDIM`.
 pub unsafe fn managed_holding(
-    py: &Python,
+    py: Python<'_>,
     object: *mut PyObject,
     tensor: DLTensor,
     dims: impl Iterator<Item = (i64, i64)>,
@@ -67,20 +67,15 @@ pub unsafe fn managed_holding(
 unsafe extern "C" fn release(managed: *mut DLManagedTensorVersioned) {
     guard("held object release", || {
         // SAFETY: a block `managed_holding` filled; it is freed once, here, by its only owner.
-        unsafe {
+        let object = unsafe {
             let object = (*managed).manager_ctx.cast::<PyObject>();
             let capacity = block_capacity((*managed).dl_tensor.ndim as usize);
             cpu::free(NonNull::new_unchecked(managed).cast(), capacity);
-            let py = py();
-            if (py.Py_IsInitialized)() == 0 {
-                return;
-            }
-            let state = (py.PyGILState_Ensure)();
-            {
-                let _pending = crate::cpython::ExceptionGuard::save_with_gil(py);
-                (py.Py_DecRef)(object);
-            }
-            (py.PyGILState_Release)(state);
-        }
+            object
+        };
+        Python::with_gil(|py| {
+            let _pending = ExceptionGuard::save_with_gil(py);
+            py.decref(object);
+        });
     })
 }

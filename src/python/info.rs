@@ -4,44 +4,32 @@ use std::ffi::CStr;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::consumer::published_head;
+use super::producers::published_head;
 use crate::abi::*;
 use crate::chain;
-use crate::cpython::int_tuple;
-use crate::cpython::{Owned, Python};
+use crate::cpython::{int_tuple, is_type, type_of, Owned, Python};
 use crate::error::{Error, Result};
 
-/// Py_TPFLAGS_TYPE_SUBCLASS: set on `type` and every metaclass.
-const TYPE_SUBCLASS: std::ffi::c_ulong = 1 << 31;
-
-pub fn exchange_api_info(py: &Python, object: *mut PyObject) -> Result<*mut PyObject> {
-    // SAFETY: GIL held; `object` is a live argument.
-    let ty: *mut PyTypeObject = unsafe {
-        let own_type = (*object).ob_type;
-        if (py.PyType_GetFlags)(own_type) & TYPE_SUBCLASS != 0 {
-            object.cast()
-        } else {
-            own_type
-        }
-    };
+pub fn exchange_api_info(py: Python<'_>, object: *mut PyObject) -> Result<*mut PyObject> {
+    let ty: *mut PyTypeObject = if is_type(py, object) { object.cast() } else { type_of(py, object) };
     let Some((head, attribute)) = published_head(py, ty)? else { return Ok(py.new_none()) };
-    let info = Owned::new(unsafe { (py.PyDict_New)() })?;
+    let info = Owned::new(py, unsafe { (py.PyDict_New)() })?;
     set(py, &info, c"attribute", py.new_str(attribute)?)?;
-    let chain = Owned::new(unsafe { (py.PyList_New)(0) })?;
+    let chain = Owned::new(py, unsafe { (py.PyList_New)(0) })?;
     let mut selected = None;
     // SAFETY: the producer promises readable headers along its chain.
     let walk = unsafe { chain::walk(head) };
     for (i, &current) in walk.links.iter().enumerate() {
         // SAFETY: as above.
         let header = unsafe { &*current };
-        let entry = Owned::new(unsafe { (py.PyDict_New)() })?;
+        let entry = Owned::new(py, unsafe { (py.PyDict_New)() })?;
         set(py, &entry, c"version", int_tuple(py, &[header.version.major as i64, header.version.minor as i64])?)?;
         set(py, &entry, c"address", py.check(unsafe { (py.PyLong_FromVoidPtr)(current.cast_mut().cast()) })?)?;
         if header.version.major == DLPACK_MAJOR_VERSION {
             selected.get_or_insert(i);
             // SAFETY: a major-1 header starts a v1 table.
             let api = unsafe { &*current.cast::<DLPackExchangeAPI>() };
-            let entries = Owned::new(unsafe { (py.PyDict_New)() })?;
+            let entries = Owned::new(py, unsafe { (py.PyDict_New)() })?;
             for (name, present) in [
                 (c"managed_tensor_allocator", api.managed_tensor_allocator.is_some()),
                 (c"managed_tensor_from_py_object_no_sync", api.managed_tensor_from_py_object_no_sync.is_some()),
@@ -74,8 +62,8 @@ pub fn exchange_api_info(py: &Python, object: *mut PyObject) -> Result<*mut PyOb
 }
 
 /// `dict[key] = value`, stealing `value`.
-fn set(py: &Python, dict: &Owned, key: &CStr, value: *mut PyObject) -> Result<()> {
-    let value = Owned::new(value)?;
+fn set(py: Python<'_>, dict: &Owned<'_>, key: &CStr, value: *mut PyObject) -> Result<()> {
+    let value = Owned::new(py, value)?;
     // SAFETY: GIL held; the dict takes its own reference.
     if unsafe { (py.PyDict_SetItemString)(dict.as_ptr(), key.as_ptr(), value.as_ptr()) } != 0 {
         return Err(Error::python_pending());

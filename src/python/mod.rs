@@ -1,25 +1,21 @@
-//! The Python face of dlpx: the `dlpx._native` module, the `dlpx.Tensor` type, the importer.
-//! All of it runs against a CPython resolved at run time (see `capi`).
+//! The Python face of dlpx: the `dlpx._native` module, the `dlpx.Tensor` type, the importer
+//! seam (`producers`), the kernel API's Python half. All of it runs against a CPython resolved at
+//! run time, reached through a `Python` token (docs/design.md, "The GIL is a type").
 //!
 //! Functions here take `PyObject*` as CPython's own API does: borrowed references, valid while
-//! the caller holds the GIL — the contract of the whole module, so they are not each `unsafe`.
+//! the caller's token lives — the contract of the whole module, so they are not each `unsafe`.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod args;
-pub mod array_api_strict_array;
 pub mod capsule;
-pub mod consumer;
+pub mod device_class;
 pub mod dlpack_call;
-pub mod dlpack_method;
-pub mod fast_capsule;
 pub mod held_object;
 pub mod info;
-pub mod jax_array;
 pub mod kernel;
 pub mod module;
-pub mod numpy_array;
-pub mod tensor_type;
-pub mod tvm_ffi_tensor;
+pub mod producers;
+pub mod tensor;
 
 /// Lets blocking driver calls release the GIL (the core's hook, `memory::blocking`): installed
 /// when Python first calls into dlpx (module import, the kernel API).

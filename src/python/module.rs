@@ -5,46 +5,16 @@
 
 use std::ffi::{c_void, CStr};
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyMethodDef, PyMethodDefPointer, PyModuleDef, PyObject};
 
-use super::args;
-use super::consumer;
-use super::tensor_type;
+use super::device_class::{parse_device, set_device_class};
+use super::producers::{self, Request};
+use super::{args, tensor};
 use crate::abi::*;
-use crate::cpython::Raise;
-use crate::cpython::{fastcall_as_cfunction, int_tuple, CStatic};
-use crate::cpython::{py, python, Owned, Python};
+use crate::cpython::{fastcall_as_cfunction, int_tuple, CStatic, Owned, Python, Raise};
 use crate::error::{boundary, Error, Result};
 use crate::tensor::Tensor;
-
-/// The `dlpx.Device` class, registered by the Python package (a NamedTuple of two ints).
-static DEVICE_CLASS: AtomicPtr<PyObject> = AtomicPtr::new(ptr::null_mut());
-
-/// A `dlpx.Device` for `device` (a plain tuple before the package registered the class).
-pub fn make_device(py: &Python, device: DLDevice) -> Result<*mut PyObject> {
-    let pair = Owned::new(int_tuple(py, &[device.device_type.0 as i64, device.device_id as i64])?)?;
-    let class = DEVICE_CLASS.load(Ordering::Acquire);
-    if class.is_null() {
-        return Ok(pair.into_ptr());
-    }
-    // SAFETY: GIL held; the class is kept alive by the static's reference.
-    py.check(unsafe { (py.PyObject_CallObject)(class, pair.as_ptr()) })
-}
-
-/// A device argument: `"cpu"`, `"cuda:1"`, a `(type, id)` pair (a `dlpx.Device` is one).
-fn parse_device(py: &Python, object: *mut PyObject) -> Result<DLDevice> {
-    if let Ok(text) = py.str_value(object, "device") {
-        return crate::device::parse(&text)
-            .ok_or_else(|| Error::value(format!("unknown device '{text}' (expected e.g. 'cpu', 'cuda:0')")));
-    }
-    let (t, id) = args::int_pair(py, object, "device")?;
-    match (i32::try_from(t), i32::try_from(id)) {
-        (Ok(t), Ok(id)) if id >= 0 => Ok(DLDevice { device_type: DeviceType(t), device_id: id }),
-        _ => Err(Error::value(format!("invalid device ({t}, {id})"))),
-    }
-}
 
 static EMPTY_NAMES: args::Names = args::Names::new(&[c"shape", c"dtype", c"device"]);
 static FROM_DLPACK_NAMES: args::Names = args::Names::with_positional_only(&[c"x", c"device", c"copy"], 1);
@@ -56,10 +26,11 @@ unsafe extern "C" fn empty(
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
     boundary(Raise, "empty", || {
-        let py = py();
+        // SAFETY: CPython calls module functions with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
         let mut v = [ptr::null_mut(); 3];
-        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse(a, nargs, kwnames, &EMPTY_NAMES, 3, &mut v)? };
+        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention.
+        unsafe { args::parse(py, a, nargs, kwnames, &EMPTY_NAMES, 3, &mut v)? };
         let [shape, dtype, device] = v;
         if shape.is_null() {
             return Err(Error::type_error("missing required argument 'shape'"));
@@ -72,11 +43,11 @@ unsafe extern "C" fn empty(
         } else {
             parse_device(py, device)?
         };
-        tensor_type::wrap(Tensor::empty(&shape, dtype, device)?)
+        tensor::wrap(py, Tensor::empty(&shape, dtype, device)?)
     })
 }
 
-fn parse_dtype(py: &Python, object: *mut PyObject) -> Result<DLDataType> {
+fn parse_dtype(py: Python<'_>, object: *mut PyObject) -> Result<DLDataType> {
     if let Ok(name) = py.str_value(object, "empty") {
         return crate::dtype::parse_dtype(&name).ok_or_else(|| Error::value(format!("unknown dtype '{name}'")));
     }
@@ -96,28 +67,29 @@ unsafe extern "C" fn from_dlpack(
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
     boundary(Raise, "from_dlpack", || {
+        // SAFETY: CPython calls module functions with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
         if nargs == 1 && kwnames.is_null() {
             // `from_dlpack(x)`, the common call: nothing else to parse.
             // SAFETY: one positional argument, by CPython's convention.
-            return tensor_type::wrap(consumer::import(unsafe { *a }, None, None)?);
+            return tensor::wrap(py, producers::import(py, unsafe { *a }, Request::PLAIN)?);
         }
-        let py = py();
         let mut v = [ptr::null_mut(); 3];
-        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse(a, nargs, kwnames, &FROM_DLPACK_NAMES, 1, &mut v)? };
+        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention.
+        unsafe { args::parse(py, a, nargs, kwnames, &FROM_DLPACK_NAMES, 1, &mut v)? };
         let [x, device, copy] = v;
         if x.is_null() {
             return Err(Error::type_error("missing required argument 'x'"));
         }
         let device = if args::is_none(py, device) { None } else { Some(parse_device(py, device)?) };
         let copy = args::optional_bool(py, copy, "copy")?;
-        tensor_type::wrap(consumer::import(x, device, copy)?)
+        tensor::wrap(py, producers::import(py, x, Request { device, copy })?)
     })
 }
 
 static STREAM_NAMES: args::Names = args::Names::with_positional_only(&[c"device_type", c"device_id", c"stream"], 3);
 
-fn stream_device(py: &Python, v: &[*mut PyObject]) -> Result<DLDevice> {
+fn stream_device(py: Python<'_>, v: &[*mut PyObject]) -> Result<DLDevice> {
     if v[0].is_null() || v[1].is_null() {
         return Err(Error::type_error("expected (device_type, device_id, ...)"));
     }
@@ -137,10 +109,11 @@ unsafe extern "C" fn set_current_stream(
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
     boundary(Raise, "set_current_stream", || {
-        let py = py();
+        // SAFETY: CPython calls module functions with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
         let mut v = [ptr::null_mut(); 3];
-        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse(a, nargs, kwnames, &STREAM_NAMES, 3, &mut v)? };
+        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention.
+        unsafe { args::parse(py, a, nargs, kwnames, &STREAM_NAMES, 3, &mut v)? };
         let device = stream_device(py, &v)?;
         if device.device_type == DeviceType::CPU {
             return Err(Error::value("cpu has no streams"));
@@ -160,10 +133,11 @@ unsafe extern "C" fn current_stream(
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
     boundary(Raise, "current_stream", || {
-        let py = py();
+        // SAFETY: CPython calls module functions with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
         let mut v = [ptr::null_mut(); 3];
-        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse(a, nargs, kwnames, &STREAM_NAMES, 2, &mut v)? };
+        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention.
+        unsafe { args::parse(py, a, nargs, kwnames, &STREAM_NAMES, 2, &mut v)? };
         let device = stream_device(py, &v)?;
         let stream = crate::stream::current(device);
         // SAFETY: GIL held.
@@ -181,13 +155,16 @@ unsafe extern "C" fn record_stream(
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
     boundary(Raise, "record_stream", || {
-        let py = py();
+        // SAFETY: CPython calls module functions with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
         let mut v = [ptr::null_mut(); 3];
-        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse(a, nargs, kwnames, &RECORD_NAMES, 3, &mut v)? };
-        // SAFETY: a live argument, GIL held.
-        let tensor = unsafe { tensor_type::tensor_of(v[0]) }.ok_or_else(|| {
-            Error::type_error(format!("expected a dlpx.Tensor, got {}", crate::cpython::type_name(v[0])))
+        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention.
+        unsafe { args::parse(py, a, nargs, kwnames, &RECORD_NAMES, 3, &mut v)? };
+        if v[0].is_null() {
+            return Err(Error::type_error("missing required argument 'tensor'"));
+        }
+        let tensor = tensor::tensor_of(py, v[0]).ok_or_else(|| {
+            Error::type_error(format!("expected a dlpx.Tensor, got {}", crate::cpython::type_name(py, v[0])))
         })?;
         let device_id = args::int_value(py, v[1], "device")?;
         let device_id = i32::try_from(device_id)
@@ -203,27 +180,51 @@ unsafe extern "C" fn record_stream(
 
 unsafe extern "C" fn empty_cache(_module: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {
     boundary(Raise, "empty_cache", || {
+        // SAFETY: CPython calls module functions with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
         crate::memory::cuda::empty_cache()?;
-        Ok(py().new_none())
+        Ok(py.new_none())
     })
 }
 
 unsafe extern "C" fn cuda_driver_present(_module: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {
-    boundary(Raise, "cuda_driver_present", || Ok(py().new_bool(crate::memory::cuda::driver_present())))
+    boundary(Raise, "cuda_driver_present", || {
+        // SAFETY: CPython calls module functions with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
+        Ok(py.new_bool(crate::memory::cuda::driver_present()))
+    })
 }
 
 unsafe extern "C" fn exchange_api_info(_module: *mut PyObject, object: *mut PyObject) -> *mut PyObject {
-    boundary(Raise, "exchange_api_info", || super::info::exchange_api_info(py(), object))
+    boundary(Raise, "exchange_api_info", || {
+        // SAFETY: CPython calls module functions with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
+        super::info::exchange_api_info(py, object)
+    })
 }
 
-unsafe extern "C" fn set_device_class(_module: *mut PyObject, class: *mut PyObject) -> *mut PyObject {
-    boundary(Raise, "_set_device_class", || {
-        let py = py();
-        // SAFETY: GIL held; the static keeps the new reference, the old one is released.
-        unsafe { (py.Py_IncRef)(class) };
-        let old = DEVICE_CLASS.swap(class, Ordering::AcqRel);
-        py.decref(old);
-        Ok(py.new_none())
+unsafe extern "C" fn exchange_api_of(_module: *mut PyObject, object: *mut PyObject) -> *mut PyObject {
+    boundary(Raise, "exchange_api_of", || {
+        // SAFETY: CPython calls module functions with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
+        let table = super::kernel::table_of(py, object)?;
+        // SAFETY: the token proves the GIL is held; the table lives for the process, so the
+        // capsule needs no destructor.
+        py.check(unsafe {
+            (py.PyCapsule_New)(
+                (table as *const DLPackExchangeAPI).cast_mut().cast(),
+                c"dlpack_exchange_api".as_ptr(),
+                None,
+            )
+        })
+    })
+}
+
+unsafe extern "C" fn row_of(_module: *mut PyObject, object: *mut PyObject) -> *mut PyObject {
+    boundary(Raise, "_row_of", || {
+        // SAFETY: CPython calls module functions with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
+        py.new_str(producers::row_name(py, object))
     })
 }
 
@@ -257,9 +258,11 @@ macro_rules! method {
 const MODULE_DOC: &CStr = c"Native core of dlpx (libdlpx.so loaded as a Python extension module).";
 
 // The module's definition: CPython keeps (and initialises) it for the life of the process.
-static METHODS: CStatic<[PyMethodDef; 10]> = CStatic::new([
+static METHODS: CStatic<[PyMethodDef; 12]> = CStatic::new([
     method!(c"empty", fast empty, c"empty(shape, dtype='float32', device='cpu') -> Tensor\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
     method!(c"from_dlpack", fast from_dlpack, c"from_dlpack(x, /, *, device=None, copy=None) -> Tensor\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
+    method!(c"exchange_api_of", one exchange_api_of, c"exchange_api_of(type_or_object) -> PyCapsule\n\nThe DLPackExchangeAPI a C kernel uses for objects of this type: its own, or dlpx's synthetic one (a PyCapsule named 'dlpack_exchange_api')."),
+    method!(c"_row_of", one row_of, c"_row_of(type_or_object) -> str\n\nThe name of the importer row that reads objects of this type."),
     method!(c"exchange_api_info", one exchange_api_info, c"exchange_api_info(type_or_object) -> dict | None\n\nThe exchange table a type publishes: version, the prev_api chain, which entries are set."),
     method!(c"_set_device_class", one set_device_class, c"Registers the class that Tensor.device returns."),
     method!(c"_set_current_stream", fast set_current_stream, c"_set_current_stream(device_type, device_id, handle) -> previous handle"),
@@ -291,11 +294,12 @@ static DEF: CStatic<PyModuleDef> = CStatic::new(PyModuleDef {
 /// the GIL held.
 pub fn init(own: &'static DLPackExchangeAPI) -> *mut PyObject {
     boundary(Raise, "PyInit__native", || {
-        let py = python()?;
+        // SAFETY: CPython's import machinery calls PyInit with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
         super::install_gil_release();
-        // SAFETY: GIL held (CPython is importing us); 3 is the stable ABI's API version.
-        let module = Owned::new(unsafe { (py.PyModule_Create2)(DEF.get(), 3) })?;
-        let ty = tensor_type::create_type(py, own)?;
+        // SAFETY: the token proves the GIL is held; 3 is the stable ABI's API version.
+        let module = Owned::new(py, unsafe { (py.PyModule_Create2)(DEF.get(), 3) })?;
+        let ty = tensor::create_type(py, own)?;
         add(py, &module, c"Tensor", ty)?;
         add(py, &module, c"__version__", py.new_str(env!("CARGO_PKG_VERSION"))?)?;
         add(py, &module, c"DEVICE_TYPE_NAMES", device_type_names(py)?)?;
@@ -313,13 +317,13 @@ pub fn init(own: &'static DLPackExchangeAPI) -> *mut PyObject {
 }
 
 /// `{device_type: name}` for every device type DLPack names (`dlpx.Device` prints these).
-fn device_type_names(py: &Python) -> Result<*mut PyObject> {
+fn device_type_names(py: Python<'_>) -> Result<*mut PyObject> {
     // SAFETY: GIL held; every new reference is owned by an `Owned` or stolen by the dict's owner.
     unsafe {
-        let dict = Owned::new((py.PyDict_New)())?;
+        let dict = Owned::new(py, (py.PyDict_New)())?;
         for row in DeviceType::TABLE {
-            let key = Owned::new((py.PyLong_FromLongLong)(row.value.0 as i64))?;
-            let name = Owned::new(py.new_str(row.name)?)?;
+            let key = Owned::new(py, (py.PyLong_FromLongLong)(row.value.0 as i64))?;
+            let name = Owned::new(py, py.new_str(row.name)?)?;
             if (py.PyDict_SetItem)(dict.as_ptr(), key.as_ptr(), name.as_ptr()) != 0 {
                 return Err(Error::python_pending());
             }
@@ -329,7 +333,7 @@ fn device_type_names(py: &Python) -> Result<*mut PyObject> {
 }
 
 /// Adds `value` (a new reference, stolen) to the module.
-fn add(py: &Python, module: &Owned, name: &CStr, value: *mut PyObject) -> Result<()> {
+fn add(py: Python<'_>, module: &Owned<'_>, name: &CStr, value: *mut PyObject) -> Result<()> {
     // SAFETY: GIL held; PyModule_AddObject steals `value` only on success.
     if unsafe { (py.PyModule_AddObject)(module.as_ptr(), name.as_ptr(), value) } != 0 {
         py.decref(value);

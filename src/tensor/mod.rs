@@ -164,7 +164,7 @@ impl Tensor {
     /// As for [`Tensor::from_managed`]; the caller gives `managed` up.
     pub unsafe fn from_managed_or_delete(managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
         // SAFETY: forwarded contract; on failure the tensor is still ours to delete.
-        unsafe { Self::from_managed(managed).inspect_err(|_| delete_refused(managed)) }
+        unsafe { Self::from_managed(managed).inspect_err(|_| delete_managed(managed)) }
     }
 
     /// Takes ownership of a legacy (unversioned) managed tensor after validating it. On error the
@@ -297,18 +297,19 @@ pub unsafe fn check_managed_or_delete(managed: NonNull<DLManagedTensorVersioned>
         Ok(_) => Ok(true),
         Err(err) => {
             // SAFETY: refused, so still the caller's, which gave it up to us.
-            unsafe { delete_refused(managed) };
+            unsafe { delete_managed(managed) };
             Err(err)
         }
     }
 }
 
-/// Deletes a managed tensor dlpx refused. The deleter sits in the prefix every major version
-/// keeps, so it is called even for a major dlpx cannot read.
+/// Deletes a managed tensor its owner gives up (one dlpx refused, or one it no longer needs).
+/// The deleter sits in the prefix every major version keeps, so it is called even for a major
+/// dlpx cannot read.
 ///
 /// # Safety
 /// `managed` is live and owned by the caller, who gives it up.
-unsafe fn delete_refused(managed: NonNull<DLManagedTensorVersioned>) {
+pub unsafe fn delete_managed(managed: NonNull<DLManagedTensorVersioned>) {
     // SAFETY: per the contract; only the stable prefix is read.
     unsafe {
         if let Some(deleter) = std::ptr::addr_of!((*managed.as_ptr()).deleter).read() {

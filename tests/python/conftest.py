@@ -9,6 +9,10 @@ import sys
 
 # jax probes for accelerators at import; the tests need its CPU backend only.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Every direct read takes its first-use check, tested producer version or not, so the tests of
+# that check (a lying producer turns a read off) run whatever versions are installed
+# (docs/design.md, "A guard per direct read"; test_producer_seam.py covers the tested-version way).
+os.environ.setdefault("DLPX_DIRECT_VERIFY", "all")
 
 # Make the helper module importable whatever pytest's import mode is.
 _HERE = os.path.dirname(os.path.abspath(__file__))

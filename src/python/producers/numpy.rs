@@ -1,19 +1,5 @@
-//! numpy arrays read through numpy's own C struct, at exchange-table speed.
-//!
-//! numpy publishes no exchange table, so its arrays would cost a `__dlpack__` call, a capsule
-//! and numpy's managed tensor per import. Instead, for an array whose type is exactly numpy's
-//! `ndarray` (a subclass may override `__dlpack__`), dlpx reads the fields numpy's stable ABI
-//! fixes — data, nd, dimensions, strides, descr, flags — and describes them in a managed tensor
-//! of its own that holds a reference to the array (`held_object`: no malloc, no capsule). What
-//! this path does not cover exactly as numpy's `__dlpack__` would (a dtype outside the
-//! fixed-size numeric ones, a byte order other than the machine's, unaligned data, a stride
-//! that is no multiple of the item size) goes to `__dlpack__`, so numpy's answer — or numpy's
-//! error — stays the answer.
-//!
-//! The struct layouts are numpy's: `PyArrayObject_fields` is unchanged since numpy 1.7 and the
-//! prefix of `PyArray_Descr` read here (through `type_num`) is the same in numpy 1.x and 2.x.
-//! They are trusted only when numpy's `_ARRAY_API` reports one of those ABI versions and the
-//! type is the `PyArray_Type` that table points to.
+//! The `numpy` row: arrays read through numpy's own array struct (docs/design.md, "What each
+//! direct read rests on").
 
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::size_of;
@@ -21,12 +7,40 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::held_object;
+use super::{synthetic, Entry, Guard, Producer, Read, Row};
 use crate::abi::*;
-use crate::cpython::{imported_module, GilVar, ModuleWatch, Owned, Python};
+use crate::cpython::{imported_module, type_of, GilVar, Owned, Python};
 use crate::error::Result;
 use crate::layout::MAX_NDIM;
-use crate::tensor::Tensor;
+use crate::python::held_object;
+
+pub static ROW: Row = Row { name: "numpy", synthetic: Some(&TABLE), guard: Some(&GUARD), producer: &Numpy };
+struct Numpy;
+static TABLE: DLPackExchangeAPI = synthetic::table(false);
+static GUARD: Guard = Guard::new("numpy", c"numpy", &["2.4", "2.5"]);
+
+/// numpy's `ndarray` type once found with a known ABI (0 until then).
+static ARRAY_TYPE: GilVar<usize> = GilVar::new(0);
+
+impl Producer for Numpy {
+    fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
+        if ARRAY_TYPE.get(py) == 0 {
+            // dlpx never imports numpy itself: until it is imported, nothing is numpy's.
+            if imported_module(py, c"numpy").is_none() {
+                return false;
+            }
+            match read_array_api(py) {
+                Some(array) => ARRAY_TYPE.set(py, array as usize),
+                None => return false,
+            }
+        }
+        ARRAY_TYPE.get(py) == ty as usize
+    }
+
+    fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {
+        managed_of(py, object)
+    }
+}
 
 /// numpy's `PyArrayObject_fields`, up to `flags`.
 #[repr(C)]
@@ -84,37 +98,9 @@ fn dtype_of(type_num: c_int) -> Option<(DLDataType, usize)> {
     Some((DLDataType { code: code.0, bits, lanes: 1 }, bits as usize / 8))
 }
 
-/// What dlpx knows of numpy: nothing yet (numpy not imported: asked again next time, as dlpx
-/// never imports numpy itself), its `ndarray` type, or that its ABI is one dlpx does not read.
-#[derive(Clone, Copy)]
-enum Numpy {
-    Unknown,
-    Array(*mut PyTypeObject),
-    Unreadable,
-}
-
-static NUMPY: GilVar<Numpy> = GilVar::new(Numpy::Unknown);
-
-fn array_type(py: &Python) -> Option<*mut PyTypeObject> {
-    match NUMPY.get() {
-        Numpy::Array(ty) => Some(ty),
-        Numpy::Unreadable => None,
-        Numpy::Unknown => resolve(py),
-    }
-}
-
-#[cold]
-fn resolve(py: &Python) -> Option<*mut PyTypeObject> {
-    static WATCH: ModuleWatch = ModuleWatch::new();
-    imported_module(py, &WATCH, c"numpy")?;
-    let found = read_array_api(py);
-    NUMPY.set(found.map_or(Numpy::Unreadable, Numpy::Array));
-    found
-}
-
 /// numpy's `PyArray_Type` from its `_ARRAY_API` table (slot 2), when slot 0,
 /// `PyArray_GetNDArrayCVersion`, reports a known ABI.
-fn read_array_api(py: &Python) -> Option<*mut PyTypeObject> {
+fn read_array_api(py: Python<'_>) -> Option<*mut PyTypeObject> {
     // SAFETY: GIL held; failures are cleared; the capsule holds numpy's API table (numpy names
     // it NULL), which lives as long as numpy, which is never unloaded.
     unsafe {
@@ -123,9 +109,9 @@ fn read_array_api(py: &Python) -> Option<*mut PyTypeObject> {
             if module.is_null() {
                 (py.PyErr_Clear)();
             }
-            Owned::new(module).ok()
+            Owned::new(py, module).ok()
         })?;
-        let capsule = Owned::new((py.PyObject_GetAttrString)(module.as_ptr(), c"_ARRAY_API".as_ptr()));
+        let capsule = Owned::new(py, (py.PyObject_GetAttrString)(module.as_ptr(), c"_ARRAY_API".as_ptr()));
         let table = capsule.ok().map(|c| (py.PyCapsule_GetPointer)(c.as_ptr(), ptr::null())).unwrap_or(ptr::null_mut());
         if table.is_null() {
             (py.PyErr_Clear)();
@@ -137,13 +123,11 @@ fn read_array_api(py: &Python) -> Option<*mut PyTypeObject> {
     }
 }
 
-/// A managed tensor describing `object` when it is a numpy array this path covers: it holds a
+/// A managed tensor describing `object` when it is a numpy array this read covers: it holds a
 /// reference to the array, released by its deleter (which takes the GIL). None: not such an
-/// array (the caller asks `__dlpack__`).
-pub fn managed_of(py: &Python, object: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
-    // SAFETY: GIL held; `object` is live.
-    let ty = unsafe { (*object).ob_type };
-    if array_type(py) != Some(ty) {
+/// array, or not covered (the seam asks `__dlpack__`).
+pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
+    if ARRAY_TYPE.get(py) != type_of(py, object) as usize {
         return Ok(None);
     }
     // SAFETY: the exact type is numpy's ndarray of a known ABI, so the object is laid out as
@@ -182,11 +166,4 @@ pub fn managed_of(py: &Python, object: *mut PyObject) -> Result<Option<NonNull<D
             shape.iter().zip(strides).map(|(&extent, &stride)| (extent as i64, (stride / itemsize as isize) as i64));
         held_object::managed_holding(py, object, tensor, dims, readonly).map(Some)
     }
-}
-
-/// `object` as a [`Tensor`] when it is a numpy array this path covers; None otherwise.
-pub fn import(py: &Python, object: *mut PyObject) -> Result<Option<Tensor>> {
-    let Some(managed) = managed_of(py, object)? else { return Ok(None) };
-    // SAFETY: a tensor we own; should validation refuse it, it is deleted there.
-    unsafe { Tensor::from_managed_or_delete(managed) }.map(Some)
 }

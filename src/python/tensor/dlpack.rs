@@ -5,18 +5,16 @@ use std::ffi::{c_void, CStr};
 
 use pyo3_ffi::PyObject;
 
-use super::args;
-use super::capsule;
-use super::tensor_type::this;
+use super::this;
 use crate::abi::*;
 use crate::copy;
-use crate::cpython::Raise;
-use crate::cpython::{py, Python};
+use crate::cpython::{GilCell, Python, Raise};
 use crate::error::{boundary, Error, Result};
 use crate::memory::cuda;
+use crate::python::{args, capsule};
 use crate::tensor::Tensor;
 
-pub const DLPACK_DOC: &CStr = c"__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+pub(super) const DLPACK_DOC: &CStr = c"__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
 
 Exports the tensor as a DLPack capsule: 'dltensor_versioned' (DLPack 1.3) when max_version
 has major >= 1, the legacy 'dltensor' otherwise. dl_device=(1, 0) asks for CPU memory;
@@ -30,20 +28,20 @@ static NAMES: args::Names = args::Names::new(&[c"stream", c"max_version", c"dl_d
 ///
 /// # Safety
 /// CPython's METH_FASTCALL | METH_KEYWORDS call of a method of a live dlpx.Tensor, GIL held.
-pub unsafe extern "C" fn dlpack(
+pub(super) unsafe extern "C" fn dlpack(
     object: *mut PyObject,
     args: *const *mut PyObject,
     nargs: pyo3_ffi::Py_ssize_t,
     kwnames: *mut PyObject,
 ) -> *mut PyObject {
     boundary(Raise, "__dlpack__", || {
-        let py = py();
+        // SAFETY: CPython calls methods with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
         let mut a = [std::ptr::null_mut(); 4];
-        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention, with the GIL.
-        unsafe { args::parse(args, nargs, kwnames, &NAMES, 0, &mut a)? };
+        // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention.
+        unsafe { args::parse(py, args, nargs, kwnames, &NAMES, 0, &mut a)? };
         let [stream, max_version, dl_device, copy] = a;
-        // SAFETY: `object` is self.
-        let tensor = unsafe { this(object) }?;
+        let tensor = this(py, object)?;
         let device = tensor.dl_tensor().device;
         let versioned = match args::is_none(py, max_version) {
             true => false,
@@ -121,7 +119,7 @@ fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(
 /// The consumer's stream for docs/design.md R9: None when no ordering is needed (host memory, or -1),
 /// else the CUDA stream to order after dlpx's current stream.
 fn consumer_stream(
-    py: &Python,
+    py: Python<'_>,
     stream: *mut PyObject,
     device: DLDevice,
     target: DLDevice,
@@ -156,15 +154,15 @@ fn consumer_stream(
 ///
 /// # Safety
 /// CPython's METH_NOARGS call of a method of a live dlpx.Tensor, GIL held.
-pub unsafe extern "C" fn dlpack_device(object: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {
+pub(super) unsafe extern "C" fn dlpack_device(object: *mut PyObject, _unused: *mut PyObject) -> *mut PyObject {
     boundary(Raise, "__dlpack_device__", || {
-        let py = py();
-        // SAFETY: `object` is self.
-        let device = unsafe { this(object) }?.dl_tensor().device;
+        // SAFETY: CPython calls methods with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
+        let device = this(py, object)?.dl_tensor().device;
         if device == (DLDevice { device_type: DeviceType::CPU, device_id: 0 }) {
             // Consumers ask before every import (torch.from_dlpack does): one shared (1, 0).
-            static CPU: crate::cpython::GilCell<usize> = crate::cpython::GilCell::new();
-            let tuple = CPU.get_or_try_init(|| crate::cpython::int_tuple(py, &[1, 0]).map(|t| t as usize))?;
+            static CPU: GilCell<usize> = GilCell::new();
+            let tuple = CPU.get_or_try_init(py, || crate::cpython::int_tuple(py, &[1, 0]).map(|t| t as usize))?;
             // SAFETY: GIL held; the cell keeps its own reference forever.
             unsafe { (py.Py_IncRef)(tuple as *mut PyObject) };
             return Ok(tuple as *mut PyObject);

@@ -1,0 +1,123 @@
+//! What every reader of a Python object goes through: the object's row (`cache`), its guard,
+//! the faithful-import rule, then what the request asks for (docs/design.md, "Producers: one
+//! seam").
+
+use std::ptr::{self, NonNull};
+
+use pyo3_ffi::PyObject;
+
+use super::guard::State;
+use super::{dlpack, entry_of, faithful, Entry, Request};
+use crate::abi::*;
+use crate::copy;
+use crate::cpython::Python;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// Imports `object` (a tensor of any DLPack producer, or a DLPack capsule) as a [`Tensor`]:
+/// `from_dlpack`, `dlpx.Tensor(x)`. Its errors name `from_dlpack`, whichever entry point called.
+pub fn import(py: Python<'_>, object: *mut PyObject, request: Request) -> Result<Tensor> {
+    read(py, object, entry_of(py, object), request)
+        .and_then(|t| finish(t, request))
+        .map_err(|err| err.at("from_dlpack"))
+}
+
+fn read(py: Python<'_>, object: *mut PyObject, entry: Entry, request: Request) -> Result<Tensor> {
+    let row = entry.row.producer;
+    if let Some(guard) = entry.row.guard {
+        match guard.state(py) {
+            _ if request.asks_more() => return dlpack::import(py, object, request),
+            State::Off => return dlpack::import(py, object, request),
+            State::Unverified | State::Unknown => {
+                // SAFETY: `__dlpack__`'s managed tensor, ours; a refused one is deleted there.
+                return unsafe { Tensor::from_managed_or_delete(guard.verify(py, row, object, entry)?) };
+            }
+            State::Trusted => {}
+        }
+    }
+    match row.import(py, object, entry, request)? {
+        Some(tensor) => faithful::admit_tensor(py, row, object, entry, tensor, request),
+        None => dlpack::import(py, object, request),
+    }
+}
+
+/// An owning managed tensor of `object` for C (`dlpx_import`, the synthetic tables, a view's
+/// owner), checked as every import is.
+pub fn managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
+    managed_of_entry(py, object, entry_of(py, object))
+}
+
+fn managed_of_entry(py: Python<'_>, object: *mut PyObject, entry: Entry) -> Result<NonNull<DLManagedTensorVersioned>> {
+    let row = entry.row.producer;
+    if let Some(guard) = entry.row.guard {
+        match guard.state(py) {
+            State::Off => return dlpack::managed_of(py, object),
+            State::Unverified | State::Unknown => return guard.verify(py, row, object, entry),
+            State::Trusted => {}
+        }
+    }
+    match row.managed(py, object, entry)? {
+        Some(managed) => faithful::admit_managed(py, row, object, managed),
+        None => dlpack::managed_of(py, object),
+    }
+}
+
+/// A view of `object` for a kernel: `out` filled, and the managed tensor that keeps it valid
+/// (NULL for a non-owning view, valid while the caller holds `object`).
+pub fn view(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedTensorVersioned> {
+    let entry = entry_of(py, object);
+    if let Some(guard) = entry.row.guard {
+        if matches!(guard.state(py), State::Unverified | State::Unknown) {
+            // The first object decides; where the read is then trusted, its view is the answer.
+            let theirs = guard.verify(py, entry.row.producer, object, entry)?;
+            if guard.state(py) != State::Trusted {
+                // SAFETY: a live managed tensor the caller owns until it releases the view.
+                *out = unsafe { theirs.as_ref().dl_tensor };
+                return Ok(theirs.as_ptr());
+            }
+            // SAFETY: ours, unused: its deleter runs once, here.
+            unsafe { crate::tensor::delete_managed(theirs) };
+        }
+    }
+    if view_of_entry(py, object, entry, out)? {
+        return Ok(ptr::null_mut());
+    }
+    let managed = managed_of_entry(py, object, entry)?;
+    // SAFETY: a live managed tensor the caller owns until it releases the view.
+    *out = unsafe { managed.as_ref().dl_tensor };
+    Ok(managed.as_ptr())
+}
+
+/// A non-owning view of `object` in `out`, where its row has one; Ok(false) otherwise.
+pub fn view_in_place(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<bool> {
+    view_of_entry(py, object, entry_of(py, object), out)
+}
+
+fn view_of_entry(py: Python<'_>, object: *mut PyObject, entry: Entry, out: &mut DLTensor) -> Result<bool> {
+    let row = entry.row.producer;
+    if entry.row.guard.is_some_and(|guard| guard.state(py) != State::Trusted) {
+        return Ok(false);
+    }
+    Ok(row.view(py, object, entry, out)? && faithful::admit_view(py, row, object, out)?)
+}
+
+/// Applies what the producer may not have done: a copy that `copy=True` demands, a move to
+/// the requested device, and the refusals of `copy=False`.
+fn finish(tensor: Tensor, request: Request) -> Result<Tensor> {
+    let here = tensor.dl_tensor().device;
+    let moved = request.device.filter(|&d| d != here);
+    let copied_already = tensor.flags() & DLPACK_FLAG_BITMASK_IS_COPIED != 0;
+    match (moved, request.copy) {
+        (Some(target), Some(false)) => Err(Error::buffer(format!(
+            "the tensor is on {}; moving it to {} needs a copy, and copy=False forbids it",
+            crate::device::name(here),
+            crate::device::name(target)
+        ))),
+        (Some(DLDevice { device_type: DeviceType::CPU, device_id: 0 }), _) => copy::to_new_cpu_tensor(&tensor),
+        (Some(target), _) => {
+            Err(Error::buffer(format!("dlpx cannot move a tensor to {}", crate::device::name(target))))
+        }
+        (None, Some(true)) if !copied_already => copy::duplicate(&tensor),
+        _ => Ok(tensor),
+    }
+}
