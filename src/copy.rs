@@ -1,17 +1,9 @@
 //! Copies of host tensors into fresh compact tensors (for `copy=True` and device requests).
 
 use crate::abi::*;
+use crate::devices;
 use crate::error::{Error, Result};
-use crate::memory::cuda;
 use crate::tensor::Tensor;
-
-/// Whether the host can read the tensor's memory directly.
-pub fn host_accessible(device: DLDevice) -> bool {
-    matches!(
-        device.device_type,
-        DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::ROCM_HOST | DeviceType::CUDA_MANAGED
-    )
-}
 
 /// A compact, writable copy of `src` in CPU memory (a device move when `src` is elsewhere).
 pub fn to_new_cpu_tensor(src: &Tensor) -> Result<Tensor> {
@@ -25,16 +17,13 @@ pub fn duplicate(src: &Tensor) -> Result<Tensor> {
 
 fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
     let dl = src.dl_tensor();
-    let cuda_source = dl.device.device_type == DeviceType::CUDA;
-    let supported = (cuda_source && (target == dl.device || host_accessible(target)))
-        || (host_accessible(dl.device) && host_accessible(target));
-    if !supported {
+    let Some(device) = devices::of(dl.device.device_type).filter(|d| d.can_copy(dl.device, target)) else {
         return Err(Error::buffer(format!(
             "cannot copy from {} to {}: dlpx copies host-accessible memory and CUDA memory",
             crate::device::name(dl.device),
             crate::device::name(target)
         )));
-    }
+    };
     // Same shape, dtype and sub-byte padding, so the byte sizes agree.
     let dst = Tensor::empty_with_flags(src.shape(), dl.dtype, target, src.flags())?;
     if src.numel() == 0 {
@@ -44,27 +33,16 @@ fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
     let dst_base = dst.dl_tensor().data.cast::<u8>();
     let nbytes = src.nbytes() as usize;
     debug_assert_eq!(src.nbytes(), dst.nbytes());
-    if cuda_source {
-        if !src.is_contiguous() {
-            return Err(Error::buffer("cannot copy a non-contiguous CUDA tensor (make it contiguous first)"));
-        }
-        // On dlpx's current stream of the device: an export orders its consumer after it, and a
-        // copy to the host waits for it.
-        let stream = crate::stream::current(dl.device);
-        // SAFETY: both regions hold `nbytes` bytes of their devices.
-        unsafe {
-            if target == dl.device {
-                cuda::copy_device_to_device(dl.device.device_id, dst_base.cast(), src_base.cast(), nbytes, stream)?;
-            } else {
-                cuda::copy_to_host(dl.device.device_id, dst_base.cast(), src_base.cast(), nbytes, stream)?;
-            }
-        }
+    if src.is_contiguous() {
+        // SAFETY: both regions hold `nbytes` bytes of their devices, which `device` copies between.
+        unsafe { device.copy(dl.device, target, dst_base.cast(), src_base.cast(), nbytes)? };
         return Ok(dst);
     }
-    if src.is_contiguous() {
-        // SAFETY: both regions hold `nbytes` host-readable bytes and do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(src_base, dst_base, nbytes) };
-        return Ok(dst);
+    if !devices::host_accessible(dl.device.device_type) {
+        return Err(Error::buffer(format!(
+            "cannot copy a non-contiguous {} tensor (make it contiguous first)",
+            crate::device::name(dl.device)
+        )));
     }
     let bits = crate::layout::element_bits(dl.dtype, src.flags());
     if bits % 8 != 0 {

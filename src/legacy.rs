@@ -3,9 +3,9 @@
 //! A producer that still sends `DLManagedTensor` (jax, older libraries) would otherwise cost the
 //! kernel API a `Tensor` (an `Arc` on the heap) and an export per argument. Instead its tensor
 //! is described by a `DLManagedTensorVersioned` in one block from the per-thread cache: the same
-//! `DLTensor` (shape and strides stay the producer's), flags 0 (a legacy tensor says nothing of
-//! read-only), the legacy tensor as `manager_ctx`, and a deleter that calls the producer's
-//! deleter, once, then frees the block.
+//! `DLTensor` (shape and strides stay the producer's), the flags of every legacy import
+//! (`validate::LEGACY_FLAGS`: read-only), the legacy tensor as `manager_ctx`, and a deleter that
+//! calls the producer's deleter, once, then frees the block.
 
 use std::ptr::NonNull;
 
@@ -34,7 +34,7 @@ pub unsafe fn wrap(legacy: NonNull<DLManagedTensor>) -> Option<NonNull<DLManaged
             version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
             manager_ctx: legacy.as_ptr().cast(),
             deleter: Some(release),
-            flags: 0,
+            flags: crate::validate::LEGACY_FLAGS,
             dl_tensor: dl,
         })
     };
@@ -87,7 +87,7 @@ mod tests {
             let wrapped = wrap(NonNull::from(&mut legacy)).expect("a sound tensor is wrapped");
             let m = wrapped.as_ref();
             assert_eq!((m.dl_tensor.data, m.dl_tensor.shape, m.dl_tensor.strides), (dl.data, dl.shape, dl.strides));
-            assert_eq!((m.flags, m.version.major), (0, DLPACK_MAJOR_VERSION));
+            assert_eq!((m.flags, m.version.major), (DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION));
             (m.deleter.unwrap())(wrapped.as_ptr());
         }
         assert_eq!(DELETED.load(Ordering::SeqCst), before + 1);

@@ -10,6 +10,7 @@ pub mod chain;
 pub mod copy;
 pub mod cpython;
 pub mod device;
+pub mod devices;
 pub mod dtype;
 pub mod error;
 pub mod exchange;

@@ -27,6 +27,10 @@ pub fn check_major(major: u32) -> Result<()> {
     Ok(())
 }
 
+/// The flags of a legacy (unversioned) tensor once imported: it carries none, so nothing says
+/// it may be written: read-only, as numpy imports it (docs/design.md, "Faithful import").
+pub const LEGACY_FLAGS: u64 = DLPACK_FLAG_BITMASK_READ_ONLY;
+
 /// `ndim` values at `ptr` (none for NULL or a non-positive `ndim`).
 fn dims<'a>(ptr: *const i64, ndim: i32) -> &'a [i64] {
     if ndim <= 0 || ptr.is_null() {

@@ -199,12 +199,14 @@ const DLPackExchangeAPI *dlpx_exchange_api_select(const DLPackExchangeAPIHeader 
 void dlpx_set_error_python(void *_error_ctx, const char *kind, const char *message);
 
 /**
- * The exchange table that serves `py_object` (a `PyObject*`, GIL held): its type's own table
- * (`__dlpack_c_exchange_api__`, else `__c_dlpack_exchange_api__`, walked to major 1 and cached
- * per type), or else dlpx's universal table, which imports anything that implements
- * `__dlpack__`, allocates with dlpx's allocator and returns `dlpx.Tensor`s (its
- * `dltensor_from_py_object_no_sync` is NULL). Returns NULL with a Python exception set when the
- * type publishes a broken table or no interpreter is running.
+ * The exchange table that serves `py_object` (a `PyObject*`, or a type: its objects; GIL
+ * held): its type's own table (`__dlpack_c_exchange_api__`, else `__c_dlpack_exchange_api__`,
+ * walked to major 1), or else dlpx's synthetic table for the way dlpx reads that producer
+ * (numpy, tvm_ffi, jax, array-api-strict, capsules, and `__dlpack__` for anything else): a
+ * DLPack 1.3 table whose reads take any object, whose allocator is dlpx's and whose
+ * `to_py` gives `dlpx.Tensor`s (its `dltensor_from_py_object_no_sync` is NULL unless the
+ * producer's objects can be viewed in place). The answer is found once per type. Returns NULL
+ * with a Python exception set for a NULL `py_object` or when no interpreter is running.
  *
  * # Safety
  * The GIL is held; `py_object` is NULL or a live `PyObject*`.

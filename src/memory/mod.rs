@@ -4,3 +4,4 @@ pub mod blocking;
 pub mod cpu;
 pub mod cuda;
 pub mod driver;
+pub mod uses;

@@ -29,7 +29,7 @@ impl Tensor {
     pub fn export_versioned_to(
         &self,
         extra_flags: u64,
-        consumer: Option<(i32, *mut c_void)>,
+        consumer: Option<(DLDevice, *mut c_void)>,
     ) -> Result<NonNull<DLManagedTensorVersioned>> {
         let block = export_block()?;
         write_tail(block, consumer);
@@ -54,7 +54,7 @@ impl Tensor {
     }
 
     /// [`Tensor::export_legacy`] with a consumer stream (see [`Tensor::export_versioned_to`]).
-    pub fn export_legacy_to(&self, consumer: Option<(i32, *mut c_void)>) -> Result<NonNull<DLManagedTensor>> {
+    pub fn export_legacy_to(&self, consumer: Option<(DLDevice, *mut c_void)>) -> Result<NonNull<DLManagedTensor>> {
         let block = export_block()?;
         write_tail(block, consumer);
         let managed = block.cast::<DLManagedTensor>();
@@ -92,9 +92,10 @@ const _: () = assert!(TAIL_OFFSET % std::mem::align_of::<ExportTail>() == 0);
 const _: () = assert!(TAIL_OFFSET + size_of::<ExportTail>() <= MANAGED_BLOCK.bytes());
 
 #[inline]
-fn write_tail(block: NonNull<u8>, consumer: Option<(i32, *mut c_void)>) {
+fn write_tail(block: NonNull<u8>, consumer: Option<(DLDevice, *mut c_void)>) {
     // 0x2 is the releasing thread's own per-thread stream then (see `cuda::as_recordable`).
-    let (device_id, stream) = consumer.map_or((0, 0), |(d, s)| (d, crate::memory::cuda::as_recordable(s) as usize));
+    let (device_id, stream) =
+        consumer.map_or((0, 0), |(d, s)| (d.device_id, crate::devices::recordable(d, s) as usize));
     // SAFETY: the tail lies inside the export block (asserted above), aligned.
     unsafe { block.as_ptr().add(TAIL_OFFSET).cast::<ExportTail>().write(ExportTail { device_id, stream }) };
 }
@@ -102,6 +103,24 @@ fn write_tail(block: NonNull<u8>, consumer: Option<(i32, *mut c_void)>) {
 #[inline]
 fn export_block() -> Result<NonNull<u8>> {
     cpu::alloc(MANAGED_BLOCK).ok_or_else(|| Error::memory("out of memory for a managed tensor"))
+}
+
+/// The tensor of one of our exports, its reference taken back and its block freed.
+///
+/// # Safety
+/// `ctx` is the `manager_ctx` of an export of ours, `block` its block; both are given up.
+pub(super) unsafe fn take_back(ctx: *mut c_void, block: NonNull<u8>) -> Tensor {
+    // SAFETY: per the contract.
+    unsafe {
+        let core = Arc::from_raw(ctx.cast_const().cast::<Core>());
+        cpu::free(block, MANAGED_BLOCK);
+        Tensor(core)
+    }
+}
+
+pub(super) fn is_our_legacy_export(m: &DLManagedTensor) -> bool {
+    m.deleter
+        .is_some_and(|d| std::ptr::fn_addr_eq(d, delete_legacy_export as unsafe extern "C" fn(*mut DLManagedTensor)))
 }
 
 pub(super) fn is_our_export(m: &DLManagedTensorVersioned) -> bool {

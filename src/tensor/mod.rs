@@ -14,8 +14,7 @@ use crate::abi::*;
 use crate::allocation;
 use crate::error::{Error, Result};
 use crate::layout;
-use crate::memory::cpu;
-use crate::validate::{check_imported, check_major, major_of};
+use crate::validate::{check_imported, check_major, major_of, LEGACY_FLAGS};
 
 /// What keeps the memory alive: the producer's managed tensor, whose deleter runs exactly once
 /// when the last `Tensor` (and the last export) is gone.
@@ -100,7 +99,7 @@ impl Tensor {
     #[inline]
     pub fn record_current_stream(&self) {
         let device = self.0.dl.device;
-        if device.device_type == DeviceType::CUDA {
+        if crate::devices::has_streams(device.device_type) {
             self.record_stream(device.device_id, crate::stream::current(device));
         }
     }
@@ -141,11 +140,7 @@ impl Tensor {
                 // One of our exports coming home (a round trip): take back its reference instead
                 // of wrapping it in a second owner.
                 // SAFETY: our export's manager_ctx is an `Arc::into_raw`, its block ours to free.
-                Ok(unsafe {
-                    let core = Arc::from_raw(managed.as_ref().manager_ctx.cast_const().cast::<Core>());
-                    cpu::free(managed.cast(), MANAGED_BLOCK);
-                    Tensor(core)
-                })
+                Ok(unsafe { export::take_back(managed.as_ref().manager_ctx, managed.cast()) })
             }
             // SAFETY: our own allocator's output is valid by construction.
             Checked::OurAllocation => Ok(unsafe { Self::adopt_valid(managed) }),
@@ -175,9 +170,15 @@ impl Tensor {
     pub unsafe fn from_legacy(managed: NonNull<DLManagedTensor>) -> Result<Tensor> {
         // SAFETY: live by the caller's contract.
         let m = unsafe { managed.as_ref() };
+        if export::is_our_legacy_export(m) {
+            // One of our legacy exports coming home: its tensor, as it was (dlpx exports no
+            // read-only tensor without a version, so nothing is lost).
+            // SAFETY: our export's manager_ctx is an `Arc::into_raw`, its block ours to free.
+            return Ok(unsafe { export::take_back(m.manager_ctx, managed.cast()) });
+        }
         // SAFETY: as above.
         let dims = unsafe { check_imported(&m.dl_tensor, 0)? };
-        Ok(Self::build(m.dl_tensor, 0, Owner::Legacy(managed), dims))
+        Ok(Self::build(m.dl_tensor, LEGACY_FLAGS, Owner::Legacy(managed), dims))
     }
 
     /// # Safety

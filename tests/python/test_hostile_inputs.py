@@ -219,7 +219,8 @@ def test_a_legacy_tensor_is_viewed_in_a_wrapper_and_deleted_once_on_release():
     assert LIB.dlpx_view_of(SendsCapsule(tensor), ctypes.byref(view)) == 0
     assert view.owner
     got = abi.read_managed(view.owner, True)
-    assert (got["version"], got["flags"]) == ((1, 3), 0)
+    # A legacy tensor says nothing of read-only: handed to C read-only (docs/design.md R11).
+    assert (got["version"], got["flags"]) == ((1, 3), abi.FLAG_READ_ONLY)
     assert got["shape"] == (2, 3) and got["strides"] == (3, 1)
     assert abi.describe(view.tensor) == {k: got[k] for k in abi.describe(view.tensor)}
     # The wrapper (a per-thread cache block) holds the producer's tensor itself: no dlpx tensor between.

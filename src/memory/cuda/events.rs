@@ -9,56 +9,34 @@ use super::device::{device_state, on_device, Device, EVENT_POOL_SIZE};
 use super::same_stream;
 use crate::error::Result;
 use crate::memory::driver::{self, check, Driver};
+use crate::memory::uses::{Fence, Uses};
 
 /// CU_EVENT_DISABLE_TIMING: ordering events need no timestamps, and are cheaper without.
 const EVENT_DISABLE_TIMING: u32 = 0x2;
 
-/// A stream some work on a tensor's memory was ordered on, besides the one it was allocated on:
-/// the device of the stream and the stream.
-pub type StreamUse = (i32, usize);
-
-/// What a free must wait for, besides the allocation stream's own work: streams recorded as
-/// users (an event is recorded on each at the free), and fences, events already recorded where
-/// a consumer's work ended (from the device's event pool).
-#[derive(Default)]
-pub struct Uses {
-    pub streams: Vec<StreamUse>,
-    pub fences: Vec<Fence>,
-}
-
-/// An event recorded on a consumer's stream when its work on the memory was all enqueued.
-#[derive(Clone, Copy)]
-pub struct Fence {
-    pub device_id: i32,
-    pub stream: usize,
-    pub event: usize,
-}
-
-impl Uses {
-    /// Fences the work enqueued so far on `stream` of `device_id`: one event per stream, recorded
-    /// again for a later use (a later point of one stream covers the earlier ones). False when
-    /// the stream is gone (the reason in `dlpx_last_error()`).
-    pub fn fence(&mut self, device_id: i32, stream: *mut c_void) -> bool {
-        let stream = stream as usize;
-        let existing = self.fences.iter().find(|f| f.device_id == device_id && f.stream == stream).map(|f| f.event);
-        let recorded = on_device(device_id, |driver, state| match existing {
-            // SAFETY: an event of this device's context and a stream of it.
-            Some(event) => {
-                check(driver, "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) })
-                    .map(|()| event)
-            }
-            None => record_event(driver, state, stream),
-        });
-        match recorded {
-            Ok(event) if existing.is_none() => self.fences.push(Fence { device_id, stream, event }),
-            Ok(_) => {}
-            Err(err) => {
-                crate::error::set_last_error(&err.at("deleter"));
-                return false;
-            }
+/// Fences the work enqueued so far on `stream` of `device_id` in `uses`: one event per stream,
+/// recorded again for a later use (a later point of one stream covers the earlier ones). False
+/// when the stream is gone (the reason in `dlpx_last_error()`).
+pub fn fence(uses: &mut Uses, device_id: i32, stream: *mut c_void) -> bool {
+    let stream = stream as usize;
+    let existing = uses.fences.iter().find(|f| f.device_id == device_id && f.stream == stream).map(|f| f.event);
+    let recorded = on_device(device_id, |driver, state| match existing {
+        // SAFETY: an event of this device's context and a stream of it.
+        Some(event) => {
+            check(driver, "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) })
+                .map(|()| event)
         }
-        true
+        None => record_event(driver, state, stream),
+    });
+    match recorded {
+        Ok(event) if existing.is_none() => uses.fences.push(Fence { device_id, stream, event }),
+        Ok(_) => {}
+        Err(err) => {
+            crate::error::set_last_error(&err.at("deleter"));
+            return false;
+        }
     }
+    true
 }
 
 pub(super) fn fences_done(driver: &Driver, fences: &[Fence]) -> bool {

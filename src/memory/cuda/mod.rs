@@ -21,7 +21,7 @@ use std::ffi::c_void;
 
 pub use copy::{copy_device_to_device, copy_to_host};
 pub use device::{check_device, synchronise_device};
-pub use events::{order_after, Fence, StreamUse, Uses};
+pub use events::{fence, order_after};
 pub use pinned::{alloc_pinned, free_pinned, pinned_capacity};
 pub use pool::{alloc_device, alloc_managed, free_device, free_managed};
 

@@ -7,11 +7,12 @@ use std::sync::Mutex;
 use cudarc::driver::sys::CUevent;
 
 use super::device::{devices_in_use, on_device, out_of_memory, synchronise_context};
-use super::events::{fences_done, record_event, release_fences, Fence, Uses};
+use super::events::{fences_done, record_event, release_fences};
 use super::STREAM_LEGACY;
 use crate::error::Result;
 use crate::memory::blocking::blocking;
 use crate::memory::driver::{self, check, Driver};
+use crate::memory::uses::{Fence, Uses};
 
 /// A freed pinned block kept for reuse, with the events that mark the end of the work that was
 /// enqueued on it (reused only once they have all completed).

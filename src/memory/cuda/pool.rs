@@ -9,11 +9,12 @@ use std::sync::Mutex;
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUevent, CUmemoryPool, CUstream};
 
 use super::device::{on_device, out_of_memory, set_up_devices, synchronise_context, with_context, Device, DEVICES};
-use super::events::{enqueue_wait, release_fences, wait_for_peer, Uses};
+use super::events::{enqueue_wait, release_fences, wait_for_peer};
 use super::same_stream;
 use crate::error::Result;
 use crate::memory::blocking::blocking;
 use crate::memory::driver::{self, check, Driver};
+use crate::memory::uses::Uses;
 
 /// `nbytes` of device memory on `device_id`, ordered on `stream` (NULL: the legacy default).
 pub fn alloc_device(device_id: i32, nbytes: usize, stream: *mut c_void) -> Result<*mut c_void> {

@@ -93,10 +93,10 @@ pub fn view_through(
     unsafe { crate::validate::check_view(out) }
 }
 
-/// On CUDA, dlpx's current stream waits for the producer's current work stream (an event), so
-/// work dlpx orders next sees the data.
+/// Where memory is stream-ordered, dlpx's current stream waits for the producer's current work
+/// stream (an event), so work dlpx orders next sees the data.
 fn order_after_producer(api: &DLPackExchangeAPI, device: DLDevice) -> Result<()> {
-    if device.device_type != DeviceType::CUDA {
+    if !crate::devices::has_streams(device.device_type) {
         return Ok(());
     }
     let mut producer: *mut c_void = ptr::null_mut();
@@ -106,7 +106,7 @@ fn order_after_producer(api: &DLPackExchangeAPI, device: DLDevice) -> Result<()>
             return Err(Error::python_pending());
         }
     }
-    crate::memory::cuda::order_after(device.device_id, producer, crate::stream::current(device))
+    crate::devices::order_after(device, producer, crate::stream::current(device))
 }
 
 /// The major-1 table objects of type `ty` are read through, or None: a type that publishes

@@ -1,7 +1,7 @@
 //! `dlpx.Tensor.__dlpack__` and `__dlpack_device__`, as the Python array API specifies them,
 //! with docs/design.md R7 (versions), R9 (streams) and R10 (copies).
 
-use std::ffi::{c_void, CStr};
+use std::ffi::CStr;
 
 use pyo3_ffi::PyObject;
 
@@ -9,8 +9,8 @@ use super::this;
 use crate::abi::*;
 use crate::copy;
 use crate::cpython::{GilCell, Python, Raise};
+use crate::devices;
 use crate::error::{boundary, Error, Result};
-use crate::memory::cuda;
 use crate::python::{args, capsule};
 use crate::tensor::Tensor;
 
@@ -60,19 +60,20 @@ pub(super) unsafe extern "C" fn dlpack(
         let copy = args::optional_bool(py, copy, "copy")?;
         // A request for another device is refused by export_for below; the stream only means
         // something for the device the capsule will describe.
-        let consumer = match target == device || copy::host_accessible(target) {
-            true => consumer_stream(py, stream, device, target)?,
+        let stream = if args::is_none(py, stream) { None } else { Some(args::int_value(py, stream, "stream")?) };
+        let consumer = match target == device || devices::host_accessible(target.device_type) {
+            true => devices::consumer_stream(target, stream)?,
             false => None,
         };
         let (exported, copied) = export_for(tensor, target, copy)?;
         if let Some(consumer) = consumer {
             // The consumer's stream waits for what dlpx enqueued on its own (an event, never a
             // device synchronisation).
-            cuda::order_after(device.device_id, crate::stream::current(device), consumer)?;
+            devices::order_after(device, crate::stream::current(device), consumer)?;
         }
         // The consumer reads on its stream: when it releases the export, an event there fences
         // the memory's free (no later use of its stream handle, which it may destroy).
-        let consumer = consumer.filter(|_| device.device_type == DeviceType::CUDA).map(|c| (device.device_id, c));
+        let consumer = consumer.map(|stream| (device, stream));
         let copied_flag = if copied { DLPACK_FLAG_BITMASK_IS_COPIED } else { 0 };
         if versioned {
             capsule::versioned(py, exported.export_versioned_to(copied_flag, consumer)?)
@@ -113,40 +114,6 @@ fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(
             crate::device::name(device)
         ))),
         (false, _) => Ok((copy::to_new_cpu_tensor(tensor)?, true)),
-    }
-}
-
-/// The consumer's stream for docs/design.md R9: None when no ordering is needed (host memory, or -1),
-/// else the CUDA stream to order after dlpx's current stream.
-fn consumer_stream(
-    py: Python<'_>,
-    stream: *mut PyObject,
-    device: DLDevice,
-    target: DLDevice,
-) -> Result<Option<*mut c_void>> {
-    let value = if args::is_none(py, stream) { None } else { Some(args::int_value(py, stream, "stream")?) };
-    // Managed memory is host-accessible, yet CUDA consumers (cupy) order it by stream.
-    let on_host = copy::host_accessible(target) && target.device_type != DeviceType::CUDA_MANAGED;
-    match value {
-        // -1: the consumer asks for no synchronisation; host memory has nothing to order.
-        Some(-1) => Ok(None),
-        None if on_host => Ok(None),
-        Some(v) if on_host => {
-            Err(Error::value(format!("stream must be None for a {} tensor, got {v}", crate::device::name(target))))
-        }
-        // A device dlpx has no stream model for (a tensor it imported from ROCm, a TPU, …): dlpx
-        // never enqueued work there, so by default there is nothing of its own to order after;
-        // a stream the consumer names cannot be honoured.
-        None if !matches!(device.device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) => Ok(None),
-        _ if !matches!(device.device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) => Err(Error::buffer(format!(
-            "stream synchronisation for {} tensors is not supported",
-            crate::device::name(device)
-        ))),
-        None | Some(1) => Ok(Some(cuda::STREAM_LEGACY as *mut c_void)),
-        Some(2) => Ok(Some(cuda::STREAM_PER_THREAD as *mut c_void)),
-        Some(0) => Err(Error::value("stream=0 is ambiguous and not allowed (use 1 for the legacy default stream)")),
-        Some(v) if v > 2 => Ok(Some(v as usize as *mut c_void)),
-        Some(v) => Err(Error::value(format!("stream={v} is not a CUDA stream"))),
     }
 }
 

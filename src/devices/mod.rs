@@ -1,0 +1,207 @@
+//! The device seam (docs/design.md, "Devices: one seam"): everything dlpx does that depends on
+//! where memory lives is one trait, [`Device`]; [`of`] is the one dispatch. Adding a device is
+//! one file implementing it and one line in [`DEVICES`].
+
+mod cuda;
+mod host;
+
+use std::ffi::c_void;
+
+use crate::abi::{DLDevice, DeviceType};
+use crate::error::{Error, Result};
+pub use crate::memory::uses::Uses;
+
+/// Every device dlpx allocates on, copies from or orders work on.
+pub static DEVICES: [&dyn Device; 2] = [&host::HOST, &cuda::CUDA];
+
+/// Memory a device gave a tensor: its address and the device's own words about it (CUDA: the
+/// allocation stream; pinned memory: its capacity), kept in the tensor's header.
+#[derive(Clone, Copy, Debug)]
+pub struct Memory {
+    pub data: *mut c_void,
+    pub words: [usize; 2],
+}
+
+pub trait Device: Sync {
+    /// The device types this implementation serves.
+    fn types(&self) -> &'static [DeviceType];
+
+    /// The device types it allocates on (a subset of [`Device::types`]).
+    fn allocates(&self) -> &'static [DeviceType];
+
+    /// Whether the host reads memory of `device_type` directly.
+    fn host_accessible(&self, device_type: DeviceType) -> bool;
+
+    /// Whether a tensor's data lives in its allocation block (host memory): nothing else to
+    /// allocate or free.
+    fn data_in_block(&self) -> bool {
+        false
+    }
+
+    /// Refuses an id no device of this kind can have (before anything else of an allocation).
+    fn check(&self, device: DLDevice) -> Result<()>;
+
+    /// Refuses a device that does not exist (a zero-size tensor allocates nothing, yet its
+    /// device must exist).
+    fn check_exists(&self, device: DLDevice) -> Result<()> {
+        let _ = device;
+        Ok(())
+    }
+
+    /// `nbytes` (> 0) for a tensor on `device`, ordered on this thread's current stream there.
+    fn allocate(&self, device: DLDevice, nbytes: usize) -> Result<Memory>;
+
+    /// Frees what [`Device::allocate`] gave, after the work recorded in `uses`.
+    ///
+    /// # Safety
+    /// `memory` came from `allocate(device, …)` and is not used afterwards.
+    unsafe fn free(&self, device: DLDevice, memory: Memory, uses: Uses) -> Result<()>;
+
+    /// The use to record when work on `memory` is ordered on `stream` of `device_id` (torch's
+    /// `record_stream`); None where the free waits for it anyway.
+    fn use_to_record(
+        &self,
+        device: DLDevice,
+        memory: Memory,
+        device_id: i32,
+        stream: *mut c_void,
+    ) -> Option<(i32, usize)> {
+        let _ = (device, memory, device_id, stream);
+        None
+    }
+
+    /// Fences a consumer's work on `memory`, enqueued so far on `stream` of `device_id`, into
+    /// `uses` (an event the free waits for). False when the stream is gone: the caller then waits
+    /// for the devices ([`Device::synchronise`]) rather than free under a reader.
+    fn fence(&self, device: DLDevice, memory: Memory, uses: &mut Uses, device_id: i32, stream: *mut c_void) -> bool {
+        let _ = (device, memory, uses, device_id, stream);
+        true
+    }
+
+    /// Waits for all work of device `device_id` of this kind (the fallback when an ordering
+    /// cannot be made).
+    fn synchronise(&self, device_id: i32) {
+        let _ = device_id;
+    }
+
+    /// Whether `copy` reads memory of `from` into memory of `to` on this device.
+    fn can_copy(&self, from: DLDevice, to: DLDevice) -> bool;
+
+    /// Copies `nbytes` of contiguous memory from `src` on `from` to `dst` on `to`, ordered on
+    /// this thread's current stream; a copy to the host is complete when it returns.
+    ///
+    /// # Safety
+    /// `src` holds `nbytes` readable bytes of `from`, `dst` `nbytes` writable bytes of `to`.
+    unsafe fn copy(
+        &self,
+        from: DLDevice,
+        to: DLDevice,
+        dst: *mut c_void,
+        src: *const c_void,
+        nbytes: usize,
+    ) -> Result<()>;
+
+    /// The stream a use on `stream` is recorded as, so that a later thread can name it (CUDA's
+    /// per-thread default stream names another stream on each thread).
+    fn recordable(&self, stream: *mut c_void) -> *mut c_void {
+        stream
+    }
+
+    /// Whether work on memory of `device_type` is ordered on the device's streams (a consumer
+    /// of dlpx's table works on dlpx's current stream there, recorded as a use).
+    fn has_streams(&self, device_type: DeviceType) -> bool {
+        let _ = device_type;
+        false
+    }
+
+    /// The stream a DLPack consumer named in `__dlpack__(stream=…)` for memory of `device`
+    /// (docs/design.md R9): the stream to order after dlpx's, or None where nothing is to be
+    /// ordered.
+    fn consumer_stream(&self, device: DLDevice, value: Option<i64>) -> Result<Option<*mut c_void>>;
+
+    /// Makes `consumer` wait for the work enqueued so far on `producer` (an event, never a
+    /// device synchronisation).
+    fn order_after(&self, device: DLDevice, producer: *mut c_void, consumer: *mut c_void) -> Result<()> {
+        let _ = (device, producer, consumer);
+        Ok(())
+    }
+}
+
+/// The implementation serving `device_type`, if dlpx has one.
+#[inline]
+pub fn of(device_type: DeviceType) -> Option<&'static dyn Device> {
+    DEVICES.iter().copied().find(|device| device.types().contains(&device_type))
+}
+
+/// The implementation allocating on `device`, or the refusal of a device dlpx does not allocate
+/// on.
+pub fn allocating(device: DLDevice) -> Result<&'static dyn Device> {
+    of(device.device_type).filter(|d| d.allocates().contains(&device.device_type)).ok_or_else(|| unsupported(device))
+}
+
+/// Whether the host reads memory of `device_type` directly.
+pub fn host_accessible(device_type: DeviceType) -> bool {
+    of(device_type).is_some_and(|device| device.host_accessible(device_type))
+}
+
+/// Whether work on memory of `device_type` is ordered on streams (the host's never is).
+#[inline]
+pub fn has_streams(device_type: DeviceType) -> bool {
+    device_type != DeviceType::CPU && of(device_type).is_some_and(|device| device.has_streams(device_type))
+}
+
+/// [`Device::recordable`] for memory of `device`.
+pub fn recordable(device: DLDevice, stream: *mut c_void) -> *mut c_void {
+    of(device.device_type).map_or(stream, |d| d.recordable(stream))
+}
+
+/// Makes `consumer` wait for `producer` on `device` (nothing where there is nothing to order).
+pub fn order_after(device: DLDevice, producer: *mut c_void, consumer: *mut c_void) -> Result<()> {
+    of(device.device_type).map_or(Ok(()), |d| d.order_after(device, producer, consumer))
+}
+
+/// The stream a DLPack consumer named for memory of `device`; for a device dlpx has no
+/// implementation of (a tensor imported from ROCm, a TPU), dlpx never enqueued work there, so
+/// there is nothing of its own to order after, and a stream named cannot be honoured.
+pub fn consumer_stream(device: DLDevice, value: Option<i64>) -> Result<Option<*mut c_void>> {
+    match (of(device.device_type), value) {
+        (Some(d), _) => d.consumer_stream(device, value),
+        (None, None | Some(-1)) => Ok(None),
+        (None, Some(_)) => Err(Error::buffer(format!(
+            "stream synchronisation for {} tensors is not supported",
+            crate::device::name(device)
+        ))),
+    }
+}
+
+/// The refusal of a host, pinned or managed device other than 0.
+pub(crate) fn only_device_zero(device: DLDevice) -> Error {
+    Error::value(format!(
+        "device {} is invalid: device_id must be 0 for host, pinned and managed memory",
+        crate::device::name(device)
+    ))
+}
+
+#[cold]
+fn unsupported(device: DLDevice) -> Error {
+    match crate::device::is_known(device.device_type) {
+        true => {
+            let names: Vec<&str> =
+                DEVICES.iter().flat_map(|d| d.allocates()).filter_map(|&t| crate::device::type_name(t)).collect();
+            let list = match names.split_last() {
+                Some((last, [])) => last.to_string(),
+                Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+                None => String::new(),
+            };
+            Error::not_implemented(format!(
+                "allocation on device {} is not supported (dlpx allocates on {list})",
+                crate::device::name(device)
+            ))
+        }
+        false => Error::value(format!(
+            "unknown device type {} (DLPack names {})",
+            device.device_type.0,
+            crate::device::known_range()
+        )),
+    }
+}
