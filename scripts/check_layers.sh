@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The arrows run one way (docs/design.md, "Layers"): fails, naming file and line, when a module
-# reaches a layer above its own. Layers, bottom up: bottom, leaf (cpython), core, python, top.
+# reaches a layer above its own (layers, bottom up: bottom, leaf (cpython), core, python, top),
+# when files import each other in a circle (between folders or inside one: scripts/circles.py),
+# and when a source file is longer than 400 lines (one concept a file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,5 +30,18 @@ forbid "$leaf" "$upper|crate::(memory|stream|allocation|tensor|copy|abi|dtype|la
 forbid "$core" "$upper|crate::cpython\b" "the core names Python (use memory::blocking for the GIL) or the top"
 forbid "$python" 'crate::(exchange|exports)\b|EXCHANGE_API|UNIVERSAL_API' "the Python layer names the top (it is handed dlpx's table at init)"
 
-[ $status -eq 0 ] && echo "layers: every arrow runs down"
+if ! circles=$(python3 scripts/circles.py src); then
+  echo "layering: files import each other in a circle" >&2
+  echo "$circles" >&2
+  status=1
+fi
+
+long=$(find src -name '*.rs' -exec wc -l {} + | awk '$2 != "total" && $1 > 400 { print "  " $2 ": " $1 " lines" }')
+if [ -n "$long" ]; then
+  echo "layering: a source file over 400 lines holds more than one concept; split it" >&2
+  echo "$long" >&2
+  status=1
+fi
+
+[ $status -eq 0 ] && echo "layers: every arrow runs down, no circles, no file over 400 lines"
 exit $status

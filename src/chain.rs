@@ -73,11 +73,12 @@ pub unsafe fn major(header: *const DLPackExchangeAPIHeader) -> u32 {
 pub unsafe fn select_supported(head: *const DLPackExchangeAPIHeader) -> Result<&'static DLPackExchangeAPI> {
     // SAFETY: per the contract.
     let walk = unsafe { walk(head) };
-    // SAFETY: the headers were just read; a major-1 header starts a v1 table.
-    if let Some(&found) = walk.links.iter().find(|&&h| unsafe { major(h) } == DLPACK_MAJOR_VERSION) {
-        return Ok(unsafe { &*found.cast::<DLPackExchangeAPI>() });
-    }
+    // SAFETY: the walk read every one of these headers: they are readable.
     let majors: Vec<u32> = walk.links.iter().map(|&h| unsafe { major(h) }).collect();
+    if let Some(i) = majors.iter().position(|&m| m == DLPACK_MAJOR_VERSION) {
+        // SAFETY: per the contract, a major-1 header starts a v1 table that lives for the process.
+        return Ok(unsafe { &*walk.links[i].cast::<DLPackExchangeAPI>() });
+    }
     Err(Error::buffer(match walk.ending {
         Ending::Cycle => format!("the prev_api chain has a cycle after {} tables (majors {majors:?})", majors.len()),
         Ending::TooLong => format!("the prev_api chain is longer than {MAX_CHAIN} tables"),
@@ -112,7 +113,10 @@ mod tests {
         &tables[0].header
     }
 
+    // The tests' chains are arrays of live tables, linked by `link` (a cycle by hand): every
+    // header they reach is readable, which is all `walk` and `select_supported` ask.
     #[test]
+    #[allow(clippy::undocumented_unsafe_blocks)]
     fn selects_the_first_major_one_table() {
         let mut tables = [header(3), header(2), header(1), header(1)];
         let head = link(&mut tables);
@@ -123,6 +127,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::undocumented_unsafe_blocks)]
     fn refuses_null_cycles_long_chains_and_no_major_one() {
         assert!(unsafe { select_supported(std::ptr::null()) }.err().unwrap().fact().contains("NULL"));
         let mut only_two = [header(2)];

@@ -358,6 +358,7 @@ mod tests {
         let message = unsafe { CStr::from_ptr(last_error_ptr()) }.to_str().unwrap().to_string();
         assert_eq!(message, "dlpx: probe: internal error (panic): boom");
         guard("deleter", || panic!("late"));
+        // SAFETY: the guard left a message: a live NUL-terminated string.
         let message = unsafe { CStr::from_ptr(last_error_ptr()) }.to_str().unwrap().to_string();
         assert_eq!(message, "dlpx: deleter: internal error (panic): late");
     }

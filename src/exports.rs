@@ -158,6 +158,7 @@ pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *c
             if p.is_null() {
                 String::new()
             } else {
+                // SAFETY: non-NULL and NUL-terminated, by this function's contract.
                 unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
             }
         };
@@ -262,6 +263,7 @@ pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
             if let Some(deleter) = unsafe { owner.as_ref() }.and_then(|m| m.deleter) {
                 // A kernel often releases its views after setting its error.
                 let _guard = crate::cpython::ExceptionGuard::save();
+                // SAFETY: the owner's deleter, called once: the view gave `owner` up above.
                 unsafe { deleter(owner) };
             }
         }
@@ -304,8 +306,10 @@ pub unsafe extern "C" fn dlpx_allocate_like(
     if api.is_null() {
         return -1;
     }
-    // SAFETY: a live table; the allocator reports its own errors through SetError.
+    // SAFETY: a live table (process lifetime).
     match unsafe { (*api).managed_tensor_allocator } {
+        // SAFETY: the table's allocator with this function's arguments, under the same contract;
+        // it reports its own errors through SetError.
         Some(allocate) => unsafe { allocate(prototype, out, error_ctx, SetError) },
         None => boundary(ErrorCallback(error_ctx, SetError), "allocate_like", || {
             Err::<c_int, _>(Error::not_implemented("the producer's table has no allocator"))

@@ -4,6 +4,8 @@
 //! publishes a static `DLPackExchangeAPI` for its own tensor type and consumes every other
 //! producer's tensors.
 
+#![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
+
 pub mod abi;
 pub mod allocation;
 pub mod chain;

@@ -53,6 +53,7 @@ pub unsafe fn check_view(dl: &DLTensor) -> Result<bool> {
     if unsafe { is_sound(dl, 0) } {
         return Ok(true);
     }
+    // SAFETY: forwarded contract.
     Ok(unsafe { check_fully(dl, 0)? }.is_none())
 }
 
@@ -117,6 +118,7 @@ pub unsafe fn check_imported(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i6
     if unsafe { is_sound(dl, flags) } {
         return Ok(None);
     }
+    // SAFETY: forwarded contract.
     unsafe { check_fully(dl, flags) }
 }
 

@@ -258,8 +258,10 @@ pub struct DLPackExchangeAPI {
     pub current_work_stream: DLPackCurrentWorkStream,
 }
 
-// The tables are shared across threads by design: every field is immutable after static init.
+// SAFETY: the tables are shared across threads by design: every field is immutable after static
+// init, and the pointers are to process-lifetime tables and functions.
 unsafe impl Sync for DLPackExchangeAPI {}
+// SAFETY: as above.
 unsafe impl Sync for DLPackExchangeAPIHeader {}
 
 // The layout facts of the x86-64 / aarch64 ABI; a mismatch here is a build error, not a crash.

@@ -251,6 +251,30 @@ impl Api {
         }
     }
 
+    /// A new `int`.
+    pub fn new_int(&self, value: i64) -> Result<*mut PyObject> {
+        // SAFETY: reached through a token (GIL held).
+        self.check(unsafe { (self.PyLong_FromLongLong)(value) })
+    }
+
+    /// A new `int` of an unsigned value (a size, an address).
+    pub fn new_uint(&self, value: u64) -> Result<*mut PyObject> {
+        // SAFETY: reached through a token (GIL held).
+        self.check(unsafe { (self.PyLong_FromUnsignedLongLong)(value) })
+    }
+
+    /// A new, empty `dict`.
+    pub fn new_dict(&self) -> Result<*mut PyObject> {
+        // SAFETY: reached through a token (GIL held).
+        self.check(unsafe { (self.PyDict_New)() })
+    }
+
+    /// A new, empty `list`.
+    pub fn new_list(&self) -> Result<*mut PyObject> {
+        // SAFETY: reached through a token (GIL held).
+        self.check(unsafe { (self.PyList_New)(0) })
+    }
+
     /// A new `str`.
     pub fn new_str(&self, text: &str) -> Result<*mut PyObject> {
         // SAFETY: pointer and length describe `text`, valid UTF-8.

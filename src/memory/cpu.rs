@@ -153,9 +153,11 @@ mod tests {
         assert_eq!(capacity_for(80).unwrap().bytes(), 128);
         let a = alloc(cap).unwrap();
         assert_eq!(a.as_ptr() as usize % ALIGN, 0);
+        // SAFETY: `a` came from `alloc(cap)` and is not used afterwards.
         unsafe { free(a, cap) };
         let b = alloc(cap).unwrap();
         assert_eq!(a, b, "a freed block of the same class is reused");
+        // SAFETY: as above.
         unsafe { free(b, cap) };
     }
 
@@ -166,6 +168,7 @@ mod tests {
         assert_eq!(cap.class(), None);
         let a = alloc(cap).unwrap();
         assert_eq!(a.as_ptr() as usize % ALIGN, 0);
+        // SAFETY: `a` came from `alloc(cap)` and is not used afterwards.
         unsafe { free(a, cap) };
         assert!(capacity_for(usize::MAX).is_none());
     }

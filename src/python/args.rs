@@ -92,12 +92,14 @@ pub unsafe fn parse(
     // SAFETY: kwnames is a tuple of str; values follow the positional arguments.
     let nkw = unsafe { (py.PyTuple_Size)(kwnames) } as usize;
     for k in 0..nkw {
+        // SAFETY: k < len(kwnames); the item is borrowed.
         let key = unsafe { (py.PyTuple_GetItem)(kwnames, k as _) };
         let i = names.position(py, key)?;
         if !out[i].is_null() {
             let name = names.names[i].to_string_lossy();
             return Err(Error::type_error(format!("got multiple values for argument '{name}'")));
         }
+        // SAFETY: the keyword values follow the positional ones, one per name in `kwnames`.
         out[i] = unsafe { *args.add(nargs + k) };
     }
     Ok(())

@@ -13,23 +13,23 @@ use crate::error::{Error, Result};
 pub fn exchange_api_info(py: Python<'_>, object: *mut PyObject) -> Result<*mut PyObject> {
     let ty: *mut PyTypeObject = if is_type(py, object) { object.cast() } else { type_of(py, object) };
     let Some((head, attribute)) = published_head(py, ty)? else { return Ok(py.new_none()) };
-    let info = Owned::new(py, unsafe { (py.PyDict_New)() })?;
+    let info = Owned::new(py, py.new_dict()?)?;
     set(py, &info, c"attribute", py.new_str(attribute)?)?;
-    let chain = Owned::new(py, unsafe { (py.PyList_New)(0) })?;
+    let chain = Owned::new(py, py.new_list()?)?;
     let mut selected = None;
     // SAFETY: the producer promises readable headers along its chain.
     let walk = unsafe { chain::walk(head) };
     for (i, &current) in walk.links.iter().enumerate() {
         // SAFETY: as above.
         let header = unsafe { &*current };
-        let entry = Owned::new(py, unsafe { (py.PyDict_New)() })?;
+        let entry = Owned::new(py, py.new_dict()?)?;
         set(py, &entry, c"version", int_tuple(py, &[header.version.major as i64, header.version.minor as i64])?)?;
-        set(py, &entry, c"address", py.check(unsafe { (py.PyLong_FromVoidPtr)(current.cast_mut().cast()) })?)?;
+        set(py, &entry, c"address", py.new_uint(current as usize as u64)?)?;
         if header.version.major == DLPACK_MAJOR_VERSION {
             selected.get_or_insert(i);
             // SAFETY: a major-1 header starts a v1 table.
             let api = unsafe { &*current.cast::<DLPackExchangeAPI>() };
-            let entries = Owned::new(py, unsafe { (py.PyDict_New)() })?;
+            let entries = Owned::new(py, py.new_dict()?)?;
             for (name, present) in [
                 (c"managed_tensor_allocator", api.managed_tensor_allocator.is_some()),
                 (c"managed_tensor_from_py_object_no_sync", api.managed_tensor_from_py_object_no_sync.is_some()),
@@ -41,6 +41,7 @@ pub fn exchange_api_info(py: Python<'_>, object: *mut PyObject) -> Result<*mut P
             }
             set(py, &entry, c"entries", entries.into_ptr())?;
         }
+        // SAFETY: the token proves the GIL is held; the list takes its own reference.
         if unsafe { (py.PyList_Append)(chain.as_ptr(), entry.as_ptr()) } != 0 {
             return Err(Error::python_pending());
         }
@@ -54,7 +55,7 @@ pub fn exchange_api_info(py: Python<'_>, object: *mut PyObject) -> Result<*mut P
     set(py, &info, c"chain", chain.into_ptr())?;
     set(py, &info, c"chain_end", py.new_str(walk.ending.name())?)?;
     let selected = match selected {
-        Some(i) => py.check(unsafe { (py.PyLong_FromLongLong)(i as i64) })?,
+        Some(i) => py.new_int(i as i64)?,
         None => py.new_none(),
     };
     set(py, &info, c"selected", selected)?;

@@ -232,6 +232,7 @@ macro_rules! method {
     ($name:literal, fast $f:ident, $doc:literal) => {
         PyMethodDef {
             ml_name: $name.as_ptr(),
+            // SAFETY: the flags below say METH_FASTCALL | METH_KEYWORDS.
             ml_meth: PyMethodDefPointer { PyCFunction: unsafe { fastcall_as_cfunction($f) } },
             ml_flags: crate::cpython::METH_FASTCALL | pyo3_ffi::METH_KEYWORDS,
             ml_doc: $doc.as_ptr(),

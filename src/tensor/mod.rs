@@ -35,6 +35,7 @@ struct Core {
 // SAFETY: the core is immutable after construction; DLPack deleters may run on any thread (the
 // producer's contract), which is what dropping the last reference elsewhere does.
 unsafe impl Send for Core {}
+// SAFETY: as above.
 unsafe impl Sync for Core {}
 
 impl Drop for Core {

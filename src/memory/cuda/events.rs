@@ -21,8 +21,8 @@ pub fn fence(uses: &mut Uses, device_id: i32, stream: *mut c_void) -> bool {
     let stream = stream as usize;
     let existing = uses.fences.iter().find(|f| f.device_id == device_id && f.stream == stream).map(|f| f.event);
     let recorded = on_device(device_id, |driver, state| match existing {
-        // SAFETY: an event of this device's context and a stream of it.
         Some(event) => {
+            // SAFETY: an event of this device's context and a stream of it.
             check(driver, "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) })
                 .map(|()| event)
         }
@@ -71,9 +71,8 @@ pub(super) fn record_event(driver: &Driver, state: &Device, stream: usize) -> Re
         }
     };
     // SAFETY: an event of the current context and a stream of its device.
-    if let Err(err) =
-        check(driver, "cuEventRecord", unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) })
-    {
+    let recorded = unsafe { (driver.cuEventRecord)(event as CUevent, stream as CUstream) };
+    if let Err(err) = check(driver, "cuEventRecord", recorded) {
         release_event(driver, state, event);
         return Err(err);
     }

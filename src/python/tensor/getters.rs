@@ -35,16 +35,6 @@ fn tuple_text(values: &[i64]) -> String {
     }
 }
 
-fn int(py: Python<'_>, value: i64) -> crate::error::Result<*mut PyObject> {
-    // SAFETY: the token proves the GIL is held.
-    py.check(unsafe { (py.PyLong_FromLongLong)(value) })
-}
-
-fn uint(py: Python<'_>, value: u64) -> crate::error::Result<*mut PyObject> {
-    // SAFETY: the token proves the GIL is held.
-    py.check(unsafe { (py.PyLong_FromUnsignedLongLong)(value) })
-}
-
 macro_rules! getter {
     ($name:ident, |$py:ident, $t:ident| $body:expr) => {
         unsafe extern "C" fn $name(object: *mut PyObject, _closure: *mut c_void) -> *mut PyObject {
@@ -60,14 +50,14 @@ macro_rules! getter {
 
 getter!(get_shape, |py, t| int_tuple(py, t.shape()));
 getter!(get_strides, |py, t| int_tuple(py, t.strides()));
-getter!(get_ndim, |py, t| int(py, t.dl_tensor().ndim as i64));
-getter!(get_numel, |py, t| uint(py, t.numel()));
-getter!(get_nbytes, |py, t| uint(py, t.nbytes()));
-getter!(get_byte_offset, |py, t| uint(py, t.dl_tensor().byte_offset));
+getter!(get_ndim, |py, t| py.new_int(t.dl_tensor().ndim as i64));
+getter!(get_numel, |py, t| py.new_uint(t.numel()));
+getter!(get_nbytes, |py, t| py.new_uint(t.nbytes()));
+getter!(get_byte_offset, |py, t| py.new_uint(t.dl_tensor().byte_offset));
 getter!(get_data_ptr, |py, t| {
     let dl = t.dl_tensor();
     let address = (dl.data as u64).wrapping_add(dl.byte_offset);
-    uint(py, if dl.data.is_null() { 0 } else { address })
+    py.new_uint(if dl.data.is_null() { 0 } else { address })
 });
 getter!(get_is_contiguous, |py, t| Ok(py.new_bool(t.is_contiguous())));
 getter!(get_readonly, |py, t| Ok(py.new_bool(t.is_readonly())));

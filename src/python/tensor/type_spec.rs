@@ -64,8 +64,9 @@ unsafe extern "C" fn tensor_new(ty: *mut PyTypeObject, args: *mut PyObject, kwar
         // SAFETY: CPython calls tp_new with the GIL held.
         let py = unsafe { Python::assume_attached()? };
         // SAFETY: CPython passes a tuple of arguments and a dict or NULL, with the GIL held.
-        let nargs = unsafe { (py.PyTuple_Size)(args) };
-        if nargs != 1 || (!kwargs.is_null() && unsafe { (py.PyDict_Size)(kwargs) } != 0) {
+        let (nargs, nkwargs) =
+            unsafe { ((py.PyTuple_Size)(args), if kwargs.is_null() { 0 } else { (py.PyDict_Size)(kwargs) }) };
+        if nargs != 1 || nkwargs != 0 {
             return Err(Error::type_error(
                 "takes exactly one argument, an object that supports DLPack (or use dlpx.empty / dlpx.from_dlpack)",
             ));
