@@ -17,7 +17,10 @@ from importlib.util import module_from_spec, spec_from_loader
 from . import _device
 from ._device import Device
 
-__all__ = ["Tensor", "Device", "empty", "from_dlpack", "exchange_api_info", "library_path", "cuda", "__version__"]
+__all__ = [
+    "Tensor", "Device", "empty", "from_dlpack", "exchange_api_of", "exchange_api_info", "library_path", "cuda",
+    "__version__",
+]
 
 if sysconfig.get_config_var("Py_GIL_DISABLED"):
     raise ImportError(
@@ -62,6 +65,7 @@ _device._set_names(_native.DEVICE_TYPE_NAMES)
 Tensor = _native.Tensor
 empty = _native.empty
 from_dlpack = _native.from_dlpack
+exchange_api_of = _native.exchange_api_of
 exchange_api_info = _native.exchange_api_info
 __version__ = _native.__version__
 DLPACK_VERSION = _native.DLPACK_VERSION

@@ -66,18 +66,10 @@ fn managed_of_entry(py: Python<'_>, object: *mut PyObject, entry: Entry) -> Resu
 /// (NULL for a non-owning view, valid while the caller holds `object`).
 pub fn view(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedTensorVersioned> {
     let entry = entry_of(py, object);
-    if let Some(guard) = entry.row.guard {
-        if matches!(guard.state(py), State::Unverified | State::Unknown) {
-            // The first object decides; where the read is then trusted, its view is the answer.
-            let theirs = guard.verify(py, entry.row.producer, object, entry)?;
-            if guard.state(py) != State::Trusted {
-                // SAFETY: a live managed tensor the caller owns until it releases the view.
-                *out = unsafe { theirs.as_ref().dl_tensor };
-                return Ok(theirs.as_ptr());
-            }
-            // SAFETY: ours, unused: its deleter runs once, here.
-            unsafe { crate::tensor::delete_managed(theirs) };
-        }
+    if let Some(theirs) = first_use_check(py, object, entry)? {
+        // SAFETY: a live managed tensor the caller owns until it releases the view.
+        *out = unsafe { theirs.as_ref().dl_tensor };
+        return Ok(theirs.as_ptr());
     }
     if view_of_entry(py, object, entry, out)? {
         return Ok(ptr::null_mut());
@@ -90,7 +82,34 @@ pub fn view(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result
 
 /// A non-owning view of `object` in `out`, where its row has one; Ok(false) otherwise.
 pub fn view_in_place(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<bool> {
-    view_of_entry(py, object, entry_of(py, object), out)
+    let entry = entry_of(py, object);
+    if let Some(theirs) = first_use_check(py, object, entry)? {
+        // SAFETY: ours, unused: its deleter runs once, here.
+        unsafe { crate::tensor::delete_managed(theirs) };
+        return Ok(false);
+    }
+    view_of_entry(py, object, entry, out)
+}
+
+/// The first-use check of a view's row, where its guard asks for one: the object read both ways
+/// decides; where the read is then trusted, None (the row's view is the answer), else
+/// `__dlpack__`'s managed tensor.
+fn first_use_check(
+    py: Python<'_>,
+    object: *mut PyObject,
+    entry: Entry,
+) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
+    let Some(guard) = entry.row.guard else { return Ok(None) };
+    if !matches!(guard.state(py), State::Unverified | State::Unknown) {
+        return Ok(None);
+    }
+    let theirs = guard.verify(py, entry.row.producer, object, entry)?;
+    if guard.state(py) != State::Trusted {
+        return Ok(Some(theirs));
+    }
+    // SAFETY: ours, unused: its deleter runs once, here.
+    unsafe { crate::tensor::delete_managed(theirs) };
+    Ok(None)
 }
 
 fn view_of_entry(py: Python<'_>, object: *mut PyObject, entry: Entry, out: &mut DLTensor) -> Result<bool> {
