@@ -27,6 +27,18 @@ def test_dlpx_passes_every_required_consumer_check():
     assert failed(check_consumer(dlpx.from_dlpack)) == {}
 
 
+@pytest.mark.parametrize("library", ["numpy", "tvm_ffi", "jax", "array_api_strict"])
+def test_dlpx_synthetic_table_for_each_table_less_producer_passes_the_checks_torchs_table_takes(library):
+    checks = check_library(load(library))
+    synthetic = {c.name[len("synthetic."):]: c for c in checks if c.name.startswith("synthetic.")}
+    torchs = {c.name for c in check_library(load("torch")) if c.name.split(".")[0] in
+              ("table", "allocator", "from_py", "to_py", "view", "current_work_stream")}
+    # The same checks (torch's table also has its attribute checks: published, capsule, int, stable).
+    assert torchs - {"table.published", "table.capsule", "table.int_form", "table.stable", "table.header_version"} <= set(synthetic)
+    assert {name: c.detail for name, c in synthetic.items() if c.status == "fail"} == {}
+    assert synthetic["from_py.exports"].status == synthetic["to_py.imports"].status == "pass"
+
+
 @pytest.mark.xfail(strict=True, reason="dlpx bug: from_dlpack of a tensor on an unknown device type (99) raises BufferError; "
                    "001 Semantics recommends TypeError for 'a device that the requesting library does not support'")
 def test_dlpx_passes_every_recommended_consumer_check():

@@ -5,7 +5,10 @@ import sys
 from .libraries import load
 from .table import null_set_error_probe
 
-PROBES = {"null_set_error": null_set_error_probe}
+PROBES = {
+    "null_set_error": null_set_error_probe,
+    "null_set_error_synthetic": lambda x: null_set_error_probe(x, synthetic=True),
+}
 
 if __name__ == "__main__":
     probe, spec = sys.argv[1], sys.argv[2]

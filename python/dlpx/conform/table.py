@@ -53,12 +53,27 @@ def prototype(shape, dtype=(2, 32, 1), device=(abi.KDL_CPU, 0)):
     return dl
 
 
+class _Prefixed:
+    """The checks of one table under a name prefix (dlpx's synthetic table: `synthetic.…`)."""
+
+    def __init__(self, checks: Checks, prefix: str):
+        self.checks, self.prefix = checks, prefix
+
+    def record(self, name, *args, **kwargs):
+        return self.checks.record(self.prefix + name, *args, **kwargs)
+
+    def skip(self, name, *args, **kwargs):
+        self.checks.skip(self.prefix + name, *args, **kwargs)
+
+
 def check_table(x, checks: Checks, spec=None) -> None:
-    """Every exchange-table check for the type of `x` (skips when the type publishes none)."""
+    """Every exchange-table check for the type of `x`; for a type that publishes none, the same
+    checks of the synthetic table dlpx reads it through (`synthetic.…`)."""
     cls = type(x)
     address, how = abi.exchange_table_address(cls)
     if not address:
         checks.skip("table.published", f"{cls.__qualname__} publishes no exchange table (optional)", C.EXCHANGE_ATTRIBUTE, required=False)
+        check_synthetic_table(x, checks, spec)
         return
     checks.record("table.published", True, f"{cls.__qualname__}.{'__dlpack_c_exchange_api__' if how == 'capsule' else '__c_dlpack_exchange_api__'}", C.EXCHANGE_ATTRIBUTE)
     checks.record("table.capsule", how == "capsule", "PyCapsule 'dlpack_exchange_api'" if how == "capsule" else "only the integer form", C.EXCHANGE_CAPSULE, required=False)
@@ -78,13 +93,35 @@ def check_table(x, checks: Checks, spec=None) -> None:
     v1 = [a for a, v in links if v[0] == abi.DLPACK_MAJOR]
     if not checks.record("table.header_version", bool(v1), f"head {links[0][1]}, a major-1 table {'found' if v1 else 'missing'}", C.HEADER_VERSION):
         return
-    table = abi.DLPackExchangeAPI.from_address(v1[0])
+    _check_v1_table(x, abi.DLPackExchangeAPI.from_address(v1[0]), checks, spec, cls, "null_set_error")
+
+
+def check_synthetic_table(x, checks: Checks, spec=None) -> None:
+    """dlpx's synthetic table for `type(x)` (dlpx.exchange_api_of), checked as a published table
+    is; its `to_py` gives the table's own type, dlpx.Tensor (docs/design.md, "Synthetic tables")."""
+    try:
+        import dlpx
+    except ImportError:
+        checks.skip("synthetic.table", "dlpx is not importable here", C.EXCHANGE_ATTRIBUTE, required=False)
+        return
+    checks = _Prefixed(checks, "synthetic.")
+    address = abi.capsule_pointer(dlpx.exchange_api_of(type(x)))
+    try:
+        links = walk_chain(address)
+    except ValueError as exc:
+        checks.record("table.prev_api_chain", False, str(exc), C.PREV_API)
+        return
+    checks.record("table.prev_api_chain", links == [(address, (1, 3))], " -> ".join(f"{v[0]}.{v[1]}" for _, v in links) + " -> NULL", C.PREV_API)
+    _check_v1_table(x, abi.DLPackExchangeAPI.from_address(address), checks, spec, dlpx.Tensor, "null_set_error_synthetic")
+
+
+def _check_v1_table(x, table, checks, spec, owner_type, null_set_error_probe_name) -> None:
     required = ("managed_tensor_allocator", "managed_tensor_from_py_object_no_sync", "managed_tensor_to_py_object_no_sync", "current_work_stream")
     missing = [name for name in required if not getattr(table, name)]
     if not checks.record("table.required_entries", not missing, f"NULL: {', '.join(missing)}" if missing else "all four non-NULL", C.REQUIRED_ENTRIES):
         return
-    _check_allocator(table, checks, spec)
-    _check_from_to_py(x, table, checks)
+    _check_allocator(table, checks, spec, null_set_error_probe_name)
+    _check_from_to_py(x, table, checks, owner_type)
     _check_view(x, table, checks)
     _check_work_stream(table, checks)
 
@@ -116,7 +153,7 @@ def data_remainders(table, samples=ALIGNMENT_SAMPLES):
             abi.call_deleter(out, abi.read_managed(out, True)["deleter"])
 
 
-def _check_allocator(table, checks, spec):
+def _check_allocator(table, checks, spec, probe="null_set_error"):
     errors = _ErrorLog()
     rc, out = _allocate(table, prototype((2, 3)), errors.address)
     ok = rc == 0 and not errors.calls and out not in (None, 0, _SENTINEL)
@@ -144,19 +181,24 @@ def _check_allocator(table, checks, spec):
         checks.skip("allocator.null_set_error", "needs the factory by name (module:function) to run in a child process", C.NULL_SET_ERROR, required=False)
         return
     # Run in a child: a producer that calls a NULL SetError crashes the process (torch does).
-    outcome = run_isolated("null_set_error", spec)
+    outcome = run_isolated(probe, spec)
     checks.record("allocator.null_set_error", outcome == "ok", outcome, C.NULL_SET_ERROR, required=False)
 
 
-def null_set_error_probe(x) -> str:
+def null_set_error_probe(x, synthetic=False) -> str:
     """Child-process half of allocator.null_set_error: 'ok' or what went wrong."""
-    address, _ = abi.exchange_table_address(type(x))
+    if synthetic:
+        import dlpx
+
+        address = abi.capsule_pointer(dlpx.exchange_api_of(type(x)))
+    else:
+        address, _ = abi.exchange_table_address(type(x))
     table = abi.DLPackExchangeAPI.from_address([a for a, v in walk_chain(address) if v[0] == 1][0])
     rc, out = _allocate(table, prototype((2, -3)), None)
     return "ok" if rc != 0 and out == _SENTINEL else f"rc={rc}, out {'untouched' if out == _SENTINEL else 'written'}"
 
 
-def _check_from_to_py(x, table, checks):
+def _check_from_to_py(x, table, checks, owner_type):
     from_py = abi.FromPyObject(table.managed_tensor_from_py_object_no_sync)
     to_py = abi.ToPyObject(table.managed_tensor_to_py_object_no_sync)
     reference, error = export_info(x, max_version=(1, 3))
@@ -185,7 +227,7 @@ def _check_from_to_py(x, table, checks):
     obj = abi.object_at(result.value)
     abi.decref(result.value)  # the reference to_py handed over; `obj` holds its own
     back, _ = export_info(obj, max_version=(1, 3))
-    ok = rc == 0 and isinstance(obj, type(x)) and back is not None and back["data"] == data
+    ok = rc == 0 and isinstance(obj, owner_type) and back is not None and back["data"] == data
     checks.record("to_py.imports", ok, f"rc={rc}, {type(obj).__name__}, {'zero-copy' if back and back['data'] == data else 'other data'}", C.TO_PY)
     del obj
     gc.collect()
