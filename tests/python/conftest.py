@@ -22,6 +22,15 @@ if _HERE not in sys.path:
 import pytest  # noqa: E402
 
 import dlpack_abi  # noqa: E402
+import report_tables  # noqa: E402
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The tables tests filled (test_faithful_import.py's), after the run."""
+    for title, lines in report_tables.TABLES:
+        terminalreporter.write_sep("-", title)
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,6 @@ fn read(py: Python<'_>, object: *mut PyObject, entry: Entry, request: Request) -
     let row = entry.row.producer;
     if let Some(guard) = entry.row.guard {
         match guard.state(py) {
-            _ if request.asks_more() => return dlpack::import(py, object, request),
             State::Off => return dlpack::import(py, object, request),
             State::Unverified | State::Unknown => {
                 // SAFETY: `__dlpack__`'s managed tensor, ours; a refused one is deleted there.

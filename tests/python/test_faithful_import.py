@@ -1,0 +1,200 @@
+"""Faithful import, differentially (docs/design.md R11): for every producer's catalogue of awkward
+tensors (faithful_catalogue.py), every way dlpx reads it — `from_dlpack`, `from_dlpack(copy=True)`,
+the kernel API's `dlpx_import` and `dlpx_view_of` — refuses exactly where the producer's own
+`__dlpack__` refuses (or where the rule adds a refusal: torch's negative bit), else holds the bytes
+the producer's tensor means; every consumer reading dlpx's export then holds them too, or refuses.
+Reference counts come back after each case; the table of what was checked prints at the end."""
+
+import ctypes
+import gc
+import sys
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+import dlpack_abi as abi
+import dlpx
+import report_tables
+from faithful_catalogue import cases, raw_bytes
+
+CATALOGUE = cases()
+
+_LIB = ctypes.PyDLL(dlpx.library_path())
+_LIB.dlpx_import.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p)]
+_LIB.dlpx_import.restype = ctypes.c_int
+
+
+class View(ctypes.Structure):
+    _fields_ = [("tensor", abi.DLTensor), ("owner", ctypes.c_void_p)]
+
+
+_LIB.dlpx_view_of.argtypes = [ctypes.py_object, ctypes.POINTER(View)]
+_LIB.dlpx_view_of.restype = ctypes.c_int
+_LIB.dlpx_view_release.argtypes = [ctypes.POINTER(View)]
+_LIB.dlpx_view_release.restype = None
+
+TALLY = defaultdict(lambda: defaultdict(int))
+
+
+def producer_verdict(x):
+    """The producer's own export: (None, its capsule's description) or (what it said, None)."""
+    try:
+        try:
+            capsule = x.__dlpack__(max_version=(1, 3))
+        except TypeError:
+            capsule = x.__dlpack__()
+        return None, abi.read_capsule(capsule)
+    except Exception as exc:  # noqa: BLE001 - any refusal counts
+        return f"{type(exc).__name__}: {exc}", None  # not the exception: its traceback holds `x`
+
+
+def negated(x) -> bool:
+    """The one refusal the rule adds: torch's negative bit (its `__dlpack__` exports the raw memory)."""
+    return type(x).__module__.startswith("torch") and hasattr(x, "is_neg") and x.is_neg()
+
+
+def tensor_bytes(t):
+    """(bytes, read-only) of a dlpx.Tensor, through its own export."""
+    info = abi.read_capsule(t.__dlpack__(max_version=(1, 3)))
+    return raw_bytes(info, info["flags"]), bool(info["flags"] & abi.FLAG_READ_ONLY)
+
+
+def managed_bytes(address):
+    m = abi.versioned_at(address)
+    return raw_bytes(abi.describe(m.dl_tensor), m.flags), bool(m.flags & abi.FLAG_READ_ONLY)
+
+
+def read_from_dlpack(x):
+    return tensor_bytes(dlpx.from_dlpack(x))
+
+
+def read_copy(x):
+    t = dlpx.from_dlpack(x, copy=True)
+    got = tensor_bytes(t)
+    assert not got[1], "a copy is writable"
+    return got
+
+
+def read_import(x):
+    out = ctypes.c_void_p()
+    assert _LIB.dlpx_import(x, ctypes.byref(out)) == 0
+    try:
+        return managed_bytes(out.value)
+    finally:
+        abi.call_deleter(out.value, abi.versioned_at(out.value).deleter)
+
+
+def read_view(x):
+    view = View()
+    assert _LIB.dlpx_view_of(x, ctypes.byref(view)) == 0
+    try:
+        flags = abi.versioned_at(view.owner).flags if view.owner else 0
+        return raw_bytes(abi.describe(view.tensor), flags), None
+    finally:
+        _LIB.dlpx_view_release(ctypes.byref(view))
+
+
+PATHS = {"from_dlpack": read_from_dlpack, "copy=True": read_copy, "dlpx_import": read_import, "dlpx_view_of": read_view}
+
+
+def consumers():
+    out = {"numpy": np.from_dlpack}
+    for name in ("torch", "jax.numpy", "tvm_ffi", "array_api_strict"):
+        try:
+            module = __import__(name, fromlist=["_"])
+        except ImportError:
+            continue
+        out[name.split(".")[0]] = module.from_dlpack
+    return out
+
+
+CONSUMERS = consumers()
+
+
+def description(info):
+    return {k: info[k] for k in ("data", "shape", "strides", "dtype", "byte_offset")}
+
+
+@pytest.mark.parametrize("case", CATALOGUE, ids=[f"{c.producer}: {c.name}" for c in CATALOGUE])
+def test_every_path_refuses_what_the_producer_refuses_and_holds_what_it_means(case):
+    x = case.make()
+    references = sys.getrefcount(x)
+    refusal, exported = producer_verdict(x)
+    rule = negated(x)
+    meaning = case.meaning(x) if case.meaning is not None and (refusal is None or rule) else None
+    readonly = exported is not None and (exported["flags"] is None or bool(exported["flags"] & abi.FLAG_READ_ONLY))
+    tally = TALLY[case.producer]
+    tally["cases"] += 1
+    tally["refused by the producer"] += refusal is not None
+    tally["refused by the rule (negative bit)"] += rule
+    for path, read in PATHS.items():
+        refuse = refusal is not None or (rule and path != "copy=True")
+        try:
+            got = read(x)
+        except MemoryError:
+            assert path == "copy=True" and meaning is None, f"{path} ran out of memory"
+            tally["copies of a huge view refused (MemoryError)"] += 1
+            continue
+        except Exception as exc:  # noqa: BLE001
+            kind, text = type(exc).__name__, str(exc)
+            exc.__traceback__ = None  # it would hold `x`
+            del exc
+            assert refuse, f"{path} refused what the producer exports: {kind}: {text}"
+            if rule or case.producer == "torch":
+                assert kind == "BufferError", f"{path}: a refusal is a BufferError, got {kind}: {text}"
+            tally["paths refused"] += 1
+            continue
+        assert not refuse, f"{path} accepted what {'the rule' if rule else 'the producer'} refuses: {refusal}"
+        data, flagged_readonly = got
+        if data is None:  # a huge broadcast view: its description, not its bytes
+            assert path == "copy=True" or case.producer != "jax"
+            tally["paths held the description (huge)"] += 1
+            continue
+        assert data == meaning, f"{path}: {len(data)} bytes differ from the {len(meaning)} the tensor means"
+        if path in ("from_dlpack", "dlpx_import") and not rule:
+            assert flagged_readonly == readonly, f"{path}: read-only {flagged_readonly}, the producer says {readonly}"
+        tally["paths held its bytes"] += 1
+    if refusal is None and not rule:
+        check_consumers_of_dlpxs_export(x, meaning, readonly, exported, tally)
+    gc.collect()
+    assert sys.getrefcount(x) == references, "a reference to the producer's tensor was kept or lost"
+
+
+def check_consumers_of_dlpxs_export(x, meaning, readonly, exported, tally):
+    d = dlpx.from_dlpack(x)
+    for name, from_dlpack in CONSUMERS.items():
+        try:
+            y = from_dlpack(d)
+        except Exception as exc:  # noqa: BLE001 - a consumer may refuse what it cannot take
+            exc.__traceback__ = None
+            tally["consumers refused dlpx's export"] += 1
+            continue
+        info = abi.read_capsule(y.__dlpack__(max_version=(1, 3)) if name != "jax" else y.__dlpack__())
+        if info["dtype"] != exported["dtype"]:
+            # jax without jax_enable_x64 converts 64-bit types: its values, not these bytes.
+            tally["consumers converted the dtype"] += 1
+            continue
+        if meaning is None:
+            assert info["shape"] == exported["shape"]
+        else:
+            assert raw_bytes(info, info["flags"] or 0) == meaning, f"{name} reads other bytes through dlpx's export"
+        if name == "numpy" and readonly:
+            assert not y.flags.writeable, "a read-only import exports read-only"
+            if y.size:
+                with pytest.raises(ValueError):
+                    y[(0,) * y.ndim] = 0
+        tally["consumers held its bytes"] += 1
+        del y, info
+
+
+def test_the_catalogue_is_large_and_the_table_prints():
+    assert len(CATALOGUE) >= 200
+    columns = ["cases", "refused by the producer", "refused by the rule (negative bit)", "paths refused",
+               "paths held its bytes", "paths held the description (huge)",
+               "copies of a huge view refused (MemoryError)", "consumers held its bytes", "consumers converted the dtype",
+               "consumers refused dlpx's export"]
+    lines = ["| producer | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 1)]
+    for producer, tally in TALLY.items():
+        lines.append(f"| {producer} | " + " | ".join(str(tally[c]) for c in columns) + " |")
+    report_tables.add("faithful import: every producer's awkward tensors through every path", lines)
