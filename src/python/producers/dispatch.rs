@@ -17,11 +17,15 @@ use crate::tensor::Tensor;
 /// Imports `object` (a tensor of any DLPack producer, or a DLPack capsule) as a [`Tensor`]:
 /// `from_dlpack`, `dlpx.Tensor(x)`. Its errors name `from_dlpack`, whichever entry point called.
 pub fn import(py: Python<'_>, object: *mut PyObject, request: Request) -> Result<Tensor> {
-    read(py, object, entry_of(py, object), request)
-        .and_then(|t| finish(t, request))
-        .map_err(|err| err.at("from_dlpack"))
+    // An exact dlpx.Tensor (the `dlpx` row's share, answered by one comparison) is the hot case.
+    let read = match crate::python::tensor::exact_tensor_of(py, object) {
+        Some(tensor) => Ok(tensor.clone()),
+        None => read(py, object, entry_of(py, object), request),
+    };
+    read.and_then(|t| finish(t, request)).map_err(|err| err.at("from_dlpack"))
 }
 
+#[inline]
 fn read(py: Python<'_>, object: *mut PyObject, entry: Entry, request: Request) -> Result<Tensor> {
     let row = entry.row.producer;
     if let Some(guard) = entry.row.guard {
@@ -121,6 +125,7 @@ fn view_of_entry(py: Python<'_>, object: *mut PyObject, entry: Entry, out: &mut 
 
 /// Applies what the producer may not have done: a copy that `copy=True` demands, a move to
 /// the requested device, and the refusals of `copy=False`.
+#[inline]
 fn finish(tensor: Tensor, request: Request) -> Result<Tensor> {
     let here = tensor.dl_tensor().device;
     let moved = request.device.filter(|&d| d != here);

@@ -24,6 +24,7 @@ pub struct Suspicion {
 
 /// A row's tensor for `object`, once the rule admits it: as it is, or the producer's own
 /// answer, or its values resolved by the producer (`copy=True`), or a refusal.
+#[inline]
 pub fn admit_tensor(
     py: Python<'_>,
     row: &dyn Producer,

@@ -132,7 +132,7 @@ unsafe fn same_tensor(a: &DLManagedTensorVersioned, b: &DLManagedTensorVersioned
 }
 
 /// Whether the environment variable names `row` (or `all`).
-fn named(variable: &str, row: &str) -> bool {
+pub fn named(variable: &str, row: &str) -> bool {
     std::env::var(variable).is_ok_and(|names| names.split(',').map(str::trim).any(|n| n == row || n == "all"))
 }
 

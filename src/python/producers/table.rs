@@ -51,6 +51,7 @@ pub fn managed_through(
 
 /// The table's tensor as a [`Tensor`]; on CUDA, dlpx's current stream is then ordered after the
 /// producer's current work stream (the table's entries do not synchronise).
+#[inline]
 pub fn import_through(py: Python<'_>, object: *mut PyObject, api: &'static DLPackExchangeAPI) -> Result<Tensor> {
     let managed = call_from_py(py, object, api)?;
     // SAFETY: we own `managed`; a refused tensor is deleted there.
@@ -59,6 +60,7 @@ pub fn import_through(py: Python<'_>, object: *mut PyObject, api: &'static DLPac
     Ok(tensor)
 }
 
+#[inline]
 fn call_from_py(
     _py: Python<'_>,
     object: *mut PyObject,
@@ -95,6 +97,7 @@ pub fn view_through(
 
 /// Where memory is stream-ordered, dlpx's current stream waits for the producer's current work
 /// stream (an event), so work dlpx orders next sees the data.
+#[inline]
 fn order_after_producer(api: &DLPackExchangeAPI, device: DLDevice) -> Result<()> {
     if !crate::devices::has_streams(device.device_type) {
         return Ok(());

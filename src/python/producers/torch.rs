@@ -1,6 +1,7 @@
 //! The `torch` row: torch's own table, with the checks torch's `__dlpack__` makes and its table
 //! skips (docs/design.md, "Faithful import").
 
+use std::ffi::c_void;
 use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
@@ -53,13 +54,30 @@ impl Producer for Torch {
     }
 
     /// `requires_grad` (floating and complex dtypes only), the conjugate bit (complex only),
-    /// the negative bit (any dtype: `_neg_view`, the imaginary part of a conjugate).
+    /// the negative bit (any dtype: `_neg_view`, the imaginary part of a conjugate). Asked of
+    /// torch's own C++ functions where they are found and checked (`native`), else of its Python
+    /// methods (`is_neg()` alone costs ~700 instructions: it releases the GIL).
     fn suspicion(&self, py: Python<'_>, object: *mut PyObject, dl: &DLTensor) -> Result<Option<Suspicion>> {
-        let code = DataTypeCode(dl.dtype.code);
-        let complex = code == DataTypeCode::COMPLEX;
+        let complex = DataTypeCode(dl.dtype.code) == DataTypeCode::COMPLEX;
         let floating = complex || crate::dtype::is_floating(dl.dtype);
-        let ask_producer = (floating && flag(py, object, &REQUIRES_GRAD)?) || (complex && flag(py, object, &IS_CONJ)?);
-        let negated = flag(py, object, &IS_NEG)?;
+        let (requires_grad, conj, negated) = match native(py, object) {
+            Some((native, tensor)) => (
+                // No autograd metadata, no gradient; with some, Python's answer.
+                // SAFETY: `tensor` is the live object's own at::Tensor (checked layout); the
+                // functions are torch's, with their C++ signatures (a reference is a pointer).
+                floating && !unsafe { (native.autograd_meta)(tensor) }.is_null() && flag(py, object, &REQUIRES_GRAD)?,
+                // SAFETY: as above.
+                complex && unsafe { (native.is_conj)(tensor) },
+                // SAFETY: as above.
+                unsafe { (native.is_neg)(tensor) },
+            ),
+            None => (
+                floating && flag(py, object, &REQUIRES_GRAD)?,
+                complex && flag(py, object, &IS_CONJ)?,
+                flag(py, object, &IS_NEG)?,
+            ),
+        };
+        let ask_producer = requires_grad || conj;
         Ok((ask_producer || negated).then_some(Suspicion { ask_producer, negated }))
     }
 
@@ -83,6 +101,93 @@ fn torch_table(py: Python<'_>) -> Option<usize> {
     }
 }
 
+/// `bool at::native::is_neg(const at::Tensor&)` and `is_conj` (the kernels behind torch's
+/// `is_neg()` / `is_conj()`: they read the tensor's dispatch keys, no dispatcher), and
+/// `AutogradMeta* torch::autograd::impl::get_autograd_meta(const at::TensorBase&)`: a C++
+/// reference is a pointer in the C calling convention.
+#[derive(Clone, Copy)]
+struct Native {
+    is_neg: unsafe extern "C" fn(*const c_void) -> bool,
+    is_conj: unsafe extern "C" fn(*const c_void) -> bool,
+    autograd_meta: unsafe extern "C" fn(*const c_void) -> *const c_void,
+}
+
+/// What dlpx knows of torch's C++ functions: not looked for yet, found and checked, or off
+/// (missing, a layout that did not check out, or `DLPX_DIRECT_OFF=torch`): Python's methods.
+#[derive(Clone, Copy)]
+enum NativeState {
+    Unknown,
+    Checked(Native),
+    Off,
+}
+
+static NATIVE: GilVar<NativeState> = GilVar::new(NativeState::Unknown);
+
+/// `sizeof(PyObject)` of the GIL build: a `THPVariable` is `{PyObject_HEAD; at::Tensor cdata; …}`
+/// and an `at::Tensor` is one pointer, its `TensorImpl*`.
+const CDATA_OFFSET: usize = std::mem::size_of::<PyObject>();
+
+/// torch's functions and the address of `object`'s own `at::Tensor`, where the layout read checks
+/// out. The first object checks it: its `TensorImpl*` read at `CDATA_OFFSET` must be the one
+/// torch's `_cdata` reports, else the functions stay unused.
+#[inline]
+fn native(py: Python<'_>, object: *mut PyObject) -> Option<(Native, *const c_void)> {
+    let tensor = object.cast::<u8>().wrapping_add(CDATA_OFFSET).cast::<c_void>().cast_const();
+    match NATIVE.get(py) {
+        NativeState::Checked(native) => Some((native, tensor)),
+        NativeState::Off => None,
+        NativeState::Unknown => {
+            let found = find_native(py, object);
+            NATIVE.set(py, found.map_or(NativeState::Off, NativeState::Checked));
+            found.map(|native| (native, tensor))
+        }
+    }
+}
+
+#[cold]
+fn find_native(py: Python<'_>, object: *mut PyObject) -> Option<Native> {
+    if super::guard::named(super::guard::OFF_VARIABLE, "torch") {
+        return None;
+    }
+    let cdata = crate::cpython::attribute(py, object, c"_cdata")?;
+    // SAFETY: the token proves the GIL is held; an int (or an error, cleared).
+    let reported = unsafe { (py.PyLong_AsVoidPtr)(cdata.as_ptr()) };
+    // SAFETY: a torch tensor object is at least a PyObject and a pointer long.
+    let read = unsafe { object.cast::<u8>().add(CDATA_OFFSET).cast::<*mut c_void>().read() };
+    if reported.is_null() || read != reported {
+        // SAFETY: as above.
+        unsafe { (py.PyErr_Clear)() };
+        return None;
+    }
+    let torch_c = imported_module(py, c"torch._C")?;
+    let file = crate::cpython::attribute(py, torch_c.as_ptr(), c"__file__")?;
+    let path = std::ffi::CString::new(py.str_value(file.as_ptr(), "torch._C.__file__").ok()?).ok()?;
+    // SAFETY: RTLD_NOLOAD finds the extension Python loaded (no code runs); `dlsym` on its handle
+    // searches the libraries it links (libtorch_cpu); the interpreter keeps it loaded.
+    unsafe {
+        let library = libc::dlopen(path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+        if library.is_null() {
+            return None;
+        }
+        let symbol = |name: &std::ffi::CStr| NonNull::new(libc::dlsym(library, name.as_ptr()));
+        let found = (|| {
+            Some(Native {
+                is_neg: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> bool>(
+                    symbol(c"_ZN2at6native6is_negERKNS_6TensorE")?.as_ptr(),
+                ),
+                is_conj: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> bool>(
+                    symbol(c"_ZN2at6native7is_conjERKNS_6TensorE")?.as_ptr(),
+                ),
+                autograd_meta: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> *const c_void>(
+                    symbol(c"_ZN5torch8autograd4impl17get_autograd_metaERKN2at10TensorBaseE")?.as_ptr(),
+                ),
+            })
+        })();
+        libc::dlclose(library);
+        found
+    }
+}
+
 /// A name torch's tensors answer to: an attribute, or a method taking no argument.
 struct Name {
     name: Interned,
@@ -95,6 +200,7 @@ static IS_NEG: Name = Name { name: Interned::new(c"is_neg"), method: true };
 static RESOLVE_NEG: Name = Name { name: Interned::new(c"resolve_neg"), method: true };
 
 /// Whether `object.<name>` (or `object.<name>()`) is True.
+#[inline]
 fn flag(py: Python<'_>, object: *mut PyObject, name: &Name) -> Result<bool> {
     let value = call_method(py, object, name)?;
     Ok(value.as_ptr() == py.true_)
