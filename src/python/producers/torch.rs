@@ -59,20 +59,20 @@ impl Producer for Torch {
     /// methods (`is_neg()` alone costs ~700 instructions: it releases the GIL).
     fn suspicion(&self, py: Python<'_>, object: *mut PyObject, dl: &DLTensor) -> Result<Option<Suspicion>> {
         let complex = DataTypeCode(dl.dtype.code) == DataTypeCode::COMPLEX;
-        let floating = complex || crate::dtype::is_floating(dl.dtype);
+        let floating = || complex || crate::dtype::is_floating(dl.dtype);
         let (requires_grad, conj, negated) = match native(py, object) {
             Some((native, tensor)) => (
-                // No autograd metadata, no gradient; with some, Python's answer.
+                // No autograd metadata (the common case), no gradient; with some, Python's answer.
                 // SAFETY: `tensor` is the live object's own at::Tensor (checked layout); the
                 // functions are torch's, with their C++ signatures (a reference is a pointer).
-                floating && !unsafe { (native.autograd_meta)(tensor) }.is_null() && flag(py, object, &REQUIRES_GRAD)?,
+                !unsafe { (native.autograd_meta)(tensor) }.is_null() && floating() && flag(py, object, &REQUIRES_GRAD)?,
                 // SAFETY: as above.
                 complex && unsafe { (native.is_conj)(tensor) },
                 // SAFETY: as above.
                 unsafe { (native.is_neg)(tensor) },
             ),
             None => (
-                floating && flag(py, object, &REQUIRES_GRAD)?,
+                floating() && flag(py, object, &REQUIRES_GRAD)?,
                 complex && flag(py, object, &IS_CONJ)?,
                 flag(py, object, &IS_NEG)?,
             ),
