@@ -199,6 +199,13 @@ fn bad_capsule(py: Python<'_>, object: *mut PyObject) -> Error {
     }
 }
 
+/// Whether `capsule` is an unconsumed legacy (`"dltensor"`) capsule: its tensor says nothing
+/// of writability (dlpx imports it read-only, `validate::LEGACY_FLAGS`, by assumption).
+pub fn is_legacy(py: Python<'_>, capsule: *mut PyObject) -> bool {
+    // SAFETY: GIL held; `capsule` is live; IsValid sets no exception.
+    unsafe { (py.PyCapsule_IsValid)(capsule, LEGACY.as_ptr()) != 0 }
+}
+
 /// Whether `object` is a capsule (of any name). An exact type check: `PyCapsule_Type` cannot be
 /// subclassed, and asking a non-capsule for its name would raise (and cost) an exception.
 pub fn is_capsule(py: Python<'_>, object: *mut PyObject) -> bool {

@@ -172,10 +172,12 @@ GUARD_PROBE = textwrap.dedent("""
         array_api_strict.__version__ = sys.argv[1]  # a version the read was not tested on
     calls = 0
     original = _array_object.Array.__dlpack__
+    legacy = len(sys.argv) > 2 and sys.argv[2] == "legacy"
     def counting(self, **kwargs):
         global calls
         calls += 1
-        return original(self, **kwargs)
+        # An older producer: a legacy capsule, which cannot say whether the array is writable.
+        return self._array.__dlpack__() if legacy else original(self, **kwargs)
     _array_object.Array.__dlpack__ = counting
     import dlpx
     x = array_api_strict.asarray(np.arange(4.0))
@@ -199,6 +201,12 @@ def test_a_tested_version_is_read_directly_from_the_first_object():
 
 def test_an_untested_version_takes_the_first_use_check_once():
     assert dlpack_calls({}, "99.0") == 1
+
+
+def test_a_legacy_answer_to_the_first_use_check_is_no_disagreement_about_writability():
+    # A legacy capsule is imported read-only by assumption; the direct read knows the array is
+    # writable. Only the description decides (numpy before 2.1 answers with legacy capsules).
+    assert dlpack_calls({}, "99.0", "legacy") == 1
 
 
 def test_the_first_use_check_can_be_asked_for_on_a_tested_version():

@@ -69,13 +69,14 @@ fn managed_of_entry(py: Python<'_>, object: *mut PyObject, entry: Entry) -> Resu
 /// (NULL for a non-owning view, valid while the caller holds `object`).
 pub fn view(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedTensorVersioned> {
     let entry = entry_of(py, object);
-    if let Some(theirs) = first_use_check(py, object, entry)? {
-        // SAFETY: a live managed tensor the caller owns until it releases the view.
-        *out = unsafe { theirs.as_ref().dl_tensor };
-        return Ok(theirs.as_ptr());
-    }
-    if view_of_entry(py, object, entry, out)? {
-        return Ok(ptr::null_mut());
+    match direct(py, object, entry)? {
+        Direct::Theirs(theirs) => {
+            // SAFETY: a live managed tensor the caller owns until it releases the view.
+            *out = unsafe { theirs.as_ref().dl_tensor };
+            return Ok(theirs.as_ptr());
+        }
+        Direct::Read if view_directly(py, object, entry, out)? => return Ok(ptr::null_mut()),
+        Direct::Read | Direct::Dlpack => {}
     }
     let managed = managed_of_entry(py, object, entry)?;
     // SAFETY: a live managed tensor the caller owns until it releases the view.
@@ -86,40 +87,51 @@ pub fn view(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result
 /// A non-owning view of `object` in `out`, where its row has one; Ok(false) otherwise.
 pub fn view_in_place(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<bool> {
     let entry = entry_of(py, object);
-    if let Some(theirs) = first_use_check(py, object, entry)? {
-        // SAFETY: ours, unused: its deleter runs once, here.
-        unsafe { crate::tensor::delete_managed(theirs) };
-        return Ok(false);
+    match direct(py, object, entry)? {
+        Direct::Theirs(theirs) => {
+            // SAFETY: ours, unused: its deleter runs once, here.
+            unsafe { crate::tensor::delete_managed(theirs) };
+            Ok(false)
+        }
+        Direct::Read => view_directly(py, object, entry, out),
+        Direct::Dlpack => Ok(false),
     }
-    view_of_entry(py, object, entry, out)
 }
 
-/// The first-use check of a view's row, where its guard asks for one: the object read both ways
-/// decides; where the read is then trusted, None (the row's view is the answer), else
-/// `__dlpack__`'s managed tensor.
-fn first_use_check(
-    py: Python<'_>,
-    object: *mut PyObject,
-    entry: Entry,
-) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
-    let Some(guard) = entry.row.guard else { return Ok(None) };
-    if !matches!(guard.state(py), State::Unverified | State::Unknown) {
-        return Ok(None);
-    }
-    let theirs = guard.verify(py, entry.row.producer, object, entry)?;
-    if guard.state(py) != State::Trusted {
-        return Ok(Some(theirs));
-    }
-    // SAFETY: ours, unused: its deleter runs once, here.
-    unsafe { crate::tensor::delete_managed(theirs) };
-    Ok(None)
+/// What a view may do with its row, its guard asked once.
+enum Direct {
+    /// Read the object directly (no guard, or a trusted one).
+    Read,
+    /// Go to `__dlpack__` (switched off, or the check found a difference).
+    Dlpack,
+    /// The first-use check did not trust the read: `__dlpack__`'s managed tensor, ours.
+    Theirs(NonNull<DLManagedTensorVersioned>),
 }
 
-fn view_of_entry(py: Python<'_>, object: *mut PyObject, entry: Entry, out: &mut DLTensor) -> Result<bool> {
+/// The row's guard, with its first-use check where it asks for one: the object read both ways
+/// decides.
+#[inline]
+fn direct(py: Python<'_>, object: *mut PyObject, entry: Entry) -> Result<Direct> {
+    let Some(guard) = entry.row.guard else { return Ok(Direct::Read) };
+    match guard.state(py) {
+        State::Trusted => Ok(Direct::Read),
+        State::Off => Ok(Direct::Dlpack),
+        State::Unverified | State::Unknown => {
+            let theirs = guard.verify(py, entry.row.producer, object, entry)?;
+            if guard.state(py) != State::Trusted {
+                return Ok(Direct::Theirs(theirs));
+            }
+            // SAFETY: ours, unused: its deleter runs once, here.
+            unsafe { crate::tensor::delete_managed(theirs) };
+            Ok(Direct::Read)
+        }
+    }
+}
+
+/// The row's own view, where it has one and the faithful-import rule admits it.
+#[inline]
+fn view_directly(py: Python<'_>, object: *mut PyObject, entry: Entry, out: &mut DLTensor) -> Result<bool> {
     let row = entry.row.producer;
-    if entry.row.guard.is_some_and(|guard| guard.state(py) != State::Trusted) {
-        return Ok(false);
-    }
     Ok(row.view(py, object, entry, out)? && faithful::admit_view(py, row, object, out)?)
 }
 

@@ -37,11 +37,22 @@ impl Producer for Dlpack {
 /// invalid tensor), or a CUDA stream is current (the producer must be asked with it), the
 /// importer's way decides and its `Tensor` is exported.
 pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
+    managed_and_legacy_of(py, object).map(|(managed, _)| managed)
+}
+
+/// [`managed_of`], and whether the producer answered with a legacy capsule, whose read-only
+/// flag is dlpx's assumption rather than the producer's word (the guard's first-use check).
+pub fn managed_and_legacy_of(
+    py: Python<'_>,
+    object: *mut PyObject,
+) -> Result<(NonNull<DLManagedTensorVersioned>, bool)> {
     if crate::stream::any_set() {
-        return import(py, object, Request::PLAIN)?.export_versioned(0);
+        let tensor = import(py, object, Request::PLAIN)?;
+        return Ok((tensor.export_versioned(0)?, false));
     }
     let capsule = dlpack_call::call(py, object)?;
-    hand_on(py, capsule)
+    let legacy = crate::python::capsule::is_legacy(py, capsule.as_ptr());
+    Ok((hand_on(py, capsule)?, legacy))
 }
 
 /// The managed tensor inside a capsule a producer returned, handed on as it is where it can be.

@@ -74,6 +74,7 @@ pub fn admit_managed(
 
 /// [`admit_tensor`] for a non-owning view: Ok(true) when the view may be handed on as it is;
 /// Ok(false) when the object needs the producer's verdict (the owning path asks it).
+#[inline]
 pub fn admit_view(py: Python<'_>, row: &dyn Producer, object: *mut PyObject, dl: &DLTensor) -> Result<bool> {
     match row.suspicion(py, object, dl)? {
         None => Ok(true),

@@ -88,8 +88,8 @@ impl Guard {
     }
 
     /// The first-use check: `object` read the row's way and through `__dlpack__`, the two
-    /// managed tensors compared by value (and read-only flag). The answer is `__dlpack__`'s
-    /// either way. A read that refuses `object` outright refuses it here too, without asking
+    /// managed tensors compared by value (and read-only flag). The answer is the read where they
+    /// agree, else `__dlpack__`'s. A read that refuses `object` outright refuses it here too, without asking
     /// `__dlpack__` (tvm_ffi's would dereference a moved-out handle); one that does not cover
     /// it, and two refusals, decide nothing.
     #[cold]
@@ -101,14 +101,21 @@ impl Guard {
         entry: Entry,
     ) -> Result<NonNull<DLManagedTensorVersioned>> {
         let ours = row.managed(py, object, entry)?;
-        let theirs = dlpack::managed_of(py, object);
-        match (ours, &theirs) {
-            (Some(ours), Ok(theirs)) => {
+        let answer = dlpack::managed_and_legacy_of(py, object);
+        match (ours, &answer) {
+            (Some(ours), Ok((theirs, legacy))) => {
                 // SAFETY: two live managed tensors of major 1, checked on the way in.
-                let agree = unsafe { same_tensor(ours.as_ref(), theirs.as_ref()) };
+                let agree = unsafe { same_tensor(ours.as_ref(), theirs.as_ref(), *legacy) };
                 self.verdict(py, agree);
-                // SAFETY: ours, unused: its deleter runs once, here.
-                unsafe { crate::tensor::delete_managed(ours) };
+                // Agreed, the read is the answer (it knows what a legacy capsule cannot say:
+                // whether the array is writable), as it is for every later object, unless the
+                // faithful-import rule would ask the producer about it.
+                // SAFETY: live, as above.
+                let unsuspected = matches!(row.suspicion(py, object, unsafe { &ours.as_ref().dl_tensor }), Ok(None));
+                let (answer, unused) = if agree && unsuspected { (ours, *theirs) } else { (*theirs, ours) };
+                // SAFETY: both are ours; the unused one is deleted once, here.
+                unsafe { crate::tensor::delete_managed(unused) };
+                return Ok(answer);
             }
             (Some(ours), Err(_)) => {
                 self.verdict(py, false);
@@ -117,16 +124,18 @@ impl Guard {
             }
             (None, _) => {}
         }
-        theirs
+        answer.map(|(theirs, _)| theirs)
     }
 }
 
 /// Whether two managed tensors describe the same memory the same way: the first-use check.
+/// Where `b` came from a legacy capsule, its read-only flag is an assumption (a legacy capsule
+/// cannot say), not a disagreement: numpy before 2.1 answers with one.
 ///
 /// # Safety
 /// Both are live, valid major-1 managed tensors.
-unsafe fn same_tensor(a: &DLManagedTensorVersioned, b: &DLManagedTensorVersioned) -> bool {
-    (a.flags ^ b.flags) & DLPACK_FLAG_BITMASK_READ_ONLY == 0
+unsafe fn same_tensor(a: &DLManagedTensorVersioned, b: &DLManagedTensorVersioned, b_legacy: bool) -> bool {
+    (b_legacy || (a.flags ^ b.flags) & DLPACK_FLAG_BITMASK_READ_ONLY == 0)
         // SAFETY: per the contract, their shapes and strides are `ndim` long.
         && unsafe { crate::validate::same_description(&a.dl_tensor, &b.dl_tensor) }
 }

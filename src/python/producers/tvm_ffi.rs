@@ -160,18 +160,7 @@ fn handle_of(py: Python<'_>, object: *mut PyObject, found: Found) -> Result<Opti
     let handle = match (found.handle_ptr, found.accessor_checked) {
         // SAFETY: `object` is a tvm_ffi.core.Tensor, the wrapper type the function reads.
         (Some(field), true) => unsafe { *field(object) }.cast::<ObjectHeader>(),
-        (Some(field), false) => {
-            let Some(by_method) = handle_by_method(py, object) else { return Ok(None) };
-            // SAFETY: as above.
-            let agree = unsafe { *field(object) } == by_method.cast();
-            // `__chandle__()` ran Python code: another thread's finding meanwhile stands, and
-            // either finding the function wrong leaves it unused.
-            let now = FOUND.get(py).unwrap_or(found);
-            let handle_ptr = now.handle_ptr.filter(|_| agree);
-            FOUND.set(py, Some(Found { handle_ptr, accessor_checked: true, ..now }));
-            by_method
-        }
-        (None, _) => match handle_by_method(py, object) {
+        _ => match handle_by_method_once(py, object, found) {
             Some(handle) => handle,
             None => return Ok(None),
         },
@@ -180,6 +169,23 @@ fn handle_of(py: Python<'_>, object: *mut PyObject, found: Found) -> Result<Opti
     // SAFETY: a live tvm-ffi object (the wrapper holds a reference to it): its header is
     // readable and its type index fixed.
     Ok((unsafe { (*handle.as_ptr()).type_index } == TENSOR_TYPE_INDEX).then_some(Handle(handle)))
+}
+
+/// The handle by `__chandle__()`: where the accessor function is not checked yet, this first
+/// read checks it; where there is none, every read.
+#[cold]
+fn handle_by_method_once(py: Python<'_>, object: *mut PyObject, found: Found) -> Option<*mut ObjectHeader> {
+    let by_method = handle_by_method(py, object)?;
+    if let (Some(field), false) = (found.handle_ptr, found.accessor_checked) {
+        // SAFETY: `object` is a tvm_ffi.core.Tensor, the wrapper type the function reads.
+        let agree = unsafe { *field(object) } == by_method.cast();
+        // `__chandle__()` ran Python code: another thread's finding meanwhile stands, and
+        // either finding the function wrong leaves it unused.
+        let now = FOUND.get(py).unwrap_or(found);
+        let handle_ptr = now.handle_ptr.filter(|_| agree);
+        FOUND.set(py, Some(Found { handle_ptr, accessor_checked: true, ..now }));
+    }
+    Some(by_method)
 }
 
 #[cold]
