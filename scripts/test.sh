@@ -98,5 +98,8 @@ build/fresh-venv/bin/python -m pip install -q --disable-pip-version-check dist/d
 (cd build && fresh-venv/bin/python -c "import dlpx; t = dlpx.empty((2, 3)); print('fresh venv:', dlpx.__version__, t, dlpx.library_path())")
 build/fresh-venv/bin/python -m dlpx --cmakedir
 
+echo "== the quick start on a bare machine (a fresh venv, no cmake on PATH; then no cargo)"
+bash scripts/check_quickstart.sh
+
 echo "== the wheel on every CPython 3.9-3.15"
 bash scripts/check_wheel_pythons.sh dist/dlpx-*-manylinux*.whl
