@@ -17,7 +17,7 @@ use std::sync::Mutex;
 pub use recorded::{record_fence, record_use};
 
 use crate::abi::*;
-use crate::devices::{self, Memory, Uses};
+use crate::devices::{self, Device, Memory, Uses};
 use crate::error::{boundary, Error, ErrorCallback, Result};
 use crate::layout;
 use crate::memory::cpu::{self, Capacity};
@@ -62,7 +62,30 @@ pub unsafe fn allocate_with_flags(prototype: &DLTensor, flags: u64) -> Result<No
         unsafe { std::slice::from_raw_parts(prototype.shape, ndim) }
     };
     crate::dtype::check(prototype.dtype)?;
-    let device = devices::allocating(prototype.device)?;
+    // The host, the hot case, statically: its calls inline (the seam's dispatch costs ~6 % of a
+    // CPU allocation's time otherwise); every other device through the seam.
+    if prototype.device.device_type == DeviceType::CPU {
+        // SAFETY: forwarded contract.
+        unsafe { allocate_on(&devices::HOST, prototype, shape, flags) }
+    } else {
+        // SAFETY: forwarded contract.
+        unsafe { allocate_on(devices::allocating(prototype.device)?, prototype, shape, flags) }
+    }
+}
+
+/// [`allocate_with_flags`] on `device`, the implementation that allocates on the prototype's
+/// device.
+///
+/// # Safety
+/// As for [`allocate`]; `shape` is the prototype's.
+#[inline(always)]
+unsafe fn allocate_on<D: Device + ?Sized>(
+    device: &D,
+    prototype: &DLTensor,
+    shape: &[i64],
+    flags: u64,
+) -> Result<NonNull<DLManagedTensorVersioned>> {
+    let ndim = shape.len();
     device.check(prototype.device)?;
     let numel = layout::numel(shape)?;
     let nbytes = layout::nbytes(numel, prototype.dtype, flags)?;

@@ -11,14 +11,11 @@ use crate::memory::cuda;
 
 pub struct Cuda;
 pub static CUDA: Cuda = Cuda;
+pub const TYPES: &[DeviceType] = &[DeviceType::CUDA, DeviceType::CUDA_HOST, DeviceType::CUDA_MANAGED];
 
 impl Device for Cuda {
-    fn types(&self) -> &'static [DeviceType] {
-        &[DeviceType::CUDA, DeviceType::CUDA_HOST, DeviceType::CUDA_MANAGED]
-    }
-
     fn allocates(&self) -> &'static [DeviceType] {
-        self.types()
+        TYPES
     }
 
     /// Pinned and managed memory are host memory as well.

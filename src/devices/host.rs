@@ -9,12 +9,9 @@ use crate::error::{Error, Result};
 
 pub struct Host;
 pub static HOST: Host = Host;
+pub const TYPES: &[DeviceType] = &[DeviceType::CPU, DeviceType::ROCM_HOST];
 
 impl Device for Host {
-    fn types(&self) -> &'static [DeviceType] {
-        &[DeviceType::CPU, DeviceType::ROCM_HOST]
-    }
-
     fn allocates(&self) -> &'static [DeviceType] {
         &[DeviceType::CPU]
     }

@@ -10,9 +10,18 @@ use std::ffi::c_void;
 use crate::abi::{DLDevice, DeviceType};
 use crate::error::{Error, Result};
 pub use crate::memory::uses::Uses;
+pub use host::HOST;
 
-/// Every device dlpx allocates on, copies from or orders work on.
-pub static DEVICES: [&dyn Device; 2] = [&host::HOST, &cuda::CUDA];
+/// Every device dlpx allocates on, copies from or orders work on, with the device types each
+/// serves (data, not a method: [`of`], on every hot path, is then a few comparisons).
+pub static DEVICES: [Row; 2] =
+    [Row { types: host::TYPES, device: &host::HOST }, Row { types: cuda::TYPES, device: &cuda::CUDA }];
+
+/// One implementation of [`Device`] and the device types it serves.
+pub struct Row {
+    pub types: &'static [DeviceType],
+    pub device: &'static dyn Device,
+}
 
 /// Memory a device gave a tensor: its address and the device's own words about it (CUDA: the
 /// allocation stream; pinned memory: its capacity), kept in the tensor's header.
@@ -23,10 +32,7 @@ pub struct Memory {
 }
 
 pub trait Device: Sync {
-    /// The device types this implementation serves.
-    fn types(&self) -> &'static [DeviceType];
-
-    /// The device types it allocates on (a subset of [`Device::types`]).
+    /// The device types it allocates on (a subset of those its [`Row`] names).
     fn allocates(&self) -> &'static [DeviceType];
 
     /// Whether the host reads memory of `device_type` directly.
@@ -130,7 +136,7 @@ pub trait Device: Sync {
 /// The implementation serving `device_type`, if dlpx has one.
 #[inline]
 pub fn of(device_type: DeviceType) -> Option<&'static dyn Device> {
-    DEVICES.iter().copied().find(|device| device.types().contains(&device_type))
+    DEVICES.iter().find(|row| row.types.contains(&device_type)).map(|row| row.device)
 }
 
 /// The implementation allocating on `device`, or the refusal of a device dlpx does not allocate
@@ -186,8 +192,11 @@ pub(crate) fn only_device_zero(device: DLDevice) -> Error {
 fn unsupported(device: DLDevice) -> Error {
     match crate::device::is_known(device.device_type) {
         true => {
-            let names: Vec<&str> =
-                DEVICES.iter().flat_map(|d| d.allocates()).filter_map(|&t| crate::device::type_name(t)).collect();
+            let names: Vec<&str> = DEVICES
+                .iter()
+                .flat_map(|row| row.device.allocates())
+                .filter_map(|&t| crate::device::type_name(t))
+                .collect();
             let list = match names.split_last() {
                 Some((last, [])) => last.to_string(),
                 Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
