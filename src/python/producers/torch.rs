@@ -57,34 +57,51 @@ impl Producer for Torch {
     /// the negative bit (any dtype: `_neg_view`, the imaginary part of a conjugate). Asked of
     /// torch's own C++ functions where they are found and checked (`native`), else of its Python
     /// methods (`is_neg()` alone costs ~700 instructions: it releases the GIL).
+    #[inline]
     fn suspicion(&self, py: Python<'_>, object: *mut PyObject, dl: &DLTensor) -> Result<Option<Suspicion>> {
-        let complex = DataTypeCode(dl.dtype.code) == DataTypeCode::COMPLEX;
-        let floating = || complex || crate::dtype::is_floating(dl.dtype);
-        let (requires_grad, conj, negated) = match native(py, object) {
-            Some((native, tensor)) => (
-                // No autograd metadata (the common case), no gradient; with some, Python's answer.
-                // SAFETY: `tensor` is the live object's own at::Tensor (checked layout); the
-                // functions are torch's, with their C++ signatures (a reference is a pointer).
-                !unsafe { (native.autograd_meta)(tensor) }.is_null() && floating() && flag(py, object, &REQUIRES_GRAD)?,
-                // SAFETY: as above.
-                complex && unsafe { (native.is_conj)(tensor) },
-                // SAFETY: as above.
-                unsafe { (native.is_neg)(tensor) },
-            ),
-            None => (
-                floating() && flag(py, object, &REQUIRES_GRAD)?,
-                complex && flag(py, object, &IS_CONJ)?,
-                flag(py, object, &IS_NEG)?,
-            ),
-        };
-        let ask_producer = requires_grad || conj;
-        Ok((ask_producer || negated).then_some(Suspicion { ask_producer, negated }))
+        // The common case, answered by torch's functions alone: a real dtype, no autograd
+        // metadata, no negative bit.
+        if let NativeState::Checked(native) = NATIVE.get(py) {
+            let tensor = at_tensor(object);
+            // SAFETY: as in `suspicion_in_full`.
+            let plain = unsafe { (native.autograd_meta)(tensor).is_null() && !(native.is_neg)(tensor) };
+            if plain && DataTypeCode(dl.dtype.code) != DataTypeCode::COMPLEX {
+                return Ok(None);
+            }
+        }
+        suspicion_in_full(py, object, dl)
     }
 
     fn resolved(&self, py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<PyObject>>> {
         let resolved = call_method(py, object, &RESOLVE_NEG)?;
         Ok(NonNull::new(resolved.into_ptr()))
     }
+}
+
+/// [`Torch::suspicion`] in full: whichever of torch's functions or Python methods are at hand.
+#[cold]
+fn suspicion_in_full(py: Python<'_>, object: *mut PyObject, dl: &DLTensor) -> Result<Option<Suspicion>> {
+    let complex = DataTypeCode(dl.dtype.code) == DataTypeCode::COMPLEX;
+    let floating = || complex || crate::dtype::is_floating(dl.dtype);
+    let (requires_grad, conj, negated) = match native(py, object) {
+        Some((native, tensor)) => (
+            // No autograd metadata (the common case), no gradient; with some, Python's answer.
+            // SAFETY: `tensor` is the live object's own at::Tensor (checked layout); the
+            // functions are torch's, with their C++ signatures (a reference is a pointer).
+            !unsafe { (native.autograd_meta)(tensor) }.is_null() && floating() && flag(py, object, &REQUIRES_GRAD)?,
+            // SAFETY: as above.
+            complex && unsafe { (native.is_conj)(tensor) },
+            // SAFETY: as above.
+            unsafe { (native.is_neg)(tensor) },
+        ),
+        None => (
+            floating() && flag(py, object, &REQUIRES_GRAD)?,
+            complex && flag(py, object, &IS_CONJ)?,
+            flag(py, object, &IS_NEG)?,
+        ),
+    };
+    let ask_producer = requires_grad || conj;
+    Ok((ask_producer || negated).then_some(Suspicion { ask_producer, negated }))
 }
 
 /// The address of torch's table, when torch is imported.
@@ -132,7 +149,7 @@ const CDATA_OFFSET: usize = std::mem::size_of::<PyObject>();
 /// torch's `_cdata` reports, else the functions stay unused.
 #[inline]
 fn native(py: Python<'_>, object: *mut PyObject) -> Option<(Native, *const c_void)> {
-    let tensor = object.cast::<u8>().wrapping_add(CDATA_OFFSET).cast::<c_void>().cast_const();
+    let tensor = at_tensor(object);
     match NATIVE.get(py) {
         NativeState::Checked(native) => Some((native, tensor)),
         NativeState::Off => None,
@@ -142,6 +159,12 @@ fn native(py: Python<'_>, object: *mut PyObject) -> Option<(Native, *const c_voi
             found.map(|native| (native, tensor))
         }
     }
+}
+
+/// The address of `object`'s own `at::Tensor` (valid once the layout checked out).
+#[inline(always)]
+fn at_tensor(object: *mut PyObject) -> *const c_void {
+    object.cast::<u8>().wrapping_add(CDATA_OFFSET).cast::<c_void>().cast_const()
 }
 
 #[cold]
