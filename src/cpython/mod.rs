@@ -15,13 +15,16 @@
 
 mod cells;
 mod gil;
+pub mod layout;
+mod module_def;
 mod objects;
 mod owned;
 mod raise;
 mod token;
 
-pub use cells::{GilCell, GilVar};
+pub use cells::{FreeThreadedLock, GilCell, GilVar};
 pub use gil::{without_gil, ExceptionGuard};
+pub use module_def::create_module;
 pub use objects::{
     attribute, fastcall_as_cfunction, imported_module, int_tuple, interned, interned_attribute, is_type, type_name,
     type_of, type_of_unchecked, vectorcall_method, CStatic, FastCallKeywords, Interned, VectorcallMethod,
@@ -143,6 +146,7 @@ python_api! {
         true_: "_Py_TrueStruct";
         false_: "_Py_FalseStruct";
         capsule_type: "PyCapsule_Type";
+        bool_type: "PyBool_Type";
     }
 }
 
@@ -222,6 +226,9 @@ fn load() -> std::result::Result<Api, String> {
     if unsafe { (api.Py_IsInitialized)() } == 0 {
         return Err("the Python interpreter in this process is not initialized".to_string());
     }
+    // SAFETY: True is an immortal static int object (32 bytes and more) of type bool.
+    unsafe { layout::learn(api.true_, api.bool_type) }
+        .map_err(|what| format!("the Python interpreter in this process does not have {what}"))?;
     Ok(api)
 }
 

@@ -64,7 +64,7 @@ pub fn is_type(py: Python<'_>, object: *mut PyObject) -> bool {
 #[inline(always)]
 pub unsafe fn type_of_unchecked(object: *mut PyObject) -> *mut PyTypeObject {
     // SAFETY: per the contract.
-    unsafe { (*object).ob_type }
+    unsafe { super::layout::type_at(object) }
 }
 
 /// The qualified type name of `object` for messages (`torch.Tensor`, `int`).

@@ -298,8 +298,7 @@ pub fn init(own: &'static DLPackExchangeAPI) -> *mut PyObject {
         // SAFETY: CPython's import machinery calls PyInit with the GIL held.
         let py = unsafe { Python::assume_attached()? };
         super::install_gil_release();
-        // SAFETY: the token proves the GIL is held; 3 is the stable ABI's API version.
-        let module = Owned::new(py, unsafe { (py.PyModule_Create2)(DEF.get(), 3) })?;
+        let module = crate::cpython::create_module(py, DEF.get())?;
         let ty = tensor::create_type(py, own)?;
         add(py, &module, c"Tensor", ty)?;
         add(py, &module, c"__version__", py.new_str(env!("CARGO_PKG_VERSION"))?)?;

@@ -6,7 +6,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::{own, table, Entry, ROWS};
 use crate::abi::DLPackExchangeAPI;
-use crate::cpython::{type_of, Python};
+use crate::cpython::{type_of, FreeThreadedLock, Python};
 use crate::python::tensor::tensor_type;
 
 /// Types remembered at once; the oldest goes first (round robin).
@@ -25,39 +25,44 @@ struct Slot {
 struct Cache {
     slots: UnsafeCell<[Slot; SLOTS]>,
     next: UnsafeCell<usize>,
+    lock: FreeThreadedLock,
 }
 
-// SAFETY: touched only through `find` and `insert`, which take a `Python` token: GIL holders
-// only, whom the GIL serialises.
+// SAFETY: touched only through `find` and `insert`, which take a `Python` token and the cache's
+// lock (which the GIL makes redundant and a free-threaded interpreter takes).
 unsafe impl Sync for Cache {}
 
 static CACHE: Cache = Cache {
     slots: UnsafeCell::new([Slot { ty: 0, row: 0, table: std::ptr::null() }; SLOTS]),
     next: UnsafeCell::new(0),
+    lock: FreeThreadedLock::new(),
 };
 
 impl Cache {
     #[inline]
-    fn find(&self, _py: Python<'_>, ty: *mut PyTypeObject) -> Option<Entry> {
-        // SAFETY: the token proves the GIL is held; the borrow ends before any Python code runs.
-        let slots = unsafe { &*self.slots.get() };
-        let slot = slots.iter().find(|slot| slot.ty == ty as usize)?;
+    fn find(&self, py: Python<'_>, ty: *mut PyTypeObject) -> Option<Entry> {
+        let slot = self.lock.with(py, || {
+            // SAFETY: under the lock (or the GIL); a copy of the slot is read.
+            let slots = unsafe { &*self.slots.get() };
+            slots.iter().find(|slot| slot.ty == ty as usize).copied()
+        })?;
         // SAFETY: only process-lifetime tables are stored (the rows' statics, tables that
         // producers publish for the life of the process).
         Some(Entry { row: ROWS[slot.row], table: unsafe { &*slot.table } })
     }
 
     fn insert(&self, py: Python<'_>, ty: *mut PyTypeObject, row: usize, table: &'static DLPackExchangeAPI) {
-        // SAFETY: the token proves the GIL is held; no Python code runs while these borrows live
-        // (the release of the evicted type is last).
-        let evicted = unsafe {
+        // SAFETY: the token proves the thread is attached; a reference the cache keeps.
+        unsafe { (py.Py_IncRef)(ty.cast()) };
+        // SAFETY: under the lock (or the GIL); no Python code runs while these borrows live
+        // (the release of the evicted type is after it).
+        let evicted = self.lock.with(py, || unsafe {
             let slots = &mut *self.slots.get();
             let next = &mut *self.next.get();
-            (py.Py_IncRef)(ty.cast());
             let evicted = std::mem::replace(&mut slots[*next], Slot { ty: ty as usize, row, table });
             *next = (*next + 1) % SLOTS;
             evicted.ty
-        };
+        });
         py.decref(evicted as *mut PyObject);
     }
 }

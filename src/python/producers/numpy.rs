@@ -9,7 +9,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::{synthetic, Entry, Guard, Producer, Read, Row};
 use crate::abi::*;
-use crate::cpython::{imported_module, type_of, GilVar, Owned, Python};
+use crate::cpython::{imported_module, layout, type_of, GilVar, Owned, Python};
 use crate::error::Result;
 use crate::layout::MAX_NDIM;
 use crate::python::held_object;
@@ -42,23 +42,21 @@ impl Producer for Numpy {
     }
 }
 
-/// numpy's `PyArrayObject_fields`, up to `flags`.
+/// numpy's `PyArrayObject_fields` after the object header (`cpython::layout`), up to `flags`.
 #[repr(C)]
 struct ArrayFields {
-    ob_base: PyObject,
     data: *mut c_void,
     nd: c_int,
     dimensions: *const isize,
     strides: *const isize,
     base: *mut PyObject,
-    descr: *const DescrPrefix,
+    descr: *const PyObject,
     flags: c_int,
 }
 
-/// The prefix of numpy's `PyArray_Descr` that numpy 1.x and 2.x share.
+/// The prefix of numpy's `PyArray_Descr` that numpy 1.x and 2.x share, after the header.
 #[repr(C)]
 struct DescrPrefix {
-    ob_base: PyObject,
     typeobj: *mut PyTypeObject,
     kind: c_char,
     type_: c_char,
@@ -133,8 +131,8 @@ pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNul
     // SAFETY: the exact type is numpy's ndarray of a known ABI, so the object is laid out as
     // `ArrayFields`; the descr and dimension arrays live as long as the array.
     unsafe {
-        let array = &*object.cast::<ArrayFields>();
-        let descr = &*array.descr;
+        let array = &*layout::fields(object).cast::<ArrayFields>();
+        let descr = &*layout::fields(array.descr.cast_mut()).cast::<DescrPrefix>();
         let Some((dtype, itemsize)) = dtype_of(descr.type_num) else { return Ok(None) };
         let native = if cfg!(target_endian = "little") { b'<' } else { b'>' };
         let ndim = array.nd as usize;

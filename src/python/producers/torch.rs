@@ -140,12 +140,11 @@ enum NativeState {
 
 static NATIVE: GilVar<NativeState> = GilVar::new(NativeState::Unknown);
 
-/// `sizeof(PyObject)` of the GIL build: a `THPVariable` is `{PyObject_HEAD; at::Tensor cdata; …}`
-/// and an `at::Tensor` is one pointer, its `TensorImpl*`.
-const CDATA_OFFSET: usize = std::mem::size_of::<PyObject>();
+// A `THPVariable` is `{PyObject_HEAD; at::Tensor cdata; …}` and an `at::Tensor` is one pointer,
+// its `TensorImpl*`: the tensor begins where the object's own fields do (`cpython::layout`).
 
 /// torch's functions and the address of `object`'s own `at::Tensor`, where the layout read checks
-/// out. The first object checks it: its `TensorImpl*` read at `CDATA_OFFSET` must be the one
+/// out. The first object checks it: its `TensorImpl*` read after the object header must be the one
 /// torch's `_cdata` reports, else the functions stay unused.
 #[inline]
 fn native(py: Python<'_>, object: *mut PyObject) -> Option<(Native, *const c_void)> {
@@ -164,7 +163,7 @@ fn native(py: Python<'_>, object: *mut PyObject) -> Option<(Native, *const c_voi
 /// The address of `object`'s own `at::Tensor` (valid once the layout checked out).
 #[inline(always)]
 fn at_tensor(object: *mut PyObject) -> *const c_void {
-    object.cast::<u8>().wrapping_add(CDATA_OFFSET).cast::<c_void>().cast_const()
+    crate::cpython::layout::fields(object).cast::<c_void>().cast_const()
 }
 
 #[cold]
@@ -176,7 +175,7 @@ fn find_native(py: Python<'_>, object: *mut PyObject) -> Option<Native> {
     // SAFETY: the token proves the GIL is held; an int (or an error, cleared).
     let reported = unsafe { (py.PyLong_AsVoidPtr)(cdata.as_ptr()) };
     // SAFETY: a torch tensor object is at least a PyObject and a pointer long.
-    let read = unsafe { object.cast::<u8>().add(CDATA_OFFSET).cast::<*mut c_void>().read() };
+    let read = unsafe { crate::cpython::layout::fields(object).cast::<*mut c_void>().read() };
     if reported.is_null() || read != reported {
         // SAFETY: as above.
         unsafe { (py.PyErr_Clear)() };

@@ -20,21 +20,31 @@ use crate::cpython::{type_name, type_of, Python, Raise};
 use crate::error::{boundary, Error, Result};
 use crate::tensor::Tensor;
 
-/// The object layout. tp_alloc zeroes the object, so `ready` is 0 until `tensor` is written:
-/// an object whose initialisation failed deallocates without touching `tensor`.
+/// The object's own fields, after the interpreter's object header (`cpython::layout`: 16 or 32
+/// bytes). tp_alloc zeroes the object, so `ready` is 0 until `tensor` is written: an object
+/// whose initialisation failed deallocates without touching `tensor`.
 #[repr(C)]
 struct PyTensor {
-    ob_base: PyObject,
     ready: u8,
     tensor: MaybeUninit<Tensor>,
 }
 
 impl PyTensor {
+    /// The object's size: the header, then the fields.
+    pub(super) fn basicsize() -> usize {
+        crate::cpython::layout::head() + std::mem::size_of::<PyTensor>()
+    }
+
+    #[inline(always)]
+    fn of(object: *mut PyObject) -> *mut PyTensor {
+        crate::cpython::layout::fields(object).cast()
+    }
+
     /// # Safety
     /// `object` is a live instance of dlpx.Tensor or a subclass (GIL held).
     #[inline(always)]
     unsafe fn get<'a>(object: *mut PyObject) -> Option<&'a Tensor> {
-        let this = object.cast::<PyTensor>();
+        let this = PyTensor::of(object);
         // SAFETY: per the contract; `ready` says whether `tensor` was written.
         unsafe { ((*this).ready != 0).then(|| (*this).tensor.assume_init_ref()) }
     }
@@ -42,7 +52,7 @@ impl PyTensor {
     /// # Safety
     /// `object` is a fresh, zeroed instance nobody else sees yet.
     unsafe fn init(object: *mut PyObject, tensor: Tensor) {
-        let this = object.cast::<PyTensor>();
+        let this = PyTensor::of(object);
         // SAFETY: per the contract; written without reading (or dropping) the zeroed bytes.
         unsafe {
             ptr::addr_of_mut!((*this).tensor).write(MaybeUninit::new(tensor));
@@ -53,7 +63,7 @@ impl PyTensor {
     /// # Safety
     /// `object` is being deallocated (GIL held); nobody reads it afterwards.
     unsafe fn take(object: *mut PyObject) -> Option<Tensor> {
-        let this = object.cast::<PyTensor>();
+        let this = PyTensor::of(object);
         // SAFETY: per the contract; `ready` is cleared so the value is read out once.
         unsafe {
             if (*this).ready == 0 {

@@ -115,7 +115,7 @@ static SLOTS: CStatic<[PyType_Slot; 7]> = CStatic::new([
 ]);
 static SPEC: CStatic<PyType_Spec> = CStatic::new(PyType_Spec {
     name: c"dlpx.Tensor".as_ptr(),
-    basicsize: std::mem::size_of::<PyTensor>() as c_int,
+    basicsize: 0, // PyTensor::basicsize(), set in `create_type`: the header's size is learned at load
     itemsize: 0,
     // Py_TPFLAGS_DEFAULT before 3.10 (version tag; ignored later) | BASETYPE so users may subclass.
     flags: ((1u64 << 18) | pyo3_ffi::Py_TPFLAGS_BASETYPE) as std::ffi::c_uint,
@@ -132,8 +132,12 @@ pub fn create_type(py: Python<'_>, own: &'static DLPackExchangeAPI) -> Result<*m
         unsafe { (py.Py_IncRef)(existing.cast()) };
         return Ok(existing.cast());
     }
-    // SAFETY: GIL held; the spec and everything it points to is 'static.
-    let ty = Owned::new(py, unsafe { (py.PyType_FromSpecWithBases)(SPEC.get(), ptr::null_mut()) })?;
+    // SAFETY: GIL held; the spec and everything it points to is 'static; it is written once,
+    // here, before CPython reads it, and the type is created once.
+    let ty = Owned::new(py, unsafe {
+        (*SPEC.get()).basicsize = PyTensor::basicsize() as c_int;
+        (py.PyType_FromSpecWithBases)(SPEC.get(), ptr::null_mut())
+    })?;
     publish_exchange_api(py, ty.as_ptr())?;
     // SAFETY: GIL held; a live type; both slots are always filled (inherited from object).
     unsafe {
