@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every dlpx test: Rust, the generated-header check, cargo package, C/C++ (plain and
 # sanitized) through ctest, a Release build, the Python package (pip install . then pytest), the
-# distributable wheel and sdist (scripts/build_dist.sh), the sdist in a fresh venv, and the wheel
-# on CPython 3.9-3.15.
+# distributable wheel and sdist (scripts/build_dist.sh), the sdist in a fresh venv, the wheel
+# on CPython 3.9-3.15, and free-threaded 3.14t and 3.15t.
 # It first installs what it needs: cmake, pkg-config, binutils and valgrind through apt-get when
 # missing, and the test peers (tests/requirements.txt) into DLPX_PYTHON's environment (default:
 # .venv/bin/python, created when missing; the quick start's .venv gets the peers it lacks).
@@ -102,4 +102,7 @@ echo "== the quick start on a bare machine (a fresh venv, no cmake on PATH; then
 bash scripts/check_quickstart.sh
 
 echo "== the wheel on every CPython 3.9-3.15"
-bash scripts/check_wheel_pythons.sh dist/dlpx-*-manylinux*.whl
+bash scripts/check_wheel_pythons.sh dist/dlpx-*-cp39-abi3-manylinux*.whl
+
+echo "== free-threaded CPython 3.14t and 3.15t (built from pinned sources, cached): the suite, the soak, the wheels"
+bash scripts/test_free_threaded.sh 3.14 3.15

@@ -1,6 +1,8 @@
-"""Soak: threads mixing allocate / export / import / view / free across dlpx, numpy and torch
-tensors (and the C kernel API, and refusals of bad input), with RSS and reference counts
-sampled. Passes when both stay flat: the resident set grows by less than --rss-slack MiB after
+"""Soak: threads mixing allocate / export / import / view / free across dlpx, numpy, tvm_ffi and
+torch tensors (torch and tvm_ffi where installed; the C kernel API; refusals of bad input; more
+producer types than the type -> row cache holds), every import's values checked byte for byte,
+with RSS and reference counts sampled. On a free-threaded CPython the threads run at once.
+Passes when both stay flat: the resident set grows by less than --rss-slack MiB after
 the warm-up, and every shared object's reference count (and the interpreter's count of live
 blocks) is back where it started once the threads' tensors are gone.
 
@@ -20,9 +22,17 @@ import threading
 import time
 
 import numpy as np
-import torch
 
 import dlpx
+
+try:
+    import torch
+except ImportError:  # the free-threaded interpreters have no torch (its cp314t wheel is CUDA-only)
+    torch = None
+try:
+    import tvm_ffi
+except ImportError:
+    tvm_ffi = None
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -43,11 +53,15 @@ LIB.dlpx_view_release.restype = None
 LIB.dlpx_import.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p)]
 
 # Objects every thread reads, never frees: their reference counts must come back.
+EXPECTED = np.arange(12, dtype=np.float32).reshape(3, 4)
 SHARED = {
-    "numpy": np.arange(12, dtype=np.float32).reshape(3, 4),
-    "torch": torch.arange(12, dtype=torch.float32).reshape(3, 4),
-    "dlpx": dlpx.from_dlpack(np.arange(12, dtype=np.float32).reshape(3, 4), copy=True),
+    "numpy": EXPECTED.copy(),
+    "dlpx": dlpx.from_dlpack(EXPECTED, copy=True),
 }
+if torch is not None:
+    SHARED["torch"] = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+if tvm_ffi is not None:
+    SHARED["tvm_ffi"] = tvm_ffi.from_dlpack(EXPECTED.copy())
 SHAPES = [(4,), (3, 4), (2, 3, 4), (0, 5), ()]
 DTYPES = ["float32", "int8", "float64", "bfloat16", "uint16"]
 
@@ -73,27 +87,49 @@ def refused(call, kind):
     raise AssertionError(f"{call} did not raise {kind.__name__}")
 
 
+def exact(t):
+    """`t`'s values, checked byte for byte against what every shared tensor holds."""
+    if not np.array_equal(np.from_dlpack(t), EXPECTED):
+        raise AssertionError(f"wrong values through {t!r}")
+
+
+# Twice as many producer types as dlpx's type -> row cache has slots: picking among them keeps
+# evicting and re-inserting rows. (A new type per call would measure the interpreter instead: a
+# free-threaded CPython keeps ~1 KiB of each created type.)
+CHURN_TYPES = [type(f"Sub{i}", (np.ndarray,), {}) for i in range(64)]
+
+
+def type_churn(rng):
+    """An array of one of many producer types, through dlpx's type cache; its values checked."""
+    exact(dlpx.from_dlpack(EXPECTED.view(rng.choice(CHURN_TYPES))))
+
+
 def worker(seed: int, ops: int, counts: dict, errors: list):
     rng = random.Random(seed)
     pool = [None] * 16  # what this thread holds; a replaced slot is the "free"
     done = {}
 
     def any_tensor():
-        return rng.choice([SHARED["numpy"], SHARED["torch"], SHARED["dlpx"], *[p for p in pool if p is not None]])
+        return rng.choice([*SHARED.values(), *[p for p in pool if p is not None]])
 
     operations = {
         "allocate": lambda: dlpx.empty(rng.choice(SHAPES), dtype=rng.choice(DTYPES)),
         "numpy_new": lambda: np.ones(rng.choice(SHAPES), dtype=np.float32),
-        "torch_new": lambda: torch.ones(rng.choice(SHAPES)),
         "import": lambda: dlpx.from_dlpack(any_tensor()),
-        "import_copy": lambda: dlpx.from_dlpack(SHARED[rng.choice(list(SHARED))], copy=True),
+        "import_exact": lambda: exact(dlpx.from_dlpack(SHARED[rng.choice(list(SHARED))])),
+        "import_copy": lambda: exact(dlpx.from_dlpack(SHARED[rng.choice(list(SHARED))], copy=True)),
         "export_dropped": lambda: SHARED["dlpx"].__dlpack__(max_version=(1, 3)) and None,
         "numpy_view": lambda: np.from_dlpack(SHARED["dlpx"]),
-        "torch_view": lambda: torch.from_dlpack(SHARED["dlpx"]),
         "c_view": lambda: c_view(any_tensor()),
         "c_import": lambda: c_import(any_tensor()),
         "refused": lambda: refused(lambda: dlpx.empty((2, -1)), ValueError),
+        "type_churn": lambda: type_churn(rng),
     }
+    if torch is not None:
+        operations["torch_new"] = lambda: torch.ones(rng.choice(SHAPES))
+        operations["torch_view"] = lambda: torch.from_dlpack(SHARED["dlpx"])
+    if tvm_ffi is not None:
+        operations["tvm_ffi_view"] = lambda: exact(tvm_ffi.from_dlpack(SHARED["dlpx"]))
     names = list(operations)
     try:
         for _ in range(ops):
@@ -114,8 +150,13 @@ def run(threads: int, ops: int, samples: int, rss_slack: float) -> int:
     refs_before = {k: sys.getrefcount(v) for k, v in SHARED.items()}
     errors: list = []
     counts: dict = {}
-    # Warm-up: caches (dlpx's size classes, torch's allocator, the type tables) fill first.
-    worker(-1, min(ops, 20_000), {}, errors)
+    # Warm-up, on as many threads: caches (dlpx's size classes, torch's allocator, the type
+    # tables, a free-threaded interpreter's per-thread state) fill first.
+    warm = [threading.Thread(target=worker, args=(-1 - i, min(ops, 20_000), {}, errors)) for i in range(threads)]
+    for w in warm:
+        w.start()
+    for w in warm:
+        w.join()
     gc.collect()
     blocks_before = sys.getallocatedblocks()
     rss_start = rss_mib()
@@ -139,7 +180,9 @@ def run(threads: int, ops: int, samples: int, rss_slack: float) -> int:
     for c in counts.values():
         for name, n in c.items():
             mix[name] = mix.get(name, 0) + n
-    print(f"soak: {threads} threads x {ops} operations = {total} in {seconds:.1f} s")
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    print(f"soak: {threads} threads x {ops} operations = {total} in {seconds:.1f} s "
+          f"(Python {sys.version.split()[0]}, GIL {'enabled' if gil else 'disabled'})")
     print("  mix: " + ", ".join(f"{k} {v}" for k, v in sorted(mix.items())))
     print(f"  RSS MiB: after warm-up {rss_start:.1f}, peak {max(rss_samples):.1f}, end {rss_end:.1f} "
           f"({len(rss_samples)} samples: {' '.join(f'{s:.0f}' for s in rss_samples[:: max(1, len(rss_samples) // 10)])})")

@@ -5,6 +5,7 @@ producer's own methods (`resolve_conj()`, `to_dense()`, `np.asarray`, ...)."""
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import math
 import warnings
 from dataclasses import dataclass
@@ -165,7 +166,10 @@ TORCH_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "u
 
 
 def _torch():
-    import torch
+    try:
+        import torch
+    except ImportError:  # the free-threaded interpreters have none
+        return []
 
     def meaning(t):
         if t.is_meta or t.is_quantized or t.is_nested or t.numel() > HUGE // 2:
@@ -381,5 +385,7 @@ def _dlpx():
         "bfloat16 strided from torch": lambda: _dlpx_of_torch(lambda torch: torch.arange(12.0).reshape(3, 4).to(torch.bfloat16)[:, ::2]),
         "float8 from torch": lambda: _dlpx_of_torch(lambda torch: torch.arange(4, dtype=torch.uint8).view(torch.float8_e5m2)),
     }
+    if importlib.util.find_spec("torch") is None:  # the free-threaded interpreters have none
+        layouts = {name: make for name, make in layouts.items() if not name.endswith("from torch")}
     out += [Case("dlpx", name, make, meaning) for name, make in layouts.items()]
     return out

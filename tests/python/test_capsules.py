@@ -6,7 +6,7 @@ The tensors under test are hand-made (dlpack_abi.Managed) so each deleter call i
 
 import numpy as np
 import pytest
-import torch
+torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
 
 import dlpack_abi as abi
 import dlpx

@@ -5,8 +5,8 @@ publishes (R8: the prev_api chain)."""
 import ctypes
 
 import pytest
-import torch
-import tvm_ffi
+torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
+tvm_ffi = pytest.importorskip("tvm_ffi")
 
 import dlpack_abi as abi
 import dlpx

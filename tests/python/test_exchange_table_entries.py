@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 import pytest
-import torch
+torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
 
 import dlpack_abi as abi
 import dlpx

@@ -11,7 +11,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)  # int64 / float64 / complex128 stay 64-bit
-import jax.numpy as jnp  # noqa: E402
+jnp = pytest.importorskip("jax.numpy")  # noqa: E402
 
 import dlpack_abi as abi  # noqa: E402
 import dlpx  # noqa: E402

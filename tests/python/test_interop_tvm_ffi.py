@@ -3,8 +3,8 @@
 
 import numpy as np
 import pytest
-import torch
-import tvm_ffi
+torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
+tvm_ffi = pytest.importorskip("tvm_ffi")
 
 import dlpx
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
-import jax.numpy as jnp  # noqa: E402
+jnp = pytest.importorskip("jax.numpy")  # noqa: E402
 from jax._src.lib import _jax  # noqa: E402
 
 import dlpack_abi as abi  # noqa: E402

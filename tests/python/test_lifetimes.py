@@ -9,8 +9,8 @@ import weakref
 
 import numpy as np
 import pytest
-import torch
-import tvm_ffi
+torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
+tvm_ffi = pytest.importorskip("tvm_ffi")
 
 import dlpack_abi as abi
 import dlpx

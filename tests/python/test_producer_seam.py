@@ -12,14 +12,14 @@ import textwrap
 import array_api_strict
 import numpy as np
 import pytest
-import torch
-import tvm_ffi
+torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
+tvm_ffi = pytest.importorskip("tvm_ffi")
 
 import dlpack_abi as abi
 import dlpx
 
 jax = pytest.importorskip("jax")
-import jax.numpy as jnp  # noqa: E402
+jnp = pytest.importorskip("jax.numpy")  # noqa: E402
 
 _LIB = ctypes.PyDLL(dlpx.library_path())
 _LIB.dlpx_exchange_api_of.argtypes = [ctypes.py_object]
