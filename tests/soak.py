@@ -104,6 +104,9 @@ def type_churn(rng):
     exact(dlpx.from_dlpack(EXPECTED.view(rng.choice(CHURN_TYPES))))
 
 
+ONLY: set = set()  # --only: the operations to mix (all when empty)
+
+
 def worker(seed: int, ops: int, counts: dict, errors: list):
     rng = random.Random(seed)
     pool = [None] * 16  # what this thread holds; a replaced slot is the "free"
@@ -130,7 +133,7 @@ def worker(seed: int, ops: int, counts: dict, errors: list):
         operations["torch_view"] = lambda: torch.from_dlpack(SHARED["dlpx"])
     if tvm_ffi is not None:
         operations["tvm_ffi_view"] = lambda: exact(tvm_ffi.from_dlpack(SHARED["dlpx"]))
-    names = list(operations)
+    names = [n for n in operations if not ONLY or n in ONLY]
     try:
         for _ in range(ops):
             name = rng.choice(names)
@@ -212,7 +215,9 @@ def main() -> int:
     parser.add_argument("--short", action="store_true", help="20 000 operations per thread")
     parser.add_argument("--samples", type=int, default=50, help="RSS samples over the run")
     parser.add_argument("--rss-slack", type=float, default=16.0, help="MiB the RSS may grow after warm-up")
+    parser.add_argument("--only", default="", help="comma-separated operations to mix (default: all)")
     args = parser.parse_args()
+    ONLY.update(filter(None, args.only.split(",")))
     ops = 20_000 if args.short else args.ops
     return run(args.threads, ops, args.samples, args.rss_slack)
 

@@ -1,0 +1,93 @@
+"""Scaling on free-threaded CPython: the same loop of dlpx calls on 1 thread and on N threads
+(N = the machine's cores), each thread doing the same number of calls. With the GIL disabled and
+no shared lock on the path, N threads finish N times the work in the time one thread takes:
+the printed speedup is N x work / time against one thread's, with 0.8 x N the target.
+
+    python benches/free_threaded_scaling.py [--calls N]
+
+Loops: dlpx.empty (the allocator, and a new dlpx.Tensor), dlpx.from_dlpack of a numpy array
+(the numpy row, through the type -> row cache), of a dlpx.Tensor, and of a tvm_ffi tensor where
+tvm-ffi is installed. Each is timed best of 5. On a GIL build the threads take turns: it says so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+import dlpx
+
+
+def loops() -> dict:
+    """Each loop's maker: every thread makes its own objects (shared ones would measure their
+    reference counts' cache line, bouncing between cores, rather than dlpx)."""
+
+    def empty():
+        return lambda: dlpx.empty((16,))
+
+    def from_numpy():
+        a = np.arange(16, dtype=np.float32)
+        return lambda: dlpx.from_dlpack(a)
+
+    def from_dlpx():
+        t = dlpx.from_dlpack(np.arange(16, dtype=np.float32), copy=True)
+        return lambda: dlpx.from_dlpack(t)
+
+    cases = {"dlpx.empty((16,))": empty, "dlpx.from_dlpack(numpy)": from_numpy, "dlpx.from_dlpack(dlpx)": from_dlpx}
+    try:
+        import tvm_ffi
+
+        def from_tvm_ffi():
+            v = tvm_ffi.from_dlpack(np.arange(16, dtype=np.float32))
+            return lambda: dlpx.from_dlpack(v)
+
+        cases["dlpx.from_dlpack(tvm_ffi)"] = from_tvm_ffi
+    except ImportError:
+        pass
+    return cases
+
+
+def timed(make, calls: int, threads: int) -> float:
+    """Seconds for `threads` threads to make `calls` calls each of the loop `make` gives each,
+    started together."""
+    barrier = threading.Barrier(threads + 1)
+
+    def run():
+        call = make()
+        barrier.wait()
+        for _ in range(calls):
+            call()
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for w in workers:
+        w.join()
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    calls = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else 200_000
+    cores = os.cpu_count() or 1
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    print(f"Python {sys.version.split()[0]}, GIL {'enabled' if gil else 'disabled'}, {cores} cores, "
+          f"{calls} calls a thread, best of 5\n")
+    print(f"| loop | 1 thread, ns/call | {cores} threads, ns/call (per thread) | speedup | target {0.8 * cores:.1f} |")
+    print("|---|---|---|---|---|")
+    for name, make in loops().items():
+        one = min(timed(make, calls, 1) for _ in range(5))
+        many = min(timed(make, calls, cores) for _ in range(5))
+        speedup = cores * one / many
+        print(f"| {name} | {one / calls * 1e9:.0f} | {many / calls * 1e9:.0f} | {speedup:.2f} | "
+              f"{'ok' if speedup >= 0.8 * cores else 'missed'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
