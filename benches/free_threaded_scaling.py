@@ -37,7 +37,15 @@ def loops() -> dict:
         t = dlpx.from_dlpack(np.arange(16, dtype=np.float32), copy=True)
         return lambda: dlpx.from_dlpack(t)
 
-    cases = {"dlpx.empty((16,))": empty, "dlpx.from_dlpack(numpy)": from_numpy, "dlpx.from_dlpack(dlpx)": from_dlpx}
+    def numpy_empty():  # the yardstick: what this machine and interpreter scale without dlpx
+        return lambda: np.empty((16,), dtype=np.float32)
+
+    def numpy_from_dlpack():
+        a = np.arange(16, dtype=np.float32)
+        return lambda: np.from_dlpack(a)
+
+    cases = {"np.empty((16,)) (no dlpx)": numpy_empty, "np.from_dlpack(numpy) (no dlpx)": numpy_from_dlpack,
+             "dlpx.empty((16,))": empty, "dlpx.from_dlpack(numpy)": from_numpy, "dlpx.from_dlpack(dlpx)": from_dlpx}
     try:
         import tvm_ffi
 
