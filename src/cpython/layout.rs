@@ -4,18 +4,19 @@
 //! header or of the fields after it goes through here.
 
 use std::mem::{offset_of, size_of};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{PyObject, PyTypeObject};
 
-/// The GIL build's values until the API loads (nothing reads an object before it does).
+/// The object header's size: the GIL build's until the API loads (nothing reads an object before
+/// it does). `ob_type` is the header's last word in both builds, and only the free-threaded
+/// build's header is longer.
 static HEAD: AtomicUsize = AtomicUsize::new(size_of::<PyObject>());
-static TYPE_OFFSET: AtomicUsize = AtomicUsize::new(offset_of!(PyObject, ob_type));
-static FREE_THREADED: AtomicBool = AtomicBool::new(false);
 
-/// `ob_type` of the free-threaded build: after `ob_tid`, four small fields, `ob_ref_shared`.
-const FREE_THREADED_TYPE_OFFSET: usize = 24;
+/// The free-threaded build's header: `ob_tid`, four small fields, `ob_ref_shared`, `ob_type`.
 const FREE_THREADED_HEAD: usize = 32;
+/// Bytes from `ob_type` to the header's end (its own size: it is the last word).
+const TYPE_FROM_END: usize = size_of::<PyObject>() - offset_of!(PyObject, ob_type);
 
 /// Learns the layout from `object`, whose type is known to be `ty` (True and `bool`): the GIL
 /// build's offset is tried first (on a free-threaded object those bytes are flags and a
@@ -31,12 +32,10 @@ pub(super) unsafe fn learn(object: *mut PyObject, ty: *mut PyObject) -> Result<(
     if word_at(offset_of!(PyObject, ob_type)) == ty {
         return Ok(());
     }
-    if word_at(FREE_THREADED_TYPE_OFFSET) != ty {
+    if word_at(FREE_THREADED_HEAD - TYPE_FROM_END) != ty {
         return Err("a PyObject layout dlpx knows (neither the GIL build's nor the free-threaded one)");
     }
     HEAD.store(FREE_THREADED_HEAD, Ordering::Relaxed);
-    TYPE_OFFSET.store(FREE_THREADED_TYPE_OFFSET, Ordering::Relaxed);
-    FREE_THREADED.store(true, Ordering::Relaxed);
     Ok(())
 }
 
@@ -49,7 +48,7 @@ pub fn head() -> usize {
 /// Whether the interpreter is a free-threaded build (its GIL may be off).
 #[inline(always)]
 pub fn free_threaded() -> bool {
-    FREE_THREADED.load(Ordering::Relaxed)
+    head() != size_of::<PyObject>()
 }
 
 /// `object`'s type.
@@ -59,7 +58,7 @@ pub fn free_threaded() -> bool {
 #[inline(always)]
 pub unsafe fn type_at(object: *mut PyObject) -> *mut PyTypeObject {
     // SAFETY: per the contract; `ob_type` is set once, at allocation.
-    unsafe { object.cast::<u8>().add(TYPE_OFFSET.load(Ordering::Relaxed)).cast::<*mut PyTypeObject>().read() }
+    unsafe { object.cast::<u8>().add(head() - TYPE_FROM_END).cast::<*mut PyTypeObject>().read() }
 }
 
 /// The address of `object`'s own fields (its C struct after the header).
