@@ -7,7 +7,7 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::PyObject;
 
 use super::guard::State;
-use super::{dlpack, entry_of, faithful, Entry, Request};
+use super::{dlpack, entry_of, faithful, Entry, Guard, Request};
 use crate::abi::*;
 use crate::copy;
 use crate::cpython::Python;
@@ -31,10 +31,7 @@ fn read(py: Python<'_>, object: *mut PyObject, entry: Entry, request: Request) -
     if let Some(guard) = entry.row.guard {
         match guard.state(py) {
             State::Off => return dlpack::import(py, object, request),
-            State::Unverified | State::Unknown => {
-                // SAFETY: `__dlpack__`'s managed tensor, ours; a refused one is deleted there.
-                return unsafe { Tensor::from_managed_or_delete(guard.verify(py, row, object, entry)?) };
-            }
+            State::Unverified | State::Unknown => return first_use(py, guard, object, entry, request),
             State::Trusted => {}
         }
     }
@@ -42,6 +39,16 @@ fn read(py: Python<'_>, object: *mut PyObject, entry: Entry, request: Request) -
         Some(tensor) => faithful::admit_tensor(py, row, object, entry, tensor, request),
         None => dlpack::import(py, object, request),
     }
+}
+
+/// [`read`] on a guard's first use: the first-use check's answer, admitted as every read is.
+#[cold]
+#[inline(never)]
+fn first_use(py: Python<'_>, guard: &Guard, object: *mut PyObject, entry: Entry, request: Request) -> Result<Tensor> {
+    let row = entry.row.producer;
+    // SAFETY: the first-use check's managed tensor, ours; a refused one is deleted there.
+    let tensor = unsafe { Tensor::from_managed_or_delete(guard.verify(py, row, object, entry)?)? };
+    faithful::admit_tensor(py, row, object, entry, tensor, request)
 }
 
 /// An owning managed tensor of `object` for C (`dlpx_import`, the synthetic tables, a view's
@@ -55,7 +62,10 @@ fn managed_of_entry(py: Python<'_>, object: *mut PyObject, entry: Entry) -> Resu
     if let Some(guard) = entry.row.guard {
         match guard.state(py) {
             State::Off => return dlpack::managed_of(py, object),
-            State::Unverified | State::Unknown => return guard.verify(py, row, object, entry),
+            State::Unverified | State::Unknown => {
+                let managed = guard.verify(py, row, object, entry)?;
+                return faithful::admit_managed(py, row, object, managed);
+            }
             State::Trusted => {}
         }
     }

@@ -24,7 +24,7 @@ pub struct Suspicion {
 
 /// A row's tensor for `object`, once the rule admits it: as it is, or the producer's own
 /// answer, or its values resolved by the producer (`copy=True`), or a refusal.
-#[inline]
+#[inline(always)]
 pub fn admit_tensor(
     py: Python<'_>,
     row: &dyn Producer,
@@ -33,7 +33,23 @@ pub fn admit_tensor(
     tensor: Tensor,
     request: Request,
 ) -> Result<Tensor> {
-    let Some(suspicion) = row.suspicion(py, object, tensor.dl_tensor())? else { return Ok(tensor) };
+    match row.suspicion(py, object, tensor.dl_tensor())? {
+        None => Ok(tensor),
+        Some(suspicion) => admit_suspect(py, row, object, entry, tensor, request, suspicion),
+    }
+}
+
+/// [`admit_tensor`] for a tensor the row suspects.
+#[cold]
+fn admit_suspect(
+    py: Python<'_>,
+    row: &dyn Producer,
+    object: *mut PyObject,
+    entry: Entry,
+    tensor: Tensor,
+    request: Request,
+    suspicion: Suspicion,
+) -> Result<Tensor> {
     drop(tensor);
     let tensor = match suspicion.ask_producer {
         true => ask_producer_tensor(py, object)?,
@@ -46,6 +62,7 @@ pub fn admit_tensor(
 }
 
 /// [`admit_tensor`] for a managed tensor handed to C (the kernel API asks for no copy).
+#[inline(always)]
 pub fn admit_managed(
     py: Python<'_>,
     row: &dyn Producer,
@@ -53,13 +70,23 @@ pub fn admit_managed(
     managed: NonNull<DLManagedTensorVersioned>,
 ) -> Result<NonNull<DLManagedTensorVersioned>> {
     // SAFETY: a live, checked managed tensor the caller owns.
-    let suspicion = row.suspicion(py, object, unsafe { &managed.as_ref().dl_tensor });
-    if let Ok(None) = suspicion {
-        return Ok(managed);
+    match row.suspicion(py, object, unsafe { &managed.as_ref().dl_tensor }) {
+        Ok(None) => Ok(managed),
+        suspicion => admit_suspect_managed(py, object, managed, suspicion),
     }
+}
+
+/// [`admit_managed`] for a tensor the row suspects (or could not judge).
+#[cold]
+fn admit_suspect_managed(
+    py: Python<'_>,
+    object: *mut PyObject,
+    managed: NonNull<DLManagedTensorVersioned>,
+    suspicion: Result<Option<Suspicion>>,
+) -> Result<NonNull<DLManagedTensorVersioned>> {
     // SAFETY: ours, not handed out: its deleter runs once, here.
     unsafe { crate::tensor::delete_managed(managed) };
-    let suspicion = suspicion?.expect("None returned above");
+    let Some(suspicion) = suspicion? else { unreachable!("admit_managed hands on an unsuspected tensor") };
     let theirs = match suspicion.ask_producer {
         true => ask_producer(py, object)?,
         false => return Err(negated(py, object)),

@@ -89,7 +89,8 @@ impl Guard {
 
     /// The first-use check: `object` read the row's way and through `__dlpack__`, the two
     /// managed tensors compared by value (and read-only flag). The answer is the read where they
-    /// agree, else `__dlpack__`'s. A read that refuses `object` outright refuses it here too, without asking
+    /// agree, else `__dlpack__`'s; the caller applies the faithful-import rule to it, as to
+    /// every read. A read that refuses `object` outright refuses it here too, without asking
     /// `__dlpack__` (tvm_ffi's would dereference a moved-out handle); one that does not cover
     /// it, and two refusals, decide nothing.
     #[cold]
@@ -108,11 +109,8 @@ impl Guard {
                 let agree = unsafe { same_tensor(ours.as_ref(), theirs.as_ref(), *legacy) };
                 self.verdict(py, agree);
                 // Agreed, the read is the answer (it knows what a legacy capsule cannot say:
-                // whether the array is writable), as it is for every later object, unless the
-                // faithful-import rule would ask the producer about it.
-                // SAFETY: live, as above.
-                let unsuspected = matches!(row.suspicion(py, object, unsafe { &ours.as_ref().dl_tensor }), Ok(None));
-                let (answer, unused) = if agree && unsuspected { (ours, *theirs) } else { (*theirs, ours) };
+                // whether the array is writable), as it is for every later object.
+                let (answer, unused) = if agree { (ours, *theirs) } else { (*theirs, ours) };
                 // SAFETY: both are ours; the unused one is deleted once, here.
                 unsafe { crate::tensor::delete_managed(unused) };
                 return Ok(answer);
