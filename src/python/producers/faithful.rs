@@ -35,22 +35,23 @@ pub fn admit_tensor(
 ) -> Result<Tensor> {
     match row.suspicion(py, object, tensor.dl_tensor())? {
         None => Ok(tensor),
-        Some(suspicion) => admit_suspect(py, row, object, entry, tensor, request, suspicion),
+        Some(suspicion) => {
+            drop(tensor);
+            admit_suspect(py, row, object, entry, request, suspicion)
+        }
     }
 }
 
-/// [`admit_tensor`] for a tensor the row suspects.
+/// [`admit_tensor`] for a tensor the row suspects (the row's tensor already dropped).
 #[cold]
 fn admit_suspect(
     py: Python<'_>,
     row: &dyn Producer,
     object: *mut PyObject,
     entry: Entry,
-    tensor: Tensor,
     request: Request,
     suspicion: Suspicion,
 ) -> Result<Tensor> {
-    drop(tensor);
     let tensor = match suspicion.ask_producer {
         true => ask_producer_tensor(py, object)?,
         false => return resolve_negated(py, row, object, entry, request),
