@@ -11,6 +11,10 @@
  * whole duration (the simulated work is instantaneous), so calls are atomic with respect to each
  * other. The context stack is thread-local, as in CUDA.
  *
+ * A stale handle is worse on a real driver than here: cuEventRecord on a destroyed stream crashed
+ * inside libcuda (driver 580, H100) instead of returning CUDA_ERROR_INVALID_HANDLE, so a program
+ * may not count on the refusal; a misuse here is a crash there.
+ *
  * Handles never dangle: destroyed streams, events and pools stay allocated (marked dead) for the
  * life of the process, so a stale handle is reliably refused instead of aliasing a new object
  * that malloc happened to put at the same address. They stay reachable from globals, so leak

@@ -80,9 +80,10 @@ def record_stream(tensor: Any, stream: Any, device: Any = None) -> None:
     """Tells dlpx that work on ``tensor`` (a dlpx.Tensor from dlpx's allocator) is being
     enqueued on ``stream``: when the tensor dies, its memory is reused only after the work
     enqueued on that stream by then (torch's ``Tensor.record_stream``). dlpx records the streams
-    it hears of itself (``__dlpack__(stream=...)``, its exchange table's ``current_work_stream``);
-    this is for work it cannot see, such as an asynchronous copy from a pinned tensor on a
-    non-blocking stream. The stream must outlive the tensor: an event is recorded on it when the
+    it may keep using itself (its exchange table's ``current_work_stream``, and a built-in
+    stream named in ``__dlpack__(stream=...)``: a consumer may destroy any other stream it names);
+    this is for work it cannot see, such as a consumer's kernels on its own stream, or an
+    asynchronous copy from a pinned tensor on a non-blocking stream. The stream must outlive the tensor: an event is recorded on it when the
     tensor dies (if it is gone by then, dlpx waits for the whole device instead)."""
     _native._record_stream(tensor, _device_of(stream, device), _handle(stream))
 

@@ -30,7 +30,8 @@ pub unsafe fn record_use(managed: NonNull<DLManagedTensorVersioned>, device_id: 
 /// Records that a consumer's work on the data of `managed` was enqueued on `stream` of
 /// `device_id` and is now complete as far as the host knows (its export was released): an event
 /// recorded there now, which the free (or pinned reuse) waits for. Unlike a recorded stream it
-/// touches no stream handle later, so the consumer may destroy its stream at once.
+/// touches no stream handle later. `stream` must still be alive: a built-in stream (exports keep
+/// no other, see `Device::outlives_its_consumer`).
 ///
 /// # Safety
 /// As for [`record_use`].

@@ -134,6 +134,10 @@ impl Device for Cuda {
         cuda::as_recordable(stream)
     }
 
+    fn outlives_its_consumer(&self, stream: *mut c_void) -> bool {
+        cuda::is_built_in(stream)
+    }
+
     fn has_streams(&self, device_type: DeviceType) -> bool {
         device_type == DeviceType::CUDA
     }

@@ -113,6 +113,15 @@ pub trait Device: Sync {
         stream
     }
 
+    /// Whether dlpx may still use `stream`, named by a DLPack consumer, after the call that
+    /// named it returned: only a stream no one can destroy. The consumer owns its streams (the
+    /// array API: "the ownership of the stream stays with the consumer") and may destroy one
+    /// while its export still lives (cupy does, when a stream object is collected first).
+    fn outlives_its_consumer(&self, stream: *mut c_void) -> bool {
+        let _ = stream;
+        false
+    }
+
     /// Whether work on memory of `device_type` is ordered on the device's streams (a consumer
     /// of dlpx's table works on dlpx's current stream there, recorded as a use).
     fn has_streams(&self, device_type: DeviceType) -> bool {
@@ -159,6 +168,11 @@ pub fn has_streams(device_type: DeviceType) -> bool {
 /// [`Device::recordable`] for memory of `device`.
 pub fn recordable(device: DLDevice, stream: *mut c_void) -> *mut c_void {
     of(device.device_type).map_or(stream, |d| d.recordable(stream))
+}
+
+/// [`Device::outlives_its_consumer`] for a stream of `device`.
+pub fn outlives_its_consumer(device: DLDevice, stream: *mut c_void) -> bool {
+    of(device.device_type).is_some_and(|d| d.outlives_its_consumer(stream))
 }
 
 /// Makes `consumer` wait for `producer` on `device` (nothing where there is nothing to order).

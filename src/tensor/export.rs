@@ -25,7 +25,8 @@ impl Tensor {
 
     /// [`Tensor::export_versioned`] for a consumer working on `consumer` = (CUDA device, stream):
     /// when the export is released, an event recorded on that stream fences the free (or the
-    /// pinned reuse) of this tensor's memory, if dlpx allocated it.
+    /// pinned reuse) of this tensor's memory, if dlpx allocated it — on a built-in stream only:
+    /// the consumer may have destroyed any other by then (docs/design.md, "Consumer streams").
     pub fn export_versioned_to(
         &self,
         extra_flags: u64,
@@ -93,9 +94,15 @@ const _: () = assert!(TAIL_OFFSET + size_of::<ExportTail>() <= MANAGED_BLOCK.byt
 
 #[inline]
 fn write_tail(block: NonNull<u8>, consumer: Option<(DLDevice, *mut c_void)>) {
-    // 0x2 is the releasing thread's own per-thread stream then (see `cuda::as_recordable`).
-    let (device_id, stream) =
-        consumer.map_or((0, 0), |(d, s)| (d.device_id, crate::devices::recordable(d, s) as usize));
+    // A stream the consumer may destroy before it releases the export is never kept: using its
+    // handle then crashes the driver. 0x2 is the releasing thread's own per-thread stream then
+    // (see `cuda::as_recordable`).
+    let (device_id, stream) = match consumer {
+        Some((d, s)) if crate::devices::outlives_its_consumer(d, s) => {
+            (d.device_id, crate::devices::recordable(d, s) as usize)
+        }
+        _ => (0, 0),
+    };
     // SAFETY: the tail lies inside the export block (asserted above), aligned.
     unsafe { block.as_ptr().add(TAIL_OFFSET).cast::<ExportTail>().write(ExportTail { device_id, stream }) };
 }

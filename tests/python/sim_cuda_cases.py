@@ -273,10 +273,10 @@ def test_ordering_events_come_from_a_pool(stream):
     consumer = stream()
     t = dlpx.empty((16,), "float32", "cuda:0")
     for _ in range(10):
-        t.__dlpack__(stream=consumer, max_version=(1, 3))  # released at once: a fence each time
-    # 10 orderings and 10 fences, the fences all one event re-recorded on the consumer stream
-    assert calls("cuEventRecord") == 20 and calls("cuStreamWaitEvent") == 10
-    assert calls("cuEventCreate") <= 2 and calls("cuEventDestroy_v2") == 0
+        t.__dlpack__(stream=consumer, max_version=(1, 3))  # released at once: no fence there
+    # 10 orderings, one pooled event recorded again each time
+    assert calls("cuEventRecord") == 10 and calls("cuStreamWaitEvent") == 10
+    assert calls("cuEventCreate") <= 1 and calls("cuEventDestroy_v2") == 0
 
 
 @pytest.mark.parametrize("request_, waits", [(None, 0), (1, 0), (-1, 0)])
@@ -296,15 +296,6 @@ def test_stream_zero_is_refused():
     t = dlpx.empty((16,), "float32", "cuda:0")
     with pytest.raises(ValueError, match="stream=0 is ambiguous"):
         t.__dlpack__(stream=0)
-
-
-def test_freeing_waits_for_the_consumer_stream(stream):
-    consumer = stream()
-    t = dlpx.empty((16,), "float32", "cuda:0")
-    capsule = t.__dlpack__(stream=consumer, max_version=(1, 3))
-    del t, capsule  # the consumer's work on its stream may still be running
-    assert SIM.sim_cuda_frees_waiting() == 1
-    assert SIM.sim_cuda_waits(LEGACY, consumer) == 1
 
 
 def test_record_stream_through_an_export_reaches_the_allocation(stream):
@@ -331,29 +322,35 @@ def test_a_per_thread_default_stream_use_is_waited_for_through_the_legacy_stream
     assert SIM.sim_cuda_waits(allocated_on, 2) == 0
 
 
-def test_a_consumer_may_destroy_its_stream_once_it_released_the_export():
+@pytest.mark.parametrize("destroyed", ["after the release", "before the release"])
+def test_a_consumer_s_own_stream_is_not_used_after_the_call_that_named_it(destroyed):
+    # The consumer owns its stream and may destroy it while the export lives (cupy does, when
+    # its Stream object is collected before the array). A real driver does not refuse the stale
+    # handle: cuEventRecord on it crashed (driver 580, H100). So no fence is recorded there at
+    # the release, and the simulator's misuse count (the fixture) must stay 0.
     consumer = SIM.sim_cuda_stream_create(0)
     before = SIM.sim_cuda_live(DEVICE, -1)
     t = dlpx.empty((16,), "float32", "cuda:0")
     capsule = t.__dlpack__(stream=consumer, max_version=(1, 3))
-    del capsule  # the consumer is done: an event on its stream fences the memory from now on
-    SIM.sim_cuda_stream_destroy(consumer)  # so the stream may go before the tensor does
+    assert SIM.sim_cuda_waits(consumer, LEGACY) == 1  # ordered after dlpx's work, at the call
+    if destroyed == "before the release":
+        SIM.sim_cuda_stream_destroy(consumer)
+    del capsule
+    if destroyed == "after the release":
+        SIM.sim_cuda_stream_destroy(consumer)
     del t
     assert SIM.sim_cuda_live(DEVICE, -1) == before
-    assert SIM.sim_cuda_waits(LEGACY, consumer) == 1 and calls("cuCtxSynchronize") == 0
+    assert SIM.sim_cuda_waits(LEGACY, consumer) == 0 and calls("cuCtxSynchronize") == 0
 
 
-def test_a_stream_destroyed_before_its_export_is_released_still_lets_the_memory_go():
-    consumer = SIM.sim_cuda_stream_create(0)
-    before = SIM.sim_cuda_live(DEVICE, -1)
-    t = dlpx.empty((16,), "float32", "cuda:0")
-    capsule = t.__dlpack__(stream=consumer, max_version=(1, 3))
-    SIM.sim_cuda_stream_destroy(consumer)  # a consumer bug: the stream is gone, its export is not
-    del capsule, t
-    assert SIM.sim_cuda_live(DEVICE, -1) == before  # freed anyway ...
-    assert calls("cuCtxSynchronize") == 1  # ... after the device went idle, the one fallback
-    assert b"cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE" in DLPX.dlpx_last_error()
-    SIM.sim_cuda_reset_counts()  # the misuse and the synchronisation were this test's point
+def test_a_built_in_consumer_stream_still_fences_the_free(stream):
+    allocated_on = stream()
+    with dlpx.cuda.stream(allocated_on):
+        t = dlpx.empty((16,), "float32", "cuda:0")
+    capsule = t.__dlpack__(stream=1, max_version=(1, 3))  # the legacy stream: no one destroys it
+    del capsule, t  # the consumer's work on it may still be running
+    assert SIM.sim_cuda_frees_waiting() == 1
+    assert SIM.sim_cuda_waits(allocated_on, LEGACY) == 1
 
 
 def test_a_peer_device_s_stream_is_waited_for_before_the_free(stream):

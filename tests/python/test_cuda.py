@@ -2,6 +2,7 @@
 and torch with CUDA are present — allocation, streams and stream-ordered exports."""
 
 import ctypes
+import gc
 import threading
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 import dlpx
 import dlpack_abi as abi
-from cuda_peers import GPU, cupy, needs_gpu, torch
+from cuda_peers import GPU, cupy, needs_cupy, needs_gpu, torch
 
 DRIVER = dlpx.cuda.is_available()
 needs_no_driver = pytest.mark.skipif(DRIVER, reason="a CUDA driver is present: the no-driver paths cannot be observed")
@@ -231,7 +232,7 @@ def test_zero_copy_round_trip_with_cupy_on_cuda():
 
 
 @needs_gpu
-def test_freed_memory_is_not_reused_while_a_consumer_stream_still_reads_it():
+def test_freed_memory_is_not_reused_while_a_recorded_consumer_stream_still_reads_it():
     n = 1 << 22
     consumer = torch.cuda.Stream()
     t = dlpx.empty((n,), "float32", "cuda:0")  # on the legacy default stream, torch's default
@@ -241,6 +242,9 @@ def test_freed_memory_is_not_reused_while_a_consumer_stream_still_reads_it():
         x = torch.from_dlpack(capsule)
         torch.cuda._sleep(10**8)  # the consumer reads late
         total = x.sum()
+    # A consumer's own stream may be destroyed at any time, so dlpx fences it only on request:
+    # torch's streams live as long as the process.
+    dlpx.cuda.record_stream(t, consumer)
     del t, x, capsule  # the last references go while the consumer's read is still queued
     u = dlpx.empty((n,), "float32", "cuda:0")  # the pool may hand the same memory back
     torch.from_dlpack(u).fill_(2.0)  # enqueued on the default stream: must wait for the read
@@ -249,14 +253,51 @@ def test_freed_memory_is_not_reused_while_a_consumer_stream_still_reads_it():
 
 
 @needs_gpu
+def test_freed_memory_waits_for_a_consumer_on_the_legacy_stream():
+    n = 1 << 22
+    side = torch.cuda.Stream()  # non-blocking: nothing orders it after the legacy stream
+    with dlpx.cuda.stream(side), torch.cuda.stream(side):
+        t = dlpx.empty((n,), "float32", "cuda:0")  # allocated (and freed) on `side`
+        torch.from_dlpack(t).fill_(1.0)
+    capsule = t.__dlpack__(stream=1, max_version=(1, 3))  # a built-in stream: fenced at the release
+    x = torch.from_dlpack(capsule)
+    torch.cuda._sleep(10**8)  # torch's default stream (the legacy one) reads late
+    total = x.sum()
+    del t, x, capsule
+    with dlpx.cuda.stream(side), torch.cuda.stream(side):
+        u = dlpx.empty((n,), "float32", "cuda:0")
+        torch.from_dlpack(u).fill_(2.0)  # on `side`: must wait for the read
+    torch.cuda.synchronize()
+    assert total.item() == float(n)
+
+
+@needs_gpu
+@needs_cupy
+def test_a_consumer_may_destroy_its_stream_before_it_releases_the_import():
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        seen = cupy.from_dlpack(dlpx.empty((1 << 20,), "float32", "cuda:0"))  # named s
+        seen.fill(1.0)
+    del s  # cupy destroys the stream; its array still holds dlpx's export
+    gc.collect()
+    del seen  # dlpx must not touch the destroyed stream: the driver crashed on it (cuEventRecord)
+    assert dlpx.empty((1 << 20,), "float32", "cuda:0").device == "cuda:0"
+
+
+@needs_gpu
+@needs_cupy
 def test_pinned_blocks_are_reused_only_after_recorded_work():
+    # torch 2.11 imports no kDLCUDAHost capsule ("Unsupported device_type: 3", seen on an H100), so
+    # the asynchronous copy out of the pinned block is cupy's cudaMemcpyAsync on the raw pointer.
     p = dlpx.empty((1 << 20,), "float32", "cuda_host")
     address = p.data_ptr
     stream = torch.cuda.Stream()
     dst = torch.empty(1 << 20, device="cuda")
     with torch.cuda.stream(stream):
         torch.cuda._sleep(10**8)
-        dst.copy_(torch.from_dlpack(p), non_blocking=True)
+    host_to_device = 1
+    cupy.cuda.runtime.memcpyAsync(dst.data_ptr(), address, 4 << 20, host_to_device, stream.cuda_stream)
+    assert not stream.query()  # the copy waits behind the sleep
     dlpx.cuda.record_stream(p, stream)
     del p
     q = dlpx.empty((1 << 20,), "float32", "cuda_host")

@@ -42,6 +42,14 @@ pub fn as_recordable(stream: *mut c_void) -> *mut c_void {
     }
 }
 
+/// Whether no one can destroy `stream`: NULL, the legacy and the per-thread default streams.
+/// A consumer owns every other stream it names and may destroy it as soon as `__dlpack__`
+/// returns; the real driver does not refuse a destroyed handle, it crashes inside the call
+/// (cuEventRecord, driver 580 on an H100), so dlpx keeps only built-in streams past the call.
+pub fn is_built_in(stream: *mut c_void) -> bool {
+    matches!(stream as usize, 0 | STREAM_LEGACY | STREAM_PER_THREAD)
+}
+
 /// Whether a CUDA driver is present (without initialising it).
 pub fn driver_present() -> bool {
     driver::present()
