@@ -36,11 +36,20 @@ def cuda_compiler_args():
 def kernel(tmp_path_factory):
     path = os.environ.get("DLPX_CUDA_KERNEL")
     if path:
-        return load_module("dlpx_cuda_kernel", path)
-    if not GPU:
+        module = load_module("dlpx_cuda_kernel", path)
+    elif not GPU:
         pytest.skip("no GPU to build examples/cuda_kernel for here; scripts/check_cuda_example.sh builds it "
                     "with nvcc from PyPI and runs this file (DLPX_CUDA_KERNEL)")
-    return build_example("cuda_kernel", "dlpx_cuda_kernel", tmp_path_factory, cuda_compiler_args())
+    else:
+        module = build_example("cuda_kernel", "dlpx_cuda_kernel", tmp_path_factory, cuda_compiler_args())
+    if GPU:
+        # CUDA loads a kernel at its first launch (lazy loading), and that load waited for a
+        # kernel still running (seen on an H100): launch each once before the tests that time.
+        x = torch.ones(4, device="cuda")
+        module.row_sum(module.axpby(1.0, x, x).view(2, 2))
+        module.launch_empty(x)
+        torch.cuda.synchronize()
+    return module
 
 
 def cuda(*shape, fill=None):
