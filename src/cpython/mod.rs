@@ -22,13 +22,13 @@ mod owned;
 mod raise;
 mod token;
 
-pub use cells::{FreeThreadedLock, GilCell, GilVar};
+pub use cells::{racing_copy, FreeThreadedLock, GilCell, GilVar, SeqLock};
 pub use gil::{without_gil, ExceptionGuard};
 pub use module_def::create_module;
 pub use objects::{
-    attribute, fastcall_as_cfunction, imported_module, int_tuple, interned, interned_attribute, is_type, type_name,
-    type_of, type_of_unchecked, vectorcall_method, CStatic, FastCallKeywords, Interned, VectorcallMethod,
-    METH_FASTCALL,
+    attribute, fastcall_as_cfunction, immortalise_if_free_threaded, imported_module, int_tuple, interned,
+    interned_attribute, is_type, type_name, type_of, type_of_unchecked, vectorcall_method, CStatic, FastCallKeywords,
+    Interned, VectorcallMethod, METH_FASTCALL,
 };
 pub use owned::Owned;
 pub use raise::{take_pending, Raise};

@@ -1,12 +1,10 @@
 //! Type → row: the one dispatch of the importer seam (docs/design.md, "Producers: one seam").
 
-use std::cell::UnsafeCell;
-
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::{own, table, Entry, ROWS};
 use crate::abi::DLPackExchangeAPI;
-use crate::cpython::{type_of, FreeThreadedLock, Python};
+use crate::cpython::{racing_copy, type_of, Python, SeqLock};
 use crate::python::tensor::tensor_type;
 
 /// Types remembered at once; the oldest goes first (round robin).
@@ -21,50 +19,49 @@ struct Slot {
 }
 
 /// The cache. Each slot holds a strong reference to its type, so a cached type can never die
-/// and be replaced by another at the same address; eviction releases it.
-struct Cache {
-    slots: UnsafeCell<[Slot; SLOTS]>,
-    next: UnsafeCell<usize>,
-    lock: FreeThreadedLock,
+/// and be replaced by another at the same address; eviction releases it. Readers take no lock:
+/// a free-threaded reader scans under the seqlock's count and retries if an insert was inside.
+#[derive(Clone, Copy)]
+struct Slots {
+    slots: [Slot; SLOTS],
+    next: usize,
 }
 
-// SAFETY: touched only through `find` and `insert`, which take a `Python` token and the cache's
-// lock (which the GIL makes redundant and a free-threaded interpreter takes).
-unsafe impl Sync for Cache {}
+static CACHE: SeqLock<Slots> =
+    SeqLock::new(Slots { slots: [Slot { ty: 0, row: 0, table: std::ptr::null() }; SLOTS], next: 0 });
 
-static CACHE: Cache = Cache {
-    slots: UnsafeCell::new([Slot { ty: 0, row: 0, table: std::ptr::null() }; SLOTS]),
-    next: UnsafeCell::new(0),
-    lock: FreeThreadedLock::new(),
-};
+#[inline]
+fn find(py: Python<'_>, ty: *mut PyTypeObject) -> Option<Entry> {
+    let slot = CACHE.read_raw(py, |cache, racy| {
+        // SAFETY: `cache` points to the live cache; where a writer may be inside (`racy`), each
+        // word is read volatile and the seqlock discards what was read then.
+        unsafe {
+            let slots = std::ptr::addr_of!((*cache).slots).cast::<Slot>();
+            let ty_of = |slot: *const Slot| match racy {
+                true => std::ptr::read_volatile(std::ptr::addr_of!((*slot).ty)),
+                false => (*slot).ty,
+            };
+            (0..SLOTS).map(|i| slots.add(i)).find(|&slot| ty_of(slot) == ty as usize).map(|slot| match racy {
+                true => racing_copy(slot),
+                false => *slot,
+            })
+        }
+    })?;
+    // SAFETY: only process-lifetime tables are stored (the rows' statics, tables that producers
+    // publish for the life of the process).
+    Some(Entry { row: ROWS[slot.row], table: unsafe { &*slot.table } })
+}
 
-impl Cache {
-    #[inline]
-    fn find(&self, py: Python<'_>, ty: *mut PyTypeObject) -> Option<Entry> {
-        let slot = self.lock.with(py, || {
-            // SAFETY: under the lock (or the GIL); a copy of the slot is read.
-            let slots = unsafe { &*self.slots.get() };
-            slots.iter().find(|slot| slot.ty == ty as usize).copied()
-        })?;
-        // SAFETY: only process-lifetime tables are stored (the rows' statics, tables that
-        // producers publish for the life of the process).
-        Some(Entry { row: ROWS[slot.row], table: unsafe { &*slot.table } })
-    }
-
-    fn insert(&self, py: Python<'_>, ty: *mut PyTypeObject, row: usize, table: &'static DLPackExchangeAPI) {
-        // SAFETY: the token proves the thread is attached; a reference the cache keeps.
-        unsafe { (py.Py_IncRef)(ty.cast()) };
-        // SAFETY: under the lock (or the GIL); no Python code runs while these borrows live
-        // (the release of the evicted type is after it).
-        let evicted = self.lock.with(py, || unsafe {
-            let slots = &mut *self.slots.get();
-            let next = &mut *self.next.get();
-            let evicted = std::mem::replace(&mut slots[*next], Slot { ty: ty as usize, row, table });
-            *next = (*next + 1) % SLOTS;
-            evicted.ty
-        });
-        py.decref(evicted as *mut PyObject);
-    }
+fn insert(py: Python<'_>, ty: *mut PyTypeObject, row: usize, table: &'static DLPackExchangeAPI) {
+    // SAFETY: the token proves the thread is attached; a reference the cache keeps.
+    unsafe { (py.Py_IncRef)(ty.cast()) };
+    // No Python code runs while the cache is written (the release of the evicted type is after).
+    let evicted = CACHE.write(py, |cache| {
+        let evicted = std::mem::replace(&mut cache.slots[cache.next], Slot { ty: ty as usize, row, table });
+        cache.next = (cache.next + 1) % SLOTS;
+        evicted.ty
+    });
+    py.decref(evicted as *mut PyObject);
 }
 
 /// The row and table of `object`'s type. An exact `dlpx.Tensor` is answered by one comparison.
@@ -82,7 +79,7 @@ pub fn entry_of(py: Python<'_>, object: *mut PyObject) -> Entry {
 /// The row and table of objects of type `ty`, found once and remembered.
 #[inline]
 pub fn entry_of_type(py: Python<'_>, ty: *mut PyTypeObject) -> Entry {
-    match CACHE.find(py, ty) {
+    match find(py, ty) {
         Some(entry) => entry,
         None => resolve(py, ty),
     }
@@ -94,6 +91,6 @@ fn resolve(py: Python<'_>, ty: *mut PyTypeObject) -> Entry {
     let published = table::published_v1(py, ty);
     let index = ROWS.iter().position(|row| row.producer.claims(py, ty, published)).unwrap_or(ROWS.len() - 1);
     let entry = Entry { row: ROWS[index], table: ROWS[index].table(published) };
-    CACHE.insert(py, ty, index, entry.table);
+    insert(py, ty, index, entry.table);
     entry
 }

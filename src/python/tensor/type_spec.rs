@@ -144,6 +144,7 @@ pub fn create_type(py: Python<'_>, own: &'static DLPackExchangeAPI) -> Result<*m
         ALLOC.store((py.PyType_GetSlot)(ty.as_ptr().cast(), pyo3_ffi::Py_tp_alloc), Ordering::Relaxed);
         FREE.store((py.PyType_GetSlot)(ty.as_ptr().cast(), pyo3_ffi::Py_tp_free), Ordering::Relaxed);
     }
+    crate::cpython::immortalise_if_free_threaded(py, ty.as_ptr());
     TENSOR_TYPE.store(ty.as_ptr().cast(), Ordering::Release);
     // The static keeps one reference for the life of the process.
     // SAFETY: GIL held.
