@@ -84,10 +84,16 @@ impl<T: Copy> SeqLock<T> {
     /// writer was inside (the seqlock of crossbeam's AtomicCell). On a GIL build `racy` is false
     /// and `f` runs once: plain reads, which the compiler may narrow to the fields used.
     #[inline(always)]
-    pub fn read_raw<R>(&self, _py: Python<'_>, f: impl Fn(*const T, bool) -> R) -> R {
+    pub fn read_raw<R>(&self, py: Python<'_>, f: impl Fn(*const T, bool) -> R) -> R {
         if !layout::free_threaded() {
             // The GIL serialises this read with every write.
             return f(self.value.get(), false);
+        }
+        if cfg!(dlpx_tsan) {
+            // A seqlock's read races a writer by construction (the count discards it after);
+            // ThreadSanitizer builds (scripts/tsan_free_threaded.sh) read under the writers'
+            // lock instead, so that everything else is checked without that report.
+            return self.writers.with(py, || f(self.value.get(), false));
         }
         loop {
             let before = self.sequence.load(Ordering::Acquire);
