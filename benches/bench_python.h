@@ -38,14 +38,16 @@ static const DLPackExchangeAPI *find_table(PyObject *type) {
   return dlpx_exchange_api_select((const DLPackExchangeAPIHeader *)p);
 }
 
-/* Evaluates a Python expression with dlpx, torch and numpy imported; dies on error. */
+/* Evaluates a Python expression with dlpx, numpy and (where installed: not on a free-threaded
+ * interpreter) torch imported; dies on error. */
 static PyObject *eval(const char *expression) {
   static PyObject *globals = NULL;
   if (!globals) {
     globals = PyDict_New();
     PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins());
-    PyObject *r = PyRun_String("import dlpx, torch, numpy", Py_file_input, globals, globals);
-    if (!r) die("import dlpx, torch, numpy");
+    PyObject *r = PyRun_String("import dlpx, numpy\ntry:\n    import torch\nexcept ImportError:\n    pass\n",
+                               Py_file_input, globals, globals);
+    if (!r) die("import dlpx, numpy");
     Py_DECREF(r);
   }
   PyObject *r = PyRun_String(expression, Py_eval_input, globals, globals);

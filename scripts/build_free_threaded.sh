@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build free-threaded CPython (3.14t; 3.15t on request) from Debian's source
-# packages, cache it, and prepare a venv with the test peers.
-#   usage: bash scripts/build_free_threaded.sh [3.14|3.15|all]   (default 3.14)
+# packages, cache it, and prepare a venv with the test peers. `3.14-gil` builds
+# the same source with the GIL (python3.14, same flags): the benchmarks' yardstick.
+#   usage: bash scripts/build_free_threaded.sh [3.14|3.15|3.14-gil|all]   (default 3.14)
 # Cache: ${DLPX_FT_CACHE:-$HOME/.cache/dlpx/free-threaded}. A build counts as
 # done only once its marker exists, so a second run reuses it in seconds.
 set -euo pipefail
@@ -15,9 +16,13 @@ OPTIONAL=(array-api-strict)
 
 case "${1:-3.14}" in
   3.14|3.15) VERSIONS=("${1:-3.14}") ;;
+  3.14-gil) VERSIONS=(3.14) ;;
   all) VERSIONS=(3.14 3.15) ;;
-  *) echo "usage: $0 [3.14|3.15|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [3.14|3.15|3.14-gil|all]" >&2; exit 2 ;;
 esac
+# t: free-threaded (--disable-gil, python3.Xt); empty: the GIL build of the same source.
+T=t CONFIGURE_GIL=(--disable-gil)
+[ "${1:-}" = 3.14-gil ] && T="" CONFIGURE_GIL=()
 
 # Pins: every downloaded byte is checked against a SHA-256 fixed here. For 3.14
 # the .dsc is pinned and the orig tarball's hash was copied from that .dsc
@@ -68,7 +73,7 @@ fetch() {
 
 # Build, install and check one version unless its marker says it's done.
 build() {
-  local v="$1" prefix="$CACHE/$1t" src="$CACHE/src/$1t" logs="$CACHE/logs"
+  local v="$1" prefix="$CACHE/$1$T" src="$CACHE/src/$1$T" logs="$CACHE/logs"
   pins "$v"
   # The marker holds the source hash, so changing a pin forces a rebuild.
   [ "$(cat "$prefix/.dlpx-ok" 2>/dev/null)" = "$ORIG_SHA" ] \
@@ -91,17 +96,17 @@ build() {
   log "$v: configure/make/install (logs in $logs; several minutes)"
   ( cd "$src"
     # --disable-gil: the free-threaded ABI (python3.Xt). No PGO/LTO: too slow.
-    "${NICE[@]}" ./configure --disable-gil --prefix="$prefix" \
-      >"$logs/$v-configure.log" 2>&1 \
-      || { tail -n 30 "$logs/$v-configure.log" >&2; exit 1; }
-    "${NICE[@]}" make -j2 >"$logs/$v-make.log" 2>&1 \
-      || { tail -n 40 "$logs/$v-make.log" >&2; exit 1; }
-    "${NICE[@]}" make install >"$logs/$v-install.log" 2>&1 \
-      || { tail -n 30 "$logs/$v-install.log" >&2; exit 1; } )
-  grep -A3 'necessary bits to build these optional' "$logs/$v-make.log" >&2 || true
-  # The check: the GIL is really off and the stdlib's C modules got built.
-  env -u PYTHON_GIL "$prefix/bin/python${v}t" -c \
-    "import sys; assert not sys._is_gil_enabled(); $checks"
+    "${NICE[@]}" ./configure "${CONFIGURE_GIL[@]}" --prefix="$prefix" \
+      >"$logs/$v$T-configure.log" 2>&1 \
+      || { tail -n 30 "$logs/$v$T-configure.log" >&2; exit 1; }
+    "${NICE[@]}" make -j2 >"$logs/$v$T-make.log" 2>&1 \
+      || { tail -n 40 "$logs/$v$T-make.log" >&2; exit 1; }
+    "${NICE[@]}" make install >"$logs/$v$T-install.log" 2>&1 \
+      || { tail -n 30 "$logs/$v$T-install.log" >&2; exit 1; } )
+  grep -A3 'necessary bits to build these optional' "$logs/$v$T-make.log" >&2 || true
+  # The check: the GIL is really off (on, for the GIL build) and the stdlib's C modules got built.
+  env -u PYTHON_GIL "$prefix/bin/python${v}$T" -c \
+    "import sys; assert sys._is_gil_enabled() == ('$T' == ''); $checks"
   echo "$ORIG_SHA" >"$prefix/.dlpx-ok"   # only now is the build reusable
   log "$v: built and checked"
 }
@@ -109,30 +114,30 @@ build() {
 # Create the venv and install the peers, binary wheels only (no source builds).
 # Required peers failing fails this version; optional ones are only reported.
 make_venv() {
-  local v="$1" venv="$CACHE/venv-$1t" p
+  local v="$1" venv="$CACHE/venv-$1$T" p
   local pip=("$venv/bin/python" -m pip install -q --only-binary :all:)
   if [ ! -f "$venv/.dlpx-ok" ]; then
     rm -rf "$venv"
-    "$CACHE/${v}t/bin/python${v}t" -m venv "$venv"
+    "$CACHE/${v}$T/bin/python${v}$T" -m venv "$venv"
     "${pip[@]}" "${REQUIRED[@]}" || { log "$v: REQUIRED install failed"; return 1; }
     touch "$venv/.dlpx-ok"
   fi
   for p in "${OPTIONAL[@]}"; do   # retried each run: a wheel may appear later
     "$venv/bin/python" -m pip show -q "$p" >/dev/null 2>&1 && continue
-    "${pip[@]}" "$p" 2>"$CACHE/logs/$v-pip-$p.log" \
-      || log "$v: optional $p not installed: $(grep -m1 ERROR "$CACHE/logs/$v-pip-$p.log")"
+    "${pip[@]}" "$p" 2>"$CACHE/logs/$v$T-pip-$p.log" \
+      || log "$v: optional $p not installed: $(grep -m1 ERROR "$CACHE/logs/$v$T-pip-$p.log")"
   done
 }
 # One line per interpreter; exit status 1 if the GIL came back on import.
 report() {
-  env -u PYTHON_GIL "$CACHE/venv-$1t/bin/python" - "${REQUIRED[@]}" "${OPTIONAL[@]}" <<'EOF'
+  env -u PYTHON_GIL "$CACHE/venv-$1$T/bin/python" - "${REQUIRED[@]}" "${OPTIONAL[@]}" <<'EOF'
 import sys, importlib.metadata as md
 import numpy, tvm_ffi  # a module lacking Py_mod_gil would turn the GIL back on
-gil = sys._is_gil_enabled()
+gil = sys._is_gil_enabled() and "free-threading" in sys.version
 def ver(d):
     try: return md.version(d)
     except md.PackageNotFoundError: return "absent"
-print(f"python {sys.version.split()[0]}t gil_enabled_after_numpy_tvm_ffi={gil}",
+print(f"python {sys.version.split()[0]} gil_enabled_after_numpy_tvm_ffi={sys._is_gil_enabled()}",
       *(f"{d}={ver(d)}" for d in sys.argv[1:]))
 sys.exit(1 if gil else 0)
 EOF
@@ -146,5 +151,5 @@ for v in "${VERSIONS[@]}"; do
   if make_venv "$v"; then report "$v" || { log "$v: GIL re-enabled or import failed"; status=1; }
   else status=1; fi
 done
-for v in "${VERSIONS[@]}"; do echo "$CACHE/venv-${v}t/bin/python"; done
+for v in "${VERSIONS[@]}"; do echo "$CACHE/venv-${v}$T/bin/python"; done
 exit "$status"
