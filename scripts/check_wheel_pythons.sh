@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-wheel=$(realpath "${1:-$(ls dist/dlpx-*-cp39-abi3-manylinux*.whl)}")
+wheel=$(realpath "${1:-$(ls dist/dlpx-*-cp39-abi3-manylinux*x86_64.whl)}")
 work=$root/build/wheel-pythons
 chroot_dir=$root/build/forky-chroot
 passed=0 failed=0 skipped=0
