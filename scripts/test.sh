@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every dlpx test: Rust, the generated-header check, cargo package, C/C++ (plain and
 # sanitized) through ctest, a Release build, the Python package (pip install . then pytest), the
-# distributable wheel and sdist (scripts/build_dist.sh), the sdist in a fresh venv, the wheel
-# on CPython 3.9-3.15, and free-threaded 3.14t and 3.15t.
+# distributable wheels and sdist (scripts/build_dist.sh), the aarch64 wheel and C package under
+# qemu-user, the sdist in a fresh venv, the wheel on CPython 3.9-3.15, and free-threaded 3.14t
+# and 3.15t.
 # It first installs what it needs: cmake, pkg-config, binutils and valgrind through apt-get when
 # missing, and the test peers (tests/requirements.txt) into DLPX_PYTHON's environment (default:
 # .venv/bin/python, created when missing; the quick start's .venv gets the peers it lacks).
@@ -88,13 +89,16 @@ for b in interop kernel_overhead; do "$PY" benches/$b.py --quick | tail -n 2; do
 echo "== CUDA benchmark harness against the simulated driver (a smoke run: these are not CUDA numbers)"
 LD_LIBRARY_PATH="$SIM_CUDA_DIR" "$PY" benches/cuda_bench.py --quick | grep -E '^\| (entry|allocator|current)|targets'
 
-echo "== the manylinux wheel and the sdist (scripts/build_dist.sh)"
+echo "== the manylinux wheels (x86-64, aarch64), the C packages and the sdist (scripts/build_dist.sh)"
 bash scripts/build_dist.sh
+
+echo "== the aarch64 wheel and C package under qemu-user (scripts/test_aarch64.sh)"
+DLPX_PYTHON="$PY" bash scripts/test_aarch64.sh
 
 echo "== the sdist into a fresh venv (isolated build: the build backend comes from PyPI)"
 rm -rf build/fresh-venv
 python3 -m venv build/fresh-venv
-build/fresh-venv/bin/python -m pip install -q --disable-pip-version-check dist/dlpx-*.tar.gz
+build/fresh-venv/bin/python -m pip install -q --disable-pip-version-check "$(ls dist/dlpx-*.tar.gz | grep -v -- -c-manylinux)"
 (cd build && fresh-venv/bin/python -c "import dlpx; t = dlpx.empty((2, 3)); print('fresh venv:', dlpx.__version__, t, dlpx.library_path())")
 build/fresh-venv/bin/python -m dlpx --cmakedir
 
@@ -102,7 +106,7 @@ echo "== the quick start on a bare machine (a fresh venv, no cmake on PATH; then
 bash scripts/check_quickstart.sh
 
 echo "== the wheel on every CPython 3.9-3.15"
-bash scripts/check_wheel_pythons.sh dist/dlpx-*-cp39-abi3-manylinux*.whl
+bash scripts/check_wheel_pythons.sh dist/dlpx-*-cp39-abi3-manylinux*x86_64.whl
 
 echo "== free-threaded CPython 3.14t and 3.15t (built from pinned sources, cached): the suite, the soak, the wheels"
 bash scripts/test_free_threaded.sh 3.14 3.15
