@@ -75,7 +75,7 @@ impl<T: Copy> SeqLock<T> {
     #[inline(never)]
     fn read_racing(&self, py: Python<'_>) -> T {
         // SAFETY: the pointer is the value's; the copy is validated by the count.
-        self.read_raw(py, |value, _| unsafe { racing_copy(value) })
+        self.sequenced(py, |value, _| unsafe { racing_copy(value) })
     }
 
     /// `f` of a pointer to the value, from which `f` copies what it needs (a part only: a slot
@@ -89,6 +89,12 @@ impl<T: Copy> SeqLock<T> {
             // The GIL serialises this read with every write.
             return f(self.value.get(), false);
         }
+        self.sequenced(py, f)
+    }
+
+    /// [`SeqLock::read_raw`] on a free-threaded interpreter (the caller has asked which).
+    #[inline(always)]
+    fn sequenced<R>(&self, py: Python<'_>, f: impl Fn(*const T, bool) -> R) -> R {
         if cfg!(dlpx_tsan) {
             // A seqlock's read races a writer by construction (the count discards it after);
             // ThreadSanitizer builds (scripts/tsan_free_threaded.sh) read under the writers'
