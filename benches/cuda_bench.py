@@ -121,7 +121,7 @@ def main():
                 ns, why = run(producers[name])
                 synchronize()
                 if ns < 0:
-                    reasons.append(f"{name}, {label}: {why}")
+                    reasons.append(f"{name}, {label}: {why.splitlines()[0] if why else 'failed'}")
                     break
                 best = ns if best is None else min(best, ns)
             results[name] = best
