@@ -8,6 +8,7 @@
 
 pub mod abi;
 pub mod allocation;
+pub mod array_formats;
 pub mod chain;
 pub mod copy;
 pub mod cpython;
