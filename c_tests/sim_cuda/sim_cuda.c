@@ -155,6 +155,7 @@ static struct {
   int verbose;
 } g_cfg;
 static int g_initialized;
+static int g_deinitialized; /* sim_cuda_deinitialize: the driver is shutting down */
 
 static long g_calls[FN_COUNT];
 static struct {
@@ -270,6 +271,11 @@ static int enter(enum sim_fn fn, CUresult *rc) {
     return 1;
   }
   load_config();
+  if (g_deinitialized) { /* as a driver whose process teardown has begun: refused, not misuse */
+    *rc = CUDA_ERROR_DEINITIALIZED;
+    pthread_mutex_unlock(&g_lock);
+    return 1;
+  }
   int exempt = fn == FN_cuInit || fn == FN_cuDriverGetVersion || fn == FN_cuGetErrorName || fn == FN_cuGetErrorString;
   if (!g_initialized && !exempt) {
     *rc = bad(fn, CUDA_ERROR_NOT_INITIALIZED, "called before a successful cuInit");
@@ -1477,4 +1483,24 @@ SIM_CUDA_API int sim_cuda_alloc_captured(void *ptr) {
   int captured = a != NULL ? a->captured : -1;
   unlock();
   return captured;
+}
+
+SIM_CUDA_API void sim_cuda_deinitialize(void) {
+  lock();
+  g_deinitialized = 1;
+  unlock();
+}
+
+/* SIM_CUDA_EXIT_REPORT=1: what is still allocated when the library is unloaded at exit (after
+ * every atexit function), as compute-sanitizer's leak check reports it. */
+__attribute__((destructor)) static void report_at_exit(void) {
+  const char *report = getenv("SIM_CUDA_EXIT_REPORT");
+  if (report == NULL || strcmp(report, "1") != 0) return;
+  long count[3] = {0, 0, 0};
+  long long bytes[3] = {0, 0, 0};
+  pthread_mutex_lock(&g_lock);
+  for (int kind = 0; kind < 3; kind++) tally(kind, -1, &count[kind], &bytes[kind]);
+  pthread_mutex_unlock(&g_lock);
+  fprintf(stderr, "sim_cuda: at exit: %ld device (%lld bytes), %ld pinned, %ld managed allocations live\n", count[0],
+          bytes[0], count[1], count[2]);
 }

@@ -17,6 +17,10 @@
  *                            cuMemAllocAsync, cuMemPoolCreate, cuMemAllocFromPoolAsync and
  *                            cuDeviceGetDefaultMemPool return CUDA_ERROR_NOT_SUPPORTED)
  *   SIM_CUDA_VERBOSE         "0": do not log misuse to stderr
+ *   SIM_CUDA_EXIT_REPORT     "1": when the library is unloaded at exit (after every atexit
+ *                            function), print the allocations still live to stderr:
+ *                            "sim_cuda: at exit: N device (B bytes), N pinned, N managed
+ *                            allocations live" (what compute-sanitizer's leak check reports)
  *
  * The control API below is for tests. It is exported by the same library, so a test reaches the
  * very instance dlpx loaded either by linking with it (its SONAME is libcuda.so.1 and libcuda.so
@@ -136,6 +140,10 @@ SIM_CUDA_API int sim_cuda_alloc_captured(void *ptr);
 SIM_CUDA_API int sim_cuda_use(void *stream, void *ptr, size_t bytes, int write);
 /* Unordered reuses since the last reset. */
 SIM_CUDA_API long sim_cuda_unordered_reuses(void);
+
+/* From now on every driver function returns CUDA_ERROR_DEINITIALIZED and does nothing, as a
+ * driver does once the process's teardown has shut it down (not counted as misuse). */
+SIM_CUDA_API void sim_cuda_deinitialize(void);
 
 /* The primary context retain count of `device` (-1 for an invalid device). */
 SIM_CUDA_API int sim_cuda_retains(int device);

@@ -159,6 +159,26 @@ def test_pinned_blocks_are_fenced_on_every_device_someone_uses(other_framework, 
     assert probe(env, PINNED_FENCES) == fences
 
 
+EXIT = """
+import ctypes, dlpx
+kept = dlpx.empty((1024,), "float32", "cuda:0")
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(kept))  # still alive when the interpreter is gone
+for n in (16, 1000, 100000):
+    dlpx.empty((n,), "float32", "cuda:0")  # freed at once: cached
+    dlpx.empty((n,), "float32", "cuda_host")
+"""
+
+
+@pytest.mark.parametrize("cache", ["cache", "no cache"])
+def test_at_exit_only_memory_a_live_tensor_holds_is_left(cache):
+    # The simulator reports at unload, after every atexit function, as compute-sanitizer's leak
+    # check does; dlpx's exit hook runs after Python's finalisation, so it must not touch Python.
+    env = sim_env({"SIM_CUDA_EXIT_REPORT": "1", **({} if cache == "cache" else {"DLPX_CUDA_CACHE_BYTES": "0"})})
+    done = subprocess.run([sys.executable, "-c", EXIT], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "sim_cuda: at exit: 1 device (4096 bytes), 0 pinned, 0 managed allocations live" in done.stderr, done.stderr
+
+
 FAILED_SET_UP = """
 import ctypes, os, dlpx
 sim = ctypes.CDLL(os.path.join(os.environ["DLPX_SIM_CUDA_DIR"], "libcuda.so"))

@@ -94,7 +94,7 @@ fn miss(device_id: i32, key: super::block::StreamKey, class: usize, stream: *mut
             c.alloc_bytes -= bytes as u64;
         })
     })?;
-    release::at_exit();
+    super::register_exit_hook();
     let block = Box::new(Block::new(ptr as usize, device_id, class, key));
     Ok(hand_out(NonNull::from(Box::leak(block))))
 }

@@ -83,8 +83,43 @@ pub fn same_stream(a: usize, b: usize) -> bool {
 /// and its pools' free memory on every device set up so far, and pinned blocks whose work has
 /// finished.
 pub fn empty_cache() -> crate::error::Result<()> {
-    let released = release::release_all(release::Wait::Hooked);
+    let released = release::release_all(Wait::Hooked);
     pool::trim_pools()?;
-    pinned::empty_pinned_cache()?;
+    pinned::empty_pinned_cache(Wait::Hooked)?;
     released
+}
+
+static EXIT_HOOK: std::sync::Once = std::sync::Once::new();
+
+/// Registers the exit hook, on the first block a cache keeps (device or pinned).
+fn register_exit_hook() {
+    EXIT_HOOK.call_once(|| {
+        // SAFETY: registers a function that takes no argument and returns nothing.
+        unsafe { libc::atexit(release_at_exit) };
+    });
+}
+
+/// The exit hook: a libc `atexit` function, so it runs after Python's finalisation (it never
+/// touches Python) and while the driver is still loaded (a driver already shut down answers
+/// its calls with an error, which is ignored: the process is ending). What the caches keep goes
+/// back to the driver, so that a leak check at exit sees only memory live tensors hold.
+extern "C" fn release_at_exit() {
+    crate::error::guard("exit", release::at_exit);
+}
+
+/// How a release may wait for the device.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Through the blocking hook (other Python threads run meanwhile).
+    Hooked,
+    /// Directly: at exit, when Python may be finalised already.
+    AtExit,
+}
+
+/// Runs a blocking driver call as `wait` allows.
+fn wait_for<T>(wait: Wait, f: impl FnOnce() -> T) -> T {
+    match wait {
+        Wait::Hooked => super::blocking::blocking(f),
+        Wait::AtExit => f(),
+    }
 }

@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering;
 
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUmemoryPool, CUstream};
 
-use super::counters;
 use super::deferred::{capturing, defer, flush, free_now, unreserve, Deferred};
 use super::device::{on_device, out_of_memory, set_up_devices, synchronise_context, with_context, Device, DEVICES};
 use super::events::release_fences;
-use super::release::{release_device, Wait};
+use super::release::release_device;
+use super::{counters, Wait};
 use crate::error::Result;
 use crate::memory::blocking::blocking;
 use crate::memory::driver::{self, check, Driver};

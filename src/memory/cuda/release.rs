@@ -11,7 +11,6 @@
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Once;
 
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUevent, CUmemoryPool, CUstream};
 
@@ -20,19 +19,9 @@ use super::classes::MAX_DEVICES;
 use super::deferred::capture_underway;
 use super::device::{set_up_devices, with_context, Device};
 use super::events::release_fences;
-use super::{counters, idle, thread_cache, STREAM_LEGACY};
+use super::{counters, idle, pinned, thread_cache, wait_for, Wait, STREAM_LEGACY};
 use crate::error::Result;
-use crate::memory::blocking::blocking;
 use crate::memory::driver::{self, check, Driver};
-
-/// How a release may wait for the device.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Wait {
-    /// Through the blocking hook (other Python threads run meanwhile).
-    Hooked,
-    /// Directly: at exit, when Python may be finalised already.
-    AtExit,
-}
 
 /// Set once the exit hook ran: later frees go to the driver instead of the cache.
 static EXITED: AtomicBool = AtomicBool::new(false);
@@ -107,13 +96,6 @@ pub(super) unsafe fn give_back(driver: &Driver, state: &Device, block: NonNull<B
     check(driver, if state.pool == 0 { "cuMemFree" } else { "cuMemFreeAsync" }, code)
 }
 
-fn wait_for<T>(wait: Wait, f: impl FnOnce() -> T) -> T {
-    match wait {
-        Wait::Hooked => blocking(f),
-        Wait::AtExit => f(),
-    }
-}
-
 /// Gives every set-up device's idle blocks back, then its pool's free memory.
 pub fn release_all(wait: Wait) -> Result<()> {
     let driver = driver::get()?;
@@ -132,25 +114,15 @@ pub fn release_all(wait: Wait) -> Result<()> {
         });
         first_error = first_error.and(released);
     }
+    if wait == Wait::AtExit {
+        // Pinned blocks have a cache of their own: its finished blocks go back too.
+        first_error = first_error.and(pinned::empty_pinned_cache(wait));
+    }
     first_error
 }
 
-static HOOK: Once = Once::new();
-
-/// Registers the exit hook (on the first block the cache keeps).
+/// What the exit hook does: later frees go to the driver, and every idle block goes back now.
 pub(super) fn at_exit() {
-    HOOK.call_once(|| {
-        // SAFETY: registers a function that takes no argument and returns nothing.
-        unsafe { libc::atexit(release_at_exit) };
-    });
-}
-
-/// The exit hook: a libc `atexit` function, so it runs after Python's finalisation (it never
-/// touches Python) and while the driver is still loaded (a driver already shut down answers
-/// its calls with an error, which is ignored: the process is ending).
-extern "C" fn release_at_exit() {
-    crate::error::guard("exit", || {
-        EXITED.store(true, Ordering::Relaxed);
-        let _ = release_all(Wait::AtExit);
-    });
+    EXITED.store(true, Ordering::Relaxed);
+    let _ = release_all(Wait::AtExit);
 }
