@@ -87,7 +87,7 @@ echo "== the CUDA example, compiled with nvcc from PyPI (no GPU needed)" && DLPX
 
 for b in interop kernel_overhead; do "$PY" benches/$b.py --quick | tail -n 2; done  # benchmark smoke run
 echo "== CUDA benchmark harness against the simulated driver (a smoke run: these are not CUDA numbers)"
-LD_LIBRARY_PATH="$SIM_CUDA_DIR" "$PY" benches/cuda_bench.py --quick | grep -E '^\| (entry|allocator|current)|targets'
+LD_LIBRARY_PATH="$SIM_CUDA_DIR" "$PY" benches/cuda_bench.py --quick | grep -E '^\| (entry|allocator|current|ratio|C:|Python:)|targets'
 
 echo "== the manylinux wheels (x86-64, aarch64), the C packages and the sdist (scripts/build_dist.sh)"
 bash scripts/build_dist.sh

@@ -895,9 +895,9 @@ SIM_CUDA_API CUresult cuEventRecord(CUevent event, CUstream stream) {
   e->pending_at = s->completions;
   enqueue(s);
   if (s->clock != NULL && e->clock == NULL) e->clock = (unsigned long long *)calloc(SIM_CLOCKS, sizeof *e->clock);
-  if (e->clock != NULL) {
-    if (s->clock != NULL) memcpy(e->clock, s->clock, SIM_CLOCKS * sizeof *e->clock);
-    else memset(e->clock, 0, SIM_CLOCKS * sizeof *e->clock);
+  if (e->clock != NULL) { /* no clock has an entry at or past g_nclocks */
+    if (s->clock != NULL) memcpy(e->clock, s->clock, (size_t)g_nclocks * sizeof *e->clock);
+    else memset(e->clock, 0, (size_t)g_nclocks * sizeof *e->clock);
   }
   return leave(CUDA_SUCCESS);
 }
