@@ -2,8 +2,13 @@
  * steady-state allocation without the driver, reuse per device and stream, blocks used on other
  * streams held back until their events complete, the statistics, out of memory, a destroyed
  * stream, a tensor deleted twice, and empty_cache. (The randomized ordering test is
- * test_cuda_cache_random.c; the exit hook, test_cuda_cache_exit.c.) */
+ * test_cuda_cache_random.c; the exit hook, test_cuda_cache_exit.c.) The simulated devices have
+ * 64 MiB here (set before the driver loads), so that running out of memory is quick. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#endif
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,6 +52,9 @@ static DlpxCudaMemoryStats stats(int32_t device_id) {
 
 static void empty_cache(void) { CHECK(dlpx_cuda_empty_cache() == 0, "empty_cache: %s", test_str(dlpx_last_error())); }
 
+/* Allocations + frees per stream in the steady-state case. */
+#define STEADY 500
+
 static long allocation_calls(void) {
   return sim_cuda_calls("cuMemAllocFromPoolAsync") + sim_cuda_calls("cuMemAlloc") + sim_cuda_calls("cuMemFreeAsync") +
          sim_cuda_calls("cuMemFree");
@@ -58,20 +66,20 @@ static void steady_state_makes_no_driver_call(void) {
   for (int s = 0; s < 3; s++) {
     release(allocate(0, streams[s], 64)); /* the first allocation asks the driver */
     sim_cuda_reset_counts();
-    for (int i = 0; i < 2000; i++) release(allocate(0, streams[s], 64));
+    for (int i = 0; i < STEADY; i++) release(allocate(0, streams[s], 64));
     CHECK(allocation_calls() == 0, "stream %p: %ld driver allocations and frees in the steady state", streams[s],
           allocation_calls());
     /* The legacy stream cannot be captured: nothing at all is asked there. On the others the
      * allocation and the free each ask whether the stream is being captured (a graph's memory is
      * the graph's, and a free during a capture waits for its end); the per-thread stream is the
      * current context's, so that takes a context push. */
-    CHECK(sim_cuda_calls("cuCtxPushCurrent") == (s == 2 ? 4000 : 0) && sim_cuda_calls("cuEventQuery") == 0,
+    CHECK(sim_cuda_calls("cuCtxPushCurrent") == (s == 2 ? 2 * STEADY : 0) && sim_cuda_calls("cuEventQuery") == 0,
           "stream %p: %ld context pushes", streams[s], sim_cuda_calls("cuCtxPushCurrent"));
-    CHECK(sim_cuda_calls("cuStreamIsCapturing") == (s == 0 ? 0 : 4000), "stream %p: %ld capture queries", streams[s],
+    CHECK(sim_cuda_calls("cuStreamIsCapturing") == (s == 0 ? 0 : 2 * STEADY), "stream %p: %ld capture queries", streams[s],
           sim_cuda_calls("cuStreamIsCapturing"));
   }
   DlpxCudaMemoryStats s = stats(0);
-  CHECK(s.cache_hits >= 6000 && s.allocated_bytes == 0 && s.allocations == 0, "%llu hits, %llu bytes allocated",
+  CHECK(s.cache_hits >= 3 * STEADY && s.allocated_bytes == 0 && s.allocations == 0, "%llu hits, %llu bytes allocated",
         (unsigned long long)s.cache_hits, (unsigned long long)s.allocated_bytes);
   CHECK(s.cached_bytes == s.reserved_bytes && s.segments == 3 && s.reserved_bytes == 3 * 512,
         "three 512-byte blocks cached, one per stream: %llu of %llu, %llu segments", (unsigned long long)s.cached_bytes,
@@ -166,17 +174,17 @@ static void the_statistics_add_up(void) {
 
 static void out_of_memory_gives_the_cache_back_then_fails_with_the_size(void) {
   empty_cache();
-  /* 15 blocks of 64 MiB cached: 960 MiB of the simulated 1 GiB */
+  /* 15 blocks of 4 MiB cached: 60 MiB of the simulated 64 */
   DLManagedTensorVersioned *t[15];
-  for (int i = 0; i < 15; i++) t[i] = allocate(0, NULL, (int64_t)64 << 20);
+  for (int i = 0; i < 15; i++) t[i] = allocate(0, NULL, (int64_t)4 << 20);
   for (int i = 0; i < 15; i++) release(t[i]);
-  CHECK(stats(0).cached_bytes == (uint64_t)15 << 26, "cached");
+  CHECK(stats(0).cached_bytes == (uint64_t)15 << 22, "cached");
   DlpxCudaMemoryStats before = stats(0);
-  DLManagedTensorVersioned *big = allocate(0, NULL, (int64_t)512 << 20); /* above the largest class */
+  DLManagedTensorVersioned *big = allocate(0, NULL, (int64_t)32 << 20); /* another class */
   DlpxCudaMemoryStats after = stats(0);
   CHECK(big != NULL && after.alloc_retries == before.alloc_retries + 1 && after.ooms == before.ooms,
         "retried once the cache gave its blocks back");
-  CHECK(after.cached_bytes == 0 && after.allocated_bytes == (uint64_t)512 << 20, "the cache is empty");
+  CHECK(after.cached_bytes == 0 && after.allocated_bytes == (uint64_t)32 << 20, "the cache is empty");
   release(big);
   struct error_record r;
   DLManagedTensorVersioned *none = allocate_on(0, NULL, (int64_t)2 << 30, &r);
@@ -254,6 +262,7 @@ static void another_thread_s_default_stream_block_serves_the_legacy_stream(void)
 }
 
 int main(void) {
+  setenv("SIM_CUDA_MEMORY", "67108864", 1);
   sim_cuda_reset_counts();
   steady_state_makes_no_driver_call();
   blocks_are_reused_on_their_device_and_stream_only();
