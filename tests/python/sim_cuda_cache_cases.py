@@ -18,6 +18,7 @@ import threading
 import pytest
 
 import dlpx
+import dlpack_abi as abi
 
 SIM = ctypes.CDLL(os.path.join(os.environ["DLPX_SIM_CUDA_DIR"], "libcuda.so"))
 SIM.sim_cuda_calls.argtypes = [ctypes.c_char_p]
@@ -177,22 +178,42 @@ def test_a_block_used_elsewhere_waits_for_its_event(streams, consumer_kind):
     order.close()
 
 
+class Table:
+    """dlpx's exchange-table allocator and deleters, as a C caller uses them: the deleter runs
+    on the calling thread (a Python object's may run on its owner's, free-threaded)."""
+
+    def __init__(self):
+        table = abi.exchange_table(dlpx.Tensor)
+        self.allocate = abi.Allocator(table.managed_tensor_allocator)
+
+    def empty(self, n):
+        proto, out = abi.prototype((n,), device=(2, 0)), ctypes.c_void_p()
+        where = ctypes.cast(ctypes.byref(out), ctypes.POINTER(ctypes.c_void_p))
+        assert self.allocate(ctypes.byref(proto), where, None, abi.SetError()) == 0
+        return out.value, abi.versioned_at(out.value).dl_tensor.data
+
+    @staticmethod
+    def delete(address):
+        abi.Deleter(ctypes.cast(abi.versioned_at(address).deleter, ctypes.c_void_p).value)(address)
+
+
 def test_another_thread_s_default_stream_block_is_reused_on_the_legacy_stream_only():
+    table = Table()
     with dlpx.cuda.stream(PER_THREAD):
-        t = dlpx.empty((64,), "float32", "cuda:0")
-        use(PER_THREAD, t, write=True)
-    address = t.data_ptr
-    box, seen = [t], []
-    del t
+        tensor, address = table.empty(64)
+    assert SIM.sim_cuda_use(PER_THREAD, address, 256, 1) == 0
+    seen = []
 
     def elsewhere():
-        box.clear()  # this thread's default stream is not the one the block was used on
+        table.delete(tensor)  # this thread's default stream is not the one the block was used on
         with dlpx.cuda.stream(PER_THREAD):
-            mine = dlpx.empty((64,), "float32", "cuda:0")
-        legacy = dlpx.empty((64,), "float32", "cuda:0")  # the legacy stream waits for every default stream
-        seen.extend([mine.data_ptr, legacy.data_ptr])
-        use(PER_THREAD, mine, write=True)
-        use(LEGACY, legacy, write=True)
+            mine = table.empty(64)
+        legacy = table.empty(64)  # the legacy stream waits for every default stream
+        seen.extend([mine[1], legacy[1]])
+        assert SIM.sim_cuda_use(PER_THREAD, mine[1], 256, 1) == 0
+        assert SIM.sim_cuda_use(LEGACY, legacy[1], 256, 1) == 0
+        table.delete(mine[0])
+        table.delete(legacy[0])
 
     thread = threading.Thread(target=elsewhere)
     thread.start()
