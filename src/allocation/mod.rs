@@ -106,7 +106,12 @@ unsafe fn allocate_on<D: Device + ?Sized>(
             device.check_exists(prototype.device)?;
             None
         }
-        (false, _) => Some(device.allocate(prototype.device, nbytes)?),
+        (false, _) => {
+            // Taken apart and put together again: the callee stores each word on its own, and
+            // a wider copy of two such stores stalls the load (no store forwarding; 4 ns).
+            let Memory { data, words: [a, b, c] } = device.allocate(prototype.device, nbytes)?;
+            Some(Memory { data, words: [a, b, c] })
+        }
     };
     let block = cpu::capacity_for(block_size).and_then(|capacity| Some((cpu::alloc(capacity)?, capacity)));
     let Some((block, capacity)) = block else {
