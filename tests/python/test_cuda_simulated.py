@@ -159,6 +159,21 @@ def test_pinned_blocks_are_fenced_on_every_device_someone_uses(other_framework, 
     assert probe(env, PINNED_FENCES) == fences
 
 
+CAP = """
+import dlpx
+tensors = [dlpx.empty((512,), "float32", "cuda:0") for _ in range(3)]  # 2048 bytes each
+del tensors  # two fit under the 4 KiB cap; the third goes back to the driver
+big = dlpx.empty((17 << 20,), "float32", "cuda:0")  # 68 MiB: above the largest class
+del big  # straight back to the driver
+s = dlpx.cuda.memory_stats(0)
+print(s["cache_limit_bytes"], s["cached_bytes.all.current"], s["num_device_alloc"], s["num_device_free"])
+"""
+
+
+def test_the_cache_keeps_no_more_than_its_cap_and_no_block_above_the_largest_class():
+    assert probe({"DLPX_CUDA_CACHE_BYTES": "4K"}, CAP) == "4096 4096 4 2"
+
+
 EXIT = """
 import ctypes, dlpx
 kept = dlpx.empty((1024,), "float32", "cuda:0")
