@@ -205,7 +205,7 @@ fn main() {
         .expect("generate dlpack.h")
         .write_to_file(out.join("dlpack.h"));
 
-    let mut dlpx = common("src/exports.rs");
+    let mut dlpx = common("src/exports.rs, src/memory/cuda/stats.rs");
     dlpx.include_guard = Some("DLPX_DLPX_H".to_string());
     dlpx.no_includes = true;
     dlpx.includes = vec!["dlpack.h".to_string()];
@@ -215,6 +215,7 @@ fn main() {
     cbindgen::Builder::new()
         .with_config(dlpx)
         .with_src("src/exports.rs")
+        .with_src("src/memory/cuda/stats.rs")
         .with_src("src/abi/mod.rs")
         .generate()
         .expect("generate dlpx.h")

@@ -182,8 +182,24 @@ unsafe extern "C" fn empty_cache(_module: *mut PyObject, _unused: *mut PyObject)
     boundary(Raise, "empty_cache", || {
         // SAFETY: CPython calls module functions with the GIL held.
         let py = unsafe { Python::assume_attached()? };
-        crate::memory::cuda::empty_cache()?;
+        crate::devices::empty_cache()?;
         Ok(py.new_none())
+    })
+}
+
+/// `_cuda_memory_stats(device_id) -> dict`: see `dlpx.cuda.memory_stats`.
+unsafe extern "C" fn cuda_memory_stats(_module: *mut PyObject, device_id: *mut PyObject) -> *mut PyObject {
+    boundary(Raise, "memory_stats", || {
+        // SAFETY: CPython calls module functions with the GIL held.
+        let py = unsafe { Python::assume_attached()? };
+        let device_id = args::int_value(py, device_id, "device")?;
+        let device_id = i32::try_from(device_id).map_err(|_| Error::value(format!("device {device_id} is invalid")))?;
+        let stats = crate::devices::memory_stats(DLDevice { device_type: DeviceType::CUDA, device_id })?;
+        let dict = Owned::new(py, py.new_dict()?)?;
+        for (name, value) in stats.entries() {
+            super::info::set(py, &dict, name, py.new_uint(value)?)?;
+        }
+        Ok(dict.into_ptr())
     })
 }
 
@@ -259,7 +275,7 @@ macro_rules! method {
 const MODULE_DOC: &CStr = c"Native core of dlpx (libdlpx.so loaded as a Python extension module).";
 
 // The module's definition: CPython keeps (and initialises) it for the life of the process.
-static METHODS: CStatic<[PyMethodDef; 12]> = CStatic::new([
+static METHODS: CStatic<[PyMethodDef; 13]> = CStatic::new([
     method!(c"empty", fast empty, c"empty(shape, dtype='float32', device='cpu') -> Tensor\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
     method!(c"from_dlpack", fast from_dlpack, c"from_dlpack(x, /, *, device=None, copy=None) -> Tensor\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
     method!(c"exchange_api_of", one exchange_api_of, c"exchange_api_of(type_or_object) -> PyCapsule\n\nThe DLPackExchangeAPI a C kernel uses for objects of this type: its own, or dlpx's synthetic one (a PyCapsule named 'dlpack_exchange_api')."),
@@ -269,6 +285,7 @@ static METHODS: CStatic<[PyMethodDef; 12]> = CStatic::new([
     method!(c"_set_current_stream", fast set_current_stream, c"_set_current_stream(device_type, device_id, handle) -> previous handle"),
     method!(c"_record_stream", fast record_stream, c"_record_stream(tensor, device_id, handle)"),
     method!(c"_empty_cache", noargs empty_cache, c"_empty_cache()"),
+    method!(c"_cuda_memory_stats", one cuda_memory_stats, c"_cuda_memory_stats(device_id) -> dict"),
     method!(c"_current_stream", fast current_stream, c"_current_stream(device_type, device_id) -> handle (0: default)"),
     PyMethodDef {
         ml_name: c"_cuda_driver_present".as_ptr(),
