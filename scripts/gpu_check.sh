@@ -155,6 +155,7 @@ expected=(
   "memcheck|^Leaked [0-9,]+ bytes|c10::cuda::CUDACachingAllocator|torch's caching allocator keeps its device blocks until the process ends"
   "memcheck|^Leaked [0-9,]+ bytes|CUDACachingHostAllocator|torch's pinned-memory cache keeps its blocks until the process ends"
   "memcheck|^Leaked [0-9,]+ bytes|cupy_backends|CuPy's memory pool keeps its blocks until the process ends"
+  "memcheck|^Leaked [0-9,]+ bytes|dlpx::memory::cuda|compute-sanitizer's Python backtraces hold the allocating test's frame, and the tensor in it, until exit (the memcheck-leaks run, without backtraces: dlpx holds nothing at exit)"
 )
 if [ $simulated = 1 ]; then
   row "| compute-sanitizer | not run: the simulated driver is not CUDA | |"
@@ -162,22 +163,28 @@ elif cs=$(find_tool compute-sanitizer); then
   # Quick: memcheck over both suites, the other tools over the example (its kernels are dlpx's).
   suites=(test_cuda.py)
   [ -n "${DLPX_CUDA_KERNEL:-}" ] && suites+=(test_cuda_kernel.py)
-  sanitizer_runs=()
-  for tool in memcheck racecheck synccheck initcheck; do
+  # memcheck-leaks: the leak check again without backtraces. compute-sanitizer's Python
+  # backtraces hold every frame that allocated, and so the tensors in it, until exit; without
+  # them lifetimes are the program's own, and dlpx's accounting at exit (dlpx_accounting.py)
+  # says whether any memory left is dlpx's.
+  sanitizer_runs=() accounting=()
+  for tool in memcheck memcheck-leaks racecheck synccheck initcheck; do
     for suite in "${suites[@]}"; do
-      [ $quick = 1 ] && [ $tool != memcheck ] && [ $suite = test_cuda.py ] && continue
-      extra=()
-      [ $tool = memcheck ] && extra=(--leak-check full)
+      [ $quick = 1 ] && [ $tool != memcheck ] && [ $tool != memcheck-leaks ] && [ $suite = test_cuda.py ] && continue
       name=sanitize_${tool}_${suite%.py}
-      run "$name" 300 env DLPX_LAUNCHES_SERIALISED=1 "$cs" --tool $tool "${extra[@]}" --print-limit 10000 --log-file "$logs/$name.sanitizer" \
-        "$PY" -m pytest "${pytest_args[@]}" "tests/python/$suite" &
+      options=(--tool "${tool%-leaks}") plugin=()
+      [ $tool = memcheck ] && options+=(--leak-check full)
+      [ $tool = memcheck-leaks ] && options+=(--leak-check full --show-backtrace no) plugin=(-p dlpx_accounting) \
+        && accounting+=(--accounting "$suite=$logs/$name.accounting")
+      run "$name" 300 env DLPX_LAUNCHES_SERIALISED=1 DLPX_ACCOUNTING_FILE="$logs/$name.accounting" "$cs" "${options[@]}" \
+        --print-limit 10000 --log-file "$logs/$name.sanitizer" "$PY" -m pytest "${pytest_args[@]}" "${plugin[@]}" "tests/python/$suite" &
       sanitizer_runs+=("$tool:$suite:$logs/$name.sanitizer")
     done
   done
   wait
   rules=()
   for rule in "${expected[@]}"; do rules+=(--expect "$rule"); done
-  "$PY" scripts/sanitizer_errors.py "${rules[@]}" "${sanitizer_runs[@]}" >"$logs/sanitizers.md" 2>&1 \
+  "$PY" scripts/sanitizer_errors.py "${rules[@]}" "${accounting[@]}" "${sanitizer_runs[@]}" >"$logs/sanitizers.md" 2>&1 \
     || fail "compute-sanitizer: errors no rule expects, or a run that did not finish (see its table)"
 else
   fail "compute-sanitizer: not found (PATH, /usr/local/cuda/bin)"
