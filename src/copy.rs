@@ -7,7 +7,7 @@ use crate::tensor::Tensor;
 
 /// A compact, writable copy of `src` in CPU memory (a device move when `src` is elsewhere).
 pub fn to_new_cpu_tensor(src: &Tensor) -> Result<Tensor> {
-    copy_to(src, DLDevice { device_type: DeviceType::CPU, device_id: 0 })
+    copy_to(src, DLDevice::CPU)
 }
 
 /// A compact, writable copy of `src` on its own device (what `copy=True` asks for).
@@ -20,8 +20,8 @@ fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
     let Some(device) = devices::of(dl.device.device_type).filter(|d| d.can_copy(dl.device, target)) else {
         return Err(Error::buffer(format!(
             "cannot copy from {} to {}: dlpx copies host-accessible memory and CUDA memory",
-            crate::device::name(dl.device),
-            crate::device::name(target)
+            crate::device_names::name(dl.device),
+            crate::device_names::name(target)
         )));
     };
     // Same shape, dtype and sub-byte padding, so the byte sizes agree.
@@ -41,7 +41,7 @@ fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
     if !devices::host_accessible(dl.device.device_type) {
         return Err(Error::buffer(format!(
             "cannot copy a non-contiguous {} tensor (make it contiguous first)",
-            crate::device::name(dl.device)
+            crate::device_names::name(dl.device)
         )));
     }
     let bits = crate::layout::element_bits(dl.dtype, src.flags());
@@ -97,7 +97,7 @@ mod tests {
             flags: DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
             dl_tensor: DLTensor {
                 data: data.as_mut_ptr().cast(),
-                device: DLDevice { device_type: DeviceType::CPU, device_id: 0 },
+                device: DLDevice::CPU,
                 ndim: 1,
                 dtype: DLDataType { code: DataTypeCode::INT.0, bits: 4, lanes: 2 },
                 shape: shape.as_mut_ptr(),

@@ -84,7 +84,7 @@ pub unsafe fn same_description(a: &DLTensor, b: &DLTensor) -> bool {
 #[inline]
 pub unsafe fn is_sound(dl: &DLTensor, flags: u64) -> bool {
     if !(0..=layout::MAX_NDIM as i32).contains(&dl.ndim)
-        || !crate::device::is_known(dl.device.device_type)
+        || !crate::device_names::is_known(dl.device.device_type)
         || !crate::dtype::is_valid(dl.dtype)
     {
         return false;
@@ -133,7 +133,7 @@ unsafe fn check_fully(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
     if ndim > 0 && dl.shape.is_null() {
         return Err(bad(format!("shape is NULL with ndim = {ndim}")));
     }
-    if !crate::device::is_known(dl.device.device_type) {
+    if !crate::device_names::is_known(dl.device.device_type) {
         return Err(bad(format!("unknown device type {}", dl.device.device_type.0)));
     }
     crate::dtype::check(dl.dtype).map_err(Error::into_buffer_error)?;
@@ -157,7 +157,6 @@ unsafe fn check_fully(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
 mod tests {
     use super::*;
 
-    const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
     const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
 
     #[test]
@@ -166,7 +165,7 @@ mod tests {
         let mut data = [0f32; 6];
         let mut x = DLTensor {
             data: data.as_mut_ptr().cast(),
-            device: CPU,
+            device: DLDevice::CPU,
             ndim: 2,
             dtype: F32,
             shape: std::ptr::null_mut(),
@@ -206,7 +205,7 @@ mod tests {
             DLDataType { code: 99, bits: 8, lanes: 1 },
             DLDataType { code: 5, bits: 33, lanes: 1 },
         ];
-        let devices = [CPU, DLDevice { device_type: DeviceType(5), device_id: 0 }];
+        let devices = [DLDevice::CPU, DLDevice { device_type: DeviceType(5), device_id: 0 }];
         let mut cases = 0;
         for shape in shapes {
             let mut strides = vec![1i64; shape.len()];

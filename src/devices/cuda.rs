@@ -25,9 +25,10 @@ impl Device for Cuda {
 
     fn check(&self, device: DLDevice) -> Result<()> {
         match (device.device_type, device.device_id) {
-            (DeviceType::CUDA, id) if id < 0 => {
-                Err(Error::value(format!("device {} is invalid: device_id is negative", crate::device::name(device))))
-            }
+            (DeviceType::CUDA, id) if id < 0 => Err(Error::value(format!(
+                "device {} is invalid: device_id is negative",
+                crate::device_names::name(device)
+            ))),
             (DeviceType::CUDA, _) | (_, 0) => Ok(()),
             _ => Err(super::only_device_zero(device)),
         }

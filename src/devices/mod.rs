@@ -189,27 +189,64 @@ pub fn consumer_stream(device: DLDevice, value: Option<i64>) -> Result<Option<*m
         (None, None | Some(-1)) => Ok(None),
         (None, Some(_)) => Err(Error::buffer(format!(
             "stream synchronisation for {} tensors is not supported",
-            crate::device::name(device)
+            crate::device_names::name(device)
         ))),
     }
+}
+
+/// Refuses a device no current stream can be set on (`stream::set_current`): the CPU, which has
+/// none (every other device type may hold one, whether or not dlpx orders work there), or a
+/// negative id.
+pub fn check_stream_settable(device: DLDevice) -> Result<()> {
+    if device.device_type == DeviceType::CPU {
+        return Err(Error::value("cpu has no streams"));
+    }
+    if device.device_id < 0 {
+        return Err(Error::value(format!("device_id = {} is negative", device.device_id)));
+    }
+    Ok(())
+}
+
+/// Whether the host allocates tensors of `device_type`, their data in the allocation block: the
+/// allocator's fast path, taken statically (its calls inline).
+#[inline(always)]
+pub fn allocates_on_host(device_type: DeviceType) -> bool {
+    HOST.allocates().contains(&device_type)
+}
+
+/// Refuses a device that does not exist ([`Device::check_exists`]); a device dlpx has no
+/// implementation of is not its to judge.
+pub fn check_exists(device: DLDevice) -> Result<()> {
+    of(device.device_type).map_or(Ok(()), |d| d.check_exists(device))
+}
+
+/// Gives the memory dlpx keeps for reuse back to the drivers: CUDA's pools on every device set
+/// up so far, and pinned blocks whose work has finished ("CUDA driver not found" without one).
+pub fn empty_cache() -> Result<()> {
+    crate::memory::cuda::empty_cache()
+}
+
+/// Whether a CUDA driver can be loaded in this process (without initialising it).
+pub fn driver_present() -> bool {
+    crate::memory::cuda::driver_present()
 }
 
 /// The refusal of a host, pinned or managed device other than 0.
 pub(crate) fn only_device_zero(device: DLDevice) -> Error {
     Error::value(format!(
         "device {} is invalid: device_id must be 0 for host, pinned and managed memory",
-        crate::device::name(device)
+        crate::device_names::name(device)
     ))
 }
 
 #[cold]
 fn unsupported(device: DLDevice) -> Error {
-    match crate::device::is_known(device.device_type) {
+    match crate::device_names::is_known(device.device_type) {
         true => {
             let names: Vec<&str> = DEVICES
                 .iter()
                 .flat_map(|row| row.device.allocates())
-                .filter_map(|&t| crate::device::type_name(t))
+                .filter_map(|&t| crate::device_names::type_name(t))
                 .collect();
             let list = match names.split_last() {
                 Some((last, [])) => last.to_string(),
@@ -218,13 +255,13 @@ fn unsupported(device: DLDevice) -> Error {
             };
             Error::not_implemented(format!(
                 "allocation on device {} is not supported (dlpx allocates on {list})",
-                crate::device::name(device)
+                crate::device_names::name(device)
             ))
         }
         false => Error::value(format!(
             "unknown device type {} (DLPack names {})",
             device.device_type.0,
-            crate::device::known_range()
+            crate::device_names::known_range()
         )),
     }
 }

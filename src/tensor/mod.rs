@@ -325,7 +325,6 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
     const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
 
     static DELETED: AtomicUsize = AtomicUsize::new(0);
@@ -338,7 +337,7 @@ mod tests {
     fn foreign(data: &mut [f32; 4], shape: &mut [i64; 1], version: u32) -> NonNull<DLManagedTensorVersioned> {
         let dl = DLTensor {
             data: data.as_mut_ptr().cast(),
-            device: CPU,
+            device: DLDevice::CPU,
             ndim: 1,
             dtype: F32,
             shape: shape.as_mut_ptr(),

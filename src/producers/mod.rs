@@ -7,10 +7,13 @@ mod array_api_strict;
 mod cache;
 mod capsule_object;
 mod dispatch;
-mod dlpack;
+mod dlpack_call;
+mod dlpack_method;
 mod faithful;
 mod guard;
+pub mod held_object;
 mod jax;
+pub mod kernel;
 mod numpy;
 mod own;
 mod synthetic;
@@ -44,7 +47,7 @@ pub static ROWS: [&Row; 9] = [
     &jax::ROW,
     &array_api_strict::ROW,
     &capsule_object::ROW,
-    &dlpack::ROW,
+    &dlpack_method::ROW,
 ];
 
 /// What an importer asks for besides the tensor itself (the array API's `from_dlpack`).

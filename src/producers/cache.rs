@@ -5,7 +5,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 use super::{own, table, Entry, ROWS};
 use crate::abi::DLPackExchangeAPI;
 use crate::cpython::{racing_copy, type_of, Python, SeqLock};
-use crate::python::tensor::tensor_type;
+use crate::tensor_type::tensor_type;
 
 /// Types remembered at once; the oldest goes first (round robin).
 const SLOTS: usize = 32;

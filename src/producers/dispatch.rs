@@ -7,7 +7,7 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::PyObject;
 
 use super::guard::State;
-use super::{dlpack, entry_of, faithful, Entry, Guard, Request};
+use super::{dlpack_method, entry_of, faithful, Entry, Guard, Request};
 use crate::abi::*;
 use crate::copy;
 use crate::cpython::Python;
@@ -18,7 +18,7 @@ use crate::tensor::Tensor;
 /// `from_dlpack`, `dlpx.Tensor(x)`. Its errors name `from_dlpack`, whichever entry point called.
 pub fn import(py: Python<'_>, object: *mut PyObject, request: Request) -> Result<Tensor> {
     // An exact dlpx.Tensor (the `dlpx` row's share, answered by one comparison) is the hot case.
-    let read = match crate::python::tensor::exact_tensor_of(py, object) {
+    let read = match crate::tensor_type::exact_tensor_of(py, object) {
         Some(tensor) => Ok(tensor.clone()),
         None => read(py, object, entry_of(py, object), request),
     };
@@ -30,14 +30,14 @@ fn read(py: Python<'_>, object: *mut PyObject, entry: Entry, request: Request) -
     let row = entry.row.producer;
     if let Some(guard) = entry.row.guard {
         match guard.state(py) {
-            State::Off => return dlpack::import(py, object, request),
+            State::Off => return dlpack_method::import(py, object, request),
             State::Unverified | State::Unknown => return first_use(py, guard, object, entry, request),
             State::Trusted => {}
         }
     }
     match row.import(py, object, entry, request)? {
         Some(tensor) => faithful::admit_tensor(py, row, object, entry, tensor, request),
-        None => dlpack::import(py, object, request),
+        None => dlpack_method::import(py, object, request),
     }
 }
 
@@ -61,7 +61,7 @@ fn managed_of_entry(py: Python<'_>, object: *mut PyObject, entry: Entry) -> Resu
     let row = entry.row.producer;
     if let Some(guard) = entry.row.guard {
         match guard.state(py) {
-            State::Off => return dlpack::managed_of(py, object),
+            State::Off => return dlpack_method::managed_of(py, object),
             State::Unverified | State::Unknown => {
                 let managed = guard.verify(py, row, object, entry)?;
                 return faithful::admit_managed(py, row, object, managed);
@@ -71,7 +71,7 @@ fn managed_of_entry(py: Python<'_>, object: *mut PyObject, entry: Entry) -> Resu
     }
     match row.managed(py, object, entry)? {
         Some(managed) => faithful::admit_managed(py, row, object, managed),
-        None => dlpack::managed_of(py, object),
+        None => dlpack_method::managed_of(py, object),
     }
 }
 
@@ -155,12 +155,12 @@ fn finish(tensor: Tensor, request: Request) -> Result<Tensor> {
     match (moved, request.copy) {
         (Some(target), Some(false)) => Err(Error::buffer(format!(
             "the tensor is on {}; moving it to {} needs a copy, and copy=False forbids it",
-            crate::device::name(here),
-            crate::device::name(target)
+            crate::device_names::name(here),
+            crate::device_names::name(target)
         ))),
-        (Some(DLDevice { device_type: DeviceType::CPU, device_id: 0 }), _) => copy::to_new_cpu_tensor(&tensor),
+        (Some(DLDevice::CPU), _) => copy::to_new_cpu_tensor(&tensor),
         (Some(target), _) => {
-            Err(Error::buffer(format!("dlpx cannot move a tensor to {}", crate::device::name(target))))
+            Err(Error::buffer(format!("dlpx cannot move a tensor to {}", crate::device_names::name(target))))
         }
         (None, Some(true)) if !copied_already => copy::duplicate(&tensor),
         _ => Ok(tensor),

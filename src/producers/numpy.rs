@@ -7,12 +7,12 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
+use super::held_object;
 use super::{synthetic, Entry, Guard, Producer, Read, Row};
 use crate::abi::*;
 use crate::cpython::{imported_module, layout, type_of, GilVar, Owned, Python};
 use crate::error::Result;
 use crate::layout::MAX_NDIM;
-use crate::python::held_object;
 
 pub static ROW: Row = Row { name: "numpy", synthetic: Some(&TABLE), guard: Some(&GUARD), producer: &Numpy };
 struct Numpy;
@@ -153,7 +153,7 @@ pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNul
         let readonly = array.flags & NPY_ARRAY_WRITEABLE == 0;
         let tensor = DLTensor {
             data: array.data,
-            device: DLDevice { device_type: DeviceType::CPU, device_id: 0 },
+            device: DLDevice::CPU,
             ndim: ndim as i32,
             dtype,
             shape: ptr::null_mut(),

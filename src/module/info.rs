@@ -4,11 +4,11 @@ use std::ffi::CStr;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::producers::published_head;
 use crate::abi::*;
 use crate::chain;
 use crate::cpython::{int_tuple, is_type, type_of, Owned, Python};
 use crate::error::{Error, Result};
+use crate::producers::published_head;
 
 pub fn exchange_api_info(py: Python<'_>, object: *mut PyObject) -> Result<*mut PyObject> {
     let ty: *mut PyTypeObject = if is_type(py, object) { object.cast() } else { type_of(py, object) };

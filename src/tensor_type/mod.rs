@@ -1,8 +1,11 @@
 //! The `dlpx.Tensor` object: its layout over a [`Tensor`], the type object once created, and
 //! the three PyObject entries of dlpx's exchange table. The type's slots are in `type_spec`,
-//! its properties in `getters`, `__dlpack__` in `dlpack`.
+//! its properties in `getters`, `__dlpack__` in `dlpack_methods`, the `dlpx.Device` class in
+//! `device_class`. The type is below the importer: its constructor, `dlpx.Tensor(x)`, is the
+//! importer handed down when the module creates the type (`create_type`).
 
-mod dlpack;
+pub mod device_class;
+mod dlpack_methods;
 mod getters;
 mod type_spec;
 
@@ -13,7 +16,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-pub use type_spec::create_type;
+pub use type_spec::{create_type, Import};
 
 use crate::abi::*;
 use crate::cpython::{type_name, type_of, Python, Raise};

@@ -7,11 +7,12 @@ use pyo3_ffi::PyObject;
 
 use super::this;
 use crate::abi::*;
+use crate::args;
+use crate::capsule;
 use crate::copy;
 use crate::cpython::{GilCell, Python, Raise};
 use crate::devices;
 use crate::error::{boundary, Error, Result};
-use crate::python::{args, capsule};
 use crate::tensor::Tensor;
 
 pub(super) const DLPACK_DOC: &CStr = c"__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
@@ -98,11 +99,11 @@ pub(super) unsafe extern "C" fn dlpack(
 fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(Tensor, bool)> {
     let device = tensor.dl_tensor().device;
     let same_device = target == device;
-    if !(same_device || target.device_type == DeviceType::CPU && target.device_id == 0) {
+    if !(same_device || target == DLDevice::CPU) {
         return Err(Error::buffer(format!(
             "cannot export a {} tensor to {}",
-            crate::device::name(device),
-            crate::device::name(target)
+            crate::device_names::name(device),
+            crate::device_names::name(target)
         )));
     }
     match (same_device, copy) {
@@ -110,8 +111,8 @@ fn export_for(tensor: &Tensor, target: DLDevice, copy: Option<bool>) -> Result<(
         (true, Some(true)) => Ok((copy::duplicate(tensor)?, true)),
         (false, Some(false)) => Err(Error::buffer(format!(
             "dl_device={} needs a copy of this {} tensor, and copy=False forbids it",
-            crate::device::name(target),
-            crate::device::name(device)
+            crate::device_names::name(target),
+            crate::device_names::name(device)
         ))),
         (false, _) => Ok((copy::to_new_cpu_tensor(tensor)?, true)),
     }
@@ -126,7 +127,7 @@ pub(super) unsafe extern "C" fn dlpack_device(object: *mut PyObject, _unused: *m
         // SAFETY: CPython calls methods with the GIL held.
         let py = unsafe { Python::assume_attached()? };
         let device = this(py, object)?.dl_tensor().device;
-        if device == (DLDevice { device_type: DeviceType::CPU, device_id: 0 }) {
+        if device == DLDevice::CPU {
             // Consumers ask before every import (torch.from_dlpack does): one shared (1, 0).
             static CPU: GilCell<usize> = GilCell::new();
             let tuple = CPU.get_or_try_init(py, || crate::cpython::int_tuple(py, &[1, 0]).map(|t| t as usize))?;

@@ -7,11 +7,11 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::PyObject;
 
-use super::producers;
-use super::tensor::{self, own_table};
 use crate::abi::*;
 use crate::cpython::Python;
 use crate::error::{Error, Result};
+use crate::producers;
+use crate::tensor_type::{self as tensor, own_table};
 
 /// The table that serves `object` (or the type `object`, when it is one): its type's own, or the
 /// synthetic table of its row.

@@ -6,8 +6,8 @@ use super::{Entry, Producer, Read, Request, Row};
 use crate::abi::*;
 use crate::cpython::Python;
 use crate::error::Result;
-use crate::python::tensor::{self, own_table, tensor_of};
 use crate::tensor::Tensor;
+use crate::tensor_type::{self, own_table, tensor_of};
 
 pub static ROW: Row = Row { name: "dlpx", synthetic: None, guard: None, producer: &Own };
 struct Own;
@@ -22,7 +22,7 @@ impl Producer for Own {
     /// A subclass that publishes something else (another table, or none and a `__dlpack__` of
     /// its own) is imported through what it publishes, as any producer's subclass is.
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, published: Option<&'static DLPackExchangeAPI>) -> bool {
-        tensor::is_tensor_type(py, ty) && published.zip(own_table()).is_some_and(|(a, b)| std::ptr::eq(a, b))
+        tensor_type::is_tensor_type(py, ty) && published.zip(own_table()).is_some_and(|(a, b)| std::ptr::eq(a, b))
     }
 
     fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {

@@ -7,11 +7,16 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyMethodDef, PyMethodDefPointer, PyObject, PyTypeObject, PyType_Slot, PyType_Spec};
 
-use super::{dlpack, getters, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
+use super::{dlpack_methods, getters, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
 use crate::abi::*;
 use crate::cpython::{fastcall_as_cfunction, type_of, CStatic, ExceptionGuard, Owned, Python, Raise, METH_FASTCALL};
 use crate::error::{boundary, guard, Error, Result};
-use crate::python::producers::{self, Request};
+use crate::tensor::Tensor;
+
+/// What `dlpx.Tensor(x)` does with `x`: the importer (`from_dlpack`), handed down by the module
+/// that creates the type, which sits above both.
+pub type Import = fn(Python<'_>, *mut PyObject) -> Result<Tensor>;
+static IMPORT: std::sync::OnceLock<Import> = std::sync::OnceLock::new();
 
 /// `dlpx.Tensor`'s own tp_alloc / tp_free, read once: PyType_GetSlot costs a call per object.
 static ALLOC: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
@@ -73,7 +78,8 @@ unsafe extern "C" fn tensor_new(ty: *mut PyTypeObject, args: *mut PyObject, kwar
         }
         // SAFETY: index 0 exists; the reference is borrowed.
         let source = unsafe { (py.PyTuple_GetItem)(args, 0) };
-        let tensor = producers::import(py, source, Request::PLAIN)?;
+        let import = IMPORT.get().ok_or_else(super::not_initialised)?;
+        let tensor = import(py, source)?;
         let object = alloc_empty(py, ty)?;
         // SAFETY: fresh object of our (sub)type.
         unsafe { PyTensor::init(object, tensor) };
@@ -92,13 +98,13 @@ static METHODS: CStatic<[PyMethodDef; 3]> = CStatic::new([
     PyMethodDef {
         ml_name: c"__dlpack__".as_ptr(),
         // SAFETY: the same pointer type CPython expects for METH_FASTCALL | METH_KEYWORDS.
-        ml_meth: PyMethodDefPointer { PyCFunction: unsafe { fastcall_as_cfunction(dlpack::dlpack) } },
+        ml_meth: PyMethodDefPointer { PyCFunction: unsafe { fastcall_as_cfunction(dlpack_methods::dlpack) } },
         ml_flags: METH_FASTCALL | pyo3_ffi::METH_KEYWORDS,
-        ml_doc: dlpack::DLPACK_DOC.as_ptr(),
+        ml_doc: dlpack_methods::DLPACK_DOC.as_ptr(),
     },
     PyMethodDef {
         ml_name: c"__dlpack_device__".as_ptr(),
-        ml_meth: PyMethodDefPointer { PyCFunction: dlpack::dlpack_device },
+        ml_meth: PyMethodDefPointer { PyCFunction: dlpack_methods::dlpack_device },
         ml_flags: pyo3_ffi::METH_NOARGS,
         ml_doc: c"__dlpack_device__() -> (device_type, device_id) as DLPack integers.".as_ptr(),
     },
@@ -122,10 +128,11 @@ static SPEC: CStatic<PyType_Spec> = CStatic::new(PyType_Spec {
     slots: SLOTS.get().cast(),
 });
 
-/// Creates the type, publishes the exchange table on it, and remembers it. Called once at
-/// module initialisation; a second call returns the same type.
-pub fn create_type(py: Python<'_>, own: &'static DLPackExchangeAPI) -> Result<*mut PyObject> {
+/// Creates the type, publishes the exchange table on it, and remembers it; `import` is what its
+/// constructor does. Called once at module initialisation; a second call returns the same type.
+pub fn create_type(py: Python<'_>, own: &'static DLPackExchangeAPI, import: Import) -> Result<*mut PyObject> {
     OWN_TABLE.store((own as *const DLPackExchangeAPI).cast_mut(), Ordering::Relaxed);
+    let _ = IMPORT.set(import);
     let existing = tensor_type();
     if !existing.is_null() {
         // SAFETY: GIL held; the module keeps one more reference.

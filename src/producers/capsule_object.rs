@@ -4,9 +4,9 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::{synthetic, Entry, Producer, Read, Request, Row};
 use crate::abi::*;
+use crate::capsule;
 use crate::cpython::Python;
 use crate::error::Result;
-use crate::python::capsule;
 use crate::tensor::Tensor;
 
 pub static ROW: Row = Row { name: "capsule", synthetic: Some(&TABLE), guard: None, producer: &CapsuleObject };

@@ -45,7 +45,7 @@ mod tests {
         let cuda1 = DLDevice { device_type: DeviceType::CUDA, device_id: 1 };
         assert_eq!(name(cuda1), "cuda:1");
         assert_eq!(parse("cuda:1"), Some(cuda1));
-        assert_eq!(parse("cpu"), Some(DLDevice { device_type: DeviceType::CPU, device_id: 0 }));
+        assert_eq!(parse("cpu"), Some(DLDevice::CPU));
         assert_eq!(parse("gpu:0"), None);
         assert_eq!(parse("cuda:-1"), None);
         assert_eq!(name(DLDevice { device_type: DeviceType(99), device_id: 0 }), "device(type=99):0");

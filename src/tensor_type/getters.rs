@@ -7,7 +7,7 @@ use pyo3_ffi::{PyGetSetDef, PyObject};
 
 use super::this;
 use crate::cpython::{int_tuple, CStatic, Python, Raise};
-use crate::device;
+use crate::device_names;
 use crate::error::boundary;
 use crate::tensor::Tensor;
 
@@ -20,7 +20,7 @@ pub(super) unsafe extern "C" fn tensor_repr(object: *mut PyObject) -> *mut PyObj
             "dlpx.Tensor(shape={}, dtype={}, device={}, strides={}{})",
             tuple_text(t.shape()),
             crate::dtype::dtype_name(t.dl_tensor().dtype),
-            device::name(t.dl_tensor().device),
+            device_names::name(t.dl_tensor().device),
             tuple_text(t.strides()),
             if t.is_readonly() { ", readonly=True" } else { "" }
         );
@@ -66,7 +66,7 @@ getter!(get_dtype_raw, |py, t| {
     let d = t.dl_tensor().dtype;
     int_tuple(py, &[d.code as i64, d.bits as i64, d.lanes as i64])
 });
-getter!(get_device, |py, t| crate::python::device_class::make_device(py, t.dl_tensor().device));
+getter!(get_device, |py, t| super::device_class::make_device(py, t.dl_tensor().device));
 
 macro_rules! getset {
     ($name:literal, $getter:ident, $doc:literal) => {

@@ -11,7 +11,7 @@ use pyo3_ffi::PyObject;
 use crate::abi::*;
 use crate::cpython::{type_name, Python, Raise};
 use crate::error::{boundary, Error};
-use crate::python::tensor;
+use crate::tensor_type;
 
 /// A synthetic table; `views`: whether it has `dltensor_from_py_object_no_sync` (rows that can
 /// view an object in place).
@@ -23,7 +23,7 @@ pub const fn table(views: bool) -> DLPackExchangeAPI {
         },
         managed_tensor_allocator: Some(crate::allocation::allocator_entry),
         managed_tensor_from_py_object_no_sync: Some(from_py),
-        managed_tensor_to_py_object_no_sync: Some(tensor::to_py_entry),
+        managed_tensor_to_py_object_no_sync: Some(tensor_type::to_py_entry),
         dltensor_from_py_object_no_sync: if views { Some(view) } else { None },
         current_work_stream: Some(crate::stream::current_work_stream_entry),
     }

@@ -3,18 +3,21 @@
 //! Single-phase initialisation: it works unchanged on CPython 3.9 through 3.13, where the
 //! multi-phase slot list would have to be assembled per version.
 
+mod info;
+
 use std::ffi::{c_void, CStr};
 use std::ptr;
 
 use pyo3_ffi::{PyMethodDef, PyMethodDefPointer, PyModuleDef, PyObject};
 
-use super::device_class::{parse_device, set_device_class};
-use super::producers::{self, Request};
-use super::{args, tensor};
 use crate::abi::*;
+use crate::args;
 use crate::cpython::{fastcall_as_cfunction, int_tuple, CStatic, Owned, Python, Raise};
 use crate::error::{boundary, Error, Result};
+use crate::producers::{self, Request};
 use crate::tensor::Tensor;
+use crate::tensor_type::device_class::{parse_device, set_device_class};
+use crate::tensor_type::{self as tensor};
 
 static EMPTY_NAMES: args::Names = args::Names::new(&[c"shape", c"dtype", c"device"]);
 static FROM_DLPACK_NAMES: args::Names = args::Names::with_positional_only(&[c"x", c"device", c"copy"], 1);
@@ -38,11 +41,7 @@ unsafe extern "C" fn empty(
         let shape = args::int_sequence(py, shape, "shape")?;
         let dtype =
             if args::is_none(py, dtype) { DLDataType { code: 2, bits: 32, lanes: 1 } } else { parse_dtype(py, dtype)? };
-        let device = if args::is_none(py, device) {
-            DLDevice { device_type: DeviceType::CPU, device_id: 0 }
-        } else {
-            parse_device(py, device)?
-        };
+        let device = if args::is_none(py, device) { DLDevice::CPU } else { parse_device(py, device)? };
         tensor::wrap(py, Tensor::empty(&shape, dtype, device)?)
     })
 }
@@ -115,9 +114,7 @@ unsafe extern "C" fn set_current_stream(
         // SAFETY: CPython's METH_FASTCALL | METH_KEYWORDS convention.
         unsafe { args::parse(py, a, nargs, kwnames, &STREAM_NAMES, 3, &mut v)? };
         let device = stream_device(py, &v)?;
-        if device.device_type == DeviceType::CPU {
-            return Err(Error::value("cpu has no streams"));
-        }
+        crate::devices::check_stream_settable(device)?;
         let handle = if args::is_none(py, v[2]) { 0 } else { args::int_value(py, v[2], "stream")? };
         let previous = crate::stream::set_current(device, handle as usize as *mut c_void)?;
         // SAFETY: GIL held.
@@ -171,7 +168,7 @@ unsafe extern "C" fn record_stream(
             .ok()
             .filter(|d| *d >= 0)
             .ok_or_else(|| Error::value(format!("device {device_id} is invalid")))?;
-        crate::memory::cuda::check_device(device_id)?;
+        crate::devices::check_exists(DLDevice { device_type: DeviceType::CUDA, device_id })?;
         let handle = args::int_value(py, v[2], "stream")?;
         tensor.record_stream(device_id, handle as usize as *mut c_void);
         Ok(py.new_none())
@@ -182,7 +179,7 @@ unsafe extern "C" fn empty_cache(_module: *mut PyObject, _unused: *mut PyObject)
     boundary(Raise, "empty_cache", || {
         // SAFETY: CPython calls module functions with the GIL held.
         let py = unsafe { Python::assume_attached()? };
-        crate::memory::cuda::empty_cache()?;
+        crate::devices::empty_cache()?;
         Ok(py.new_none())
     })
 }
@@ -191,7 +188,7 @@ unsafe extern "C" fn cuda_driver_present(_module: *mut PyObject, _unused: *mut P
     boundary(Raise, "cuda_driver_present", || {
         // SAFETY: CPython calls module functions with the GIL held.
         let py = unsafe { Python::assume_attached()? };
-        Ok(py.new_bool(crate::memory::cuda::driver_present()))
+        Ok(py.new_bool(crate::devices::driver_present()))
     })
 }
 
@@ -199,7 +196,7 @@ unsafe extern "C" fn exchange_api_info(_module: *mut PyObject, object: *mut PyOb
     boundary(Raise, "exchange_api_info", || {
         // SAFETY: CPython calls module functions with the GIL held.
         let py = unsafe { Python::assume_attached()? };
-        super::info::exchange_api_info(py, object)
+        info::exchange_api_info(py, object)
     })
 }
 
@@ -207,7 +204,7 @@ unsafe extern "C" fn exchange_api_of(_module: *mut PyObject, object: *mut PyObje
     boundary(Raise, "exchange_api_of", || {
         // SAFETY: CPython calls module functions with the GIL held.
         let py = unsafe { Python::assume_attached()? };
-        let table = super::kernel::table_of(py, object)?;
+        let table = crate::producers::kernel::table_of(py, object)?;
         // SAFETY: the token proves the GIL is held; the table lives for the process, so the
         // capsule needs no destructor.
         py.check(unsafe {
@@ -297,9 +294,9 @@ pub fn init(own: &'static DLPackExchangeAPI) -> *mut PyObject {
     boundary(Raise, "PyInit__native", || {
         // SAFETY: CPython's import machinery calls PyInit with the GIL held.
         let py = unsafe { Python::assume_attached()? };
-        super::install_gil_release();
+        install_gil_release();
         let module = crate::cpython::create_module(py, DEF.get())?;
-        let ty = tensor::create_type(py, own)?;
+        let ty = tensor::create_type(py, own, |py, x| producers::import(py, x, Request::PLAIN))?;
         add(py, &module, c"Tensor", ty)?;
         add(py, &module, c"__version__", py.new_str(env!("CARGO_PKG_VERSION"))?)?;
         add(py, &module, c"DEVICE_TYPE_NAMES", device_type_names(py)?)?;
@@ -340,4 +337,10 @@ fn add(py: Python<'_>, module: &Owned<'_>, name: &CStr, value: *mut PyObject) ->
         return Err(Error::python_pending());
     }
     Ok(())
+}
+
+/// Lets blocking driver calls release the GIL (the core's hook, `memory::blocking`): installed
+/// when Python first calls into dlpx (module import, the kernel API).
+pub fn install_gil_release() {
+    crate::memory::blocking::install(|run| crate::cpython::without_gil(run));
 }

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::PyObject;
 
-use super::args;
 use crate::abi::*;
+use crate::args;
 use crate::cpython::{int_tuple, Owned, Python, Raise};
 use crate::error::{boundary, Error, Result};
 
@@ -27,7 +27,7 @@ pub fn make_device(py: Python<'_>, device: DLDevice) -> Result<*mut PyObject> {
 /// A device argument: `"cpu"`, `"cuda:1"`, a `(type, id)` pair (a `dlpx.Device` is one).
 pub fn parse_device(py: Python<'_>, object: *mut PyObject) -> Result<DLDevice> {
     if let Ok(text) = py.str_value(object, "device") {
-        return crate::device::parse(&text)
+        return crate::device_names::parse(&text)
             .ok_or_else(|| Error::value(format!("unknown device '{text}' (expected e.g. 'cpu', 'cuda:0')")));
     }
     let (t, id) = args::int_pair(py, object, "device")?;

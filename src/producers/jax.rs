@@ -5,13 +5,13 @@ use std::ptr::{self};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::{dlpack, synthetic, Entry, Guard, Producer, Read, Request, Row};
+use super::{dlpack_method, synthetic, Entry, Guard, Producer, Read, Request, Row};
 use crate::abi::*;
+use crate::capsule;
 use crate::cpython::{
     attribute, imported_module, interned_attribute, type_of, vectorcall_method, GilVar, Interned, Owned, Python,
 };
 use crate::error::Result;
-use crate::python::capsule;
 use crate::tensor::Tensor;
 
 pub static ROW: Row = Row { name: "jax", synthetic: Some(&TABLE), guard: Some(&GUARD), producer: &Jax };
@@ -36,7 +36,7 @@ impl Producer for Jax {
     }
 
     fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {
-        capsule_of(py, object).map(|capsule| dlpack::hand_on(py, capsule)).transpose()
+        capsule_of(py, object).map(|capsule| dlpack_method::hand_on(py, capsule)).transpose()
     }
 
     fn import(&self, py: Python<'_>, object: *mut PyObject, _: Entry, _: Request) -> Result<Option<Tensor>> {

@@ -1,14 +1,14 @@
-//! dlpx's static `DLPackExchangeAPI`, alive for the whole process, and the Python module's init,
-//! which hands it down to the type that publishes it. Its entries are the shells beside what
-//! they call (docs/design.md, "Layers"); the view of an exact `dlpx.Tensor` is answered here
-//! without a frame.
+//! dlpx's static `DLPackExchangeAPI`, alive for the whole process, and what C asks of exchange
+//! tables: dlpx's own, and the walk of any producer's chain. Its PyObject entries are shells
+//! here; the others are the shells beside what they call (docs/design.md, "Layers"); the view of
+//! an exact `dlpx.Tensor` is answered here without a frame.
 
 use std::ffi::{c_int, c_void};
 
 use crate::abi::*;
 use crate::cpython::{Python, Raise};
-use crate::error::boundary;
-use crate::python::{self, tensor};
+use crate::error::{boundary, LastError};
+use crate::tensor_type as tensor;
 
 /// dlpx's v1 table. It is the tail of its chain: no older major version exists
 /// (docs/design.md, "Rulings").
@@ -24,13 +24,15 @@ pub static EXCHANGE_API: DLPackExchangeAPI = DLPackExchangeAPI {
     current_work_stream: Some(crate::stream::current_work_stream_entry),
 };
 
-/// Entry point CPython calls when `dlpx._native` is loaded from `libdlpx.so`.
+/// dlpx's `DLPackExchangeAPI` (DLPack 1.3). The pointer is the head of dlpx's chain, is
+/// statically initialised and stays valid for the life of the process. Never NULL.
 ///
-/// # Safety
-/// Called by CPython's import machinery, with the GIL held.
+/// Its `managed_tensor_allocator` and `current_work_stream` work without Python; the three
+/// PyObject entry points need a running interpreter and the GIL (without one they return -1
+/// and leave the reason in `dlpx_last_error()`).
 #[no_mangle]
-pub unsafe extern "C" fn PyInit__native() -> *mut pyo3_ffi::PyObject {
-    python::module::init(&EXCHANGE_API)
+pub extern "C" fn dlpx_exchange_api() -> *const DLPackExchangeAPI {
+    &EXCHANGE_API
 }
 
 unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
@@ -53,7 +55,7 @@ unsafe extern "C" fn dltensor_from_py_object_no_sync(py_object: *mut c_void, out
         Some(view) if !out.is_null() => {
             // SAFETY: non-NULL and writable by the caller's contract; a DLTensor is plain data.
             unsafe { std::ptr::copy_nonoverlapping(view, out, 1) };
-            if view.device.device_type == DeviceType::CUDA {
+            if crate::devices::has_streams(view.device.device_type) {
                 // SAFETY: as above; an exact dlpx.Tensor.
                 return unsafe { record_current_stream(py_object) };
             }
@@ -86,5 +88,19 @@ unsafe extern "C" fn dltensor_from_py_object_checked(py_object: *mut c_void, out
         // SAFETY: the table's contract: the caller holds the GIL.
         let py = unsafe { Python::assume_attached()? };
         tensor::dltensor_from_py(py, py_object.cast(), out)
+    })
+}
+
+/// Walks a `prev_api` chain from `head` to the first table of DLPack major version 1 — the one
+/// dlpx and this header understand. At most 16 links are followed; a cycle, a chain without a
+/// major-1 table, or a NULL head returns NULL with the reason in `dlpx_last_error()`.
+///
+/// # Safety
+/// `head` is NULL or a table header whose `prev_api` links are NULL or valid headers.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_exchange_api_select(head: *const DLPackExchangeAPIHeader) -> *const DLPackExchangeAPI {
+    boundary(LastError, "exchange_api_select", || {
+        // SAFETY: the caller passes a readable chain (or NULL, which is handled).
+        Ok(unsafe { crate::chain::select_supported(head)? } as *const DLPackExchangeAPI)
     })
 }

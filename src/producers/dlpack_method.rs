@@ -6,11 +6,13 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
+use super::dlpack_call;
 use super::{synthetic, Entry, Producer, Read, Request, Row};
 use crate::abi::*;
+use crate::args;
+use crate::capsule;
 use crate::cpython::{int_tuple, type_name, Owned, Python};
 use crate::error::{Error, ErrorKind, Result};
-use crate::python::{args, capsule, dlpack_call};
 use crate::tensor::Tensor;
 
 pub static ROW: Row = Row { name: "dlpack", synthetic: Some(&TABLE), guard: None, producer: &Dlpack };
@@ -51,7 +53,7 @@ pub fn managed_and_legacy_of(
         return Ok((tensor.export_versioned(0)?, false));
     }
     let capsule = dlpack_call::call(py, object)?;
-    let legacy = crate::python::capsule::is_legacy(py, capsule.as_ptr());
+    let legacy = crate::capsule::is_legacy(py, capsule.as_ptr());
     Ok((hand_on(py, capsule)?, legacy))
 }
 
@@ -123,8 +125,8 @@ fn stream_request(py: Python<'_>, object: *mut PyObject) -> Result<Option<i64>> 
         args::int_pair(py, device.as_ptr(), "__dlpack_device__()")
     };
     match answer {
-        Ok((t, id)) if t == DeviceType::CUDA.0 as i64 => {
-            let device = DLDevice { device_type: DeviceType::CUDA, device_id: id as i32 };
+        Ok((t, id)) if i32::try_from(t).is_ok_and(|t| crate::devices::has_streams(DeviceType(t))) => {
+            let device = DLDevice { device_type: DeviceType(t as i32), device_id: id as i32 };
             let stream = crate::stream::current(device) as usize as i64;
             Ok(Some(if stream == 0 { 1 } else { stream }))
         }

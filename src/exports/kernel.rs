@@ -1,177 +1,15 @@
-//! The exported `dlpx_*` C functions; cbindgen turns these and their docs into `dlpx.h`.
+//! The kernel API (GIL held): Python objects of any framework in C kernels. Each function is the
+//! shell around one call of the producer seam (`producers`), which reads every object by its row.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 use std::ptr::NonNull;
 
 use crate::abi::*;
 use crate::cpython::{Python, Raise};
-use crate::error::{self, boundary, Channel, Error, ErrorCallback, ErrorKind, LastError};
-use crate::exchange::EXCHANGE_API;
-use crate::python::kernel;
+use crate::error::{boundary, Error, ErrorCallback, LastError};
+use crate::producers::kernel;
 
-/// dlpx's `DLPackExchangeAPI` (DLPack 1.3). The pointer is the head of dlpx's chain, is
-/// statically initialised and stays valid for the life of the process. Never NULL.
-///
-/// Its `managed_tensor_allocator` and `current_work_stream` work without Python; the three
-/// PyObject entry points need a running interpreter and the GIL (without one they return -1
-/// and leave the reason in `dlpx_last_error()`).
-#[no_mangle]
-pub extern "C" fn dlpx_exchange_api() -> *const DLPackExchangeAPI {
-    &EXCHANGE_API
-}
-
-/// The dlpx library version, e.g. "0.1.0". Static storage; never NULL.
-#[no_mangle]
-pub extern "C" fn dlpx_version() -> *const c_char {
-    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
-}
-
-/// The message of the last error on the calling thread ("dlpx: allocator: shape[2] = -3 is
-/// negative"), or NULL if none. Valid until the next failing dlpx call on this thread.
-#[no_mangle]
-pub extern "C" fn dlpx_last_error() -> *const c_char {
-    error::last_error_ptr()
-}
-
-/// The kind of the last error on the calling thread, named after the Python exception it maps
-/// to ("ValueError", "MemoryError", "TypeError", "BufferError", "NotImplementedError",
-/// "RuntimeError"), or NULL if none. Static storage.
-#[no_mangle]
-pub extern "C" fn dlpx_last_error_kind() -> *const c_char {
-    error::last_error_kind_ptr()
-}
-
-/// Forgets the calling thread's last error.
-#[no_mangle]
-pub extern "C" fn dlpx_clear_last_error() {
-    error::clear_last_error()
-}
-
-/// Makes `stream` the calling thread's current work stream on (`device_type`, `device_id`);
-/// NULL restores the default. The previous stream is written to `*previous` when `previous`
-/// is not NULL, so a caller can restore it. Returns 0, or -1 (see `dlpx_last_error()`) for a
-/// CPU device, which has no streams.
-#[no_mangle]
-pub extern "C" fn dlpx_set_current_stream(
-    device_type: DeviceType,
-    device_id: i32,
-    stream: *mut c_void,
-    previous: *mut *mut c_void,
-) -> c_int {
-    boundary(LastError, "set_current_stream", || {
-        let device = DLDevice { device_type, device_id };
-        if device_type == DeviceType::CPU {
-            return Err(Error::value("cpu has no streams"));
-        }
-        if device_id < 0 {
-            return Err(Error::value(format!("device_id = {device_id} is negative")));
-        }
-        let old = crate::stream::set_current(device, stream)?;
-        if let Some(previous) = NonNull::new(previous) {
-            // SAFETY: non-NULL and writable by the caller's contract.
-            unsafe { previous.as_ptr().write(old) };
-        }
-        Ok(0)
-    })
-}
-
-/// The calling thread's current work stream on (`device_type`, `device_id`): NULL (the
-/// default stream) when none was set, and always NULL for CPU. Returns 0, or -1 when `out` is
-/// NULL. The same answer as the table's `current_work_stream`.
-#[no_mangle]
-pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
-    boundary(LastError, "get_current_stream", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
-        // SAFETY: non-NULL and writable by the caller's contract.
-        unsafe { out.as_ptr().write(crate::stream::current(DLDevice { device_type, device_id })) };
-        Ok(0)
-    })
-}
-
-/// Records that work on `tensor`'s data is being enqueued on `stream` of CUDA device
-/// `device_id` (torch's `record_stream`): when the tensor is deleted, dlpx's allocator waits for
-/// the work enqueued on that stream by then before the memory can be reused. Needed only for a
-/// stream other than the one the tensor was allocated on, and only for tensors dlpx allocated —
-/// from its allocator, or exported by dlpx from one (others are ignored: their producer's
-/// allocator owns the memory). dlpx records the consumer streams it hears of itself
-/// (`__dlpack__(stream=...)`, and its current stream when a kernel reads a tensor through the
-/// exchange table); a consumer working on another stream records it here. The stream must
-/// outlive the tensor (an event is recorded on it when the tensor is deleted).
-/// Returns 0, or -1 (see `dlpx_last_error()`) for a NULL tensor or a negative `device_id`.
-///
-/// # Safety
-/// `tensor` is NULL or a managed tensor the caller holds (its deleter not yet called).
-#[no_mangle]
-pub unsafe extern "C" fn dlpx_record_stream(
-    tensor: *const DLManagedTensorVersioned,
-    device_id: i32,
-    stream: *mut c_void,
-) -> c_int {
-    boundary(LastError, "record_stream", || {
-        let tensor = NonNull::new(tensor.cast_mut()).ok_or_else(|| Error::null("tensor"))?;
-        if device_id < 0 {
-            return Err(Error::value(format!("device_id = {device_id} is negative")));
-        }
-        // SAFETY: a live managed tensor, per the contract.
-        unsafe { crate::Tensor::record_stream_of(tensor, device_id, stream) };
-        Ok(0)
-    })
-}
-
-/// Gives the CUDA memory dlpx keeps for reuse (its device memory pools, and pinned host blocks
-/// whose work has finished) back to the driver. Memory still in use is kept. Returns 0, or -1
-/// (see `dlpx_last_error()`; "CUDA driver not found" without a driver).
-#[no_mangle]
-pub extern "C" fn dlpx_cuda_empty_cache() -> c_int {
-    boundary(LastError, "cuda_empty_cache", || {
-        crate::memory::cuda::empty_cache()?;
-        Ok(0)
-    })
-}
-
-/// Walks a `prev_api` chain from `head` to the first table of DLPack major version 1 — the one
-/// dlpx and this header understand. At most 16 links are followed; a cycle, a chain without a
-/// major-1 table, or a NULL head returns NULL with the reason in `dlpx_last_error()`.
-///
-/// # Safety
-/// `head` is NULL or a table header whose `prev_api` links are NULL or valid headers.
-#[no_mangle]
-pub unsafe extern "C" fn dlpx_exchange_api_select(head: *const DLPackExchangeAPIHeader) -> *const DLPackExchangeAPI {
-    boundary(LastError, "exchange_api_select", || {
-        // SAFETY: the caller passes a readable chain (or NULL, which is handled).
-        Ok(unsafe { crate::chain::select_supported(head)? } as *const DLPackExchangeAPI)
-    })
-}
-
-/// A ready `SetError` callback for allocators called from Python extension code: it raises
-/// the Python exception named by `kind` (ValueError, MemoryError, …; RuntimeError for names it
-/// does not know) with `message`, taking the GIL itself. `error_ctx` is unused. Without a
-/// Python interpreter in the process the message goes to `dlpx_last_error()`.
-///
-/// # Safety
-/// The GIL is held; `kind` and `message` are NULL or NUL-terminated strings.
-#[no_mangle]
-pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *const c_char, message: *const c_char) {
-    boundary(LastError, "set_error_python", || {
-        // SAFETY: NUL-terminated strings from the allocator, or NULL (handled).
-        let text = |p: *const c_char| {
-            if p.is_null() {
-                String::new()
-            } else {
-                // SAFETY: non-NULL and NUL-terminated, by this function's contract.
-                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-            }
-        };
-        let kind = ErrorKind::from_name(&text(kind)).unwrap_or(ErrorKind::RuntimeError);
-        let err = Error::verbatim(kind, text(message));
-        if Python::with_gil(|_| Raise.deliver(&err)).is_none() {
-            error::set_last_error(&err);
-        }
-        Ok(())
-    })
-}
-
-// ---- the kernel API: Python objects of any framework in C kernels (GIL held) ----------------
+use super::exchange::EXCHANGE_API;
 
 /// The exchange table that serves `py_object` (a `PyObject*`, or a type: its objects; GIL
 /// held): its type's own table (`__dlpack_c_exchange_api__`, else `__c_dlpack_exchange_api__`,
@@ -242,7 +80,7 @@ pub unsafe extern "C" fn dlpx_view_of(py_object: *mut c_void, out: *mut DlpxTens
         out.owner = std::ptr::null_mut();
         // SAFETY: the caller holds the GIL, by this function's contract.
         let py = unsafe { Python::assume_attached()? };
-        crate::python::install_gil_release();
+        crate::module::install_gil_release();
         out.owner = kernel::view(py, py_object.cast(), &mut out.tensor)?;
         Ok(0)
     })

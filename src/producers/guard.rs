@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 
 use pyo3_ffi::PyObject;
 
-use super::{dlpack, Entry, Producer};
+use super::{dlpack_method, Entry, Producer};
 use crate::abi::*;
 use crate::cpython::{attribute, imported_module, GilVar, Python};
 use crate::error::Result;
@@ -102,7 +102,7 @@ impl Guard {
         entry: Entry,
     ) -> Result<NonNull<DLManagedTensorVersioned>> {
         let ours = row.managed(py, object, entry)?;
-        let answer = dlpack::managed_and_legacy_of(py, object);
+        let answer = dlpack_method::managed_and_legacy_of(py, object);
         match (ours, &answer) {
             (Some(ours), Ok((theirs, legacy))) => {
                 // SAFETY: two live managed tensors of major 1, checked on the way in.

@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 
 use pyo3_ffi::PyObject;
 
-use super::{dlpack, Entry, Producer, Request};
+use super::{dlpack_method, Entry, Producer, Request};
 use crate::abi::*;
 use crate::cpython::{take_pending, type_name, Owned, Python};
 use crate::error::{Error, Result};
@@ -117,14 +117,14 @@ pub fn ask_producer(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLM
     // The table's exception, if any, is replaced by the producer's own answer.
     // SAFETY: the token proves the GIL is held.
     unsafe { (py.PyErr_Clear)() };
-    dlpack::managed_of(py, object).map_err(|err| refusal(py, object, err))
+    dlpack_method::managed_of(py, object).map_err(|err| refusal(py, object, err))
 }
 
 /// [`ask_producer`] as a [`Tensor`].
 pub fn ask_producer_tensor(py: Python<'_>, object: *mut PyObject) -> Result<Tensor> {
     // SAFETY: the token proves the GIL is held.
     unsafe { (py.PyErr_Clear)() };
-    dlpack::import(py, object, Request::PLAIN).map_err(|err| refusal(py, object, err))
+    dlpack_method::import(py, object, Request::PLAIN).map_err(|err| refusal(py, object, err))
 }
 
 /// A producer's refusal as dlpx's BufferError: the producer's exception, its first line.
