@@ -2,6 +2,7 @@
 //! `PyArg_ParseTupleAndKeywords` (which Rust cannot call portably through a pointer table).
 
 use std::ffi::CStr;
+use std::marker::PhantomData;
 
 use pyo3_ffi::PyObject;
 
@@ -57,15 +58,54 @@ impl Names {
     }
 }
 
-/// Fills `out[i]` with a borrowed reference to the argument named `names[i]` (NULL when absent)
-/// for a METH_FASTCALL | METH_KEYWORDS function: positional values in `args[..nargs]`, keyword
-/// values after them, named by the tuple `kwnames`. The first `positional` names may be passed
-/// by position. (The calling convention is the same on every CPython dlpx supports, and it
-/// needs no dict per call.)
+/// The arguments of a METH_FASTCALL | METH_KEYWORDS call, as CPython passes them: positional
+/// values in `args[..nargs]`, keyword values after them, named by the tuple `kwnames`. (The
+/// calling convention is the same on every CPython dlpx supports, and it needs no dict per call.)
+#[derive(Clone, Copy)]
+pub struct FastArgs<'py> {
+    args: *const *mut PyObject,
+    nargs: pyo3_ffi::Py_ssize_t,
+    kwnames: *mut PyObject,
+    call: PhantomData<Python<'py>>,
+}
+
+impl<'py> FastArgs<'py> {
+    /// # Safety
+    /// CPython's convention, for the call that lasts `'py`: `args` holds `nargs` + len(`kwnames`)
+    /// borrowed references; `kwnames` is a tuple of str or NULL.
+    #[inline(always)]
+    pub unsafe fn new(args: *const *mut PyObject, nargs: pyo3_ffi::Py_ssize_t, kwnames: *mut PyObject) -> Self {
+        FastArgs { args, nargs, kwnames, call: PhantomData }
+    }
+
+    /// The argument of a call with one positional argument and no keyword (`from_dlpack(x)`,
+    /// the common call: nothing to parse).
+    #[inline(always)]
+    pub fn single(self) -> Option<*mut PyObject> {
+        // SAFETY: one positional argument, by the convention.
+        (self.nargs == 1 && self.kwnames.is_null()).then(|| unsafe { *self.args })
+    }
+
+    /// A borrowed reference to the argument named `names[i]` at `[i]` (NULL when absent); the
+    /// first `positional` names may be passed by position.
+    pub fn parse<const N: usize>(
+        self,
+        py: Python<'py>,
+        names: &Names,
+        positional: usize,
+    ) -> Result<[*mut PyObject; N]> {
+        let mut out = [std::ptr::null_mut(); N];
+        // SAFETY: the convention, as `new` was promised.
+        unsafe { parse(py, self.args, self.nargs, self.kwnames, names, positional, &mut out)? };
+        Ok(out)
+    }
+}
+
+/// [`FastArgs::parse`] into `out`.
 ///
 /// # Safety
 /// `args` holds `nargs` + len(`kwnames`) borrowed references; `kwnames` is a tuple or NULL.
-pub unsafe fn parse(
+unsafe fn parse(
     py: Python<'_>,
     args: *const *mut PyObject,
     nargs: pyo3_ffi::Py_ssize_t,
@@ -74,7 +114,6 @@ pub unsafe fn parse(
     positional: usize,
     out: &mut [*mut PyObject],
 ) -> Result<()> {
-    out.iter_mut().for_each(|slot| *slot = std::ptr::null_mut());
     let nargs = nargs as usize;
     if nargs > positional {
         return Err(Error::type_error(format!(

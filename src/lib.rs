@@ -39,6 +39,8 @@ pub mod module;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub mod producers;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub mod shell;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub mod tensor_type;
 
 // The top: what C sees.

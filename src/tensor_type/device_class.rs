@@ -7,8 +7,8 @@ use pyo3_ffi::PyObject;
 
 use crate::abi::*;
 use crate::args;
-use crate::cpython::{int_tuple, Owned, Python, Raise};
-use crate::error::{boundary, Error, Result};
+use crate::cpython::{int_tuple, Owned, Python};
+use crate::error::{Error, Result};
 
 /// The `dlpx.Device` class, registered by the Python package (a NamedTuple of two ints).
 static DEVICE_CLASS: AtomicPtr<PyObject> = AtomicPtr::new(ptr::null_mut());
@@ -37,18 +37,11 @@ pub fn parse_device(py: Python<'_>, object: *mut PyObject) -> Result<DLDevice> {
     }
 }
 
-/// `_set_device_class(cls)`: registers the class `Tensor.device` returns.
-///
-/// # Safety
-/// CPython's METH_O call, with the GIL held and a live argument.
-pub unsafe extern "C" fn set_device_class(_module: *mut PyObject, class: *mut PyObject) -> *mut PyObject {
-    boundary(Raise, "_set_device_class", || {
-        // SAFETY: CPython calls module functions with the GIL held.
-        let py = unsafe { Python::assume_attached()? };
-        // SAFETY: GIL held; the static keeps the new reference, the old one is released.
-        unsafe { (py.Py_IncRef)(class) };
-        let old = DEVICE_CLASS.swap(class, Ordering::AcqRel);
-        py.decref(old);
-        Ok(py.new_none())
-    })
+/// `_set_device_class(cls)` of the module: registers the class `Tensor.device` returns.
+pub fn set_device_class(py: Python<'_>, _module: *mut PyObject, class: *mut PyObject) -> Result<*mut PyObject> {
+    // SAFETY: GIL held; the static keeps the new reference, the old one is released.
+    unsafe { (py.Py_IncRef)(class) };
+    let old = DEVICE_CLASS.swap(class, Ordering::AcqRel);
+    py.decref(old);
+    Ok(py.new_none())
 }

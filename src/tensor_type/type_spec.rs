@@ -1,16 +1,18 @@
-//! The `dlpx.Tensor` type: its slots (construction, deallocation), its spec, and its creation
-//! with dlpx's exchange table published on it (docs/design.md R1).
+//! The `dlpx.Tensor` type: its slots (construction, deallocation), its spec (the methods and
+//! properties, each the one shell around its body), and its creation with dlpx's exchange table
+//! published on it (docs/design.md R1).
 
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use pyo3_ffi::{PyMethodDef, PyMethodDefPointer, PyObject, PyTypeObject, PyType_Slot, PyType_Spec};
+use pyo3_ffi::{PyGetSetDef, PyMethodDef, PyObject, PyTypeObject, PyType_Slot, PyType_Spec};
 
 use super::{dlpack_methods, getters, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
 use crate::abi::*;
-use crate::cpython::{fastcall_as_cfunction, type_of, CStatic, ExceptionGuard, Owned, Python, Raise, METH_FASTCALL};
+use crate::cpython::{type_of, CStatic, ExceptionGuard, Owned, Python, Raise};
 use crate::error::{boundary, guard, Error, Result};
+use crate::shell::{getset_def, method_def, shell};
 use crate::tensor::Tensor;
 
 /// What `dlpx.Tensor(x)` does with `x`: the importer (`from_dlpack`), handed down by the module
@@ -95,27 +97,34 @@ __dlpack_c_exchange_api__. Make one with dlpx.empty(...) or dlpx.from_dlpack(obj
 dlpx.Tensor(obj) is the same as dlpx.from_dlpack(obj).";
 
 static METHODS: CStatic<[PyMethodDef; 3]> = CStatic::new([
-    PyMethodDef {
-        ml_name: c"__dlpack__".as_ptr(),
-        // SAFETY: the same pointer type CPython expects for METH_FASTCALL | METH_KEYWORDS.
-        ml_meth: PyMethodDefPointer { PyCFunction: unsafe { fastcall_as_cfunction(dlpack_methods::dlpack) } },
-        ml_flags: METH_FASTCALL | pyo3_ffi::METH_KEYWORDS,
-        ml_doc: dlpack_methods::DLPACK_DOC.as_ptr(),
-    },
-    PyMethodDef {
-        ml_name: c"__dlpack_device__".as_ptr(),
-        ml_meth: PyMethodDefPointer { PyCFunction: dlpack_methods::dlpack_device },
-        ml_flags: pyo3_ffi::METH_NOARGS,
-        ml_doc: c"__dlpack_device__() -> (device_type, device_id) as DLPack integers.".as_ptr(),
-    },
+    method_def!("__dlpack__", fastcall dlpack_methods::dlpack, dlpack_methods::DLPACK_DOC),
+    method_def!("__dlpack_device__", noargs dlpack_methods::dlpack_device, c"__dlpack_device__() -> (device_type, device_id) as DLPack integers."),
     PyMethodDef::zeroed(),
+]);
+static GETSET: CStatic<[PyGetSetDef; 13]> = CStatic::new([
+    getset_def!("shape" as "dlpx.Tensor.get_shape", getters::shape, c"Extents of each dimension, a tuple of ints."),
+    getset_def!("strides" as "dlpx.Tensor.get_strides", getters::strides, c"Strides of each dimension in elements (not bytes), a tuple of ints."),
+    getset_def!("ndim" as "dlpx.Tensor.get_ndim", getters::ndim, c"Number of dimensions."),
+    getset_def!("numel" as "dlpx.Tensor.get_numel", getters::numel, c"Number of elements."),
+    getset_def!("nbytes" as "dlpx.Tensor.get_nbytes", getters::nbytes, c"Bytes the elements occupy (sub-byte types packed unless flagged padded)."),
+    getset_def!("byte_offset" as "dlpx.Tensor.get_byte_offset", getters::byte_offset, c"DLTensor.byte_offset: bytes from the data pointer to the first element."),
+    getset_def!("data_ptr" as "dlpx.Tensor.get_data_ptr", getters::data_ptr, c"Address of the first element (data + byte_offset), 0 for empty tensors."),
+    getset_def!("is_contiguous" as "dlpx.Tensor.get_is_contiguous", getters::is_contiguous, c"Whether the strides are compact row-major."),
+    getset_def!("readonly" as "dlpx.Tensor.get_readonly", getters::readonly, c"Whether the producer marked the memory read-only."),
+    getset_def!("dtype" as "dlpx.Tensor.get_dtype", getters::dtype, c"Element type name: 'float32', 'bfloat16', 'float8_e4m3fn', 'bool', 'complex64', ..."),
+    getset_def!("dtype_raw" as "dlpx.Tensor.get_dtype_raw", getters::dtype_raw, c"The DLPack dtype as (code, bits, lanes)."),
+    getset_def!("device" as "dlpx.Tensor.get_device", getters::device, c"The device, a dlpx.Device (prints as 'cpu:0', compares with such strings)."),
+    PyGetSetDef { name: ptr::null(), get: None, set: None, doc: ptr::null(), closure: ptr::null_mut() },
 ]);
 static SLOTS: CStatic<[PyType_Slot; 7]> = CStatic::new([
     PyType_Slot { slot: pyo3_ffi::Py_tp_dealloc, pfunc: tensor_dealloc as *mut c_void },
     PyType_Slot { slot: pyo3_ffi::Py_tp_new, pfunc: tensor_new as *mut c_void },
-    PyType_Slot { slot: pyo3_ffi::Py_tp_repr, pfunc: getters::tensor_repr as *mut c_void },
+    PyType_Slot {
+        slot: pyo3_ffi::Py_tp_repr,
+        pfunc: shell!(unary getters::repr, "dlpx.Tensor.__repr__") as *mut c_void,
+    },
     PyType_Slot { slot: pyo3_ffi::Py_tp_doc, pfunc: DOC.as_ptr() as *mut c_void },
-    PyType_Slot { slot: pyo3_ffi::Py_tp_getset, pfunc: getters::GETSET.get().cast() },
+    PyType_Slot { slot: pyo3_ffi::Py_tp_getset, pfunc: GETSET.get().cast() },
     PyType_Slot { slot: pyo3_ffi::Py_tp_methods, pfunc: METHODS.get().cast() },
     PyType_Slot { slot: 0, pfunc: ptr::null_mut() },
 ]);

@@ -1,4 +1,6 @@
-//! `dlpx.exchange_api_info`: what a type publishes, for users debugging interop.
+//! The module's functions about exchange tables: the table a C kernel uses for a type's objects
+//! (`exchange_api_of`), the producer seam's row for it (`_row_of`), and what a type publishes
+//! (`exchange_api_info`, for users debugging interop).
 
 use std::ffi::CStr;
 
@@ -8,9 +10,29 @@ use crate::abi::*;
 use crate::chain;
 use crate::cpython::{int_tuple, is_type, type_of, Owned, Python};
 use crate::error::{Error, Result};
-use crate::producers::published_head;
+use crate::producers::{self, published_head};
 
-pub fn exchange_api_info(py: Python<'_>, object: *mut PyObject) -> Result<*mut PyObject> {
+/// `exchange_api_of(type_or_object)`: the table as a capsule named `dlpack_exchange_api`.
+pub(super) fn exchange_api_of(py: Python<'_>, _module: *mut PyObject, object: *mut PyObject) -> Result<*mut PyObject> {
+    let table = producers::kernel::table_of(py, object)?;
+    // SAFETY: the token proves the GIL is held; the table lives for the process, so the capsule
+    // needs no destructor.
+    py.check(unsafe {
+        (py.PyCapsule_New)((table as *const DLPackExchangeAPI).cast_mut().cast(), c"dlpack_exchange_api".as_ptr(), None)
+    })
+}
+
+/// `_row_of(type_or_object)`: the name of the row that reads objects of this type.
+pub(super) fn row_of(py: Python<'_>, _module: *mut PyObject, object: *mut PyObject) -> Result<*mut PyObject> {
+    py.new_str(producers::row_name(py, object))
+}
+
+/// `exchange_api_info(type_or_object)`.
+pub(super) fn exchange_api_info(
+    py: Python<'_>,
+    _module: *mut PyObject,
+    object: *mut PyObject,
+) -> Result<*mut PyObject> {
     let ty: *mut PyTypeObject = if is_type(py, object) { object.cast() } else { type_of(py, object) };
     let Some((head, attribute)) = published_head(py, ty)? else { return Ok(py.new_none()) };
     let info = Owned::new(py, py.new_dict()?)?;
