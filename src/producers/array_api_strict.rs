@@ -3,9 +3,10 @@
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
+use super::discovered::Discovered;
 use super::{numpy, synthetic, Entry, Guard, Producer, Read, Row};
 use crate::abi::*;
-use crate::cpython::{attribute, imported_module, interned_attribute, GilVar, Interned, Python};
+use crate::cpython::{attribute, imported_module, interned_attribute, Interned, Owned, Python};
 
 pub static ROW: Row =
     Row { name: "array_api_strict", synthetic: Some(&TABLE), guard: Some(&GUARD), producer: &ArrayApiStrict };
@@ -26,11 +27,11 @@ struct Found {
     api_version: *mut PyObject,
 }
 
-static FOUND: GilVar<Option<Found>> = GilVar::new(None);
+static FOUND: Discovered<Found> = Discovered::new(c"array_api_strict._array_object", &[&ARRAY, &DEVICE, &VERSION]);
 
 impl Producer for ArrayApiStrict {
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        FOUND.get(py).or_else(|| find(py)).is_some_and(|found| found.array == ty)
+        FOUND.get_or_find(py, find).is_some_and(|found| found.array == ty)
     }
 
     /// The wrapped numpy array, read the numpy row's way, on the CPU device while the API version
@@ -47,25 +48,17 @@ impl Producer for ArrayApiStrict {
     }
 }
 
-#[cold]
-fn find(py: Python<'_>) -> Option<Found> {
-    let objects = imported_module(py, c"array_api_strict._array_object")?;
+/// `Array`, `CPU_DEVICE` and the flags module, once array-api-strict has them.
+fn find(py: Python<'_>, objects: &Owned<'_>) -> Option<Found> {
     let flags = imported_module(py, c"array_api_strict._flags")?;
-    if ARRAY.get(py).is_err() || DEVICE.get(py).is_err() || VERSION.get(py).is_err() {
-        // SAFETY: the token proves the GIL is held; an interning failure is not ours to keep.
-        unsafe { (py.PyErr_Clear)() };
-        return None;
-    }
     let array = attribute(py, objects.as_ptr(), c"Array")?;
     let cpu = attribute(py, objects.as_ptr(), c"CPU_DEVICE")?;
-    let found = Found {
+    Some(Found {
         array: array.into_ptr().cast(),
         flags: flags.into_ptr(),
         cpu_device: cpu.into_ptr(),
         api_version: std::ptr::null_mut(),
-    };
-    FOUND.set(py, Some(found));
-    Some(found)
+    })
 }
 
 static ARRAY: Interned = Interned::new(c"_array");
@@ -97,7 +90,7 @@ fn api_new_enough(py: Python<'_>, found: Found) -> bool {
     }
     // The state as it is now (a lookup may run Python code, and another thread with it).
     if let Some(now) = FOUND.get(py) {
-        FOUND.set(py, Some(Found { api_version: version.into_ptr(), ..now }));
+        FOUND.update(py, Found { api_version: version.into_ptr(), ..now });
         // The reference the state held, now replaced (its release may run Python code).
         py.decref(now.api_version);
     }

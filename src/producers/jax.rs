@@ -5,12 +5,11 @@ use std::ptr::{self};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
+use super::discovered::Discovered;
 use super::{dlpack_method, synthetic, Entry, Guard, Producer, Read, Request, Row};
 use crate::abi::*;
 use crate::capsule;
-use crate::cpython::{
-    attribute, imported_module, interned_attribute, type_of, vectorcall_method, GilVar, Interned, Owned, Python,
-};
+use crate::cpython::{attribute, interned_attribute, type_of, vectorcall_method, Interned, Owned, Python};
 use crate::error::Result;
 use crate::tensor::Tensor;
 
@@ -28,11 +27,11 @@ struct Found {
     single_device: *mut PyTypeObject,
 }
 
-static FOUND: GilVar<Option<Found>> = GilVar::new(None);
+static FOUND: Discovered<Found> = Discovered::new(c"jaxlib._jax", &[&SHARDING, &SHARD, &EXPORT]);
 
 impl Producer for Jax {
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        FOUND.get(py).or_else(|| find(py)).is_some_and(|found| found.array == ty)
+        FOUND.get_or_find(py, find).is_some_and(|found| found.array == ty)
     }
 
     fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {
@@ -55,16 +54,9 @@ fn capsule_of<'py>(py: Python<'py>, object: *mut PyObject) -> Option<Owned<'py>>
     export(py, object, found)
 }
 
-/// `ArrayImpl`, `SingleDeviceSharding` and the module, once `jaxlib._jax` is imported (dlpx
-/// never imports it) and has them all, the function and the fields this read uses.
-#[cold]
-fn find(py: Python<'_>) -> Option<Found> {
-    let module = imported_module(py, c"jaxlib._jax")?;
-    if [SHARDING.get(py), SHARD.get(py), EXPORT.get(py)].iter().any(|name| name.is_err()) {
-        // SAFETY: the token proves the GIL is held; an interning failure is not ours to keep.
-        unsafe { (py.PyErr_Clear)() };
-        return None;
-    }
+/// `ArrayImpl`, `SingleDeviceSharding` and the module, once `jaxlib._jax` has them all, the
+/// function and the fields this read uses.
+fn find(py: Python<'_>, module: &Owned<'_>) -> Option<Found> {
     let array = attribute(py, module.as_ptr(), c"ArrayImpl")?;
     let single = attribute(py, module.as_ptr(), c"SingleDeviceSharding")?;
     attribute(py, module.as_ptr(), c"buffer_to_dlpack_managed_tensor")?;
@@ -74,10 +66,9 @@ fn find(py: Python<'_>) -> Option<Found> {
     if !fields || vectorcall_method().is_none() {
         return None;
     }
-    let found =
-        Found { module: module.into_ptr(), array: array.into_ptr().cast(), single_device: single.into_ptr().cast() };
-    FOUND.set(py, Some(found));
-    Some(found)
+    // SAFETY: the token proves the GIL is held; the module's reference is kept for the process.
+    unsafe { (py.Py_IncRef)(module.as_ptr()) };
+    Some(Found { module: module.as_ptr(), array: array.into_ptr().cast(), single_device: single.into_ptr().cast() })
 }
 
 static SHARDING: Interned = Interned::new(c"_sharding");

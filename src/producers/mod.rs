@@ -6,6 +6,7 @@
 mod array_api_strict;
 mod cache;
 mod capsule_object;
+mod discovered;
 mod dispatch;
 mod dlpack_call;
 mod dlpack_method;

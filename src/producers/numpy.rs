@@ -7,10 +7,11 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
+use super::discovered::Discovered;
 use super::held_object;
 use super::{synthetic, Entry, Guard, Producer, Read, Row};
 use crate::abi::*;
-use crate::cpython::{imported_module, layout, type_of, GilVar, Owned, Python};
+use crate::cpython::{layout, type_of, Owned, Python};
 use crate::error::Result;
 use crate::layout::MAX_NDIM;
 
@@ -19,22 +20,12 @@ struct Numpy;
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 static GUARD: Guard = Guard::new("numpy", c"numpy", &["2.4", "2.5"]);
 
-/// numpy's `ndarray` type once found with a known ABI (0 until then).
-static ARRAY_TYPE: GilVar<usize> = GilVar::new(0);
+/// numpy's `ndarray` type, once numpy is imported with a known ABI.
+static ARRAY_TYPE: Discovered<usize> = Discovered::new(c"numpy", &[]);
 
 impl Producer for Numpy {
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        if ARRAY_TYPE.get(py) == 0 {
-            // dlpx never imports numpy itself: until it is imported, nothing is numpy's.
-            if imported_module(py, c"numpy").is_none() {
-                return false;
-            }
-            match read_array_api(py) {
-                Some(array) => ARRAY_TYPE.set(py, array as usize),
-                None => return false,
-            }
-        }
-        ARRAY_TYPE.get(py) == ty as usize
+        ARRAY_TYPE.get_or_find(py, |py, _| read_array_api(py).map(|array| array as usize)) == Some(ty as usize)
     }
 
     fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {
@@ -125,7 +116,7 @@ fn read_array_api(py: Python<'_>) -> Option<*mut PyTypeObject> {
 /// reference to the array, released by its deleter (which takes the GIL). None: not such an
 /// array, or not covered (the seam asks `__dlpack__`).
 pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
-    if ARRAY_TYPE.get(py) != type_of(py, object) as usize {
+    if ARRAY_TYPE.get(py) != Some(type_of(py, object) as usize) {
         return Ok(None);
     }
     // SAFETY: the exact type is numpy's ndarray of a known ABI, so the object is laid out as

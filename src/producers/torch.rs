@@ -6,6 +6,7 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
+use super::discovered::Discovered;
 use super::{faithful, table, Entry, Producer, Read, Request, Row, Suspicion};
 use crate::abi::*;
 use crate::cpython::{imported_module, vectorcall_method, GilVar, Interned, Owned, Python};
@@ -16,7 +17,7 @@ pub static ROW: Row = Row { name: "torch", synthetic: None, guard: None, produce
 struct Torch;
 
 /// The table `torch.Tensor` publishes, once a type publishing one was seen with torch imported.
-static TORCH_TABLE: GilVar<usize> = GilVar::new(0);
+static TORCH_TABLE: Discovered<usize> = Discovered::new(c"torch", &[]);
 
 impl Producer for Torch {
     fn claims(&self, py: Python<'_>, _ty: *mut PyTypeObject, published: Option<&'static DLPackExchangeAPI>) -> bool {
@@ -106,16 +107,10 @@ fn suspicion_in_full(py: Python<'_>, object: *mut PyObject, dl: &DLTensor) -> Re
 
 /// The address of torch's table, when torch is imported.
 fn torch_table(py: Python<'_>) -> Option<usize> {
-    match TORCH_TABLE.get(py) {
-        0 => {
-            let torch = imported_module(py, c"torch")?;
-            let tensor = crate::cpython::attribute(py, torch.as_ptr(), c"Tensor")?;
-            let table = table::published_v1(py, tensor.as_ptr().cast())? as *const DLPackExchangeAPI as usize;
-            TORCH_TABLE.set(py, table);
-            Some(table)
-        }
-        table => Some(table),
-    }
+    TORCH_TABLE.get_or_find(py, |py, torch| {
+        let tensor = crate::cpython::attribute(py, torch.as_ptr(), c"Tensor")?;
+        Some(table::published_v1(py, tensor.as_ptr().cast())? as *const DLPackExchangeAPI as usize)
+    })
 }
 
 /// `bool at::native::is_neg(const at::Tensor&)` and `is_conj` (the kernels behind torch's

@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
+use super::discovered::Discovered;
 use super::{synthetic, Entry, Guard, Producer, Read, Row};
 use crate::abi::*;
-use crate::cpython::{imported_module, type_of, vectorcall_method, ExceptionGuard, GilVar, Interned, Owned, Python};
+use crate::cpython::{type_of, vectorcall_method, ExceptionGuard, Interned, Owned, Python};
 use crate::error::{guard, Error, Result};
 use crate::memory::cpu;
 use crate::tensor::MANAGED_BLOCK;
@@ -51,14 +52,14 @@ struct Found {
     accessor_checked: bool,
 }
 
-static FOUND: GilVar<Option<Found>> = GilVar::new(None);
+static FOUND: Discovered<Found> = Discovered::new(c"tvm_ffi.core", &[&CHANDLE]);
 
 /// `TVMFFIObjectDecRef`, for the deleter of an import (which has no other context).
 static DEC_REF: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
 
 impl Producer for TvmFfi {
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        FOUND.get(py).or_else(|| find(py)).is_some_and(|found| found.ty == ty)
+        FOUND.get_or_find(py, find).is_some_and(|found| found.ty == ty)
     }
 
     fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {
@@ -76,25 +77,16 @@ impl Producer for TvmFfi {
     }
 }
 
-/// `tvm_ffi.core.Tensor` and tvm-ffi's functions, once `tvm_ffi.core` is imported (dlpx never
-/// imports it) and the running CPython can call a method by vectorcall (3.9 and later can).
-#[cold]
-fn find(py: Python<'_>) -> Option<Found> {
-    let module = imported_module(py, c"tvm_ffi.core")?;
-    if vectorcall_method().is_none() || CHANDLE.get(py).is_err() {
-        // SAFETY: the token proves the GIL is held; an interning failure is not ours to keep.
-        unsafe { (py.PyErr_Clear)() };
-        return None;
-    }
+/// `tvm_ffi.core.Tensor` and tvm-ffi's functions, where the running CPython can call a method
+/// by vectorcall (3.9 and later can).
+fn find(py: Python<'_>, module: &Owned<'_>) -> Option<Found> {
+    vectorcall_method()?;
     let ty = crate::cpython::attribute(py, module.as_ptr(), c"Tensor")?;
     let (handle_ptr, refs) = library_functions(py, module.as_ptr());
     if let Some((_, dec_ref)) = refs {
         DEC_REF.store(dec_ref as *mut c_void, Ordering::Release);
     }
-    let found =
-        Found { ty: ty.into_ptr().cast(), handle_ptr, inc_ref: refs.map(|(inc, _)| inc), accessor_checked: false };
-    FOUND.set(py, Some(found));
-    Some(found)
+    Some(Found { ty: ty.into_ptr().cast(), handle_ptr, inc_ref: refs.map(|(inc, _)| inc), accessor_checked: false })
 }
 
 /// From the already loaded `tvm_ffi.core` extension and the libtvm_ffi it links:
@@ -183,7 +175,7 @@ fn handle_by_method_once(py: Python<'_>, object: *mut PyObject, found: Found) ->
         // either finding the function wrong leaves it unused.
         let now = FOUND.get(py).unwrap_or(found);
         let handle_ptr = now.handle_ptr.filter(|_| agree);
-        FOUND.set(py, Some(Found { handle_ptr, accessor_checked: true, ..now }));
+        FOUND.update(py, Found { handle_ptr, accessor_checked: true, ..now });
     }
     Some(by_method)
 }
