@@ -106,6 +106,24 @@ pub fn is_contiguous(shape: &[i64], strides: &[i64]) -> bool {
     true
 }
 
+/// Element strides from the byte strides the buffer protocol and the array interfaces give,
+/// written into `out`: each must be a whole number of items (else the layout has no DLPack
+/// spelling, and only a copy can cross).
+pub fn element_strides(byte_strides: &[i64], item_size: i64, out: &mut [i64]) -> Result<()> {
+    for (dim, (&bytes, slot)) in byte_strides.iter().zip(out.iter_mut()).enumerate() {
+        if item_size <= 0 || bytes % item_size != 0 {
+            return Err(unaligned_stride(dim, bytes, item_size));
+        }
+        *slot = bytes / item_size;
+    }
+    Ok(())
+}
+
+#[cold]
+fn unaligned_stride(dim: usize, bytes: i64, item_size: i64) -> Error {
+    Error::buffer(format!("strides[{dim}] = {bytes} bytes is not a multiple of the item size, {item_size} bytes"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +159,10 @@ mod tests {
         assert!(!is_contiguous(&[2, 3, 4], &[1, 2, 6]));
         assert!(is_contiguous(&[2, 1, 4], &[4, 99, 1]));
         assert!(is_contiguous(&[0, 3], &[7, 7]));
+        let mut e = [0i64; 3];
+        element_strides(&[-24, 8, 0], 8, &mut e).unwrap();
+        assert_eq!(e, [-3, 1, 0]);
+        let err = element_strides(&[12, 6], 4, &mut e).unwrap_err();
+        assert_eq!(err.fact(), "strides[1] = 6 bytes is not a multiple of the item size, 4 bytes");
     }
 }

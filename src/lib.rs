@@ -8,6 +8,7 @@
 
 // The bottom: facts and pure functions (docs/design.md, "Layers").
 pub mod abi;
+pub mod array_formats;
 pub mod chain;
 pub mod device_names;
 pub mod dtype;
