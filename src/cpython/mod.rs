@@ -13,6 +13,7 @@
 //! the token's GIL is held — the contract of the whole module, so they are not each `unsafe`.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod buffer;
 mod cells;
 mod gil;
 pub mod layout;
@@ -31,7 +32,7 @@ pub use objects::{
     Interned, VectorcallMethod, METH_FASTCALL,
 };
 pub use owned::Owned;
-pub use raise::{take_pending, Raise};
+pub use raise::{attribute_error, take_pending, Raise};
 pub use token::Python;
 
 use std::ffi::{c_char, c_int, c_long, c_longlong, c_ulonglong, c_void, CStr, CString};
@@ -140,6 +141,9 @@ python_api! {
         PyImport_ImportModule: fn(*const c_char) -> *mut PyObject;
         PyImport_GetModule: fn(*mut PyObject) -> *mut PyObject;
         PyImport_GetModuleDict: fn() -> *mut PyObject;
+        PyObject_GetBuffer: fn(*mut PyObject, *mut buffer::PyBuffer, c_int) -> c_int;
+        PyBuffer_Release: fn(*mut buffer::PyBuffer) -> ();
+        PyMemoryView_FromObject: fn(*mut PyObject) -> *mut PyObject;
     }
     data {
         none: "_Py_NoneStruct";

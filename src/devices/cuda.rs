@@ -139,6 +139,20 @@ impl Device for Cuda {
         cuda::is_built_in(stream)
     }
 
+    /// Device and managed memory; pinned memory is the host's.
+    fn kernel_addressable(&self, device_type: DeviceType) -> bool {
+        matches!(device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED)
+    }
+
+    /// dlpx's current stream there, which orders its work on the memory (NULL is the legacy
+    /// stream, 1); managed memory's reader needs none.
+    fn reader_stream(&self, device: DLDevice) -> Option<i64> {
+        (device.device_type == DeviceType::CUDA).then(|| match crate::stream::current(device) as usize {
+            0 => cuda::STREAM_LEGACY as i64,
+            handle => handle as i64,
+        })
+    }
+
     fn has_streams(&self, device_type: DeviceType) -> bool {
         device_type == DeviceType::CUDA
     }

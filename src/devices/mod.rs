@@ -122,6 +122,21 @@ pub trait Device: Sync {
         false
     }
 
+    /// Whether this device's kernels address memory of `device_type` by pointer: what the CUDA
+    /// array interface describes.
+    fn kernel_addressable(&self, device_type: DeviceType) -> bool {
+        let _ = device_type;
+        false
+    }
+
+    /// The stream a reader of `device`'s memory synchronises with before it reads (the CUDA
+    /// array interface's `stream`: 1 the legacy default stream, 2 the per-thread one, else the
+    /// handle); None where nothing is to be synchronised.
+    fn reader_stream(&self, device: DLDevice) -> Option<i64> {
+        let _ = device;
+        None
+    }
+
     /// Whether work on memory of `device_type` is ordered on the device's streams (a consumer
     /// of dlpx's table works on dlpx's current stream there, recorded as a use).
     fn has_streams(&self, device_type: DeviceType) -> bool {
@@ -163,6 +178,16 @@ pub fn host_accessible(device_type: DeviceType) -> bool {
 #[inline]
 pub fn has_streams(device_type: DeviceType) -> bool {
     device_type != DeviceType::CPU && of(device_type).is_some_and(|device| device.has_streams(device_type))
+}
+
+/// [`Device::kernel_addressable`]: whether memory of `device_type` is a kernel's by pointer.
+pub fn kernel_addressable(device_type: DeviceType) -> bool {
+    of(device_type).is_some_and(|device| device.kernel_addressable(device_type))
+}
+
+/// [`Device::reader_stream`] for `device`.
+pub fn interface_stream(device: DLDevice) -> Option<i64> {
+    of(device.device_type).and_then(|d| d.reader_stream(device))
 }
 
 /// [`Device::recordable`] for memory of `device`.

@@ -4,6 +4,8 @@
 //! `device_class`. The type is below the importer: its constructor, `dlpx.Tensor(x)`, is the
 //! importer handed down when the module creates the type (`create_type`).
 
+mod array_interfaces;
+mod buffer;
 pub mod device_class;
 mod dlpack_methods;
 mod getters;

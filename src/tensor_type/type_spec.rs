@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyGetSetDef, PyMethodDef, PyObject, PyTypeObject, PyType_Slot, PyType_Spec};
 
-use super::{dlpack_methods, getters, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
+use super::{array_interfaces, buffer, dlpack_methods, getters, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
 use crate::abi::*;
+use crate::cpython::buffer::{GetBufferFn, ReleaseBufferFn, PY_BF_GETBUFFER, PY_BF_RELEASEBUFFER};
 use crate::cpython::{type_of, CStatic, ExceptionGuard, Owned, Python, Raise};
 use crate::error::{boundary, guard, Error, Result};
 use crate::shell::{getset_def, method_def, shell};
@@ -96,12 +97,13 @@ through __dlpack__ and the C exchange table published on the type as
 __dlpack_c_exchange_api__. Make one with dlpx.empty(...) or dlpx.from_dlpack(obj);
 dlpx.Tensor(obj) is the same as dlpx.from_dlpack(obj).";
 
-static METHODS: CStatic<[PyMethodDef; 3]> = CStatic::new([
+static METHODS: CStatic<[PyMethodDef; 4]> = CStatic::new([
     method_def!("__dlpack__", fastcall dlpack_methods::dlpack, dlpack_methods::DLPACK_DOC),
+    method_def!("__array__", fastcall array_interfaces::array, array_interfaces::ARRAY_DOC),
     method_def!("__dlpack_device__", noargs dlpack_methods::dlpack_device, c"__dlpack_device__() -> (device_type, device_id) as DLPack integers."),
     PyMethodDef::zeroed(),
 ]);
-static GETSET: CStatic<[PyGetSetDef; 13]> = CStatic::new([
+static GETSET: CStatic<[PyGetSetDef; 15]> = CStatic::new([
     getset_def!("shape" as "dlpx.Tensor.get_shape", getters::shape, c"Extents of each dimension, a tuple of ints."),
     getset_def!("strides" as "dlpx.Tensor.get_strides", getters::strides, c"Strides of each dimension in elements (not bytes), a tuple of ints."),
     getset_def!("ndim" as "dlpx.Tensor.get_ndim", getters::ndim, c"Number of dimensions."),
@@ -114,9 +116,11 @@ static GETSET: CStatic<[PyGetSetDef; 13]> = CStatic::new([
     getset_def!("dtype" as "dlpx.Tensor.get_dtype", getters::dtype, c"Element type name: 'float32', 'bfloat16', 'float8_e4m3fn', 'bool', 'complex64', ..."),
     getset_def!("dtype_raw" as "dlpx.Tensor.get_dtype_raw", getters::dtype_raw, c"The DLPack dtype as (code, bits, lanes)."),
     getset_def!("device" as "dlpx.Tensor.get_device", getters::device, c"The device, a dlpx.Device (prints as 'cpu:0', compares with such strings)."),
+    getset_def!("__array_interface__" as "dlpx.Tensor.__array_interface__", array_interfaces::array_interface, c"numpy's array interface (version 3) of the tensor's host memory; absent for device memory."),
+    getset_def!("__cuda_array_interface__" as "dlpx.Tensor.__cuda_array_interface__", array_interfaces::cuda_array_interface, c"The CUDA array interface (version 3, with the stream to synchronise with) of CUDA memory; absent for host memory."),
     PyGetSetDef { name: ptr::null(), get: None, set: None, doc: ptr::null(), closure: ptr::null_mut() },
 ]);
-static SLOTS: CStatic<[PyType_Slot; 7]> = CStatic::new([
+static SLOTS: CStatic<[PyType_Slot; 9]> = CStatic::new([
     PyType_Slot { slot: pyo3_ffi::Py_tp_dealloc, pfunc: tensor_dealloc as *mut c_void },
     PyType_Slot { slot: pyo3_ffi::Py_tp_new, pfunc: tensor_new as *mut c_void },
     PyType_Slot {
@@ -126,6 +130,8 @@ static SLOTS: CStatic<[PyType_Slot; 7]> = CStatic::new([
     PyType_Slot { slot: pyo3_ffi::Py_tp_doc, pfunc: DOC.as_ptr() as *mut c_void },
     PyType_Slot { slot: pyo3_ffi::Py_tp_getset, pfunc: GETSET.get().cast() },
     PyType_Slot { slot: pyo3_ffi::Py_tp_methods, pfunc: METHODS.get().cast() },
+    PyType_Slot { slot: PY_BF_GETBUFFER, pfunc: buffer::get_buffer as GetBufferFn as *mut c_void },
+    PyType_Slot { slot: PY_BF_RELEASEBUFFER, pfunc: buffer::release_buffer as ReleaseBufferFn as *mut c_void },
     PyType_Slot { slot: 0, pfunc: ptr::null_mut() },
 ]);
 static SPEC: CStatic<PyType_Spec> = CStatic::new(PyType_Spec {
