@@ -208,7 +208,7 @@ fn main() {
     // One module per kind of export, in this order in the header.
     let exports =
         ["exchange", "library", "errors", "streams", "allocator", "kernel"].map(|m| format!("src/exports/{m}.rs"));
-    let mut dlpx = common("src/exports/");
+    let mut dlpx = common("src/exports/, src/memory/cuda/stats.rs");
     dlpx.include_guard = Some("DLPX_DLPX_H".to_string());
     dlpx.no_includes = true;
     dlpx.includes = vec!["dlpack.h".to_string()];
@@ -218,5 +218,5 @@ fn main() {
     dlpx.export.exclude.push("PyInit__native".to_string());
     dlpx.export.rename.insert("DeviceType".into(), "DLDeviceType".into());
     let dlpx = exports.iter().fold(cbindgen::Builder::new().with_config(dlpx), |builder, path| builder.with_src(path));
-    dlpx.with_src("src/abi/mod.rs").generate().expect("generate dlpx.h").write_to_file(out.join("dlpx.h"));
+    dlpx.with_src("src/memory/cuda/stats.rs").with_src("src/abi/mod.rs").generate().expect("generate dlpx.h").write_to_file(out.join("dlpx.h"));
 }

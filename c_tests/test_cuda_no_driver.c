@@ -42,6 +42,11 @@ int main(void) {
   expect_failure(kDLCUDAManaged, 0, 16, "RuntimeError", missing);
   expect_failure(kDLCUDA, -1, 16, "ValueError", "cuda:-1");
   expect_failure(kDLCUDAHost, 2, 16, "ValueError", "cuda_host:2");
+  DlpxCudaMemoryStats stats;
+  CHECK(dlpx_cuda_memory_stats(0, &stats) == -1 && test_contains(dlpx_last_error(), "dlpx: cuda_memory_stats: CUDA driver not found"),
+        "memory_stats: %s", test_str(dlpx_last_error()));
+  CHECK(dlpx_cuda_empty_cache() == -1 && test_contains(dlpx_last_error(), missing), "empty_cache: %s",
+        test_str(dlpx_last_error()));
   /* the CPU keeps working after CUDA failures */
   int64_t shape[1] = {4};
   DLTensor proto = test_prototype(kDLCPU, 0, kDLFloat, 32, 1, shape);

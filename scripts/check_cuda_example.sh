@@ -4,7 +4,8 @@
 # dlpx that DLPX_PYTHON imports, so the CUDA example cannot rot on a machine without a GPU.
 # Then checks the module (its init symbol; libdlpx.so.0 needed, the CUDA runtime static), imports
 # it (no driver is needed until a kernel launches) and runs tests/python/test_cuda_kernel.py on it:
-# without a GPU only the checks that need none run, the others say why they skip.
+# without a GPU only the checks that need none run, the others say why they skip
+# (DLPX_CUDA_EXAMPLE_NO_TESTS=1: build and check the module only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${DLPX_PYTHON:-.venv/bin/python}
@@ -44,4 +45,5 @@ case " $needed" in *" libdlpx.so.0 "*) ;; *) echo "check_cuda_example: libdlpx.s
 case " $needed" in *libcudart*|*libcuda.*) echo "check_cuda_example: links the CUDA runtime or driver dynamically: $needed"; exit 1 ;; esac
 
 module=$(realpath "$module")
+[ -n "${DLPX_CUDA_EXAMPLE_NO_TESTS:-}" ] && exit 0  # scripts/gpu_check.sh runs the tests itself
 (cd tests && DLPX_CUDA_KERNEL="$module" "$PY" -m pytest -q -p no:cacheprovider python/test_cuda_kernel.py -rs)

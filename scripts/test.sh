@@ -87,8 +87,10 @@ DLPX_PYTHON="$PY" bash scripts/reliability.sh  # fuzz targets over their corpus,
 echo "== the CUDA example, compiled with nvcc from PyPI (no GPU needed)" && DLPX_PYTHON="$PY" bash scripts/check_cuda_example.sh
 
 for b in interop kernel_overhead; do "$PY" benches/$b.py --quick | tail -n 2; done  # benchmark smoke run
-echo "== CUDA benchmark harness against the simulated driver (a smoke run: these are not CUDA numbers)"
-LD_LIBRARY_PATH="$SIM_CUDA_DIR" "$PY" benches/cuda_bench.py --quick | grep -E '^\| (entry|allocator|current)|targets'
+echo "== scripts/gpu_check.sh --simulated: the GPU check's logic on the simulated driver (not CUDA numbers)"
+DLPX_PYTHON="$PY" DLPX_SIM_CUDA_DIR="$SIM_CUDA_DIR" DLPX_CUDA_KERNEL="$(ls build/cuda_kernel/dlpx_cuda_kernel*.so)" \
+  OUT=build/gpu_check bash scripts/gpu_check.sh --simulated --quick \
+  | sed -n '/^## Checks/,/^## The GPU suite/p;/^## The allocator/,/^## A kernel/p;/^## Failures/,$p'
 
 echo "== the manylinux wheels (x86-64, aarch64), the C packages and the sdist (scripts/build_dist.sh)"
 bash scripts/build_dist.sh

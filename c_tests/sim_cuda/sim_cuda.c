@@ -74,13 +74,21 @@ struct CUctx_st {
 };
 
 struct CUstream_st {
-  int device;  /* -1 for the two built-in streams, which exist in every context */
+  int device;  /* -1 for the built-in streams, which exist in every context */
   int live;    /* 0 once destroyed (the object stays, see the top of the file) */
   int held;    /* sim_cuda_hold: work on it has not finished */
   int capturing; /* sim_cuda_set_capturing: being captured into a CUDA graph */
   unsigned long long completions;     /* bumped when its work finishes: release, sync, destroy */
   unsigned long long last_cross_wait; /* g_seq at its last wait on another stream's event */
   struct CUstream_st *next;
+  /* Stream order (see "stream order" below): the stream's index in every vector clock (-1:
+   * past SIM_CLOCKS, not tracked), whether it skips the legacy stream's implicit
+   * synchronisation (CU_STREAM_NON_BLOCKING), and its clock: clock[i] is how much of stream
+   * i's work (counted in operations) its next operation is ordered after; clock[index] is its
+   * own last operation. NULL until its first operation. */
+  int index;
+  int nonblocking;
+  unsigned long long *clock;
 };
 
 struct CUevent_st {
@@ -91,6 +99,7 @@ struct CUevent_st {
   int pending;                   /* recorded while `stream` was held ... */
   unsigned long long pending_at; /* ... and it has not completed since (completions unchanged) */
   struct CUevent_st *next;
+  unsigned long long *clock; /* the recording stream's clock at the last record */
 };
 
 struct CUmemPoolHandle_st {
@@ -105,16 +114,29 @@ struct CUmemPoolHandle_st {
   struct CUmemPoolHandle_st *next;
 };
 
+/* A use of bytes [off, off + len) of an allocation by one stream operation: the stream's clock
+ * index and the operation's position in it. */
+struct sim_use {
+  size_t off, len;
+  int index;
+  unsigned long long at;
+  int write;
+};
+
 struct sim_alloc {
   char *base;
   size_t size;
   int kind;   /* SIM_CUDA_DEVICE, SIM_CUDA_HOST, SIM_CUDA_MANAGED */
   int device; /* the device of the current context when it was made */
   int stream_ordered;
+  int captured; /* made on a stream being captured */
   CUstream stream; /* as passed, for stream-ordered allocations */
   struct CUmemPoolHandle_st *pool;
   unsigned long long seq; /* g_seq when made: "since the allocation" for sim_cuda_frees_waiting */
   struct sim_alloc *next;
+  /* Its timeline: the last writes and the reads since, by range (see "stream order"). */
+  struct sim_use *uses;
+  size_t nuses, uses_cap;
 };
 
 struct sim_wait {
@@ -133,6 +155,7 @@ static struct {
   int verbose;
 } g_cfg;
 static int g_initialized;
+static int g_deinitialized; /* sim_cuda_deinitialize: the driver is shutting down */
 
 static long g_calls[FN_COUNT];
 static struct {
@@ -147,9 +170,12 @@ static long long g_device_bytes[SIM_MAX_DEVICES]; /* live SIM_CUDA_DEVICE bytes,
 
 /* NULL and CU_STREAM_LEGACY are the same stream; CU_STREAM_PER_THREAD is another. One of each
  * for the whole machine (not per device or thread): enough to observe which one a call used. */
-static struct CUstream_st g_legacy = {-1, 1, 0, 0, 0, 0, NULL};
-static struct CUstream_st g_per_thread = {-1, 1, 0, 0, 0, 0, NULL};
+static struct CUstream_st g_legacy = {-1, 1, 0, 0, 0, 0, NULL, 0, 0, NULL};
 static struct CUstream_st *g_streams;
+/* CU_STREAM_PER_THREAD is a different blocking stream on each thread: made on a thread's first
+ * use of the handle, listed here (never freed, so a leak checker does not see them). */
+static struct CUstream_st *g_per_thread_streams;
+static _Thread_local struct CUstream_st *tl_per_thread;
 static struct CUevent_st *g_events;
 static struct CUmemPoolHandle_st *g_pools;
 static struct sim_alloc *g_allocs; /* live allocations only */
@@ -159,6 +185,13 @@ static size_t g_nwaits, g_waits_cap;
 static unsigned long long g_seq;
 static CUstream g_last_free_stream;
 static long g_frees_waiting;
+
+/* Stream order: vector clocks over at most SIM_CLOCKS streams (the legacy one is index 0). */
+#define SIM_CLOCKS 1024
+#define SIM_MAX_USES 256 /* uses kept per allocation; the oldest reads go first beyond it */
+static int g_nclocks = 1;
+static unsigned long long g_host[SIM_CLOCKS]; /* work the host has seen complete */
+static long g_unordered;
 
 static _Thread_local CUcontext tl_stack[SIM_MAX_DEPTH];
 static _Thread_local int tl_depth;
@@ -238,6 +271,11 @@ static int enter(enum sim_fn fn, CUresult *rc) {
     return 1;
   }
   load_config();
+  if (g_deinitialized) { /* as a driver whose process teardown has begun: refused, not misuse */
+    *rc = CUDA_ERROR_DEINITIALIZED;
+    pthread_mutex_unlock(&g_lock);
+    return 1;
+  }
   int exempt = fn == FN_cuInit || fn == FN_cuDriverGetVersion || fn == FN_cuGetErrorName || fn == FN_cuGetErrorString;
   if (!g_initialized && !exempt) {
     *rc = bad(fn, CUDA_ERROR_NOT_INITIALIZED, "called before a successful cuInit");
@@ -281,10 +319,25 @@ static CUresult need_ctx(enum sim_fn fn, int *device) {
   return CUDA_SUCCESS;
 }
 
+static struct CUstream_st *new_stream(int device);
+
+/* Lock held. This thread's default stream (NULL when out of memory). */
+static struct CUstream_st *per_thread_stream(void) {
+  if (tl_per_thread == NULL) {
+    tl_per_thread = new_stream(-1);
+    if (tl_per_thread != NULL) {
+      g_streams = tl_per_thread->next; /* new_stream listed it with the created ones: move it */
+      tl_per_thread->next = g_per_thread_streams;
+      g_per_thread_streams = tl_per_thread;
+    }
+  }
+  return tl_per_thread;
+}
+
 /* A stream handle, live created streams only when !allow_dead; NULL for an unknown one. */
 static struct CUstream_st *find_stream(CUstream handle, int allow_dead) {
   if (handle == NULL || handle == SIM_CU_STREAM_LEGACY) return &g_legacy;
-  if (handle == SIM_CU_STREAM_PER_THREAD) return &g_per_thread;
+  if (handle == SIM_CU_STREAM_PER_THREAD) return per_thread_stream();
   for (struct CUstream_st *s = g_streams; s != NULL; s = s->next)
     if (s == handle && (s->live || allow_dead)) return s;
   return NULL;
@@ -382,6 +435,7 @@ static CUresult new_alloc(enum sim_fn fn, int kind, int device, size_t size, str
 }
 
 static void free_alloc(struct sim_alloc *a) {
+  free(a->uses);
   for (struct sim_alloc **link = &g_allocs; *link != NULL; link = &(*link)->next)
     if (*link == a) {
       *link = a->next;
@@ -413,6 +467,109 @@ static CUresult need_device_range(enum sim_fn fn, CUdeviceptr dptr, size_t bytes
     return bad(fn, CUDA_ERROR_INVALID_VALUE, "%s range [0x%llx, +%zu) is not inside one live device allocation", which,
                dptr, bytes);
   return CUDA_SUCCESS;
+}
+
+
+/* ---- stream order ------------------------------------------------------------------------
+ *
+ * Each stream operation (a use, a copy, an event record) is numbered in its stream, and each
+ * stream carries a vector clock: how many operations of every stream its next operation is
+ * ordered after. An event carries its stream's clock as of its record; a wait merges that into
+ * the waiting stream's clock. The host's clock holds the work the host has seen complete (an
+ * event query or stream query that succeeded, a synchronisation): whatever is enqueued later is
+ * ordered after it. Before each of its operations the legacy stream waits for every blocking
+ * stream's work so far, and a blocking stream for the legacy stream's.
+ *
+ * Every use of an allocation's bytes is checked against its timeline: a write must be ordered
+ * after every earlier use of those bytes, a read after the last write. One that is not is an
+ * unordered reuse (counted, sim_cuda_unordered_reuses, and logged). The driver orders its own
+ * reuse of memory it was given back, so a new allocation starts with an empty timeline; memory a
+ * caching allocator hands out again keeps its timeline, which is what this checks. */
+
+/* Lock held. A stream's clock, made on first use (NULL when not tracked or out of memory). */
+static unsigned long long *clock_of(struct CUstream_st *s) {
+  if (s->index < 0) return NULL;
+  if (s->clock == NULL) s->clock = (unsigned long long *)calloc(SIM_CLOCKS, sizeof *s->clock);
+  return s->clock;
+}
+
+static void merge(unsigned long long *into, const unsigned long long *from) {
+  if (into == NULL || from == NULL) return;
+  for (int i = 0; i < g_nclocks; i++)
+    if (from[i] > into[i]) into[i] = from[i];
+}
+
+/* Lock held. Numbers the next operation on `s` after what it is ordered after; its position
+ * there, 0 for a stream that is not tracked. */
+static unsigned long long enqueue(struct CUstream_st *s) {
+  unsigned long long *c = clock_of(s);
+  if (c == NULL) return 0;
+  merge(c, g_host);
+  if (s == &g_legacy) {
+    for (struct CUstream_st *b = g_streams; b != NULL; b = b->next)
+      if (!b->nonblocking) merge(c, b->clock);
+    for (struct CUstream_st *b = g_per_thread_streams; b != NULL; b = b->next) merge(c, b->clock);
+  } else if (!s->nonblocking) {
+    merge(c, g_legacy.clock);
+  }
+  return ++c[s->index];
+}
+
+/* Lock held. The host has seen the work of `clock` complete. */
+static void observe(const unsigned long long *clock) { merge(g_host, clock); }
+
+/* Lock held. An operation on `s` reads or writes bytes [off, off + len) of `a`. */
+static void use_range(enum sim_fn fn, struct CUstream_st *s, struct sim_alloc *a, size_t off, size_t len, int write) {
+  unsigned long long at = enqueue(s);
+  if (at == 0 || len == 0) return;
+  const unsigned long long *c = s->clock;
+  size_t kept = 0;
+  int reported = 0; /* one report per use, however many earlier uses it is unordered with */
+  for (size_t i = 0; i < a->nuses; i++) {
+    struct sim_use u = a->uses[i];
+    int overlaps = u.off < off + len && off < u.off + u.len;
+    if (!reported && overlaps && (write || u.write) && u.index != s->index && c[u.index] < u.at) {
+      reported = 1;
+      g_unordered++;
+      if (g_cfg.verbose)
+        fprintf(stderr,
+                "sim_cuda: %s: unordered reuse: bytes [%zu, +%zu) of %p %s on stream %d, operation %llu, "
+                "but stream %d's %s of bytes [%zu, +%zu) (operation %llu) is not ordered before it\n",
+                fn < FN_COUNT ? fn_names[fn] : "sim_cuda_use", off, len, (void *)a->base, write ? "written" : "read",
+                s->index, at, u.index, u.write ? "write" : "read", u.off, u.len, u.at);
+    }
+    /* A write ordered after every use it covers stands for them; a stream's read, for its earlier one. */
+    int superseded = write ? overlaps && u.off >= off && u.off + u.len <= off + len
+                           : !u.write && u.index == s->index && u.off == off && u.len == len;
+    if (!superseded) a->uses[kept++] = u;
+  }
+  a->nuses = kept;
+  if (a->nuses == SIM_MAX_USES) { /* drop the oldest read: a later check may then miss it */
+    size_t oldest = 0;
+    while (oldest < a->nuses && a->uses[oldest].write) oldest++;
+    if (oldest == a->nuses) oldest = 0;
+    memmove(&a->uses[oldest], &a->uses[oldest + 1], (a->nuses - oldest - 1) * sizeof *a->uses);
+    a->nuses--;
+  }
+  if (a->nuses == a->uses_cap) {
+    size_t cap = a->uses_cap != 0 ? 2 * a->uses_cap : 4;
+    struct sim_use *grown = (struct sim_use *)realloc(a->uses, cap * sizeof *grown);
+    if (grown == NULL) return;
+    a->uses = grown;
+    a->uses_cap = cap;
+  }
+  a->uses[a->nuses].off = off;
+  a->uses[a->nuses].len = len;
+  a->uses[a->nuses].index = s->index;
+  a->uses[a->nuses].at = at;
+  a->uses[a->nuses].write = write;
+  a->nuses++;
+}
+
+/* Lock held. An operation on `s` uses [ptr, ptr + bytes), if that lies in one live allocation. */
+static void use_bytes(enum sim_fn fn, struct CUstream_st *s, const void *ptr, size_t bytes, int write) {
+  struct sim_alloc *a = find_alloc(ptr, bytes);
+  if (a != NULL) use_range(fn, s, a, (size_t)((const char *)ptr - a->base), bytes, write);
 }
 
 /* ---- initialisation, errors, devices ------------------------------------------------------ */
@@ -589,9 +746,16 @@ SIM_CUDA_API CUresult cuCtxSynchronize(void) {
   int device = -1;
   TRY(need_ctx(fn_, &device));
   for (struct CUstream_st *s = g_streams; s != NULL; s = s->next)
-    if (s->live && s->device == device) complete(s);
+    if (s->live && s->device == device) {
+      complete(s);
+      observe(s->clock);
+    }
   complete(&g_legacy);
-  complete(&g_per_thread);
+  observe(g_legacy.clock);
+  for (struct CUstream_st *s = g_per_thread_streams; s != NULL; s = s->next) {
+    complete(s);
+    observe(s->clock);
+  }
   return leave(CUDA_SUCCESS);
 }
 
@@ -602,6 +766,7 @@ static struct CUstream_st *new_stream(int device) {
   if (s == NULL) return NULL;
   s->device = device;
   s->live = 1;
+  s->index = g_nclocks < SIM_CLOCKS ? g_nclocks++ : -1;
   s->next = g_streams;
   g_streams = s;
   return s;
@@ -615,6 +780,7 @@ SIM_CUDA_API CUresult cuStreamCreate(CUstream *stream, unsigned int flags) {
   TRY(need_ctx(fn_, &device));
   struct CUstream_st *s = new_stream(device);
   if (s == NULL) return leave(CUDA_ERROR_OUT_OF_MEMORY);
+  s->nonblocking = (int)(flags & 1u);
   *stream = s;
   return leave(CUDA_SUCCESS);
 }
@@ -632,7 +798,9 @@ SIM_CUDA_API CUresult cuStreamQuery(CUstream stream) {
   ENTER(cuStreamQuery);
   struct CUstream_st *s = NULL;
   TRY(need_stream(fn_, stream, -1, &s));
-  return leave(s->held ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS);
+  if (s->held) return leave(CUDA_ERROR_NOT_READY);
+  observe(s->clock);
+  return leave(CUDA_SUCCESS);
 }
 
 SIM_CUDA_API CUresult cuStreamSynchronize(CUstream stream) {
@@ -640,6 +808,7 @@ SIM_CUDA_API CUresult cuStreamSynchronize(CUstream stream) {
   struct CUstream_st *s = NULL;
   TRY(need_stream(fn_, stream, -1, &s));
   complete(s);
+  observe(s->clock);
   return leave(CUDA_SUCCESS);
 }
 
@@ -686,6 +855,7 @@ SIM_CUDA_API CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned
   if (!e->recorded) return leave(bad(fn_, CUDA_SUCCESS, "waits on event %p, which was never recorded", (void *)event));
   count_wait(s, e->stream);
   if (e->stream != s) s->last_cross_wait = ++g_seq;
+  merge(clock_of(s), e->clock);
   return leave(CUDA_SUCCESS);
 }
 
@@ -723,6 +893,12 @@ SIM_CUDA_API CUresult cuEventRecord(CUevent event, CUstream stream) {
   e->stream = s;
   e->pending = s->held;
   e->pending_at = s->completions;
+  enqueue(s);
+  if (s->clock != NULL && e->clock == NULL) e->clock = (unsigned long long *)calloc(SIM_CLOCKS, sizeof *e->clock);
+  if (e->clock != NULL) { /* no clock has an entry at or past g_nclocks */
+    if (s->clock != NULL) memcpy(e->clock, s->clock, (size_t)g_nclocks * sizeof *e->clock);
+    else memset(e->clock, 0, (size_t)g_nclocks * sizeof *e->clock);
+  }
   return leave(CUDA_SUCCESS);
 }
 
@@ -732,6 +908,7 @@ SIM_CUDA_API CUresult cuEventQuery(CUevent event) {
   TRY(need_event(fn_, event, &e));
   if (e->pending && e->stream->completions == e->pending_at) return leave(CUDA_ERROR_NOT_READY);
   e->pending = 0;
+  observe(e->clock);
   return leave(CUDA_SUCCESS);
 }
 
@@ -740,6 +917,7 @@ SIM_CUDA_API CUresult cuEventSynchronize(CUevent event) {
   struct CUevent_st *e = NULL;
   TRY(need_event(fn_, event, &e));
   e->pending = 0; /* the recorded work finished; later work on a held stream need not have */
+  observe(e->clock);
   return leave(CUDA_SUCCESS);
 }
 
@@ -793,6 +971,7 @@ static CUresult alloc_async(enum sim_fn fn, CUdeviceptr *dptr, size_t bytesize, 
   struct sim_alloc *a = NULL;
   TRY(new_alloc(fn, SIM_CUDA_DEVICE, device, bytesize, p, &a));
   a->stream_ordered = 1;
+  a->captured = s->capturing;
   a->stream = stream;
   *dptr = (CUdeviceptr)(uintptr_t)a->base;
   return leave(CUDA_SUCCESS);
@@ -1005,6 +1184,8 @@ SIM_CUDA_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t by
   if (bytes == 0) return leave(CUDA_SUCCESS);
   if (dst == NULL) REFUSE(CUDA_ERROR_INVALID_VALUE, "NULL destination");
   TRY(need_device_range(fn_, src, bytes, "source"));
+  use_bytes(fn_, s, (const void *)(uintptr_t)src, bytes, 0);
+  use_bytes(fn_, s, dst, bytes, 1); /* pinned host memory has a timeline too */
   memcpy(dst, (const void *)(uintptr_t)src, bytes);
   return leave(CUDA_SUCCESS);
 }
@@ -1018,6 +1199,8 @@ SIM_CUDA_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, siz
   if (bytes == 0) return leave(CUDA_SUCCESS);
   if (src == NULL) REFUSE(CUDA_ERROR_INVALID_VALUE, "NULL source");
   TRY(need_device_range(fn_, dst, bytes, "destination"));
+  use_bytes(fn_, s, src, bytes, 0);
+  use_bytes(fn_, s, (const void *)(uintptr_t)dst, bytes, 1);
   memcpy((void *)(uintptr_t)dst, src, bytes);
   return leave(CUDA_SUCCESS);
 }
@@ -1031,6 +1214,8 @@ SIM_CUDA_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, siz
   if (bytes == 0) return leave(CUDA_SUCCESS);
   TRY(need_device_range(fn_, src, bytes, "source"));
   TRY(need_device_range(fn_, dst, bytes, "destination"));
+  use_bytes(fn_, s, (const void *)(uintptr_t)src, bytes, 0);
+  use_bytes(fn_, s, (const void *)(uintptr_t)dst, bytes, 1);
   memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
   return leave(CUDA_SUCCESS);
 }
@@ -1082,6 +1267,7 @@ SIM_CUDA_API void sim_cuda_reset_counts(void) {
   g_misuses = 0;
   g_frees_waiting = 0;
   g_nwaits = 0;
+  g_unordered = 0;
   unlock();
 }
 
@@ -1142,12 +1328,17 @@ SIM_CUDA_API long sim_cuda_live_streams(void) {
   return n;
 }
 
-SIM_CUDA_API void *sim_cuda_stream_create(int device) {
+static void *control_stream_create(int device, int nonblocking) {
   lock();
   struct CUstream_st *s = valid_device(device) ? new_stream(device) : NULL;
+  if (s != NULL) s->nonblocking = nonblocking;
   unlock();
   return s;
 }
+
+SIM_CUDA_API void *sim_cuda_stream_create(int device) { return control_stream_create(device, 0); }
+
+SIM_CUDA_API void *sim_cuda_stream_create_nonblocking(int device) { return control_stream_create(device, 1); }
 
 SIM_CUDA_API void sim_cuda_stream_destroy(void *stream) {
   lock();
@@ -1261,4 +1452,55 @@ SIM_CUDA_API void sim_cuda_set_capturing(void *stream, int capturing) {
   struct CUstream_st *s = find_stream((CUstream)stream, 0);
   if (s != NULL) s->capturing = capturing;
   unlock();
+}
+
+SIM_CUDA_API int sim_cuda_use(void *stream, void *ptr, size_t bytes, int write) {
+  lock();
+  struct CUstream_st *s = find_stream((CUstream)stream, 0);
+  struct sim_alloc *a = find_alloc(ptr, bytes);
+  int rc = -1;
+  if (s == NULL || a == NULL || bytes == 0) {
+    fprintf(stderr, "sim_cuda: sim_cuda_use: stream %p is not live, or [%p, +%zu) is not inside one live allocation\n",
+            stream, ptr, bytes);
+  } else {
+    use_range(FN_COUNT, s, a, (size_t)((char *)ptr - a->base), bytes, write != 0);
+    rc = 0;
+  }
+  unlock();
+  return rc;
+}
+
+SIM_CUDA_API long sim_cuda_unordered_reuses(void) {
+  lock();
+  long n = g_unordered;
+  unlock();
+  return n;
+}
+
+SIM_CUDA_API int sim_cuda_alloc_captured(void *ptr) {
+  lock();
+  struct sim_alloc *a = find_alloc(ptr, 1);
+  int captured = a != NULL ? a->captured : -1;
+  unlock();
+  return captured;
+}
+
+SIM_CUDA_API void sim_cuda_deinitialize(void) {
+  lock();
+  g_deinitialized = 1;
+  unlock();
+}
+
+/* SIM_CUDA_EXIT_REPORT=1: what is still allocated when the library is unloaded at exit (after
+ * every atexit function), as compute-sanitizer's leak check reports it. */
+__attribute__((destructor)) static void report_at_exit(void) {
+  const char *report = getenv("SIM_CUDA_EXIT_REPORT");
+  if (report == NULL || strcmp(report, "1") != 0) return;
+  long count[3] = {0, 0, 0};
+  long long bytes[3] = {0, 0, 0};
+  pthread_mutex_lock(&g_lock);
+  for (int kind = 0; kind < 3; kind++) tally(kind, -1, &count[kind], &bytes[kind]);
+  pthread_mutex_unlock(&g_lock);
+  fprintf(stderr, "sim_cuda: at exit: %ld device (%lld bytes), %ld pinned, %ld managed allocations live\n", count[0],
+          bytes[0], count[1], count[2]);
 }

@@ -17,13 +17,17 @@
  *                            cuMemAllocAsync, cuMemPoolCreate, cuMemAllocFromPoolAsync and
  *                            cuDeviceGetDefaultMemPool return CUDA_ERROR_NOT_SUPPORTED)
  *   SIM_CUDA_VERBOSE         "0": do not log misuse to stderr
+ *   SIM_CUDA_EXIT_REPORT     "1": when the library is unloaded at exit (after every atexit
+ *                            function), print the allocations still live to stderr:
+ *                            "sim_cuda: at exit: N device (B bytes), N pinned, N managed
+ *                            allocations live" (what compute-sanitizer's leak check reports)
  *
  * The control API below is for tests. It is exported by the same library, so a test reaches the
  * very instance dlpx loaded either by linking with it (its SONAME is libcuda.so.1 and libcuda.so
  * is a symlink to it, so dlopen of either name finds the loaded copy), by dlsym on a dlopen
  * handle, or from Python with ctypes.CDLL("libcuda.so"). Every function is thread-safe.
- * Stream handles are the CUstream values: NULL and (void*)0x1 are the legacy default stream,
- * (void*)0x2 the per-thread default stream (one of each for the whole simulated machine).
+ * Stream handles are the CUstream values: NULL and (void*)0x1 are the legacy default stream (one
+ * for the whole simulated machine), (void*)0x2 the calling thread's per-thread default stream.
  *
  * Define SIM_CUDA_DECLARE_DRIVER before including this header to also get the simulated driver
  * API's types and prototypes (never together with the real cuda.h). */
@@ -53,8 +57,8 @@ SIM_CUDA_API void sim_cuda_fail(const char *function, int code, int times);
 /* Calls of driver function `function` since the last reset, failed ones included; -1 for a name
  * that is not a simulated driver function. */
 SIM_CUDA_API long sim_cuda_calls(const char *function);
-/* Zeroes every call counter, sim_cuda_misuses, sim_cuda_frees_waiting and the wait counters
- * (allocations, streams, events and pools are untouched). */
+/* Zeroes every call counter, sim_cuda_misuses, sim_cuda_frees_waiting, sim_cuda_unordered_reuses
+ * and the wait counters (allocations, streams, events, pools and stream order are untouched). */
 SIM_CUDA_API void sim_cuda_reset_counts(void);
 /* Calls refused (or, for cuStreamWaitEvent on a never-recorded event, accepted) as misuse since
  * the last reset; each was also logged. */
@@ -73,8 +77,11 @@ SIM_CUDA_API long sim_cuda_live_events(void);
 SIM_CUDA_API long sim_cuda_live_streams(void);
 
 /* A stream on `device`, created without a context (NULL for an invalid device), and its
- * destruction (the same as cuStreamDestroy_v2, without counting a driver call). */
+ * destruction (the same as cuStreamDestroy_v2, without counting a driver call). The stream is a
+ * blocking one (cuStreamCreate's CU_STREAM_DEFAULT): it and the legacy stream wait for each
+ * other's work; _nonblocking makes one that does not (CU_STREAM_NON_BLOCKING, as torch's are). */
 SIM_CUDA_API void *sim_cuda_stream_create(int device);
+SIM_CUDA_API void *sim_cuda_stream_create_nonblocking(int device);
 SIM_CUDA_API void sim_cuda_stream_destroy(void *stream);
 
 /* While a stream is held, cuStreamQuery on it is CUDA_ERROR_NOT_READY and every event recorded
@@ -113,6 +120,30 @@ SIM_CUDA_API int sim_cuda_pool_access(void *pool, int device);
 /* Marks a stream as being captured into a CUDA graph (cuStreamIsCapturing reports it), or not.
  * While it is, cuMemFreeAsync on it of memory allocated before is refused as misuse. */
 SIM_CUDA_API void sim_cuda_set_capturing(void *stream, int capturing);
+/* 1 when the live allocation containing `ptr` was made on a stream being captured, 0 when not,
+ * -1 when there is none. */
+SIM_CUDA_API int sim_cuda_alloc_captured(void *ptr);
+
+/* Stream order. The simulator keeps, for every stream, which work of every other stream its
+ * next operation is ordered after (event records and waits, the legacy stream's implicit
+ * synchronisation with blocking streams, and what the host has seen complete: a successful
+ * cuEventQuery or cuStreamQuery, cuEventSynchronize, cuStreamSynchronize, cuCtxSynchronize),
+ * and, for every allocation, which stream last wrote each byte range and which read it since,
+ * up to which of their operations. sim_cuda_use enqueues an operation on `stream` (the calling
+ * thread's for 0x2) that reads (write = 0) or writes [ptr, ptr + bytes), as a kernel would; the
+ * driver's copies are such operations too. A write not ordered after every earlier use of its
+ * bytes, or a read not ordered after their last write, is an unordered reuse: counted and
+ * logged. A test that orders its own work sees one only when memory was handed out again before
+ * its previous user's work was known to be done — a caching allocator's bug; the driver's own
+ * reuse is ordered by the driver (a new allocation starts with no uses). Returns 0, or -1 when
+ * the stream is not live or the range is not inside one live allocation. */
+SIM_CUDA_API int sim_cuda_use(void *stream, void *ptr, size_t bytes, int write);
+/* Unordered reuses since the last reset. */
+SIM_CUDA_API long sim_cuda_unordered_reuses(void);
+
+/* From now on every driver function returns CUDA_ERROR_DEINITIALIZED and does nothing, as a
+ * driver does once the process's teardown has shut it down (not counted as misuse). */
+SIM_CUDA_API void sim_cuda_deinitialize(void);
 
 /* The primary context retain count of `device` (-1 for an invalid device). */
 SIM_CUDA_API int sim_cuda_retains(int device);

@@ -1,5 +1,6 @@
 /* Self-test of the simulated CUDA driver: every driver function's success and error cases, the
- * thread-local context stack, hold/release, wait accounting, fail injection and error names.
+ * thread-local context stack, hold/release, wait accounting, stream order (which reuses of memory
+ * it reports), fail injection and error names.
  * argv[1] names the configuration the environment was set up for (ctest runs one process per
  * configuration, since the simulator reads its environment once): "default" (2 devices, pools),
  * "nopools" (SIM_CUDA_NO_POOLS=1, 1 device of 4096 bytes, driver 11020), "nodevice" (0 devices). */
@@ -172,6 +173,9 @@ static void *stress_thread(void *p) {
     EXPECT(cuEventDestroy_v2(e), CUDA_SUCCESS);
     EXPECT(cuCtxPopCurrent_v2(NULL), CUDA_SUCCESS);
   }
+  /* 0x2 is this thread's own default stream: it waited 500 times, whatever the others did */
+  CHECK(sim_cuda_waits(SIM_CU_STREAM_PER_THREAD, NULL) == 500, "this thread's waits: %ld",
+        sim_cuda_waits(SIM_CU_STREAM_PER_THREAD, NULL));
   return NULL;
 }
 
@@ -196,7 +200,8 @@ static void test_threads(void) {
         sim_cuda_calls("cuMemAllocAsync"), sim_cuda_calls("cuCtxPushCurrent"));
   CHECK(sim_cuda_live(SIM_CUDA_DEVICE, -1) == 0 && sim_cuda_live_events() == 0, "balanced: %ld allocations, %ld events",
         sim_cuda_live(SIM_CUDA_DEVICE, -1), sim_cuda_live_events());
-  CHECK(sim_cuda_waits(SIM_CU_STREAM_PER_THREAD, NULL) == 2000, "waits %ld", sim_cuda_waits(SIM_CU_STREAM_PER_THREAD, NULL));
+  CHECK(sim_cuda_waits(SIM_CU_STREAM_PER_THREAD, NULL) == 0, "the main thread's default stream waited %ld times",
+        sim_cuda_waits(SIM_CU_STREAM_PER_THREAD, NULL));
   CHECK(sim_cuda_misuses() == 0, "no misuse (%ld)", sim_cuda_misuses());
 }
 
@@ -642,6 +647,91 @@ static void test_error_names(void) {
   EXPECT(cuGetErrorName(0, NULL), CUDA_ERROR_INVALID_VALUE);
 }
 
+/* What stream order counts as ordered, and that every other reuse is reported. */
+static long unordered_after(long before) { return sim_cuda_unordered_reuses() - before; }
+
+static void *use_on_own_default_stream(void *ptr) {
+  CHECK(sim_cuda_use(SIM_CU_STREAM_PER_THREAD, ptr, 64, 1) == 0, "a write on another thread's default stream");
+  return NULL;
+}
+
+static void test_stream_order(void) {
+  EXPECT(cuCtxPushCurrent_v2(ctx0), CUDA_SUCCESS);
+  CUstream a = (CUstream)sim_cuda_stream_create_nonblocking(0), b = (CUstream)sim_cuda_stream_create_nonblocking(0);
+  CUstream blocking = (CUstream)sim_cuda_stream_create(0);
+  CUdeviceptr d = 0;
+  CUevent e = NULL;
+  EXPECT(cuMemAllocAsync(&d, 256, a), CUDA_SUCCESS);
+  EXPECT(cuEventCreate(&e, 2), CUDA_SUCCESS);
+  void *p = (void *)(uintptr_t)d;
+  long base = sim_cuda_unordered_reuses();
+
+  CHECK(sim_cuda_use(a, p, 256, 1) == 0 && sim_cuda_use(a, p, 256, 0) == 0, "write then read on one stream");
+  CHECK(unordered_after(base) == 0, "one stream is in order");
+  CHECK(sim_cuda_use(b, p, 128, 1) == 0 && unordered_after(base) == 1, "a write on another stream, unordered");
+  CHECK(sim_cuda_use(b, (char *)p + 128, 128, 0) == 0 && unordered_after(base) == 2, "a read after a's write, unordered");
+  base = sim_cuda_unordered_reuses();
+
+  EXPECT(cuEventRecord(e, b), CUDA_SUCCESS);
+  EXPECT(cuStreamWaitEvent(a, e, 0), CUDA_SUCCESS);
+  CHECK(sim_cuda_use(a, p, 256, 1) == 0 && unordered_after(base) == 0, "a waited for b's event");
+  CHECK(sim_cuda_use(b, p, 16, 0) == 0 && sim_cuda_use(a, p, 16, 0) == 0 && unordered_after(base) == 1,
+        "b reads what a wrote without waiting; a's read beside it is no conflict");
+  base = sim_cuda_unordered_reuses();
+
+  /* what the host has seen complete orders everything enqueued after it */
+  sim_cuda_hold(b);
+  EXPECT(cuEventRecord(e, b), CUDA_SUCCESS);
+  EXPECT(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  CHECK(sim_cuda_use(a, p, 256, 1) == 0 && unordered_after(base) == 1, "a query that failed orders nothing");
+  sim_cuda_release(b);
+  EXPECT(cuEventRecord(e, a), CUDA_SUCCESS);
+  EXPECT(cuEventQuery(e), CUDA_SUCCESS);
+  CHECK(sim_cuda_use(b, p, 256, 1) == 0 && unordered_after(base) == 1, "after a successful query, in order");
+  EXPECT(cuStreamSynchronize(b), CUDA_SUCCESS);
+  CHECK(sim_cuda_use(a, p, 256, 1) == 0 && unordered_after(base) == 1, "after a stream synchronisation, in order");
+  base = sim_cuda_unordered_reuses();
+
+  /* the legacy stream waits for blocking streams and they for it; non-blocking ones do neither */
+  CHECK(sim_cuda_use(blocking, p, 256, 1) == 0 && unordered_after(base) == 1, "blocking after a: unordered");
+  CHECK(sim_cuda_use(NULL, p, 256, 1) == 0 && unordered_after(base) == 1, "legacy after a blocking stream");
+  CHECK(sim_cuda_use(blocking, p, 256, 1) == 0 && unordered_after(base) == 1, "a blocking stream after legacy");
+  CHECK(sim_cuda_use(a, p, 256, 1) == 0 && unordered_after(base) == 2, "non-blocking after legacy: unordered");
+  CHECK(sim_cuda_use(NULL, p, 256, 1) == 0 && unordered_after(base) == 3, "legacy after non-blocking: unordered");
+  base = sim_cuda_unordered_reuses();
+
+  /* each thread's default stream is its own */
+  pthread_t other;
+  pthread_create(&other, NULL, use_on_own_default_stream, p);
+  pthread_join(other, NULL);
+  CHECK(unordered_after(base) == 0, "another thread's default stream (blocking) waits for the legacy stream");
+  CHECK(sim_cuda_use(SIM_CU_STREAM_PER_THREAD, p, 64, 1) == 0 && unordered_after(base) == 1,
+        "this thread's default stream does not wait for another thread's");
+  base = sim_cuda_unordered_reuses();
+  EXPECT(cuCtxSynchronize(), CUDA_SUCCESS);
+  CHECK(sim_cuda_use(b, p, 256, 1) == 0 && unordered_after(base) == 0, "everything after a device synchronisation");
+
+  /* the driver orders its own reuse: a new allocation starts with no uses */
+  EXPECT(cuMemFreeAsync(d, a), CUDA_SUCCESS);
+  EXPECT(cuMemAllocAsync(&d, 256, b), CUDA_SUCCESS);
+  CHECK(sim_cuda_use(a, (void *)(uintptr_t)d, 256, 1) == 0 && unordered_after(base) == 0, "fresh memory has no past");
+  CHECK(sim_cuda_alloc_captured((void *)(uintptr_t)d) == 0, "not made during a capture");
+  EXPECT(cuMemFreeAsync(d, a), CUDA_SUCCESS);
+  sim_cuda_set_capturing(b, 1);
+  EXPECT(cuMemAllocAsync(&d, 256, b), CUDA_SUCCESS);
+  CHECK(sim_cuda_alloc_captured((void *)(uintptr_t)d) == 1, "made during a capture");
+  sim_cuda_set_capturing(b, 0);
+  EXPECT(cuMemFreeAsync(d, b), CUDA_SUCCESS);
+  CHECK(sim_cuda_use(a, (void *)(uintptr_t)d, 1, 0) == -1, "a use of freed memory is refused");
+  sim_cuda_reset_counts();
+  CHECK(sim_cuda_unordered_reuses() == 0, "reset");
+  EXPECT(cuEventDestroy_v2(e), CUDA_SUCCESS);
+  sim_cuda_stream_destroy(a);
+  sim_cuda_stream_destroy(b);
+  sim_cuda_stream_destroy(blocking);
+  EXPECT(cuCtxPopCurrent_v2(NULL), CUDA_SUCCESS);
+}
+
 static void test_final_state(void) {
   CHECK(sim_cuda_live(SIM_CUDA_DEVICE, -1) == 0 && sim_cuda_live(SIM_CUDA_HOST, -1) == 0 &&
             sim_cuda_live(SIM_CUDA_MANAGED, -1) == 0,
@@ -666,6 +756,7 @@ static void run_default(void) {
   test_memory();
   test_stream_ordered();
   test_copies();
+  test_stream_order();
   test_fail_injection_and_counts();
   test_error_names();
   test_final_state();

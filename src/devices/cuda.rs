@@ -42,27 +42,29 @@ impl Device for Cuda {
         match device.device_type {
             DeviceType::CUDA => {
                 let stream = crate::stream::current(device);
-                let data = cuda::alloc_device(device.device_id, nbytes, stream)?;
+                let grant = cuda::alloc_device(device.device_id, nbytes, stream)?;
                 // The deleter may run on another thread, whose per-thread default stream is
                 // another stream (`cuda::as_recordable`). A stream handle the user set must
                 // outlive the tensors allocated on it.
-                Ok(Memory { data, words: [device.device_id as usize, cuda::as_recordable(stream) as usize] })
+                let recorded = cuda::as_recordable(stream) as usize;
+                Ok(Memory { data: grant.ptr, words: [grant.block, recorded, grant.word as usize] })
             }
             DeviceType::CUDA_HOST => {
                 let capacity = cuda::pinned_capacity(nbytes)
                     .ok_or_else(|| Error::memory(format!("cannot allocate {nbytes} pinned bytes")))?;
-                Ok(Memory { data: cuda::alloc_pinned(capacity)?, words: [capacity, 0] })
+                Ok(Memory { data: cuda::alloc_pinned(capacity)?, words: [capacity, 0, 0] })
             }
-            _ => Ok(Memory { data: cuda::alloc_managed(nbytes)?, words: [0, 0] }),
+            _ => Ok(Memory { data: cuda::alloc_managed(nbytes)?, words: [0, 0, 0] }),
         }
     }
 
-    unsafe fn free(&self, device: DLDevice, memory: Memory, uses: Uses) -> Result<()> {
+    unsafe fn free(&self, device: DLDevice, memory: &Memory, uses: Uses) -> Result<()> {
         // SAFETY: per the contract, `memory` came from `allocate(device, …)`, which says how.
         unsafe {
             match device.device_type {
                 DeviceType::CUDA => {
-                    cuda::free_device(device.device_id, memory.data, memory.words[1] as *mut c_void, uses)
+                    let grant = cuda::Grant { ptr: memory.data, block: memory.words[0], word: memory.words[2] as u64 };
+                    cuda::free_device(device.device_id, grant, memory.words[1] as *mut c_void, uses)
                 }
                 DeviceType::CUDA_HOST => cuda::free_pinned(memory.data, memory.words[0], &uses),
                 _ => cuda::free_managed(memory.data),
@@ -176,6 +178,19 @@ impl Device for Cuda {
 
     fn order_after(&self, device: DLDevice, producer: *mut c_void, consumer: *mut c_void) -> Result<()> {
         cuda::order_after(device.device_id, producer, consumer)
+    }
+
+    /// Device memory only: the block cache's (pinned blocks have a cache of their own, managed
+    /// memory none).
+    fn memory_stats(&self, device: DLDevice) -> Result<Option<super::DlpxCudaMemoryStats>> {
+        match device.device_type {
+            DeviceType::CUDA => cuda::memory_stats(device.device_id).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn empty_cache(&self) -> Result<()> {
+        cuda::empty_cache()
     }
 }
 

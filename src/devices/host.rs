@@ -35,7 +35,7 @@ impl Device for Host {
         unreachable!("host data lives in the allocation block")
     }
 
-    unsafe fn free(&self, _: DLDevice, _: Memory, _: Uses) -> Result<()> {
+    unsafe fn free(&self, _: DLDevice, _: &Memory, _: Uses) -> Result<()> {
         Ok(())
     }
 

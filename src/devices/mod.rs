@@ -9,6 +9,7 @@ use std::ffi::c_void;
 
 use crate::abi::{DLDevice, DeviceType};
 use crate::error::{Error, Result};
+pub use crate::memory::cuda::DlpxCudaMemoryStats;
 pub use crate::memory::uses::Uses;
 pub use host::HOST;
 
@@ -23,12 +24,13 @@ pub struct Row {
     pub device: &'static dyn Device,
 }
 
-/// Memory a device gave a tensor: its address and the device's own words about it (CUDA: the
-/// allocation stream; pinned memory: its capacity), kept in the tensor's header.
+/// Memory a device gave a tensor: its address and the device's own words about it (CUDA: its
+/// cached block, the allocation stream and the word its free presents; pinned memory: its
+/// capacity), kept in the tensor's header.
 #[derive(Clone, Copy, Debug)]
 pub struct Memory {
     pub data: *mut c_void,
-    pub words: [usize; 2],
+    pub words: [usize; 3],
 }
 
 pub trait Device: Sync {
@@ -61,7 +63,7 @@ pub trait Device: Sync {
     ///
     /// # Safety
     /// `memory` came from `allocate(device, …)` and is not used afterwards.
-    unsafe fn free(&self, device: DLDevice, memory: Memory, uses: Uses) -> Result<()>;
+    unsafe fn free(&self, device: DLDevice, memory: &Memory, uses: Uses) -> Result<()>;
 
     /// The use to record when work on `memory` is ordered on `stream` of `device_id` (torch's
     /// `record_stream`); None where the free waits for it anyway.
@@ -155,6 +157,30 @@ pub trait Device: Sync {
         let _ = (device, producer, consumer);
         Ok(())
     }
+
+    /// The statistics of the memory this device kind keeps on `device` (None: it keeps none).
+    fn memory_stats(&self, device: DLDevice) -> Result<Option<DlpxCudaMemoryStats>> {
+        let _ = device;
+        Ok(None)
+    }
+
+    /// Gives the memory this device kind keeps for reuse back to its driver.
+    fn empty_cache(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The memory statistics of `device` (docs/design.md, "The CUDA block cache"); an error for a
+/// device whose kind keeps none.
+pub fn memory_stats(device: DLDevice) -> Result<DlpxCudaMemoryStats> {
+    of(device.device_type).map_or(Ok(None), |d| d.memory_stats(device))?.ok_or_else(|| {
+        Error::value(format!("dlpx keeps no memory statistics for {} memory", crate::device_names::name(device)))
+    })
+}
+
+/// Gives the memory every device kind keeps for reuse back to its driver.
+pub fn empty_cache() -> Result<()> {
+    DEVICES.iter().try_for_each(|row| row.device.empty_cache())
 }
 
 /// The implementation serving `device_type`, if dlpx has one.
@@ -243,12 +269,6 @@ pub fn allocates_on_host(device_type: DeviceType) -> bool {
 /// implementation of is not its to judge.
 pub fn check_exists(device: DLDevice) -> Result<()> {
     of(device.device_type).map_or(Ok(()), |d| d.check_exists(device))
-}
-
-/// Gives the memory dlpx keeps for reuse back to the drivers: CUDA's pools on every device set
-/// up so far, and pinned blocks whose work has finished ("CUDA driver not found" without one).
-pub fn empty_cache() -> Result<()> {
-    crate::memory::cuda::empty_cache()
 }
 
 /// Whether a CUDA driver can be loaded in this process (without initialising it).

@@ -37,13 +37,36 @@ pub unsafe extern "C" fn dlpx_record_stream(
     })
 }
 
-/// Gives the CUDA memory dlpx keeps for reuse (its device memory pools, and pinned host blocks
-/// whose work has finished) back to the driver. Memory still in use is kept. Returns 0, or -1
-/// (see `dlpx_last_error()`; "CUDA driver not found" without a driver).
+/// Gives the CUDA memory dlpx keeps for reuse (its block cache's idle blocks, its device memory
+/// pools, and pinned host blocks whose work has finished) back to the driver. Memory still in
+/// use is kept. Returns 0, or -1 (see `dlpx_last_error()`; "CUDA driver not found" without a
+/// driver).
 #[no_mangle]
 pub extern "C" fn dlpx_cuda_empty_cache() -> c_int {
     boundary(LastError, "cuda_empty_cache", || {
         crate::devices::empty_cache()?;
+        Ok(0)
+    })
+}
+
+/// Fills `*out` with the statistics of dlpx's memory on CUDA device `device_id`: bytes live
+/// tensors hold and their peak, bytes held from the driver and cached, allocation counts, cache
+/// hits and misses, driver calls (each field of `DlpxCudaMemoryStats` says which of
+/// `torch.cuda.memory_stats`'s keys it is). Asking sets no device up. Returns 0, or -1 (see
+/// `dlpx_last_error()`) for a NULL `out`, a device that does not exist, or no CUDA driver.
+///
+/// # Safety
+/// `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_cuda_memory_stats(
+    device_id: i32,
+    out: *mut crate::devices::DlpxCudaMemoryStats,
+) -> c_int {
+    boundary(LastError, "cuda_memory_stats", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
+        let stats = crate::devices::memory_stats(DLDevice { device_type: DeviceType::CUDA, device_id })?;
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { out.as_ptr().write(stats) };
         Ok(0)
     })
 }

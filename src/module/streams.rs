@@ -7,7 +7,7 @@ use pyo3_ffi::PyObject;
 
 use crate::abi::*;
 use crate::args::{self, FastArgs, Names};
-use crate::cpython::Python;
+use crate::cpython::{Owned, Python};
 use crate::devices;
 use crate::error::{Error, Result};
 
@@ -67,6 +67,18 @@ pub(super) fn record_stream(py: Python<'_>, _module: *mut PyObject, args: FastAr
 pub(super) fn empty_cache(py: Python<'_>, _module: *mut PyObject) -> Result<*mut PyObject> {
     devices::empty_cache()?;
     Ok(py.new_none())
+}
+
+/// `_cuda_memory_stats(device_id) -> dict`: see `dlpx.cuda.memory_stats`.
+pub(super) fn cuda_memory_stats(py: Python<'_>, _module: *mut PyObject, device_id: *mut PyObject) -> Result<*mut PyObject> {
+    let device_id = args::int_value(py, device_id, "device")?;
+    let device_id = i32::try_from(device_id).map_err(|_| Error::value(format!("device {device_id} is invalid")))?;
+    let stats = devices::memory_stats(DLDevice { device_type: DeviceType::CUDA, device_id })?;
+    let dict = Owned::new(py, py.new_dict()?)?;
+    for (name, value) in stats.entries() {
+        super::tables::set(py, &dict, name, py.new_uint(value)?)?;
+    }
+    Ok(dict.into_ptr())
 }
 
 /// `_cuda_driver_present()`.

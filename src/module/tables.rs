@@ -85,7 +85,7 @@ pub(super) fn exchange_api_info(
 }
 
 /// `dict[key] = value`, stealing `value`.
-fn set(py: Python<'_>, dict: &Owned<'_>, key: &CStr, value: *mut PyObject) -> Result<()> {
+pub(super) fn set(py: Python<'_>, dict: &Owned<'_>, key: &CStr, value: *mut PyObject) -> Result<()> {
     let value = Owned::new(py, value)?;
     // SAFETY: GIL held; the dict takes its own reference.
     if unsafe { (py.PyDict_SetItemString)(dict.as_ptr(), key.as_ptr(), value.as_ptr()) } != 0 {

@@ -3,9 +3,12 @@ driver — contexts pushed and popped, memory from its pool on the right stream,
 after consumer streams, events instead of synchronisations — checked on machines without a GPU.
 
 Not collected on its own: test_cuda_simulated.py runs this file in a subprocess whose
-LD_LIBRARY_PATH puts the simulator first (it must be loaded before dlpx looks for libcuda). The
-simulator's device memory is host memory, so the tests read and write it directly; its
-"asynchronous" work completes at once, except on streams a test holds.
+LD_LIBRARY_PATH puts the simulator first (it must be loaded before dlpx looks for libcuda),
+twice: with the block cache (the default) and without it (DLPX_CUDA_CACHE_BYTES=0), where every
+free goes to the driver. Tests that watch the driver's free itself run without the cache; the
+cache's own ordering is sim_cuda_cache_cases.py's. The simulator's device memory is host memory,
+so the tests read and write it directly; its "asynchronous" work completes at once, except on
+streams a test holds.
 """
 
 import ctypes
@@ -51,6 +54,10 @@ DLPX.dlpx_last_error.restype = ctypes.c_char_p
 
 DEVICE, HOST, MANAGED = 0, 1, 2
 LEGACY = 1
+CACHE = os.environ.get("DLPX_CUDA_CACHE_BYTES") != "0"
+watches_driver_frees = pytest.mark.skipif(
+    CACHE, reason="watches the driver's free: runs with DLPX_CUDA_CACHE_BYTES=0 (the cache's are sim_cuda_cache_cases.py's)"
+)
 
 
 def calls(name):
@@ -59,15 +66,20 @@ def calls(name):
 
 @pytest.fixture(autouse=True)
 def balanced_driver_state():
-    """Every test: contexts popped, events destroyed, device memory freed, no device-wide sync."""
+    """Every test: contexts popped, events destroyed, device memory freed (what the cache kept
+    too, once empty_cache gives it back), no device-wide sync, no unordered reuse."""
+    if CACHE:
+        dlpx.cuda.empty_cache()  # each test starts with the driver's view: nothing cached
     SIM.sim_cuda_reset_counts()
     events = SIM.sim_cuda_live_events()
     device_memory = SIM.sim_cuda_live(DEVICE, -1)
     yield
     assert SIM.sim_cuda_context_depth() == 0
+    assert calls("cuCtxSynchronize") == 0
+    if CACHE:
+        dlpx.cuda.empty_cache()
     assert SIM.sim_cuda_live_events() - events <= pinned_fences()
     assert SIM.sim_cuda_live(DEVICE, -1) == device_memory, "device memory leaked"
-    assert calls("cuCtxSynchronize") == 0
     assert SIM.sim_cuda_misuses() == 0, "dlpx misused the driver (see the sim_cuda: lines)"
 
 
@@ -104,6 +116,12 @@ def read(tensor, n):
 # ---- allocation ------------------------------------------------------------------------------
 
 
+def given_back():
+    """What the driver holds after a free: the cache keeps the block until empty_cache."""
+    if CACHE:
+        dlpx.cuda.empty_cache()
+
+
 @pytest.mark.parametrize("device, kind", [("cuda:0", DEVICE), ("cuda:1", DEVICE), ("cuda_managed", MANAGED)])
 def test_allocation_lands_on_the_device_and_is_freed(device, kind):
     before = SIM.sim_cuda_live(kind, -1)
@@ -114,9 +132,11 @@ def test_allocation_lands_on_the_device_and_is_freed(device, kind):
     if kind == DEVICE:
         assert SIM.sim_cuda_alloc_device(ctypes.c_void_p(t.data_ptr)) == int(device[-1])
     del t
+    given_back()
     assert SIM.sim_cuda_live(kind, -1) == before
 
 
+@watches_driver_frees
 def test_device_memory_comes_from_dlpx_s_pool_on_the_current_stream(stream):
     s = stream()
     with dlpx.cuda.stream(s):
@@ -138,6 +158,7 @@ def test_each_device_has_a_dlpx_pool_that_keeps_freed_memory():
     assert SIM.sim_cuda_pool_access(pools[0], 1) == 3 and SIM.sim_cuda_pool_access(pools[2], 0) == 3
 
 
+@watches_driver_frees
 def test_deleters_run_on_another_thread_on_the_allocation_stream(stream):
     s = stream()
     with dlpx.cuda.stream(s):
@@ -155,6 +176,7 @@ def test_deleters_run_on_another_thread_on_the_allocation_stream(stream):
     assert calls("cuMemFreeAsync") == 8 and SIM.sim_cuda_last_free_stream() == s
 
 
+@watches_driver_frees
 def test_per_thread_default_stream_memory_is_freed_on_the_legacy_stream():
     with dlpx.cuda.stream(2):
         t = dlpx.empty((4,), "float32", "cuda:0")
@@ -298,6 +320,7 @@ def test_stream_zero_is_refused():
         t.__dlpack__(stream=0)
 
 
+@watches_driver_frees
 def test_record_stream_through_an_export_reaches_the_allocation(stream):
     consumer = stream()
     t = dlpx.empty((16,), "float32", "cuda:0")
@@ -307,6 +330,7 @@ def test_record_stream_through_an_export_reaches_the_allocation(stream):
     assert SIM.sim_cuda_waits(LEGACY, consumer) == 1
 
 
+@watches_driver_frees
 def test_a_per_thread_default_stream_use_is_waited_for_through_the_legacy_stream(stream):
     allocated_on = stream()
     with dlpx.cuda.stream(allocated_on):
@@ -339,10 +363,12 @@ def test_a_consumer_s_own_stream_is_not_used_after_the_call_that_named_it(destro
     if destroyed == "after the release":
         SIM.sim_cuda_stream_destroy(consumer)
     del t
+    given_back()
     assert SIM.sim_cuda_live(DEVICE, -1) == before
     assert SIM.sim_cuda_waits(LEGACY, consumer) == 0 and calls("cuCtxSynchronize") == 0
 
 
+@watches_driver_frees
 def test_a_built_in_consumer_stream_still_fences_the_free(stream):
     allocated_on = stream()
     with dlpx.cuda.stream(allocated_on):
@@ -353,6 +379,7 @@ def test_a_built_in_consumer_stream_still_fences_the_free(stream):
     assert SIM.sim_cuda_waits(allocated_on, LEGACY) == 1
 
 
+@watches_driver_frees
 def test_a_peer_device_s_stream_is_waited_for_before_the_free(stream):
     peer_stream = stream(1)
     t = dlpx.empty((16,), "float32", "cuda:0")
@@ -367,6 +394,7 @@ def test_a_pinned_block_is_fenced_on_the_legacy_stream_without_recorded_uses():
     assert_pinned_reuse_waits_for(LEGACY, 6000)
 
 
+@watches_driver_frees
 def test_a_kernel_on_dlpx_s_current_stream_is_waited_for_before_the_free(stream):
     allocated_on, kernel_stream = stream(), stream()
     with dlpx.cuda.stream(allocated_on):

@@ -114,6 +114,14 @@ def test_without_a_driver_cuda_allocation_is_a_runtime_error(device, shape):
 
 
 @needs_no_driver
+def test_without_a_driver_memory_stats_and_empty_cache_are_runtime_errors():
+    with pytest.raises(RuntimeError, match=r"^dlpx: memory_stats: CUDA driver not found"):
+        dlpx.cuda.memory_stats(0)
+    with pytest.raises(RuntimeError, match=r"^dlpx: empty_cache: CUDA driver not found"):
+        dlpx.cuda.empty_cache()
+
+
+@needs_no_driver
 def test_without_a_driver_the_allocator_calls_set_error_once():
     calls = []
 

@@ -22,6 +22,9 @@ from examples_build import build_example, load_module
 
 # About 0.25-0.5 s of GPU time at 1-2 GHz: far longer than a host call, short enough for a test.
 SLEEP_CYCLES = 5 * 10**8
+# compute-sanitizer (scripts/gpu_check.sh sets this under it) runs each kernel to completion
+# before the launch returns: what the host sees of a kernel still running cannot be asserted.
+LAUNCHES_SERIALISED = bool(os.environ.get("DLPX_LAUNCHES_SERIALISED"))
 
 
 def cuda_compiler_args():
@@ -155,7 +158,7 @@ def test_the_kernel_runs_on_torch_s_current_stream_without_waiting(kernel, call,
         returned_after = time.perf_counter() - start
         sleeping = not s.query()  # the host call returned while the sleep still ran: no sync
         s.synchronize()
-    assert sleeping, f"the call took {returned_after * 1e3:.1f} ms and the stream had finished: it waited"
+    assert sleeping or LAUNCHES_SERIALISED, f"the call took {returned_after * 1e3:.1f} ms and the stream had finished: it waited"
     torch.testing.assert_close(out, expected(x, y), rtol=1e-5, atol=1e-3)
 
 
@@ -177,7 +180,8 @@ def test_cupy_inputs_from_a_busy_stream_are_read_after_its_work(kernel):
             torch.cuda._sleep(SLEEP_CYCLES)
         x.fill(3.0)  # on s after the sleep; only the __dlpack__(stream=...) handshake orders the kernel after it
         out = kernel.axpby(2.0, x, y)
-        assert not s.done  # nothing waited on the host
+        if not LAUNCHES_SERIALISED:
+            assert not s.done  # nothing waited on the host
         assert isinstance(out, dlpx.Tensor) and out.device == "cuda:0"
         seen = cupy.from_dlpack(out)
         np.testing.assert_allclose(cupy.asnumpy(seen, stream=s), np.full(1 << 20, 6.25, np.float32))

@@ -1,5 +1,8 @@
 """Runs sim_cuda_cases.py against the simulated CUDA driver (c_tests/sim_cuda), once per driver
-configuration, each in a fresh process: the driver is found and initialised once per process.
+configuration, each in a fresh process: the driver is found and initialised once per process. It
+runs with dlpx's block cache (the default) and without (DLPX_CUDA_CACHE_BYTES=0); the cache's own
+cases (sim_cuda_cache_cases.py) run with it, and once more with each deliberately wrong cache
+(DLPX_CUDA_CACHE_FAULT), which the simulator's stream-order check must catch.
 
 The simulator is built by the CMake project; DLPX_SIM_CUDA_DIR names its directory (the test
 script sets it). Without it these tests skip, unless DLPX_REQUIRE_ALL_TESTS=1 asks for everything.
@@ -28,16 +31,32 @@ def sim_env(extra):
     return env
 
 
-def run(env_extra, *pytest_args):
+def run(env_extra, *pytest_args, cases="sim_cuda_cases.py"):
     env = sim_env(env_extra)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(HERE, "sim_cuda_cases.py"), *pytest_args]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(HERE, cases), *pytest_args]
     return subprocess.run(command, env=env, cwd=HERE, capture_output=True, text=True, timeout=300)
 
 
-def test_every_case_passes_against_the_simulated_driver():
-    done = run({})
+@pytest.mark.parametrize("cache", ["cache", "no cache"])
+def test_every_case_passes_against_the_simulated_driver(cache):
+    done = run({} if cache == "cache" else {"DLPX_CUDA_CACHE_BYTES": "0"})
     print(done.stdout[-6000:], done.stderr[-3000:])
     assert done.returncode == 0, done.stdout[-6000:]
+
+
+def test_every_block_cache_case_passes_against_the_simulated_driver():
+    done = run({}, cases="sim_cuda_cache_cases.py")
+    print(done.stdout[-6000:], done.stderr[-3000:])
+    assert done.returncode == 0, done.stdout[-6000:]
+
+
+@pytest.mark.parametrize("fault, caught", [("ignore_uses", "memory reused before its user's work was ordered"),
+                                           ("ignore_capture", "graph memory mixed with the cache's")])
+def test_a_wrong_cache_is_caught_by_the_randomized_case(fault, caught):
+    # The same randomized case, with the cache deliberately wrong: it must fail, and say why.
+    env = {"DLPX_CUDA_CACHE_FAULT": fault, "SIM_CUDA_VERBOSE": "0"}
+    done = run(env, "-k", "randomized", cases="sim_cuda_cache_cases.py")
+    assert done.returncode != 0 and caught in done.stdout, done.stdout[-6000:]
 
 
 PROBE = "import dlpx\ntry:\n    dlpx.empty((4,), 'float32', 'cuda:0')\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
@@ -67,6 +86,7 @@ def test_devices_without_memory_pools_use_cu_mem_alloc():
         "sim = ctypes.CDLL(os.path.join(os.environ['DLPX_SIM_CUDA_DIR'], 'libcuda.so'))\n"
         "sim.sim_cuda_calls.restype = ctypes.c_long\n"
         "t = dlpx.empty((16,), 'float32', 'cuda:0'); del t\n"
+        "dlpx.cuda.empty_cache()  # the cache gives its block back\n"
         "print(*(sim.sim_cuda_calls(n) for n in (b'cuMemAlloc_v2', b'cuMemFree_v2', b'cuMemAllocFromPoolAsync', b'cuMemFreeAsync')))\n"
     )
     assert probe({"SIM_CUDA_NO_POOLS": "1"}, code) == "1 1 0 0"
@@ -114,7 +134,9 @@ def test_a_thread_without_the_gil_never_releases_another_thread_s_gil():
     # The deleter runs in a thread that does not hold the GIL while another thread does: dlpx
     # must not take that for its own (on CPython < 3.12 the "current" thread state is the GIL
     # holder's) and release it. Before the fix this aborted or segfaulted the other thread.
-    assert probe({"SIM_CUDA_NO_POOLS": "1", "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", "")}, GIL_RACE) == "done"
+    # Without the cache, so that every deleter calls the driver.
+    env = {"SIM_CUDA_NO_POOLS": "1", "DLPX_CUDA_CACHE_BYTES": "0", "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    assert probe(env, GIL_RACE) == "done"
 
 
 PINNED_FENCES = """
@@ -135,6 +157,41 @@ print(sim.sim_cuda_calls(b"cuEventRecord"))
 def test_pinned_blocks_are_fenced_on_every_device_someone_uses(other_framework, fences):
     env = {"OTHER_FRAMEWORK_ON_CUDA1": "1"} if other_framework else {}
     assert probe(env, PINNED_FENCES) == fences
+
+
+CAP = """
+import dlpx
+tensors = [dlpx.empty((512,), "float32", "cuda:0") for _ in range(3)]  # 2048 bytes each
+del tensors  # two fit under the 4 KiB cap; the third goes back to the driver
+big = dlpx.empty((17 << 20,), "float32", "cuda:0")  # 68 MiB: above the largest class
+del big  # straight back to the driver
+s = dlpx.cuda.memory_stats(0)
+print(s["cache_limit_bytes"], s["cached_bytes.all.current"], s["num_device_alloc"], s["num_device_free"])
+"""
+
+
+def test_the_cache_keeps_no_more_than_its_cap_and_no_block_above_the_largest_class():
+    assert probe({"DLPX_CUDA_CACHE_BYTES": "4K"}, CAP) == "4096 4096 4 2"
+
+
+EXIT = """
+import ctypes, dlpx
+kept = dlpx.empty((1024,), "float32", "cuda:0")
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(kept))  # still alive when the interpreter is gone
+for n in (16, 1000, 100000):
+    dlpx.empty((n,), "float32", "cuda:0")  # freed at once: cached
+    dlpx.empty((n,), "float32", "cuda_host")
+"""
+
+
+@pytest.mark.parametrize("cache", ["cache", "no cache"])
+def test_at_exit_only_memory_a_live_tensor_holds_is_left(cache):
+    # The simulator reports at unload, after every atexit function, as compute-sanitizer's leak
+    # check does; dlpx's exit hook runs after Python's finalisation, so it must not touch Python.
+    env = sim_env({"SIM_CUDA_EXIT_REPORT": "1", **({} if cache == "cache" else {"DLPX_CUDA_CACHE_BYTES": "0"})})
+    done = subprocess.run([sys.executable, "-c", EXIT], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "sim_cuda: at exit: 1 device (4096 bytes), 0 pinned, 0 managed allocations live" in done.stderr, done.stderr
 
 
 FAILED_SET_UP = """

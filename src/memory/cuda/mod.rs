@@ -4,26 +4,44 @@
 //!
 //! - `device`: per-device set-up (primary context, pool, peer access) and running on a device;
 //! - `events`: the event pool, fences, and ordering one stream after another;
-//! - `pool`: device and managed memory, frees put off while a stream is being captured;
+//! - `pool`: device memory from the driver, and managed memory; `deferred`: its frees, put off
+//!   while their stream is being captured;
+//! - the block cache in front of the pool (docs/design.md, "The CUDA block cache"): `cache` (the
+//!   allocation and free), `classes` (size classes, settings), `block` (a cached block and its
+//!   stream key), `thread_cache` (per-thread bins), `idle` (shared and event-fenced blocks),
+//!   `release` (blocks back to the driver, the exit hook), `owner_lock` (the bins' lock),
+//!   `counters` and `stats`;
 //! - `pinned`: the pinned host-memory cache;
 //! - `copy`: device-to-host and device-to-device copies.
 //!
 //! The library loads where no driver exists: the driver is looked for on first use only, and
 //! without it every path fails with "CUDA driver not found" (see `driver`).
 
+mod block;
+mod cache;
+mod classes;
 mod copy;
+mod counters;
+mod deferred;
 mod device;
 mod events;
+mod idle;
+mod owner_lock;
 mod pinned;
 mod pool;
+mod release;
+mod stats;
+mod thread_cache;
 
 use std::ffi::c_void;
 
+pub use cache::{alloc_device, free_device, Grant};
 pub use copy::{copy_device_to_device, copy_to_host};
 pub use device::{check_device, synchronise_device};
 pub use events::{fence, order_after};
 pub use pinned::{alloc_pinned, free_pinned, pinned_capacity};
-pub use pool::{alloc_device, alloc_managed, free_device, free_managed};
+pub use pool::{alloc_managed, free_managed};
+pub use stats::{memory_stats, DlpxCudaMemoryStats};
 
 use super::driver;
 
@@ -61,9 +79,47 @@ pub fn same_stream(a: usize, b: usize) -> bool {
     normalise(a) == normalise(b)
 }
 
-/// Gives the CUDA memory dlpx keeps for reuse back to the driver: its pools' free memory on
-/// every device set up so far, and pinned blocks whose work has finished.
+/// Gives the CUDA memory dlpx keeps for reuse back to the driver: the block cache's idle blocks
+/// and its pools' free memory on every device set up so far, and pinned blocks whose work has
+/// finished.
 pub fn empty_cache() -> crate::error::Result<()> {
+    let released = release::release_all(Wait::Hooked);
     pool::trim_pools()?;
-    pinned::empty_pinned_cache()
+    pinned::empty_pinned_cache(Wait::Hooked)?;
+    released
+}
+
+static EXIT_HOOK: std::sync::Once = std::sync::Once::new();
+
+/// Registers the exit hook, on the first block a cache keeps (device or pinned).
+fn register_exit_hook() {
+    EXIT_HOOK.call_once(|| {
+        // SAFETY: registers a function that takes no argument and returns nothing.
+        unsafe { libc::atexit(release_at_exit) };
+    });
+}
+
+/// The exit hook: a libc `atexit` function, so it runs after Python's finalisation (it never
+/// touches Python) and while the driver is still loaded (a driver already shut down answers
+/// its calls with an error, which is ignored: the process is ending). What the caches keep goes
+/// back to the driver, so that a leak check at exit sees only memory live tensors hold.
+extern "C" fn release_at_exit() {
+    crate::error::guard("exit", release::at_exit);
+}
+
+/// How a release may wait for the device.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Through the blocking hook (other Python threads run meanwhile).
+    Hooked,
+    /// Directly: at exit, when Python may be finalised already.
+    AtExit,
+}
+
+/// Runs a blocking driver call as `wait` allows.
+fn wait_for<T>(wait: Wait, f: impl FnOnce() -> T) -> T {
+    match wait {
+        Wait::Hooked => super::blocking::blocking(f),
+        Wait::AtExit => f(),
+    }
 }

@@ -8,7 +8,7 @@ use cudarc::driver::sys::CUevent;
 
 use super::device::{devices_in_use, on_device, out_of_memory, synchronise_context};
 use super::events::{fences_done, record_event, release_fences};
-use super::STREAM_LEGACY;
+use super::{wait_for, Wait, STREAM_LEGACY};
 use crate::error::Result;
 use crate::memory::blocking::blocking;
 use crate::memory::driver::{self, check, Driver};
@@ -84,6 +84,7 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Res
         let kept: usize = cache.iter().map(|b| b.capacity).sum();
         if kept + capacity <= PINNED_CACHE_BYTES {
             cache.push(PinnedBlock { capacity, ptr: ptr as usize, fences });
+            super::register_exit_hook();
             return Ok(());
         }
     }
@@ -100,7 +101,7 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Res
 }
 
 /// Frees every cached pinned block whose fences have completed.
-pub(super) fn empty_pinned_cache() -> Result<()> {
+pub(super) fn empty_pinned_cache(wait: Wait) -> Result<()> {
     let driver = driver::get()?;
     let done: Vec<PinnedBlock> = {
         let mut cache = PINNED_CACHE.lock().unwrap_or_else(|p| p.into_inner());
@@ -116,7 +117,7 @@ pub(super) fn empty_pinned_cache() -> Result<()> {
         for block in &done {
             release_fences(driver, &block.fences);
             // SAFETY: a cached block nobody uses.
-            let code = blocking(|| unsafe { (driver.cuMemFreeHost)(block.ptr as *mut c_void) });
+            let code = wait_for(wait, || unsafe { (driver.cuMemFreeHost)(block.ptr as *mut c_void) });
             first_error = first_error.and(check(driver, "cuMemFreeHost", code));
         }
         first_error

@@ -1,0 +1,224 @@
+//! The block cache in front of the driver's pool (docs/design.md, "The CUDA block cache").
+//!
+//! An allocation of a size class takes an idle block of its device, stream and class from the
+//! thread's bins (no driver call, no shared lock), else from the device's shared lists, else
+//! from the driver. A free keeps the block for its stream: stream order makes a reuse on that
+//! stream safe at once. A block used on other streams is kept only once events recorded after
+//! those uses have completed (`idle`). Memory larger than the largest class, memory allocated
+//! while its stream is being captured into a CUDA graph, and blocks beyond the cap go to the
+//! driver and back as before.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+
+use super::block::Block;
+use super::classes::{class_bytes, class_of, settings, Fault, MAX_DEVICES};
+use super::deferred::{self, capturing};
+use super::device::{on_device, synchronise_device};
+use super::events::record_event;
+use super::pool::{driver_alloc, driver_free};
+use super::{counters, idle, release, thread_cache, STREAM_LEGACY, STREAM_PER_THREAD};
+use crate::error::{Error, Result};
+use crate::memory::driver;
+use crate::memory::uses::{Fence, Uses};
+
+/// Device memory handed to a tensor: the address, the block it is (0: memory straight from the
+/// driver) and the word its free presents (the block's state; the size for driver memory).
+#[derive(Clone, Copy, Debug)]
+pub struct Grant {
+    pub ptr: *mut c_void,
+    pub block: usize,
+    pub word: u64,
+}
+
+/// `nbytes` (> 0) of device memory on `device_id`, ordered on `stream`.
+#[inline]
+pub fn alloc_device(device_id: i32, nbytes: usize, stream: *mut c_void) -> Result<Grant> {
+    let class = match class_of(nbytes) {
+        Some(class) if cached_device(device_id) => class,
+        _ => return alloc_uncached(device_id, nbytes, stream),
+    };
+    // The legacy stream cannot be captured into a graph; any other may be.
+    if !matches!(stream as usize, 0 | STREAM_LEGACY) && captured(device_id, stream)? {
+        return alloc_uncached(device_id, nbytes, stream);
+    }
+    match thread_cache::take(device_id, stream as usize, class, class_bytes(class)) {
+        Ok(block) => Ok(hand_out(block)),
+        Err(key) => miss(device_id, key, class, stream),
+    }
+}
+
+/// Whether `device_id` has a cache now.
+#[inline]
+fn cached_device(device_id: i32) -> bool {
+    settings().cap > 0 && usize::try_from(device_id).is_ok_and(|d| d < MAX_DEVICES) && !release::exited()
+}
+
+/// Whether `stream` is being captured into a CUDA graph: memory allocated there belongs to the
+/// graph (the driver makes it a graph allocation) and never mixes with the cache's.
+fn captured(device_id: i32, stream: *mut c_void) -> Result<bool> {
+    if settings().fault == Fault::IgnoreCapture {
+        return Ok(false);
+    }
+    match stream as usize {
+        // The per-thread default stream is the current context's: ask with the device's current.
+        STREAM_PER_THREAD => on_device(device_id, |driver, _| Ok(capturing(driver, STREAM_PER_THREAD))),
+        _ => Ok(capturing(driver::get()?, stream as usize)),
+    }
+}
+
+#[inline]
+fn hand_out(block: NonNull<Block>) -> Grant {
+    // SAFETY: an idle block the caller took from the cache: nobody else holds it.
+    let b = unsafe { block.as_ref() };
+    let word = b.hand_out();
+    if let Some(counters) = counters::of(b.device_id) {
+        counters.hand_out(b.bytes());
+    }
+    Grant { ptr: b.ptr as *mut c_void, block: block.as_ptr() as usize, word }
+}
+
+/// No block in the thread's bins: one from the shared lists, else a new one from the driver.
+#[cold]
+fn miss(device_id: i32, key: super::block::StreamKey, class: usize, stream: *mut c_void) -> Result<Grant> {
+    let driver = driver::get()?;
+    // No event is queried while a capture dlpx knows of may be underway (a query breaks it).
+    if let Some(block) = idle::take(driver, device_id, key, class, !deferred::any()) {
+        return Ok(hand_out(block));
+    }
+    let bytes = class_bytes(class);
+    let ptr = driver_alloc(device_id, bytes, stream).inspect_err(|_| {
+        thread_cache::count(device_id, |c| {
+            c.allocs -= 1;
+            c.alloc_bytes -= bytes as u64;
+        })
+    })?;
+    super::register_exit_hook();
+    let block = Box::new(Block::new(ptr as usize, device_id, class, key));
+    Ok(hand_out(NonNull::from(Box::leak(block))))
+}
+
+/// Memory straight from the driver: not a size class, or a graph's, or no cache.
+#[cold]
+fn alloc_uncached(device_id: i32, nbytes: usize, stream: *mut c_void) -> Result<Grant> {
+    let ptr = driver_alloc(device_id, nbytes, stream)?;
+    thread_cache::count(device_id, |c| {
+        c.allocs += 1;
+        c.alloc_bytes += nbytes as u64;
+    });
+    if let Some(counters) = counters::of(device_id) {
+        counters.hand_out(nbytes);
+    }
+    Ok(Grant { ptr, block: 0, word: nbytes as u64 })
+}
+
+/// Frees memory from [`alloc_device`]: into the cache when its block may be reused at once (or
+/// once events recorded after its other streams' uses complete), else to the driver on
+/// `stream`, its allocation stream (as recorded), after the streams in `uses`.
+///
+/// # Safety
+/// `grant` came from `alloc_device(device_id, …)`, `stream` is its recorded allocation stream,
+/// and the memory is not used afterwards.
+#[inline]
+pub unsafe fn free_device(device_id: i32, grant: Grant, stream: *mut c_void, uses: Uses) -> Result<()> {
+    let Some(block) = NonNull::new(grant.block as *mut Block) else {
+        // SAFETY: per the contract.
+        return unsafe { free_uncached(device_id, grant, stream, uses) };
+    };
+    // SAFETY: a block record lives until the driver gets its memory back, which only happens
+    // while the cache holds it; the state check below refuses a block this tensor gave back.
+    let b = unsafe { block.as_ref() };
+    if b.ptr != grant.ptr as usize || b.device_id != device_id || !b.take_back(grant.word) {
+        return Err(freed_twice(device_id, grant.ptr));
+    }
+    let bytes = b.bytes();
+    let idle = counters::of(device_id).map_or(u64::MAX, |c| c.take_back(bytes));
+    // A free during a capture of its stream is put off until the capture ends (the driver's
+    // path does that, as before the cache): a release meanwhile then knows of the capture and
+    // leaves it alone. Asking names the stream, which the tensor's owner keeps alive until
+    // this free; nothing names it after.
+    let fits = idle <= settings().cap && !release::exited() && !freed_while_captured(device_id, b.key());
+    let used_elsewhere = !(uses.streams.is_empty() && uses.fences.is_empty());
+    if fits && used_elsewhere && settings().fault != Fault::IgnoreUses {
+        return keep_fenced(device_id, block, uses);
+    }
+    match thread_cache::put(device_id, bytes, block, fits) {
+        None => Ok(()),
+        Some(block) if fits => {
+            // A full bin, or a thread that is exiting: the device's shared list keeps it.
+            b.set_key(b.key().seen_from(thread_cache::thread_id()));
+            idle::keep(block);
+            Ok(())
+        }
+        Some(block) => {
+            // Beyond the cap: back to the driver, after the streams that used it.
+            // SAFETY: the block is this thread's alone now; made by `Box::leak`.
+            let block = unsafe { Box::from_raw(block.as_ptr()) };
+            // SAFETY: per the contract, the memory is the block's and nobody uses it.
+            unsafe { driver_free(device_id, block.ptr as *mut c_void, bytes, stream, uses) }
+        }
+    }
+}
+
+/// Whether the stream of `key` is being captured into a graph now (the legacy stream cannot
+/// be; another thread's default stream is the legacy stream here).
+#[inline]
+fn freed_while_captured(device_id: i32, key: super::block::StreamKey) -> bool {
+    let key = key.seen_from(thread_cache::thread_id());
+    key.stream != STREAM_LEGACY && captured(device_id, key.stream as *mut c_void).unwrap_or(false)
+}
+
+#[cold]
+fn freed_twice(device_id: i32, ptr: *mut c_void) -> Error {
+    Error::runtime(format!("CUDA memory at {ptr:p} on device {device_id} was freed twice (the second free is ignored)"))
+}
+
+/// # Safety
+/// As for [`free_device`], for memory straight from the driver.
+#[cold]
+unsafe fn free_uncached(device_id: i32, grant: Grant, stream: *mut c_void, uses: Uses) -> Result<()> {
+    let nbytes = grant.word as usize;
+    thread_cache::count(device_id, |c| {
+        c.frees += 1;
+        c.free_bytes += nbytes as u64;
+    });
+    if let Some(counters) = counters::of(device_id) {
+        counters.take_back(nbytes);
+    }
+    // SAFETY: per the contract.
+    unsafe { driver_free(device_id, grant.ptr, nbytes, stream, uses) }
+}
+
+/// Keeps a block used on other streams until events recorded there now have completed (those
+/// of fences recorded earlier too). A stream that is gone (its event cannot be recorded) is
+/// waited for by synchronising its device, rather than the block reused under a reader.
+#[cold]
+fn keep_fenced(device_id: i32, block: NonNull<Block>, uses: Uses) -> Result<()> {
+    // SAFETY: the caller took the block back: it is this thread's alone.
+    let b = unsafe { block.as_ref() };
+    b.set_key(b.key().seen_from(thread_cache::thread_id()));
+    thread_cache::count(device_id, |c| {
+        c.frees += 1;
+        c.free_bytes += b.bytes() as u64;
+    });
+    if let Some(counters) = counters::of(device_id) {
+        counters.fenced_frees.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut fences = uses.fences;
+    let mut first_error = Ok(());
+    for &(used_device, used_on) in &uses.streams {
+        match on_device(used_device, |driver, state| record_event(driver, state, used_on)) {
+            Ok(event) => fences.push(Fence { device_id: used_device, stream: used_on, event }),
+            Err(err) => {
+                synchronise_device(used_device);
+                first_error = first_error.and(Err(err));
+            }
+        }
+    }
+    match fences.is_empty() {
+        true => idle::keep(block),
+        false => idle::keep_fenced(block, fences),
+    }
+    first_error
+}
