@@ -218,5 +218,9 @@ fn main() {
     dlpx.export.exclude.push("PyInit__native".to_string());
     dlpx.export.rename.insert("DeviceType".into(), "DLDeviceType".into());
     let dlpx = exports.iter().fold(cbindgen::Builder::new().with_config(dlpx), |builder, path| builder.with_src(path));
-    dlpx.with_src("src/memory/cuda/stats.rs").with_src("src/abi/mod.rs").generate().expect("generate dlpx.h").write_to_file(out.join("dlpx.h"));
+    dlpx.with_src("src/memory/cuda/stats.rs")
+        .with_src("src/abi/mod.rs")
+        .generate()
+        .expect("generate dlpx.h")
+        .write_to_file(out.join("dlpx.h"));
 }

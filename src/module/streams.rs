@@ -70,7 +70,11 @@ pub(super) fn empty_cache(py: Python<'_>, _module: *mut PyObject) -> Result<*mut
 }
 
 /// `_cuda_memory_stats(device_id) -> dict`: see `dlpx.cuda.memory_stats`.
-pub(super) fn cuda_memory_stats(py: Python<'_>, _module: *mut PyObject, device_id: *mut PyObject) -> Result<*mut PyObject> {
+pub(super) fn cuda_memory_stats(
+    py: Python<'_>,
+    _module: *mut PyObject,
+    device_id: *mut PyObject,
+) -> Result<*mut PyObject> {
     let device_id = args::int_value(py, device_id, "device")?;
     let device_id = i32::try_from(device_id).map_err(|_| Error::value(format!("device {device_id} is invalid")))?;
     let stats = devices::memory_stats(DLDevice { device_type: DeviceType::CUDA, device_id })?;
