@@ -120,6 +120,7 @@ python_api! {
         PyDict_SetItemString: fn(*mut PyObject, *const c_char, *mut PyObject) -> c_int;
         PyDict_SetItem: fn(*mut PyObject, *mut PyObject, *mut PyObject) -> c_int;
         PyDict_Size: fn(*mut PyObject) -> Py_ssize_t;
+        PyDict_GetItemString: fn(*mut PyObject, *const c_char) -> *mut PyObject;
         PyUnicode_FromStringAndSize: fn(*const c_char, Py_ssize_t) -> *mut PyObject;
         PyUnicode_AsUTF8String: fn(*mut PyObject) -> *mut PyObject;
         PyBytes_AsString: fn(*mut PyObject) -> *mut c_char;
@@ -144,6 +145,7 @@ python_api! {
         PyObject_GetBuffer: fn(*mut PyObject, *mut buffer::PyBuffer, c_int) -> c_int;
         PyBuffer_Release: fn(*mut buffer::PyBuffer) -> ();
         PyMemoryView_FromObject: fn(*mut PyObject) -> *mut PyObject;
+        PyBuffer_ToContiguous: fn(*mut c_void, *const buffer::PyBuffer, Py_ssize_t, c_char) -> c_int;
     }
     data {
         none: "_Py_NoneStruct";

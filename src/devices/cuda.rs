@@ -155,6 +155,18 @@ impl Device for Cuda {
         })
     }
 
+    /// Asked of the driver (unified addressing); without a driver, not CUDA's to say.
+    fn device_of_address(&self, address: usize) -> Option<Result<DLDevice>> {
+        if !cuda::driver_present() {
+            return None;
+        }
+        Some(cuda::pointer_device(address).map(|(kind, device_id)| match kind {
+            cuda::PointerKind::Device => DLDevice { device_type: DeviceType::CUDA, device_id },
+            cuda::PointerKind::Pinned => DLDevice { device_type: DeviceType::CUDA_HOST, device_id: 0 },
+            cuda::PointerKind::Managed => DLDevice { device_type: DeviceType::CUDA_MANAGED, device_id: 0 },
+        }))
+    }
+
     fn has_streams(&self, device_type: DeviceType) -> bool {
         device_type == DeviceType::CUDA
     }

@@ -139,6 +139,12 @@ pub trait Device: Sync {
         None
     }
 
+    /// The device of the memory `address` lies in, if it is this kind's (None: not its to say).
+    fn device_of_address(&self, address: usize) -> Option<Result<DLDevice>> {
+        let _ = address;
+        None
+    }
+
     /// Whether work on memory of `device_type` is ordered on the device's streams (a consumer
     /// of dlpx's table works on dlpx's current stream there, recorded as a use).
     fn has_streams(&self, device_type: DeviceType) -> bool {
@@ -214,6 +220,14 @@ pub fn kernel_addressable(device_type: DeviceType) -> bool {
 /// [`Device::reader_stream`] for `device`.
 pub fn interface_stream(device: DLDevice) -> Option<i64> {
     of(device.device_type).and_then(|d| d.reader_stream(device))
+}
+
+/// The device of the memory `address` lies in, asked of each device kind that can say (the CUDA
+/// array interface names a pointer, not a device).
+pub fn device_of_address(address: usize) -> Result<DLDevice> {
+    DEVICES.iter().find_map(|row| row.device.device_of_address(address)).unwrap_or_else(|| {
+        Err(Error::buffer(format!("no device dlpx knows holds address {address:#x}")))
+    })
 }
 
 /// [`Device::recordable`] for memory of `device`.
