@@ -206,10 +206,16 @@ pub fn host_accessible(device_type: DeviceType) -> bool {
     of(device_type).is_some_and(|device| device.host_accessible(device_type))
 }
 
-/// Whether work on memory of `device_type` is ordered on streams (the host's never is).
-#[inline]
+/// Whether work on memory of `device_type` is ordered on streams (the host's never is: every
+/// import and view asks, so the CPU is answered by one comparison, the rest by the seam).
+#[inline(always)]
 pub fn has_streams(device_type: DeviceType) -> bool {
-    device_type != DeviceType::CPU && of(device_type).is_some_and(|device| device.has_streams(device_type))
+    device_type != DeviceType::CPU && device_has_streams(device_type)
+}
+
+#[inline(never)]
+fn device_has_streams(device_type: DeviceType) -> bool {
+    of(device_type).is_some_and(|device| device.has_streams(device_type))
 }
 
 /// [`Device::kernel_addressable`]: whether memory of `device_type` is a kernel's by pointer.
@@ -225,9 +231,10 @@ pub fn interface_stream(device: DLDevice) -> Option<i64> {
 /// The device of the memory `address` lies in, asked of each device kind that can say (the CUDA
 /// array interface names a pointer, not a device).
 pub fn device_of_address(address: usize) -> Result<DLDevice> {
-    DEVICES.iter().find_map(|row| row.device.device_of_address(address)).unwrap_or_else(|| {
-        Err(Error::buffer(format!("no device dlpx knows holds address {address:#x}")))
-    })
+    DEVICES
+        .iter()
+        .find_map(|row| row.device.device_of_address(address))
+        .unwrap_or_else(|| Err(Error::buffer(format!("no device dlpx knows holds address {address:#x}"))))
 }
 
 /// [`Device::recordable`] for memory of `device`.

@@ -4,12 +4,17 @@
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::discovered::Discovered;
-use super::{numpy, synthetic, Entry, Guard, Producer, Read, Row};
+use super::{numpy, synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{attribute, imported_module, interned_attribute, Interned, Owned, Python};
 
-pub static ROW: Row =
-    Row { name: "array_api_strict", synthetic: Some(&TABLE), guard: Some(&GUARD), producer: &ArrayApiStrict };
+pub static ROW: Row = Row {
+    name: "array_api_strict",
+    synthetic: Some(&TABLE),
+    guard: Some(&GUARD),
+    suspect: None,
+    producer: &ArrayApiStrict,
+};
 struct ArrayApiStrict;
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 static GUARD: Guard = Guard::new("array_api_strict", c"array_api_strict", &["2.6"]);
@@ -36,15 +41,17 @@ impl Producer for ArrayApiStrict {
 
     /// The wrapped numpy array, read the numpy row's way, on the CPU device while the API version
     /// is new enough; None otherwise (its own `__dlpack__` answers, or refuses).
-    fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {
-        let Some(found) = FOUND.get(py) else { return Ok(None) };
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
+        let Some(found) = FOUND.get(py) else { return Ok(Reading::Uncovered) };
         if !on_cpu(py, object, found) || !api_new_enough(py, found) {
-            return Ok(None);
+            return Ok(Reading::Uncovered);
         }
         let Some(array) = ARRAY.get(py).ok().and_then(|name| interned_attribute(py, object, name)) else {
-            return Ok(None);
+            return Ok(Reading::Uncovered);
         };
-        numpy::managed_of(py, array.as_ptr())
+        // SAFETY: a managed tensor the numpy read filled, ours, valid as made.
+        Ok(numpy::managed_of(py, array.as_ptr())?
+            .map_or(Reading::Uncovered, |managed| unsafe { Reading::made(managed) }))
     }
 }
 

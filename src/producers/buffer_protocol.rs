@@ -3,14 +3,16 @@
 //! anything that exports one. One `PyObject_GetBuffer(PyBUF_RECORDS_RO)`: the format says the
 //! dtype (`array_formats`), the byte strides become element strides (refused when not a whole
 //! number of items: only a copy can cross then), `readonly` is kept. The view stays held by the
-//! managed tensor until its deleter runs (`held_buffer`).
+//! managed tensor until its deleter runs (`held_buffer`). The `buffer` row: the last, after DLPack
+//! and the array interfaces (docs/design.md R12's order).
 
 use std::ffi::CStr;
 use std::ptr::{self, NonNull};
 
-use pyo3_ffi::PyObject;
+use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::held_buffer;
+use super::held_buffer::HeldView;
+use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::array_formats;
 use crate::cpython::buffer::{PyBuffer, PYBUF_RECORDS_RO};
@@ -19,51 +21,58 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::layout::{self, MAX_NDIM};
 use crate::tensor::Tensor;
 
-/// The view of `object`, or None when it exports no buffer (the exporter's own error, such as a
-/// BufferError from a released memoryview, is kept).
-pub fn view_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<PyBuffer>> {
-    let mut view = PyBuffer::zeroed();
-    // SAFETY: GIL held; a live object and a writable view.
-    if unsafe { (py.PyObject_GetBuffer)(object, &mut view, PYBUF_RECORDS_RO) } == 0 {
-        return Ok(Some(view));
+pub static ROW: Row =
+    Row { name: "buffer", synthetic: Some(&TABLE), guard: None, suspect: None, producer: &BufferProtocol };
+struct BufferProtocol;
+static TABLE: DLPackExchangeAPI = synthetic::table(false);
+
+impl Producer for BufferProtocol {
+    /// Every type no row before it claims (it is last): an object that exports no buffer either
+    /// is refused at its read, naming every protocol dlpx looked for.
+    fn claims(&self, _: Python<'_>, _: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
+        true
     }
-    // SAFETY: GIL held; a failed call left an exception.
-    if unsafe { (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) } != 0 {
-        // SAFETY: as above.
-        unsafe { (py.PyErr_Clear)() };
-        return Ok(None);
+
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
+        let read = match managed_of(py, object) {
+            // Strides that are not whole items cross only as a copy, and a copy was asked for.
+            Err(err) if ask.request.copy == Some(true) && err.kind == ErrorKind::BufferError => {
+                copy_of(py, object)?.map(|copy| copy.export_versioned(0)).transpose()
+            }
+            read => read,
+        };
+        match read? {
+            // SAFETY: a managed tensor this read made from the view it checked, valid as made.
+            Some(managed) => Ok(unsafe { Reading::made(managed) }),
+            None => Err(speaks_nothing(py, object)),
+        }
     }
-    Err(Error::python_pending())
+}
+
+/// The refusal of an object that speaks no protocol dlpx reads.
+#[cold]
+fn speaks_nothing(py: Python<'_>, object: *mut PyObject) -> Error {
+    Error::type_error(format!(
+        "{} does not support DLPack (no __dlpack__ and no exchange table), nor __cuda_array_interface__, \
+         __array_interface__ or the buffer protocol",
+        crate::cpython::type_name(py, object)
+    ))
 }
 
 /// A managed tensor over `object`'s buffer, or None when it exports none; a layout DLPack cannot
 /// describe is a BufferError naming it (the view is released then).
 pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
-    let Some(mut view) = view_of(py, object)? else { return Ok(None) };
-    managed_over(py, &mut view, 0).map(Some)
+    let Some(held) = HeldView::take(py, object, PYBUF_RECORDS_RO)? else { return Ok(None) };
+    let mut dims = [(0i64, 0i64); MAX_NDIM];
+    let tensor = describe(held.view(), 0, &mut dims)?;
+    let readonly = held.view().readonly != 0;
+    // SAFETY: `dims` and `tensor` describe the view's own memory.
+    Ok(Some(unsafe { held.into_managed(tensor, dims.into_iter(), readonly) }))
 }
 
-/// A managed tensor over `view`, `offset` bytes in (the array interface's `offset` into a
-/// buffer), taking the view over; released here when refused.
-pub fn managed_over(py: Python<'_>, view: &mut PyBuffer, offset: usize) -> Result<NonNull<DLManagedTensorVersioned>> {
-    let taken = std::mem::replace(view, PyBuffer::zeroed());
-    match describe(&taken, offset) {
-        // SAFETY: GIL held; `dims` comes from the view, whose memory `tensor.data` points into.
-        Ok((tensor, dims)) => unsafe {
-            let readonly = taken.readonly != 0;
-            held_buffer::managed_over(py, taken, tensor, dims.into_iter(), readonly)
-        },
-        Err(err) => {
-            let mut taken = taken;
-            // SAFETY: GIL held; the view was filled and is released once.
-            unsafe { (py.PyBuffer_Release)(&mut taken) };
-            Err(err)
-        }
-    }
-}
-
-/// The view as a DLPack tensor (shape and strides in `dims`), or why it has none.
-fn describe(view: &PyBuffer, offset: usize) -> Result<(DLTensor, Vec<(i64, i64)>)> {
+/// The view as a DLPack tensor (extent and element stride of each dimension in `dims`), or why
+/// it has none.
+pub fn describe(view: &PyBuffer, offset: usize, dims: &mut [(i64, i64); MAX_NDIM]) -> Result<DLTensor> {
     // SAFETY: a filled view: its format, shape, strides and suboffsets arrays are NULL or `ndim`
     // long, valid while it is held.
     unsafe {
@@ -83,28 +92,35 @@ fn describe(view: &PyBuffer, offset: usize) -> Result<(DLTensor, Vec<(i64, i64)>
         if !view.suboffsets.is_null() && (0..ndim).any(|i| *view.suboffsets.add(i) >= 0) {
             return Err(Error::buffer("an indirect buffer (suboffsets, PIL-style) has no DLPack layout"));
         }
-        let shape: Vec<i64> = match view.shape.is_null() {
-            true => vec![(view.len / item.max(1)) as i64; ndim.min(1)],
-            false => (0..ndim).map(|i| *view.shape.add(i) as i64).collect(),
-        };
-        let mut strides = vec![0i64; shape.len()];
+        // A view without shape is one dimension of `len / itemsize` items.
+        let ndim = if view.shape.is_null() { ndim.min(1) } else { ndim };
+        let mut shape = [0i64; MAX_NDIM];
+        let mut strides = [0i64; MAX_NDIM];
+        for (i, extent) in shape[..ndim].iter_mut().enumerate() {
+            *extent = if view.shape.is_null() { (view.len / item) as i64 } else { *view.shape.add(i) as i64 };
+        }
         match view.strides.is_null() {
-            true => layout::compact_strides(&shape, &mut strides),
+            true => layout::compact_strides(&shape[..ndim], &mut strides[..ndim]),
             false => {
-                let bytes: Vec<i64> = (0..shape.len()).map(|i| *view.strides.add(i) as i64).collect();
-                layout::element_strides(&bytes, item as i64, &mut strides)?;
+                let mut bytes = [0i64; MAX_NDIM];
+                for (i, b) in bytes[..ndim].iter_mut().enumerate() {
+                    *b = *view.strides.add(i) as i64;
+                }
+                layout::element_strides(&bytes[..ndim], item as i64, &mut strides[..ndim])?;
             }
         }
-        let tensor = DLTensor {
+        for (i, dim) in dims[..ndim].iter_mut().enumerate() {
+            *dim = (shape[i], strides[i]);
+        }
+        Ok(DLTensor {
             data: view.buf,
             device: DLDevice::CPU,
-            ndim: shape.len() as i32,
+            ndim: ndim as i32,
             dtype,
             shape: ptr::null_mut(),
             strides: ptr::null_mut(),
             byte_offset: offset as u64,
-        };
-        Ok((tensor, shape.into_iter().zip(strides).collect()))
+        })
     }
 }
 
@@ -112,20 +128,15 @@ fn describe(view: &PyBuffer, offset: usize) -> Result<(DLTensor, Vec<(i64, i64)>
 /// way across for byte strides that are not a whole number of items): `PyBuffer_ToContiguous`
 /// gathers any strides.
 pub fn copy_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<Tensor>> {
-    let Some(mut view) = view_of(py, object)? else { return Ok(None) };
-    let copied = copy_view(py, &view);
-    // SAFETY: GIL held; the view was filled and is released once.
-    unsafe { (py.PyBuffer_Release)(&mut view) };
-    copied.map(Some)
-}
-
-fn copy_view(py: Python<'_>, view: &PyBuffer) -> Result<Tensor> {
+    let Some(held) = HeldView::take(py, object, PYBUF_RECORDS_RO)? else { return Ok(None) };
+    let view = held.view();
     // SAFETY: a filled view (see `describe`).
     let format = unsafe { NonNull::new(view.format).map(|f| CStr::from_ptr(f.as_ptr()).to_bytes()) };
     let dtype = array_formats::from_buffer_format(format)?;
-    let ndim = usize::try_from(view.ndim).ok().filter(|&n| n <= MAX_NDIM).ok_or_else(|| {
-        Error::buffer(format!("the buffer has {} dimensions (at most {MAX_NDIM})", view.ndim))
-    })?;
+    let ndim = usize::try_from(view.ndim)
+        .ok()
+        .filter(|&n| n <= MAX_NDIM)
+        .ok_or_else(|| Error::buffer(format!("the buffer has {} dimensions (at most {MAX_NDIM})", view.ndim)))?;
     let shape: Vec<i64> = match view.shape.is_null() {
         true => vec![(view.len / view.itemsize.max(1)) as i64; ndim.min(1)],
         // SAFETY: `ndim` extents.
@@ -140,5 +151,5 @@ fn copy_view(py: Python<'_>, view: &PyBuffer) -> Result<Tensor> {
             return Err(Error::python_pending());
         }
     }
-    Ok(copy)
+    Ok(Some(copy))
 }

@@ -94,3 +94,20 @@ fn resolve(py: Python<'_>, ty: *mut PyTypeObject) -> Entry {
     insert(py, ty, index, entry.table);
     entry
 }
+
+/// The table `dlpx_exchange_api_of` gives for `object`, or for `object` itself when it is a type.
+pub fn table_of(py: Python<'_>, object: *mut PyObject) -> &'static DLPackExchangeAPI {
+    entry_of_object_or_type(py, object).table
+}
+
+/// The name of the row that reads `object`'s type (or `object`'s, when it is a type).
+pub fn row_name(py: Python<'_>, object: *mut PyObject) -> &'static str {
+    entry_of_object_or_type(py, object).row.name
+}
+
+fn entry_of_object_or_type(py: Python<'_>, object: *mut PyObject) -> Entry {
+    match crate::cpython::is_type(py, object) {
+        true => entry_of_type(py, object.cast()),
+        false => entry_of(py, object),
+    }
+}

@@ -1,15 +1,15 @@
 //! The `capsule` row: a DLPack capsule handed over as it is, consumed (renamed `used_…`).
 
+use std::ptr::NonNull;
+
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::{synthetic, Entry, Producer, Read, Request, Row};
+use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
-use crate::capsule;
-use crate::cpython::Python;
-use crate::error::Result;
-use crate::tensor::Tensor;
+use crate::cpython::{Owned, Python};
 
-pub static ROW: Row = Row { name: "capsule", synthetic: Some(&TABLE), guard: None, producer: &CapsuleObject };
+pub static ROW: Row =
+    Row { name: "capsule", synthetic: Some(&TABLE), guard: None, suspect: None, producer: &CapsuleObject };
 struct CapsuleObject;
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 
@@ -18,11 +18,9 @@ impl Producer for CapsuleObject {
         ty.cast::<PyObject>() == py.capsule_type
     }
 
-    fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {
-        capsule::consume(py, object)?.export_versioned(0).map(Some)
-    }
-
-    fn import(&self, py: Python<'_>, object: *mut PyObject, _: Entry, _: Request) -> Result<Option<Tensor>> {
-        capsule::consume(py, object).map(Some)
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
+        // SAFETY: the caller's object, live while the token lives.
+        let capsule = Owned::from_borrowed(py, unsafe { NonNull::new_unchecked(object) });
+        Ok(Reading::capsule(capsule))
     }
 }

@@ -1,4 +1,5 @@
-//! The `dlpack` row: anything else, through `__dlpack__` (the 2023.12 keywords, then fewer).
+//! The `dlpack` row: any other type with a `__dlpack__`, through it (the 2023.12 keywords, then
+//! fewer).
 //! The producer's own exception passes unchanged: it is the producer's refusal.
 
 use std::ffi::CStr;
@@ -7,78 +8,38 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::dlpack_call;
-use super::{synthetic, Entry, Producer, Read, Request, Row};
+use super::{synthetic, Ask, Entry, Producer, Read, Reading, Request, Row};
 use crate::abi::*;
 use crate::args;
 use crate::capsule;
 use crate::cpython::{int_tuple, type_name, Owned, Python};
 use crate::error::{Error, ErrorKind, Result};
-use crate::tensor::Tensor;
 
-pub static ROW: Row = Row { name: "dlpack", synthetic: Some(&TABLE), guard: None, producer: &Dlpack };
+pub static ROW: Row = Row { name: "dlpack", synthetic: Some(&TABLE), guard: None, suspect: None, producer: &Dlpack };
 struct Dlpack;
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 
 impl Producer for Dlpack {
-    fn claims(&self, _: Python<'_>, _: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        true
+    fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
+        super::type_has(py, ty, c"__dlpack__")
     }
 
-    fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {
-        managed_of(py, object).map(Some)
-    }
-
-    fn import(&self, py: Python<'_>, object: *mut PyObject, _: Entry, request: Request) -> Result<Option<Tensor>> {
-        import(py, object, request).map(Some)
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
+        read(py, object, ask.request)
     }
 }
 
-/// An owning managed tensor through `__dlpack__`, handed on as the producer made it where it can
-/// be (a legacy one in a versioned wrapper: `legacy::wrap`), so no `Tensor` is built for it.
-/// Where the capsule holds what cannot be handed on as it is (NULL strides, an unknown major, an
-/// invalid tensor), or a CUDA stream is current (the producer must be asked with it), the
-/// importer's way decides and its `Tensor` is exported.
-pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
-    managed_and_legacy_of(py, object).map(|(managed, _)| managed)
-}
-
-/// [`managed_of`], and whether the producer answered with a legacy capsule, whose read-only
-/// flag is dlpx's assumption rather than the producer's word (the guard's first-use check).
-pub fn managed_and_legacy_of(
-    py: Python<'_>,
-    object: *mut PyObject,
-) -> Result<(NonNull<DLManagedTensorVersioned>, bool)> {
-    if crate::stream::any_set() {
-        let tensor = import(py, object, Request::PLAIN)?;
-        return Ok((tensor.export_versioned(0)?, false));
-    }
-    let capsule = dlpack_call::call(py, object)?;
-    let legacy = crate::capsule::is_legacy(py, capsule.as_ptr());
-    Ok((hand_on(py, capsule)?, legacy))
-}
-
-/// The managed tensor inside a capsule a producer returned, handed on as it is where it can be.
-pub fn hand_on(py: Python<'_>, capsule: Owned<'_>) -> Result<NonNull<DLManagedTensorVersioned>> {
-    if let Some(managed) = capsule::take_versioned(py, capsule.as_ptr())? {
-        return Ok(managed);
-    }
-    if let Some(managed) = capsule::take_legacy(py, capsule.as_ptr())? {
-        return Ok(managed);
-    }
-    capsule::consume(py, capsule.as_ptr())?.export_versioned(0)
-}
-
-/// `object.__dlpack__(...)`, consumed: with the request's `dl_device` and `copy`, and the
-/// stream of dlpx's current stream on the object's CUDA device when one is set.
-pub fn import(py: Python<'_>, object: *mut PyObject, request: Request) -> Result<Tensor> {
+/// The capsule of `object.__dlpack__(...)`, the producer's own export: with the request's
+/// `dl_device` and `copy`, and dlpx's current stream on the object's CUDA device when one is set.
+/// What every row leaves to the producer ends here.
+pub fn read<'py>(py: Python<'py>, object: *mut PyObject, request: Request) -> Result<Reading<'py>> {
     // A stream belongs to the object's own device: none when another device is asked for.
     let stream = if request.device.is_none() { stream_request(py, object)? } else { None };
     if !request.asks_more() && request.copy.is_none() && stream.is_none() {
-        let capsule = dlpack_call::call(py, object)?;
-        return capsule::consume(py, capsule.as_ptr());
+        return dlpack_call::call(py, object).map(Reading::capsule);
     }
     // SAFETY: the token proves the GIL is held; every new reference is owned by an `Owned`.
-    unsafe {
+    let result = unsafe {
         let Ok(method) = Owned::new(py, (py.PyObject_GetAttrString)(object, c"__dlpack__".as_ptr())) else {
             (py.PyErr_Clear)();
             return Err(Error::type_error(format!(
@@ -99,9 +60,23 @@ pub fn import(py: Python<'_>, object: *mut PyObject, request: Request) -> Result
             (py.PyErr_Clear)();
             result = (py.PyObject_Call)(method.as_ptr(), empty, ptr::null_mut());
         }
-        let capsule = Owned::new(py, result)?;
-        capsule::consume(py, capsule.as_ptr())
+        result
+    };
+    Owned::new(py, result).map(Reading::capsule)
+}
+
+/// The managed tensor inside a capsule a producer returned, handed on as it is where it can be
+/// (a legacy one in a versioned wrapper: `legacy::wrap`), so no `Tensor` is built for it. What
+/// cannot be handed on as it is (NULL strides, an unknown major, an invalid tensor) the
+/// importer's way decides, and its `Tensor` is exported.
+pub fn hand_on(py: Python<'_>, capsule: Owned<'_>) -> Result<NonNull<DLManagedTensorVersioned>> {
+    if let Some(managed) = capsule::take_versioned(py, capsule.as_ptr())? {
+        return Ok(managed);
     }
+    if let Some(managed) = capsule::take_legacy(py, capsule.as_ptr())? {
+        return Ok(managed);
+    }
+    capsule::consume(py, capsule.as_ptr())?.export_versioned(0)
 }
 
 /// The `stream` to pass to `__dlpack__`: dlpx's current stream when the object is on a CUDA

@@ -3,11 +3,10 @@
 //! version, and an off switch.
 
 use std::ffi::CStr;
-use std::ptr::NonNull;
 
 use pyo3_ffi::PyObject;
 
-use super::{dlpack_method, Entry, Producer};
+use super::{dlpack_method, Ask, Entry, Producer, Reading, Request};
 use crate::abi::*;
 use crate::cpython::{attribute, imported_module, GilVar, Python};
 use crate::error::Result;
@@ -88,41 +87,50 @@ impl Guard {
     }
 
     /// The first-use check: `object` read the row's way and through `__dlpack__`, the two
-    /// managed tensors compared by value (and read-only flag). The answer is the read where they
-    /// agree, else `__dlpack__`'s; the caller applies the faithful-import rule to it, as to
-    /// every read. A read that refuses `object` outright refuses it here too, without asking
+    /// compared by value (and read-only flag). The answer is the row's reading where they agree,
+    /// else `__dlpack__`'s; the caller applies the faithful-import rule to it, as to every
+    /// reading. A read that refuses `object` outright refuses it here too, without asking
     /// `__dlpack__` (tvm_ffi's would dereference a moved-out handle); one that does not cover
     /// it, and two refusals, decide nothing.
     #[cold]
-    pub fn verify(
+    pub fn verify<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         row: &dyn Producer,
         object: *mut PyObject,
         entry: Entry,
-    ) -> Result<NonNull<DLManagedTensorVersioned>> {
-        let ours = row.managed(py, object, entry)?;
-        let answer = dlpack_method::managed_and_legacy_of(py, object);
-        match (ours, &answer) {
-            (Some(ours), Ok((theirs, legacy))) => {
-                // SAFETY: two live managed tensors of major 1, checked on the way in.
-                let agree = unsafe { same_tensor(ours.as_ref(), theirs.as_ref(), *legacy) };
-                self.verdict(py, agree);
-                // Agreed, the read is the answer (it knows what a legacy capsule cannot say:
-                // whether the array is writable), as it is for every later object.
-                let (answer, unused) = if agree { (ours, *theirs) } else { (*theirs, ours) };
-                // SAFETY: both are ours; the unused one is deleted once, here.
-                unsafe { crate::tensor::delete_managed(unused) };
-                return Ok(answer);
-            }
-            (Some(ours), Err(_)) => {
+    ) -> Result<Reading<'py>> {
+        let ours = match row.read(py, object, entry, Ask::MANAGED)? {
+            Reading::Uncovered => return dlpack_method::read(py, object, Request::PLAIN),
+            ours => ours,
+        };
+        // Both as managed tensors, each checked on its way out of its reading, compared.
+        let ours = ours.into_managed(py)?;
+        let theirs = dlpack_method::read(py, object, Request::PLAIN).and_then(|theirs| {
+            // A legacy capsule's read-only flag is dlpx's assumption, not the producer's word.
+            let legacy = matches!(&theirs, Reading::Capsule(c) if crate::capsule::is_legacy(py, c.as_ptr()));
+            Ok((theirs.into_managed(py)?, legacy))
+        });
+        let (theirs, legacy) = match theirs {
+            Ok(theirs) => theirs,
+            Err(err) => {
                 self.verdict(py, false);
                 // SAFETY: ours, unused: its deleter runs once, here.
                 unsafe { crate::tensor::delete_managed(ours) };
+                return Err(err);
             }
-            (None, _) => {}
+        };
+        // SAFETY: two live managed tensors of major 1, checked on their way out.
+        let agree = unsafe { same_tensor(ours.as_ref(), theirs.as_ref(), legacy) };
+        self.verdict(py, agree);
+        // Agreed, the read is the answer (it knows what a legacy capsule cannot say: whether the
+        // array is writable), as it is for every later object.
+        let (answer, unused) = if agree { (ours, theirs) } else { (theirs, ours) };
+        // SAFETY: both are ours; the unused one is deleted once, here, the answer handed on.
+        unsafe {
+            crate::tensor::delete_managed(unused);
+            Ok(Reading::managed(answer))
         }
-        answer.map(|(theirs, _)| theirs)
     }
 }
 
@@ -135,7 +143,25 @@ impl Guard {
 unsafe fn same_tensor(a: &DLManagedTensorVersioned, b: &DLManagedTensorVersioned, b_legacy: bool) -> bool {
     (b_legacy || (a.flags ^ b.flags) & DLPACK_FLAG_BITMASK_READ_ONLY == 0)
         // SAFETY: per the contract, their shapes and strides are `ndim` long.
-        && unsafe { crate::validate::same_description(&a.dl_tensor, &b.dl_tensor) }
+        && unsafe { same_description(&a.dl_tensor, &b.dl_tensor) }
+}
+
+/// Whether two producers' `DLTensor`s describe the same tensor: data, offset, device, dtype and
+/// ndim equal, shape and strides equal by value (each export may own its arrays; NULL strides
+/// match only NULL). An `ndim` outside dlpx's limit never matches.
+///
+/// # Safety
+/// Each non-NULL `shape` and `strides` holds `ndim` values.
+unsafe fn same_description(a: &DLTensor, b: &DLTensor) -> bool {
+    if (a.data, a.byte_offset, a.device, a.dtype, a.ndim) != (b.data, b.byte_offset, b.device, b.dtype, b.ndim)
+        || !(0..=crate::layout::MAX_NDIM as i32).contains(&a.ndim)
+    {
+        return false;
+    }
+    let n = a.ndim as usize;
+    // SAFETY: the caller's contract; `n` is within dlpx's limit.
+    let values = |p: *const i64| (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, n) });
+    n == 0 || (values(a.shape) == values(b.shape) && values(a.strides) == values(b.strides))
 }
 
 /// Whether the environment variable names `row` (or `all`).
@@ -151,7 +177,44 @@ fn tested(tested: &[&str], version: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::tested;
+    use super::{same_description, tested};
+    use crate::abi::*;
+
+    const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
+
+    #[test]
+    fn two_descriptions_are_the_same_by_value_not_by_address() {
+        let (mut shape_a, mut shape_b, mut strides_a, mut strides_b) = ([2i64, 3], [2i64, 3], [3i64, 1], [3i64, 1]);
+        let mut data = [0f32; 6];
+        let mut x = DLTensor {
+            data: data.as_mut_ptr().cast(),
+            device: DLDevice::CPU,
+            ndim: 2,
+            dtype: F32,
+            shape: std::ptr::null_mut(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        let (mut y, mut z) = (x, x);
+        (x.shape, x.strides) = (shape_a.as_mut_ptr(), strides_a.as_mut_ptr());
+        (y.shape, y.strides) = (shape_b.as_mut_ptr(), strides_b.as_mut_ptr());
+        z.shape = shape_b.as_mut_ptr();
+        // SAFETY: every non-NULL shape and strides above holds `ndim` values.
+        unsafe {
+            assert!(same_description(&x, &y));
+            z.strides = std::ptr::null_mut();
+            assert!(!same_description(&x, &z), "NULL strides match only NULL");
+            let mut w = x;
+            w.byte_offset = 4;
+            assert!(!same_description(&x, &w));
+            w = x;
+            w.ndim = -1;
+            assert!(!same_description(&w, &w), "an ndim out of range never matches");
+            let mut other_strides = [4i64, 1];
+            y.strides = other_strides.as_mut_ptr();
+            assert!(!same_description(&x, &y));
+        }
+    }
 
     #[test]
     fn a_tested_version_covers_its_patch_releases_only() {

@@ -1,13 +1,17 @@
 //! Managed tensors over a Python buffer (a PEP 3118 view, docs/design.md R12): one block from
-//! the per-thread cache holds the managed tensor, the `Py_buffer` (the exporter's export, held
-//! until the deleter runs: a `bytearray` cannot resize, an `mmap` cannot close meanwhile), then
-//! the shape and strides. The deleter releases the view with an attached thread state
-//! (`PyBuffer_Release` needs one): a deleter on a C thread without the GIL takes it; after the
-//! interpreter's finalisation the view is left as it is — the exporter's memory stays mapped,
-//! nothing touches the interpreter — and the block is freed.
+//! the per-thread cache holds the managed tensor, the `Py_buffer`, then the shape and strides.
+//! The view is filled in the block and never moves: an exporter may point its `shape` or
+//! `strides` into the view itself (`PyBuffer_FillInfo` does, for `bytes` and `bytearray`). It is
+//! held until the deleter runs (a `bytearray` cannot resize, an `mmap` cannot close meanwhile),
+//! which releases it with an attached thread state (`PyBuffer_Release` needs one: a deleter on a
+//! C thread without the GIL takes it); after the interpreter's finalisation the view is left as it
+//! is — the exporter's memory stays mapped, nothing touches the interpreter — and the block freed.
 
+use std::ffi::c_int;
 use std::mem::size_of;
 use std::ptr::NonNull;
+
+use pyo3_ffi::PyObject;
 
 use crate::abi::*;
 use crate::cpython::buffer::PyBuffer;
@@ -16,73 +20,121 @@ use crate::error::{guard, Error, Result};
 use crate::layout::MAX_NDIM;
 use crate::memory::cpu::{self, Capacity};
 
-/// The block: the managed tensor first (its address is the block's), the view after it.
+/// The block: the managed tensor first (its address is the block's), the view after it, then
+/// the dimensions.
 #[repr(C)]
 struct Block {
     managed: DLManagedTensorVersioned,
     view: PyBuffer,
 }
 
-fn block_capacity(ndim: usize) -> Capacity {
-    cpu::capacity_for(size_of::<Block>() + 2 * ndim * size_of::<i64>()).expect("MAX_NDIM dimensions fit a size class")
+/// Room for the most dimensions: the view is taken before its `ndim` is known.
+fn block_capacity() -> Capacity {
+    cpu::capacity_for(size_of::<Block>() + 2 * MAX_NDIM * size_of::<i64>()).expect("a block fits a size class")
 }
 
-/// A managed tensor of `tensor` (its `shape` and `strides` are ignored: `dims` gives them,
-/// `(extent, element stride)` per dimension) that owns `view` and releases it when deleted.
-///
-/// # Safety
-/// GIL held; `view` is a filled view whose memory `tensor.data` points into; `dims` yields
-/// `tensor.ndim` pairs and `tensor.ndim <= MAX_NDIM`. On error the view is released here.
-pub unsafe fn managed_over(
-    py: Python<'_>,
-    mut view: PyBuffer,
-    tensor: DLTensor,
-    dims: impl Iterator<Item = (i64, i64)>,
-    readonly: bool,
-) -> Result<NonNull<DLManagedTensorVersioned>> {
-    let ndim = tensor.ndim as usize;
-    debug_assert!(ndim <= MAX_NDIM);
-    let Some(block) = cpu::alloc(block_capacity(ndim)) else {
-        // SAFETY: the caller's filled view, released once.
-        unsafe { (py.PyBuffer_Release)(&mut view) };
-        return Err(Error::memory("out of memory for a managed tensor"));
-    };
-    let managed = block.cast::<DLManagedTensorVersioned>();
-    // SAFETY: the block holds a `Block` and 2 × ndim i64s after it, aligned for both (blocks are
-    // 16-aligned; `Block` is a multiple of 8 bytes).
-    unsafe {
-        let shape = block.as_ptr().add(size_of::<Block>()).cast::<i64>();
-        for (i, (extent, stride)) in dims.take(ndim).enumerate() {
-            shape.add(i).write(extent);
-            shape.add(ndim + i).write(stride);
+/// An exporter's view, filled in place in a block of its own; dropped unused, it is released.
+/// Lives within the GIL token's lifetime.
+pub struct HeldView<'py> {
+    block: NonNull<Block>,
+    py: Python<'py>,
+}
+
+impl<'py> HeldView<'py> {
+    /// `PyObject_GetBuffer(object, flags)` into a new block; None when the object exports no
+    /// buffer (TypeError, cleared); the exporter's own refusal (a BufferError) otherwise.
+    pub fn take(py: Python<'py>, object: *mut PyObject, flags: c_int) -> Result<Option<HeldView<'py>>> {
+        let block = cpu::alloc(block_capacity())
+            .ok_or_else(|| Error::memory("out of memory for a buffer view"))?
+            .cast::<Block>();
+        // SAFETY: GIL held; a live object; the block's view is writable and stays where it is.
+        let got = unsafe {
+            let view = std::ptr::addr_of_mut!((*block.as_ptr()).view);
+            view.write(PyBuffer::zeroed());
+            (py.PyObject_GetBuffer)(object, view, flags)
+        };
+        if got == 0 {
+            return Ok(Some(HeldView { block, py }));
         }
-        block.cast::<Block>().as_ptr().write(Block {
-            managed: DLManagedTensorVersioned {
+        // SAFETY: the block is ours and nothing was taken into it.
+        unsafe { cpu::free(block.cast(), block_capacity()) };
+        // SAFETY: GIL held; the failed call left an exception.
+        unsafe {
+            if (py.PyErr_ExceptionMatches)(py.exception(crate::error::ErrorKind::TypeError)) != 0 {
+                (py.PyErr_Clear)();
+                return Ok(None);
+            }
+        }
+        Err(Error::python_pending())
+    }
+
+    pub fn view(&self) -> &PyBuffer {
+        // SAFETY: the block holds a filled view while `self` lives.
+        unsafe { &(*self.block.as_ptr()).view }
+    }
+
+    /// A managed tensor of `tensor` (its `shape` and `strides` are ignored: `dims` gives them,
+    /// `(extent, element stride)` per dimension) that owns the view and releases it when deleted.
+    ///
+    /// # Safety
+    /// `tensor.data` points into the view's memory; `dims` yields `tensor.ndim` pairs and
+    /// `tensor.ndim <= MAX_NDIM`.
+    pub unsafe fn into_managed(
+        self,
+        tensor: DLTensor,
+        dims: impl Iterator<Item = (i64, i64)>,
+        readonly: bool,
+    ) -> NonNull<DLManagedTensorVersioned> {
+        let ndim = tensor.ndim as usize;
+        debug_assert!(ndim <= MAX_NDIM);
+        let block = std::mem::ManuallyDrop::new(self).block;
+        // SAFETY: the block holds a `Block` and room for 2 × MAX_NDIM i64s after it, aligned
+        // (blocks are 16-aligned; `Block` is a multiple of 8 bytes); the view stays in place.
+        unsafe {
+            let shape = block.as_ptr().cast::<u8>().add(size_of::<Block>()).cast::<i64>();
+            for (i, (extent, stride)) in dims.take(ndim).enumerate() {
+                shape.add(i).write(extent);
+                shape.add(ndim + i).write(stride);
+            }
+            let (shape, strides) = match ndim {
+                0 => (std::ptr::null_mut(), std::ptr::null_mut()),
+                _ => (shape, shape.add(ndim)),
+            };
+            std::ptr::addr_of_mut!((*block.as_ptr()).managed).write(DLManagedTensorVersioned {
                 version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
                 manager_ctx: block.as_ptr().cast(),
                 deleter: Some(release),
                 flags: if readonly { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 },
-                dl_tensor: DLTensor { shape: if ndim == 0 { std::ptr::null_mut() } else { shape }, strides: if ndim == 0 { std::ptr::null_mut() } else { shape.add(ndim) }, ..tensor },
-            },
-            view,
-        });
+                dl_tensor: DLTensor { shape, strides, ..tensor },
+            });
+        }
+        block.cast()
     }
-    Ok(managed)
+}
+
+impl Drop for HeldView<'_> {
+    fn drop(&mut self) {
+        // SAFETY: GIL held (the token's lifetime); the view is filled and released once, then
+        // the block is freed.
+        unsafe {
+            (self.py.PyBuffer_Release)(std::ptr::addr_of_mut!((*self.block.as_ptr()).view));
+            cpu::free(self.block.cast(), block_capacity());
+        }
+    }
 }
 
 /// The deleter: releases the view (with the GIL, taken when this thread lacks it), then frees
 /// the block. Once the interpreter is finalising on another thread, the view is left.
 unsafe extern "C" fn release(managed: *mut DLManagedTensorVersioned) {
     guard("buffer release", || {
-        // SAFETY: a block `managed_over` filled; it is freed once, here, by its only owner.
+        // SAFETY: a block `into_managed` filled; it is freed once, here, by its only owner.
         unsafe {
             let block = managed.cast::<Block>();
-            let ndim = (*managed).dl_tensor.ndim as usize;
             Python::with_gil(|py| {
                 let _pending = ExceptionGuard::save_with_gil(py);
-                (py.PyBuffer_Release)(&mut (*block).view);
+                (py.PyBuffer_Release)(std::ptr::addr_of_mut!((*block).view));
             });
-            cpu::free(NonNull::new_unchecked(block.cast()), block_capacity(ndim));
+            cpu::free(NonNull::new_unchecked(block.cast()), block_capacity());
         }
     })
 }

@@ -29,6 +29,7 @@ fn block_capacity(ndim: usize) -> Capacity {
 /// # Safety
 /// GIL held; `object` is live and keeps `tensor.data` valid while it lives; `dims` yields
 /// `tensor.ndim` pairs and `tensor.ndim <= MAX_NDIM`.
+#[inline(always)]
 pub unsafe fn managed_holding(
     py: Python<'_>,
     object: *mut PyObject,

@@ -110,9 +110,8 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
 
     let data = match item(c"data")? {
         Some(data) if is_tuple(py, data.as_ptr()) => {
-            let (address, readonly) = pointer_and_flag(py, data.as_ptr()).map_err(|_| {
-                refuse("data must be (address: int, read_only: bool)".into())
-            })?;
+            let (address, readonly) = pointer_and_flag(py, data.as_ptr())
+                .map_err(|_| refuse("data must be (address: int, read_only: bool)".into()))?;
             Data::Pointer(address, readonly)
         }
         _ if kind == Kind::Cuda => return Err(refuse("data must be (address: int, read_only: bool)".into())),

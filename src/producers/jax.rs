@@ -6,14 +6,11 @@ use std::ptr::{self};
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::discovered::Discovered;
-use super::{dlpack_method, synthetic, Entry, Guard, Producer, Read, Request, Row};
+use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
-use crate::capsule;
 use crate::cpython::{attribute, interned_attribute, type_of, vectorcall_method, Interned, Owned, Python};
-use crate::error::Result;
-use crate::tensor::Tensor;
 
-pub static ROW: Row = Row { name: "jax", synthetic: Some(&TABLE), guard: Some(&GUARD), producer: &Jax };
+pub static ROW: Row = Row { name: "jax", synthetic: Some(&TABLE), guard: Some(&GUARD), suspect: None, producer: &Jax };
 struct Jax;
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 static GUARD: Guard = Guard::new("jax", c"jaxlib", &["0.10"]);
@@ -34,12 +31,8 @@ impl Producer for Jax {
         FOUND.get_or_find(py, find).is_some_and(|found| found.array == ty)
     }
 
-    fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {
-        capsule_of(py, object).map(|capsule| dlpack_method::hand_on(py, capsule)).transpose()
-    }
-
-    fn import(&self, py: Python<'_>, object: *mut PyObject, _: Entry, _: Request) -> Result<Option<Tensor>> {
-        capsule_of(py, object).map(|capsule| capsule::consume(py, capsule.as_ptr())).transpose()
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
+        Ok(capsule_of(py, object).map_or(Reading::Uncovered, Reading::capsule))
     }
 }
 

@@ -17,14 +17,14 @@ use crate::tensor_type::{self as tensor, own_table};
 /// synthetic table of its row.
 pub fn table_of(py: Python<'_>, object: *mut PyObject) -> Result<&'static DLPackExchangeAPI> {
     let object = NonNull::new(object).ok_or_else(|| Error::null("py_object"))?;
-    producers::table_of(py, object.as_ptr())
+    Ok(producers::table_of(py, object.as_ptr()))
 }
 
 /// The table whose allocator serves an output like `like` (dlpx's own for NULL).
 pub fn allocator_table_of(py: Python<'_>, like: *mut PyObject) -> Result<&'static DLPackExchangeAPI> {
     match NonNull::new(like) {
         None => own_table().ok_or_else(tensor::not_initialised),
-        Some(like) => producers::table_of(py, like.as_ptr()),
+        Some(like) => Ok(producers::table_of(py, like.as_ptr())),
     }
 }
 

@@ -4,45 +4,50 @@
 //! here and one line in [`ROWS`].
 
 mod array_api_strict;
+mod array_interface;
+mod buffer_protocol;
 mod cache;
 mod capsule_object;
+mod cuda_array_interface;
 mod discovered;
-mod dispatch;
 mod dlpack_call;
 mod dlpack_method;
 mod faithful;
 mod guard;
-mod buffer_protocol;
 mod held_buffer;
+mod held_object;
 mod interface_dict;
-pub mod held_object;
 mod jax;
 pub mod kernel;
 mod numpy;
 mod own;
+mod read;
+mod reading;
 mod synthetic;
 mod table;
 mod torch;
 mod tvm_ffi;
 
-use std::ptr::NonNull;
+use std::cell::Cell;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-pub use cache::{entry_of, entry_of_type};
-pub use dispatch::{import, managed, view, view_in_place};
-pub use faithful::Suspicion;
+pub use cache::{entry_of, entry_of_type, row_name, table_of};
+pub use faithful::{Suspect, Suspicion};
 pub use guard::Guard;
+pub use read::{import, managed, view, view_in_place};
+pub use reading::Reading;
 pub use table::published_head;
 
 use crate::abi::*;
 use crate::cpython::Python;
 use crate::error::Result;
-use crate::tensor::Tensor;
 
 /// Every row, in the order a new type is matched against them: the first that claims it is
-/// its row. `dlpack`, last, claims everything.
-pub static ROWS: [&Row; 9] = [
+/// its row. DLPack first, always (docs/design.md R12): `dlpack` claims the types with a
+/// `__dlpack__`; then the CUDA array interface, numpy's array interface, and last the buffer
+/// protocol, which claims everything left.
+pub static ROWS: [&Row; 12] = [
     &own::ROW,
     &torch::ROW,
     &table::ROW,
@@ -52,7 +57,24 @@ pub static ROWS: [&Row; 9] = [
     &array_api_strict::ROW,
     &capsule_object::ROW,
     &dlpack_method::ROW,
+    &cuda_array_interface::ROW,
+    &array_interface::ROW,
+    &buffer_protocol::ROW,
 ];
+
+/// Whether `ty` (or a base) has the attribute `name`: how a row for a protocol claims a type.
+pub(crate) fn type_has(py: Python<'_>, ty: *mut PyTypeObject, name: &std::ffi::CStr) -> bool {
+    // SAFETY: GIL held; a live type; a failed lookup's AttributeError is cleared.
+    unsafe {
+        let found = (py.PyObject_GetAttrString)(ty.cast(), name.as_ptr());
+        if found.is_null() {
+            (py.PyErr_Clear)();
+            return false;
+        }
+        py.decref(found);
+        true
+    }
+}
 
 /// What an importer asks for besides the tensor itself (the array API's `from_dlpack`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,6 +94,30 @@ impl Request {
     }
 }
 
+/// What an entry point asks of a row: the importer's request, and where a borrowed view goes
+/// when one will do (a kernel's view: a row that has one writes it there and answers
+/// [`Reading::View`]).
+#[derive(Clone, Copy)]
+pub struct Ask<'a> {
+    pub request: Request,
+    pub view: Option<&'a Cell<DLTensor>>,
+}
+
+impl<'a> Ask<'a> {
+    /// An owning managed tensor as the producer has it (C: `dlpx_import`, the synthetic tables).
+    pub const MANAGED: Ask<'static> = Ask { request: Request::PLAIN, view: None };
+
+    /// The importer's tensor (`from_dlpack`, `dlpx.Tensor(x)`).
+    pub const fn tensor(request: Request) -> Ask<'static> {
+        Ask { request, view: None }
+    }
+
+    /// A view for a kernel, borrowed into `out` where the row has one.
+    pub fn view(out: &'a Cell<DLTensor>) -> Ask<'a> {
+        Ask { request: Request::PLAIN, view: Some(out) }
+    }
+}
+
 /// One row: a way of reading a producer's tensors, what C uses for its objects, and its guard.
 pub struct Row {
     /// The row's name: `dlpx._native._row_of`, the off switch (`DLPX_DIRECT_OFF`), messages.
@@ -81,6 +127,9 @@ pub struct Row {
     /// The guard of a read that bypasses the producer's own export (docs/design.md, "A guard per
     /// direct read"); None for rows that read through it (a table, `__dlpack__`, a capsule).
     pub guard: Option<&'static Guard>,
+    /// What the row's read lets through that the producer's own `__dlpack__` checks
+    /// (docs/design.md, "Faithful import"); None for rows that read through those checks.
+    pub suspect: Option<&'static dyn Suspect>,
     /// How it reads.
     pub producer: &'static dyn Producer,
 }
@@ -93,9 +142,6 @@ impl Row {
     }
 }
 
-/// What a read gives: an owning managed tensor, None where it does not cover the object.
-pub type Read = Result<Option<NonNull<DLManagedTensorVersioned>>>;
-
 /// A type's row and the table a C caller uses for its objects.
 #[derive(Clone, Copy)]
 pub struct Entry {
@@ -103,69 +149,24 @@ pub struct Entry {
     pub table: &'static DLPackExchangeAPI,
 }
 
-/// How a row reads a producer's tensors: the entries of a `DLPackExchangeAPI`, in Rust, and what
-/// the seam needs to keep them faithful. A read returns `Ok(None)` for an object it does not
-/// cover (the `dlpack` row then answers) and `Err` for one it refuses for good.
+/// What a row answers: its reading of the object ([`Reading::Uncovered`] where it does not cover
+/// the object: the `dlpack` row, the producer's own `__dlpack__`, then answers), or the refusal of
+/// an object it refuses for good.
+pub type Read<'py> = Result<Reading<'py>>;
+
+/// How a row reads a producer's tensors. A row answers one question: the managed tensor for this object, in the form the producer hands
+/// it over (a table's pointer, a capsule, a block dlpx fills from what it read), or a borrowed
+/// view where the entry point takes one. What to do with it — validate it, make it a `Tensor`,
+/// hand it to C — is the seam's, once, for every row (`read`).
 pub trait Producer: Sync {
     /// Whether objects of type `ty` are this row's; `published` is the major-1 table the type
     /// publishes, if any. Asked once per type, in `ROWS` order.
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, published: Option<&'static DLPackExchangeAPI>) -> bool;
 
-    /// `managed_tensor_from_py_object_no_sync`: an owning managed tensor of `object`.
-    fn managed(
-        &self,
-        py: Python<'_>,
-        object: *mut PyObject,
-        entry: Entry,
-    ) -> Result<Option<NonNull<DLManagedTensorVersioned>>>;
-
-    /// An owning import as a [`Tensor`] (the importer's currency); by default through
-    /// [`Producer::managed`].
-    fn import(&self, py: Python<'_>, object: *mut PyObject, entry: Entry, request: Request) -> Result<Option<Tensor>> {
-        let _ = request;
-        match self.managed(py, object, entry)? {
-            // SAFETY: a managed tensor we own; should validation refuse it, it is deleted there.
-            Some(managed) => unsafe { Tensor::from_managed_or_delete(managed) }.map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// `dltensor_from_py_object_no_sync`: fills `out` with a non-owning view valid while the
-    /// caller holds `object`; Ok(false) where the row has none (an owner is taken instead).
-    fn view(&self, py: Python<'_>, object: *mut PyObject, entry: Entry, out: &mut DLTensor) -> Result<bool> {
-        let _ = (py, object, entry, out);
-        Ok(false)
-    }
-
-    /// What the producer's own `__dlpack__` would refuse, or export as other values, that this
-    /// row's read of `object` (described by `dl`) let through (docs/design.md, "Faithful
-    /// import"). Most rows read through the producer's own checks: None.
-    fn suspicion(&self, py: Python<'_>, object: *mut PyObject, dl: &DLTensor) -> Result<Option<Suspicion>> {
-        let _ = (py, object, dl);
-        Ok(None)
-    }
-
-    /// For [`Suspicion::Negated`] under `copy=True`: a new object of the producer's holding the
-    /// values the object means (torch's `resolve_neg()`).
-    fn resolved(&self, py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<PyObject>>> {
-        let _ = (py, object);
-        Ok(None)
-    }
-}
-
-/// The table `dlpx_exchange_api_of` gives for `object`, or for `object` itself when it is a type.
-pub fn table_of(py: Python<'_>, object: *mut PyObject) -> Result<&'static DLPackExchangeAPI> {
-    let entry = match crate::cpython::is_type(py, object) {
-        true => entry_of_type(py, object.cast()),
-        false => entry_of(py, object),
-    };
-    Ok(entry.table)
-}
-
-/// The name of the row that reads `object`'s type (or `object`'s, when it is a type).
-pub fn row_name(py: Python<'_>, object: *mut PyObject) -> &'static str {
-    match crate::cpython::is_type(py, object) {
-        true => entry_of_type(py, object.cast()).row.name,
-        false => entry_of(py, object).row.name,
-    }
+    /// The managed tensor for `object` (`managed_tensor_from_py_object_no_sync`), or a borrowed
+    /// view, written to `ask.view`, where the entry point takes one and the row has one
+    /// (`dltensor_from_py_object_no_sync`). The row may
+    /// ask the producer for what `ask.request` wants (the `dlpack` row passes it to
+    /// `__dlpack__`); the seam serves the rest.
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py>;
 }

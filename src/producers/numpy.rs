@@ -9,29 +9,33 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::discovered::Discovered;
 use super::held_object;
-use super::{synthetic, Entry, Guard, Producer, Read, Row};
+use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{layout, type_of, Owned, Python};
 use crate::error::Result;
 use crate::layout::MAX_NDIM;
 
-pub static ROW: Row = Row { name: "numpy", synthetic: Some(&TABLE), guard: Some(&GUARD), producer: &Numpy };
+pub static ROW: Row =
+    Row { name: "numpy", synthetic: Some(&TABLE), guard: Some(&GUARD), suspect: None, producer: &Numpy };
 struct Numpy;
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 static GUARD: Guard = Guard::new("numpy", c"numpy", &["2.4", "2.5"]);
 
 /// numpy's `ndarray` type, once numpy is imported with a known ABI.
-static ARRAY_TYPE: Discovered<usize> = Discovered::new(c"numpy", &[]);
+static ARRAY_TYPE: Discovered<NonNull<PyTypeObject>> = Discovered::new(c"numpy", &[]);
 
 impl Producer for Numpy {
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        ARRAY_TYPE.get_or_find(py, |py, _| read_array_api(py).map(|array| array as usize)) == Some(ty as usize)
+        ARRAY_TYPE.get_or_find(py, |py, _| read_array_api(py).and_then(NonNull::new)) == NonNull::new(ty)
     }
 
-    fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {
-        managed_of(py, object)
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
+        // SAFETY: a managed tensor this read filled, ours, valid as made.
+        Ok(managed_of(py, object)?.map_or(Reading::Uncovered, |managed| unsafe { Reading::made(managed) }))
     }
 }
+
+const _: () = assert!(size_of::<isize>() == size_of::<i64>(), "npy_intp is read as i64");
 
 /// numpy's `PyArrayObject_fields` after the object header (`cpython::layout`), up to `flags`.
 #[repr(C)]
@@ -113,10 +117,14 @@ fn read_array_api(py: Python<'_>) -> Option<*mut PyTypeObject> {
 }
 
 /// A managed tensor describing `object` when it is a numpy array this read covers: it holds a
-/// reference to the array, released by its deleter (which takes the GIL). None: not such an
-/// array, or not covered (the seam asks `__dlpack__`).
+/// reference to the array, released by its deleter (which takes the GIL). It is valid as made:
+/// the fields a tensor could be refused for are checked as they are read (ndim, dtype, byte
+/// order, alignment, element strides), and numpy's own invariants stand for the rest, as its
+/// layout does (non-negative extents whose byte size fits `npy_intp`, data for a non-empty
+/// array: numpy refuses to make any other). None: not such an array, or not covered (the seam
+/// asks `__dlpack__`).
 pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
-    if ARRAY_TYPE.get(py) != Some(type_of(py, object) as usize) {
+    if ARRAY_TYPE.get(py) != NonNull::new(type_of(py, object)) {
         return Ok(None);
     }
     // SAFETY: the exact type is numpy's ndarray of a known ABI, so the object is laid out as
@@ -133,12 +141,16 @@ pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNul
         {
             return Ok(None);
         }
-        // A 0-d array has NULL `dimensions` and `strides`: no slice may be made from them.
-        let (shape, strides): (&[isize], &[isize]) = match ndim {
+        // A 0-d array has NULL `dimensions` and `strides`: no slice may be made from them. An
+        // `npy_intp` is an `i64` on the 64-bit machines dlpx builds for.
+        let (shape, strides): (&[i64], &[i64]) = match ndim {
             0 => (&[], &[]),
-            _ => (std::slice::from_raw_parts(array.dimensions, ndim), std::slice::from_raw_parts(array.strides, ndim)),
+            _ => (
+                std::slice::from_raw_parts(array.dimensions.cast::<i64>(), ndim),
+                std::slice::from_raw_parts(array.strides.cast::<i64>(), ndim),
+            ),
         };
-        if strides.iter().any(|s| s % itemsize as isize != 0) {
+        if strides.iter().any(|s| s % itemsize as i64 != 0) {
             return Ok(None);
         }
         let readonly = array.flags & NPY_ARRAY_WRITEABLE == 0;
@@ -151,8 +163,7 @@ pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNul
             strides: ptr::null_mut(),
             byte_offset: 0,
         };
-        let dims =
-            shape.iter().zip(strides).map(|(&extent, &stride)| (extent as i64, (stride / itemsize as isize) as i64));
+        let dims = shape.iter().zip(strides).map(|(&extent, &stride)| (extent, stride / itemsize as i64));
         held_object::managed_holding(py, object, tensor, dims, readonly).map(Some)
     }
 }

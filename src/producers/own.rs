@@ -2,14 +2,12 @@
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::{Entry, Producer, Read, Request, Row};
+use super::{Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::Python;
-use crate::error::Result;
-use crate::tensor::Tensor;
 use crate::tensor_type::{self, own_table, tensor_of};
 
-pub static ROW: Row = Row { name: "dlpx", synthetic: None, guard: None, producer: &Own };
+pub static ROW: Row = Row { name: "dlpx", synthetic: None, guard: None, suspect: None, producer: &Own };
 struct Own;
 
 /// The entry of an exact `dlpx.Tensor`, answered before the cache is asked.
@@ -25,19 +23,8 @@ impl Producer for Own {
         tensor_type::is_tensor_type(py, ty) && published.zip(own_table()).is_some_and(|(a, b)| std::ptr::eq(a, b))
     }
 
-    fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {
-        tensor_of(py, object).map(|t| t.export_versioned(0)).transpose()
-    }
-
-    fn import(&self, py: Python<'_>, object: *mut PyObject, _: Entry, _: Request) -> Result<Option<Tensor>> {
-        Ok(tensor_of(py, object).cloned())
-    }
-
-    fn view(&self, py: Python<'_>, object: *mut PyObject, _: Entry, out: &mut DLTensor) -> Result<bool> {
-        let Some(t) = tensor_of(py, object) else { return Ok(false) };
-        // The kernel taking the view works on dlpx's current stream: recorded as a user.
-        t.record_current_stream();
-        *out = *t.dl_tensor();
-        Ok(true)
+    /// The tensor itself, shared (a view, an export or a clone is the entry point's to make).
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
+        Ok(tensor_of(py, object).map_or(Reading::Uncovered, Reading::Own))
     }
 }

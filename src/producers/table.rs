@@ -1,18 +1,16 @@
 //! The `table` row: a type that publishes its own exchange table is read through it, a C call
 //! and no capsule. Also how any row learns what a type publishes (R1, R8).
 
-use std::ffi::c_void;
 use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::{Entry, Producer, Read, Request, Row};
+use super::{Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{Owned, Python};
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
 
-pub static ROW: Row = Row { name: "table", synthetic: None, guard: None, producer: &Table };
+pub static ROW: Row = Row { name: "table", synthetic: None, guard: None, suspect: None, producer: &Table };
 struct Table;
 
 impl Producer for Table {
@@ -20,52 +18,29 @@ impl Producer for Table {
         published.is_some()
     }
 
-    fn managed(&self, py: Python<'_>, object: *mut PyObject, entry: Entry) -> Read {
-        managed_through(py, object, entry.table).map(Some)
-    }
-
-    fn import(&self, py: Python<'_>, object: *mut PyObject, entry: Entry, _: Request) -> Result<Option<Tensor>> {
-        import_through(py, object, entry.table).map(Some)
-    }
-
-    fn view(&self, py: Python<'_>, object: *mut PyObject, entry: Entry, out: &mut DLTensor) -> Result<bool> {
-        view_through(py, object, entry.table, out)
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+        read_through(py, object, entry.table, ask)
     }
 }
 
-/// The table's `managed_tensor_from_py_object_no_sync`, checked as every import is: a tensor
-/// it refuses is deleted once, there; NULL strides are spelled out by an owner of dlpx's.
-pub fn managed_through(
-    py: Python<'_>,
+/// The table's view (`dltensor_from_py_object_no_sync`) where `ask` takes one and the table has
+/// it, else its managed tensor (`managed_tensor_from_py_object_no_sync`): one C call, no
+/// capsule. The producer's failure is its pending Python exception.
+#[inline(always)]
+pub fn read_through<'py>(
+    _py: Python<'py>,
     object: *mut PyObject,
     api: &'static DLPackExchangeAPI,
-) -> Result<NonNull<DLManagedTensorVersioned>> {
-    let managed = call_from_py(py, object, api)?;
-    // SAFETY: we own `managed`; a refused tensor is deleted there.
-    if unsafe { crate::tensor::check_managed_or_delete(managed)? } {
-        return Ok(managed);
+    ask: Ask<'_>,
+) -> Result<Reading<'py>> {
+    if let (Some(out), Some(view)) = (ask.view, api.dltensor_from_py_object_no_sync) {
+        // SAFETY: the producer's contract: the GIL held (the token), an object of its type, a
+        // writable DLTensor (the cell's, which nothing else borrows during the call).
+        if unsafe { view(object.cast(), out.as_ptr()) } != 0 {
+            return Err(Error::python_pending());
+        }
+        return Ok(Reading::View);
     }
-    // SAFETY: checked and owned; a failure deletes it.
-    unsafe { Tensor::from_managed_or_delete(managed)? }.export_versioned(0)
-}
-
-/// The table's tensor as a [`Tensor`]; on CUDA, dlpx's current stream is then ordered after the
-/// producer's current work stream (the table's entries do not synchronise).
-#[inline]
-pub fn import_through(py: Python<'_>, object: *mut PyObject, api: &'static DLPackExchangeAPI) -> Result<Tensor> {
-    let managed = call_from_py(py, object, api)?;
-    // SAFETY: we own `managed`; a refused tensor is deleted there.
-    let tensor = unsafe { Tensor::from_managed_or_delete(managed)? };
-    order_after_producer(api, tensor.dl_tensor().device)?;
-    Ok(tensor)
-}
-
-#[inline]
-fn call_from_py(
-    _py: Python<'_>,
-    object: *mut PyObject,
-    api: &'static DLPackExchangeAPI,
-) -> Result<NonNull<DLManagedTensorVersioned>> {
     let from_py = api
         .managed_tensor_from_py_object_no_sync
         .ok_or_else(|| Error::buffer("the producer's exchange table has no managed_tensor_from_py_object_no_sync"))?;
@@ -75,41 +50,10 @@ fn call_from_py(
     if unsafe { from_py(object.cast(), &mut managed) } != 0 {
         return Err(Error::python_pending());
     }
-    NonNull::new(managed).ok_or_else(|| Error::buffer("the producer returned success and a NULL tensor"))
-}
-
-/// The table's non-owning view, checked; Ok(false) where it has none or its strides are NULL.
-pub fn view_through(
-    _py: Python<'_>,
-    object: *mut PyObject,
-    api: &'static DLPackExchangeAPI,
-    out: &mut DLTensor,
-) -> Result<bool> {
-    let Some(view) = api.dltensor_from_py_object_no_sync else { return Ok(false) };
-    // SAFETY: the producer's contract: the GIL held (the token), an object of its type, a
-    // writable DLTensor.
-    if unsafe { view(object.cast(), out) } != 0 {
-        return Err(Error::python_pending());
-    }
-    // SAFETY: the producer filled `out`; its shape and strides are `ndim` long.
-    unsafe { crate::validate::check_view(out) }
-}
-
-/// Where memory is stream-ordered, dlpx's current stream waits for the producer's current work
-/// stream (an event), so work dlpx orders next sees the data.
-#[inline]
-fn order_after_producer(api: &DLPackExchangeAPI, device: DLDevice) -> Result<()> {
-    if !crate::devices::has_streams(device.device_type) {
-        return Ok(());
-    }
-    let mut producer: *mut c_void = ptr::null_mut();
-    if let Some(current_work_stream) = api.current_work_stream {
-        // SAFETY: the producer's contract (GIL held, a writable out).
-        if unsafe { current_work_stream(device.device_type, device.device_id, &mut producer) } != 0 {
-            return Err(Error::python_pending());
-        }
-    }
-    crate::devices::order_after(device, producer, crate::stream::current(device))
+    let managed =
+        NonNull::new(managed).ok_or_else(|| Error::buffer("the producer returned success and a NULL tensor"))?;
+    // SAFETY: the table hands its caller the managed tensor.
+    Ok(unsafe { Reading::managed(managed) })
 }
 
 /// The major-1 table objects of type `ty` are read through, or None: a type that publishes

@@ -7,53 +7,46 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::discovered::Discovered;
-use super::{faithful, table, Entry, Producer, Read, Request, Row, Suspicion};
+use super::{faithful, table, Ask, Entry, Producer, Read, Row, Suspect, Suspicion};
 use crate::abi::*;
 use crate::cpython::{imported_module, vectorcall_method, GilVar, Interned, Owned, Python};
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
 
-pub static ROW: Row = Row { name: "torch", synthetic: None, guard: None, producer: &Torch };
+pub static ROW: Row = Row { name: "torch", synthetic: None, guard: None, suspect: Some(&Torch), producer: &Torch };
 struct Torch;
 
 /// The table `torch.Tensor` publishes, once a type publishing one was seen with torch imported.
-static TORCH_TABLE: Discovered<usize> = Discovered::new(c"torch", &[]);
+static TORCH_TABLE: Discovered<&'static DLPackExchangeAPI> = Discovered::new(c"torch", &[]);
 
 impl Producer for Torch {
     fn claims(&self, py: Python<'_>, _ty: *mut PyTypeObject, published: Option<&'static DLPackExchangeAPI>) -> bool {
-        published.is_some_and(|table| torch_table(py) == Some(table as *const DLPackExchangeAPI as usize))
+        published.zip(torch_table(py)).is_some_and(|(published, torch)| std::ptr::eq(published, torch))
     }
 
-    /// torch's table refuses sparse, meta, quantized and nested tensors with C++ errors where its
-    /// `__dlpack__` refuses them with BufferError: the producer's own refusal is the answer.
-    fn managed(&self, py: Python<'_>, object: *mut PyObject, entry: Entry) -> Read {
-        match table::managed_through(py, object, entry.table) {
-            Ok(managed) => Ok(Some(managed)),
-            Err(err) if err.is_python_pending() => faithful::ask_producer(py, object).map(Some),
-            Err(err) => Err(err),
-        }
-    }
-
-    fn import(&self, py: Python<'_>, object: *mut PyObject, entry: Entry, _: Request) -> Result<Option<Tensor>> {
-        match table::import_through(py, object, entry.table) {
-            Ok(tensor) => Ok(Some(tensor)),
-            Err(err) if err.is_python_pending() => faithful::ask_producer_tensor(py, object).map(Some),
-            Err(err) => Err(err),
-        }
-    }
-
-    fn view(&self, py: Python<'_>, object: *mut PyObject, entry: Entry, out: &mut DLTensor) -> Result<bool> {
-        match table::view_through(py, object, entry.table, out) {
-            Err(err) if err.is_python_pending() => {
-                // The owning read asks the producer for its refusal.
-                // SAFETY: the token proves the GIL is held; the table's exception is replaced.
+    /// torch's table, as the `table` row reads it. Where it fails — it refuses sparse, meta,
+    /// quantized and nested tensors with C++ errors where its `__dlpack__` refuses them with
+    /// BufferError — the producer's own refusal is the answer; a view it cannot give, the owning
+    /// read asks it for.
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+        let reading = match table::read_through(py, object, entry.table, ask) {
+            Err(err) if err.is_python_pending() && ask.view.is_some() => {
+                // SAFETY: the token proves the GIL is held; the table's exception is replaced by
+                // what the owning read gives.
                 unsafe { (py.PyErr_Clear)() };
-                Ok(false)
+                table::read_through(py, object, entry.table, Ask { view: None, ..ask })
             }
-            answer => answer,
+            reading => reading,
+        };
+        match reading {
+            Ok(reading) => Ok(reading),
+            Err(err) if err.is_python_pending() => faithful::ask_producer(py, object),
+            Err(err) => Err(err),
         }
     }
+}
 
+/// The checks torch's `__dlpack__` makes and its table skips.
+impl Suspect for Torch {
     /// `requires_grad` (floating and complex dtypes only), the conjugate bit (complex only),
     /// the negative bit (any dtype: `_neg_view`, the imaginary part of a conjugate). Asked of
     /// torch's own C++ functions where they are found and checked (`native`), else of its Python
@@ -105,11 +98,11 @@ fn suspicion_in_full(py: Python<'_>, object: *mut PyObject, dl: &DLTensor) -> Re
     Ok((ask_producer || negated).then_some(Suspicion { ask_producer, negated }))
 }
 
-/// The address of torch's table, when torch is imported.
-fn torch_table(py: Python<'_>) -> Option<usize> {
+/// torch's table, when torch is imported.
+fn torch_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> {
     TORCH_TABLE.get_or_find(py, |py, torch| {
         let tensor = crate::cpython::attribute(py, torch.as_ptr(), c"Tensor")?;
-        Some(table::published_v1(py, tensor.as_ptr().cast())? as *const DLPackExchangeAPI as usize)
+        table::published_v1(py, tensor.as_ptr().cast())
     })
 }
 

@@ -9,14 +9,15 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::discovered::Discovered;
-use super::{synthetic, Entry, Guard, Producer, Read, Row};
+use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{type_of, vectorcall_method, ExceptionGuard, Interned, Owned, Python};
 use crate::error::{guard, Error, Result};
 use crate::memory::cpu;
 use crate::tensor::MANAGED_BLOCK;
 
-pub static ROW: Row = Row { name: "tvm_ffi", synthetic: Some(&TABLE), guard: Some(&GUARD), producer: &TvmFfi };
+pub static ROW: Row =
+    Row { name: "tvm_ffi", synthetic: Some(&TABLE), guard: Some(&GUARD), suspect: None, producer: &TvmFfi };
 struct TvmFfi;
 static TABLE: DLPackExchangeAPI = synthetic::table(true);
 static GUARD: Guard = Guard::new("tvm_ffi", c"tvm_ffi", &["0.1.15"]);
@@ -62,18 +63,21 @@ impl Producer for TvmFfi {
         FOUND.get_or_find(py, find).is_some_and(|found| found.ty == ty)
     }
 
-    fn managed(&self, py: Python<'_>, object: *mut PyObject, _: Entry) -> Read {
-        managed_of(py, object)
-    }
-
-    fn view(&self, py: Python<'_>, object: *mut PyObject, _: Entry, out: &mut DLTensor) -> Result<bool> {
-        let Some(found) = FOUND.get(py) else { return Ok(false) };
-        let Some(handle) = handle_of(py, object, found)? else { return Ok(false) };
+    /// The object's own `DLTensor` where a view will do (borrowed: valid while the caller holds
+    /// the wrapper, which holds the object), else an owning read.
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
+        let Some(out) = ask.view else {
+            // SAFETY: a managed tensor this read filled, ours.
+            return Ok(
+                managed_of(py, object)?.map_or(Reading::Uncovered, |managed| unsafe { Reading::managed(managed) })
+            );
+        };
+        let Some(found) = FOUND.get(py) else { return Ok(Reading::Uncovered) };
+        let Some(handle) = handle_of(py, object, found)? else { return Ok(Reading::Uncovered) };
         // SAFETY: the object's DLTensor; its shape and strides are `ndim` long and live in it,
         // as long as the caller's reference to the wrapper.
-        *out = unsafe { handle.dl_tensor().read() };
-        // SAFETY: as above.
-        unsafe { crate::validate::check_view(out) }
+        out.set(unsafe { handle.dl_tensor().read() });
+        Ok(Reading::View)
     }
 }
 

@@ -39,10 +39,10 @@ use std::ffi::c_void;
 
 pub use cache::{alloc_device, free_device, Grant};
 pub use copy::{copy_device_to_device, copy_to_host};
-pub use pointer::{pointer_device, PointerKind};
 pub use device::{check_device, synchronise_device};
 pub use events::{fence, order_after};
 pub use pinned::{alloc_pinned, free_pinned, pinned_capacity};
+pub use pointer::{pointer_device, PointerKind};
 pub use pool::{alloc_managed, free_managed};
 pub use stats::{memory_stats, DlpxCudaMemoryStats};
 

@@ -1,0 +1,88 @@
+//! The `array_interface` row: objects that describe their memory with numpy's
+//! `__array_interface__` (version 3) and speak no DLPack — PIL images, older libraries
+//! (docs/design.md R12). The data is a pointer (the import then holds the exporting object) or
+//! a buffer (the import holds its view, `offset` bytes in: PIL hands its pixels over as bytes).
+
+use std::ptr::NonNull;
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+use super::held_buffer::HeldView;
+use super::interface_dict::{self, Data, Kind};
+use super::{held_object, synthetic, Ask, Entry, Producer, Read, Reading, Row};
+use crate::abi::*;
+use crate::cpython::buffer::PYBUF_RECORDS_RO;
+use crate::cpython::Python;
+use crate::error::{Error, Result};
+
+pub static ROW: Row =
+    Row { name: "array_interface", synthetic: Some(&TABLE), guard: None, suspect: None, producer: &ArrayInterface };
+struct ArrayInterface;
+static TABLE: DLPackExchangeAPI = synthetic::table(false);
+
+impl Producer for ArrayInterface {
+    fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
+        super::type_has(py, ty, c"__array_interface__")
+    }
+
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
+        // SAFETY: a managed tensor this read made from the interface it checked, valid as made.
+        managed_of(py, object).map(|managed| unsafe { Reading::made(managed) })
+    }
+}
+
+fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
+    let interface = interface_dict::read(py, object, Kind::Host)?;
+    let ndim = interface.ndim;
+    let dims = || interface.shape[..ndim].iter().copied().zip(interface.strides[..ndim].iter().copied());
+    let numel = crate::layout::numel(&interface.shape[..ndim])?;
+    let mut tensor = DLTensor {
+        data: std::ptr::null_mut(),
+        device: DLDevice::CPU,
+        ndim: ndim as i32,
+        dtype: interface.dtype,
+        shape: std::ptr::null_mut(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    };
+    match interface.data {
+        Data::Pointer(address, readonly) => {
+            if address == 0 && numel > 0 {
+                return Err(Error::buffer("__array_interface__: data is NULL for a non-empty array"));
+            }
+            tensor.data = address as *mut std::ffi::c_void;
+            // SAFETY: GIL held; the exporting object keeps its memory while the import holds it.
+            unsafe { held_object::managed_holding(py, object, tensor, dims(), readonly) }
+        }
+        Data::Buffer(exporter, offset) => {
+            let Some(held) = HeldView::take(py, exporter.as_ptr(), PYBUF_RECORDS_RO)? else {
+                return Err(Error::buffer("__array_interface__: data is neither (address, read_only) nor a buffer"));
+            };
+            tensor.data = held.view().buf;
+            tensor.byte_offset = offset as u64;
+            fits(&tensor, dims(), offset, held.view().len as usize)?;
+            let readonly = held.view().readonly != 0;
+            // SAFETY: the view's memory holds every element (checked just above).
+            Ok(unsafe { held.into_managed(tensor, dims(), readonly) })
+        }
+    }
+}
+
+/// Refuses an interface whose elements reach outside the buffer it names (hostile input).
+fn fits(tensor: &DLTensor, dims: impl Iterator<Item = (i64, i64)>, offset: usize, len: usize) -> Result<()> {
+    let item = (tensor.dtype.bits / 8) as i128;
+    let (mut low, mut high, mut empty) = (offset as i128, offset as i128 + item, false);
+    for (extent, stride) in dims {
+        empty |= extent == 0;
+        let reach = (extent as i128 - 1).max(0) * stride as i128 * item;
+        if reach < 0 {
+            low += reach
+        } else {
+            high += reach
+        }
+    }
+    if empty || (low >= 0 && high <= len as i128) {
+        return Ok(());
+    }
+    Err(Error::buffer(format!("__array_interface__ reaches bytes {low}..{high} of a {len}-byte buffer")))
+}
