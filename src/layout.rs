@@ -134,8 +134,9 @@ pub fn element_strides(byte_strides: &[i64], item_size: i64, out: &mut [i64]) ->
     Ok(())
 }
 
+/// The refusal of byte stride `bytes` of dimension `dim`, not a whole number of items.
 #[cold]
-fn unaligned_stride(dim: usize, bytes: i64, item_size: i64) -> Error {
+pub fn unaligned_stride(dim: usize, bytes: i64, item_size: i64) -> Error {
     Error::buffer(format!("strides[{dim}] = {bytes} bytes is not a multiple of the item size, {item_size} bytes"))
 }
 

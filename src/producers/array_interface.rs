@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::held_buffer::HeldView;
-use super::interface_dict::{self, Data, Kind};
+use super::interface_dict::{self, Data, Interface, Kind};
 use super::{held_object, synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::buffer::PYBUF_RECORDS_RO;
@@ -25,14 +25,20 @@ impl Producer for ArrayInterface {
         super::type_has(py, ty, c"__array_interface__")
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
         // SAFETY: a managed tensor this read made from the interface it checked, valid as made.
-        managed_of(py, object).map(|managed| unsafe { Reading::made(managed) })
+        managed_of(py, object, ask.request.copy == Some(true)).map(|managed| unsafe { Reading::made(managed) })
     }
 }
 
-fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
+fn managed_of(py: Python<'_>, object: *mut PyObject, copy: bool) -> Result<NonNull<DLManagedTensorVersioned>> {
     let interface = interface_dict::read(py, object, Kind::Host)?;
+    if interface.unaligned.is_some() {
+        return match copy {
+            true => copied(py, &interface, object),
+            false => Err(interface.unaligned.expect("checked just above")),
+        };
+    }
     let ndim = interface.ndim;
     let dims = || interface.shape[..ndim].iter().copied().zip(interface.strides[..ndim].iter().copied());
     let numel = crate::layout::numel(&interface.shape[..ndim])?;
@@ -55,17 +61,55 @@ fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManaged
             unsafe { held_object::managed_holding(py, object, tensor, dims(), readonly) }
         }
         Data::Buffer(exporter, offset) => {
+            let Some(mut held) = HeldView::take(py, exporter.as_ptr(), PYBUF_RECORDS_RO)? else {
+                return Err(Error::buffer("__array_interface__: data is neither (address, read_only) nor a buffer"));
+            };
+            let (view, out) = held.parts();
+            tensor.data = view.buf;
+            tensor.byte_offset = offset as u64;
+            fits(&tensor, dims(), offset, view.len as usize)?;
+            let readonly = view.readonly != 0;
+            for (i, (extent, stride)) in dims().enumerate() {
+                (out[i], out[ndim + i]) = (extent, stride);
+            }
+            // SAFETY: the view's memory holds every element (checked just above).
+            Ok(unsafe { held.into_managed(tensor, readonly) })
+        }
+    }
+}
+
+/// Strides that are no whole number of items: a compact copy, gathered by byte strides, for a
+/// request that asked for a copy (the one way such a layout crosses).
+#[cold]
+fn copied(
+    py: Python<'_>,
+    interface: &Interface<'_>,
+    object: *mut PyObject,
+) -> Result<NonNull<DLManagedTensorVersioned>> {
+    let ndim = interface.ndim;
+    let (shape, byte_strides) = (&interface.shape[..ndim], &interface.byte_strides[..ndim]);
+    let copy = match &interface.data {
+        // SAFETY: the exporting object, alive for the call, says its memory holds every item.
+        Data::Pointer(address, _) => unsafe {
+            crate::copy::gather_bytes(*address as *const u8, shape, byte_strides, interface.dtype)?
+        },
+        Data::Buffer(exporter, offset) => {
             let Some(held) = HeldView::take(py, exporter.as_ptr(), PYBUF_RECORDS_RO)? else {
                 return Err(Error::buffer("__array_interface__: data is neither (address, read_only) nor a buffer"));
             };
-            tensor.data = held.view().buf;
-            tensor.byte_offset = offset as u64;
-            fits(&tensor, dims(), offset, held.view().len as usize)?;
-            let readonly = held.view().readonly != 0;
-            // SAFETY: the view's memory holds every element (checked just above).
-            Ok(unsafe { held.into_managed(tensor, dims(), readonly) })
+            let _ = object;
+            // SAFETY: the view is held for the call; the interface says it holds every item.
+            unsafe {
+                crate::copy::gather_bytes(
+                    held.view().buf.cast::<u8>().add(*offset),
+                    shape,
+                    byte_strides,
+                    interface.dtype,
+                )?
+            }
         }
-    }
+    };
+    copy.export_versioned(0)
 }
 
 /// Refuses an interface whose elements reach outside the buffer it names (hostile input).

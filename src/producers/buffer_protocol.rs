@@ -33,7 +33,7 @@ impl Producer for BufferProtocol {
         true
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
         let read = match managed_of(py, object) {
             // Strides that are not whole items cross only as a copy, and a copy was asked for.
             Err(err) if ask.request.copy == Some(true) && err.kind == ErrorKind::BufferError => {
@@ -44,9 +44,26 @@ impl Producer for BufferProtocol {
         match read? {
             // SAFETY: a managed tensor this read made from the view it checked, valid as made.
             Some(managed) => Ok(unsafe { Reading::made(managed) }),
-            None => Err(speaks_nothing(py, object)),
+            None => on_the_instance(py, object, entry, ask),
         }
     }
+}
+
+/// An object whose type claims no protocol may still carry one on itself (an attribute set on
+/// the instance: numpy looks there too). Asked in R12's order, only when the buffer failed.
+#[cold]
+fn on_the_instance<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+    let has = |name: &CStr| crate::cpython::attribute(py, object, name).is_some();
+    if has(c"__dlpack__") {
+        return super::dlpack_method::ROW.producer.read(py, object, entry, ask);
+    }
+    if has(c"__cuda_array_interface__") {
+        return super::cuda_array_interface::ROW.producer.read(py, object, entry, ask);
+    }
+    if has(c"__array_interface__") {
+        return super::array_interface::ROW.producer.read(py, object, entry, ask);
+    }
+    Err(speaks_nothing(py, object))
 }
 
 /// The refusal of an object that speaks no protocol dlpx reads.
@@ -62,17 +79,17 @@ fn speaks_nothing(py: Python<'_>, object: *mut PyObject) -> Error {
 /// A managed tensor over `object`'s buffer, or None when it exports none; a layout DLPack cannot
 /// describe is a BufferError naming it (the view is released then).
 pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
-    let Some(held) = HeldView::take(py, object, PYBUF_RECORDS_RO)? else { return Ok(None) };
-    let mut dims = [(0i64, 0i64); MAX_NDIM];
-    let tensor = describe(held.view(), 0, &mut dims)?;
-    let readonly = held.view().readonly != 0;
-    // SAFETY: `dims` and `tensor` describe the view's own memory.
-    Ok(Some(unsafe { held.into_managed(tensor, dims.into_iter(), readonly) }))
+    let Some(mut held) = HeldView::take(py, object, PYBUF_RECORDS_RO)? else { return Ok(None) };
+    let (view, dims) = held.parts();
+    let tensor = describe(view, 0, dims)?;
+    let readonly = view.readonly != 0;
+    // SAFETY: the dimensions written describe the view's own memory.
+    Ok(Some(unsafe { held.into_managed(tensor, readonly) }))
 }
 
-/// The view as a DLPack tensor (extent and element stride of each dimension in `dims`), or why
+/// The view as a DLPack tensor, its extents then its element strides written to `dims`, or why
 /// it has none.
-pub fn describe(view: &PyBuffer, offset: usize, dims: &mut [(i64, i64); MAX_NDIM]) -> Result<DLTensor> {
+pub fn describe(view: &PyBuffer, offset: usize, dims: &mut [i64; 2 * MAX_NDIM]) -> Result<DLTensor> {
     // SAFETY: a filled view: its format, shape, strides and suboffsets arrays are NULL or `ndim`
     // long, valid while it is held.
     unsafe {
@@ -94,23 +111,22 @@ pub fn describe(view: &PyBuffer, offset: usize, dims: &mut [(i64, i64); MAX_NDIM
         }
         // A view without shape is one dimension of `len / itemsize` items.
         let ndim = if view.shape.is_null() { ndim.min(1) } else { ndim };
-        let mut shape = [0i64; MAX_NDIM];
-        let mut strides = [0i64; MAX_NDIM];
-        for (i, extent) in shape[..ndim].iter_mut().enumerate() {
+        let (shape, strides) = dims.split_at_mut(ndim);
+        for (i, extent) in shape.iter_mut().enumerate() {
             *extent = if view.shape.is_null() { (view.len / item) as i64 } else { *view.shape.add(i) as i64 };
         }
+        let strides = &mut strides[..ndim];
         match view.strides.is_null() {
-            true => layout::compact_strides(&shape[..ndim], &mut strides[..ndim]),
+            true => layout::compact_strides(shape, strides),
             false => {
-                let mut bytes = [0i64; MAX_NDIM];
-                for (i, b) in bytes[..ndim].iter_mut().enumerate() {
-                    *b = *view.strides.add(i) as i64;
+                for (i, stride) in strides.iter_mut().enumerate() {
+                    let bytes = *view.strides.add(i);
+                    if bytes % item != 0 {
+                        return Err(layout::unaligned_stride(i, bytes as i64, item as i64));
+                    }
+                    *stride = (bytes / item) as i64;
                 }
-                layout::element_strides(&bytes[..ndim], item as i64, &mut strides[..ndim])?;
             }
-        }
-        for (i, dim) in dims[..ndim].iter_mut().enumerate() {
-            *dim = (shape[i], strides[i]);
         }
         Ok(DLTensor {
             data: view.buf,

@@ -33,6 +33,9 @@ impl Producer for CudaArrayInterface {
 
     fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
         let interface = interface_dict::read(py, object, Kind::Cuda)?;
+        if let Some(unaligned) = interface.unaligned {
+            return Err(unaligned); // device memory: dlpx gathers host items only
+        }
         let Data::Pointer(address, readonly) = interface.data else {
             return Err(Error::buffer("__cuda_array_interface__: data must be (address, read_only)"));
         };

@@ -73,29 +73,32 @@ impl<'py> HeldView<'py> {
         unsafe { &(*self.block.as_ptr()).view }
     }
 
-    /// A managed tensor of `tensor` (its `shape` and `strides` are ignored: `dims` gives them,
-    /// `(extent, element stride)` per dimension) that owns the view and releases it when deleted.
+    /// The view, and where the tensor's dimensions go: `ndim` extents, then `ndim` element
+    /// strides (room for `MAX_NDIM` of each), written in place rather than gathered and copied.
+    pub fn parts(&mut self) -> (&PyBuffer, &mut [i64; 2 * MAX_NDIM]) {
+        // SAFETY: the block holds the view, and room for 2 × MAX_NDIM i64s after the `Block`,
+        // aligned (blocks are 16-aligned; `Block` is a multiple of 8 bytes): disjoint, and only
+        // `self` reaches them.
+        unsafe {
+            let dims = self.block.as_ptr().cast::<u8>().add(size_of::<Block>()).cast::<[i64; 2 * MAX_NDIM]>();
+            (&(*self.block.as_ptr()).view, &mut *dims)
+        }
+    }
+
+    /// A managed tensor of `tensor` (its `shape` and `strides` are ignored: the first `2 × ndim`
+    /// of [`HeldView::parts`]' dimensions give them) that owns the view and releases it when
+    /// deleted.
     ///
     /// # Safety
-    /// `tensor.data` points into the view's memory; `dims` yields `tensor.ndim` pairs and
-    /// `tensor.ndim <= MAX_NDIM`.
-    pub unsafe fn into_managed(
-        self,
-        tensor: DLTensor,
-        dims: impl Iterator<Item = (i64, i64)>,
-        readonly: bool,
-    ) -> NonNull<DLManagedTensorVersioned> {
+    /// `tensor.data` points into the view's memory; `tensor.ndim <= MAX_NDIM` and its dimensions
+    /// were written to [`HeldView::parts`]' dimensions.
+    pub unsafe fn into_managed(mut self, tensor: DLTensor, readonly: bool) -> NonNull<DLManagedTensorVersioned> {
         let ndim = tensor.ndim as usize;
         debug_assert!(ndim <= MAX_NDIM);
+        let shape = self.parts().1.as_mut_ptr();
         let block = std::mem::ManuallyDrop::new(self).block;
-        // SAFETY: the block holds a `Block` and room for 2 × MAX_NDIM i64s after it, aligned
-        // (blocks are 16-aligned; `Block` is a multiple of 8 bytes); the view stays in place.
+        // SAFETY: the block holds a filled view and the dimensions; the view stays in place.
         unsafe {
-            let shape = block.as_ptr().cast::<u8>().add(size_of::<Block>()).cast::<i64>();
-            for (i, (extent, stride)) in dims.take(ndim).enumerate() {
-                shape.add(i).write(extent);
-                shape.add(ndim + i).write(stride);
-            }
             let (shape, strides) = match ndim {
                 0 => (std::ptr::null_mut(), std::ptr::null_mut()),
                 _ => (shape, shape.add(ndim)),

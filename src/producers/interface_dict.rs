@@ -43,8 +43,12 @@ pub struct Interface<'py> {
     pub dtype: DLDataType,
     pub ndim: usize,
     pub shape: [i64; MAX_NDIM],
-    /// Element strides (converted from bytes; refused when not whole items).
+    /// Element strides (from bytes), when every stride is a whole number of items.
     pub strides: [i64; MAX_NDIM],
+    /// The strides in bytes, as given.
+    pub byte_strides: [i64; MAX_NDIM],
+    /// Why the strides have no element form (a copy crosses, where one is asked for), if so.
+    pub unaligned: Option<Error>,
     pub data: Data<'py>,
     /// The CUDA interface's `stream`: None absent or None (nothing to synchronise with).
     pub stream: Option<i64>,
@@ -96,7 +100,8 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
     let ndim = extents.len();
     let mut shape = [0i64; MAX_NDIM];
     shape[..ndim].copy_from_slice(&extents);
-    let mut strides = [0i64; MAX_NDIM];
+    let item_size = (dtype.bits / 8) as i64;
+    let (mut strides, mut byte_strides, mut unaligned) = ([0i64; MAX_NDIM], [0i64; MAX_NDIM], None);
     match item(c"strides")?.filter(|s| !args::is_none(py, s.as_ptr())) {
         None => layout::compact_strides(&shape[..ndim], &mut strides[..ndim]),
         Some(object) => {
@@ -104,8 +109,15 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
             if bytes.len() != ndim {
                 return Err(refuse(format!("{} strides for {ndim} dimensions", bytes.len())));
             }
-            layout::element_strides(&bytes, (dtype.bits / 8) as i64, &mut strides[..ndim])?;
+            unaligned = layout::element_strides(&bytes, item_size, &mut strides[..ndim]).err();
         }
+    }
+    if unaligned.is_none() {
+        for (b, s) in byte_strides[..ndim].iter_mut().zip(&strides[..ndim]) {
+            *b = s * item_size;
+        }
+    } else if let Some(object) = item(c"strides")? {
+        byte_strides[..ndim].copy_from_slice(&args::int_sequence(py, object.as_ptr(), "strides")?);
     }
 
     let data = match item(c"data")? {
@@ -136,7 +148,7 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
         },
         _ => None,
     };
-    Ok(Interface { dtype, ndim, shape, strides, data, stream })
+    Ok(Interface { dtype, ndim, shape, strides, byte_strides, unaligned, data, stream })
 }
 
 /// `dict[key]` as a new reference, None when absent.
