@@ -33,11 +33,10 @@ impl Producer for ArrayInterface {
 
 fn managed_of(py: Python<'_>, object: *mut PyObject, copy: bool) -> Result<NonNull<DLManagedTensorVersioned>> {
     let interface = interface_dict::read(py, object, Kind::Host)?;
-    if interface.unaligned.is_some() {
-        return match copy {
-            true => copied(py, &interface, object),
-            false => Err(interface.unaligned.expect("checked just above")),
-        };
+    match (&interface.unaligned, copy) {
+        (Some(_), true) => return copied(py, &interface, object),
+        (Some(_), false) => return Err(interface.unaligned.unwrap_or_else(|| Error::buffer("unaligned strides"))),
+        (None, _) => {}
     }
     let ndim = interface.ndim;
     let dims = || interface.shape[..ndim].iter().copied().zip(interface.strides[..ndim].iter().copied());
