@@ -17,7 +17,6 @@ import pytest
 
 import dlpx
 
-PIL = pytest.importorskip("PIL.Image")
 
 
 def values(t):
@@ -224,6 +223,7 @@ def test_an_array_interface_with_data_none_reads_the_object_s_buffer_at_offset()
 
 
 def test_pil_images_come_through_their_array_interface():
+    PIL = pytest.importorskip("PIL.Image")
     image = PIL.new("RGB", (3, 2), (10, 20, 30))
     t = dlpx.from_dlpack(image)
     assert (t.dtype, t.shape) == ("uint8", (2, 3, 3))
