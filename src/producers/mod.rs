@@ -11,7 +11,7 @@ mod dlpack_call;
 mod dlpack_method;
 mod faithful;
 mod guard;
-mod held_object;
+mod held;
 mod jax;
 pub mod kernel;
 mod numpy;
