@@ -1,11 +1,11 @@
 //! The `dlpx.Tensor` object: its layout over a [`Tensor`], the type object once created, and
 //! the three PyObject entries of dlpx's exchange table. The type's slots are in `type_spec`,
-//! its properties in `getters`, `__dlpack__` in `dlpack_methods`, the `dlpx.Device` class in
+//! its properties in `getters`, `__dlpack__` in `protocol`, the `dlpx.Device` class in
 //! `device_class`. The type is below the importer: its constructor, `dlpx.Tensor(x)`, is the
 //! importer handed down when the module creates the type (`create_type`).
 
 pub mod device_class;
-mod dlpack_methods;
+mod protocol;
 mod getters;
 mod type_spec;
 

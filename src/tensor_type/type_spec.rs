@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyGetSetDef, PyMethodDef, PyObject, PyTypeObject, PyType_Slot, PyType_Spec};
 
-use super::{dlpack_methods, getters, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
+use super::{protocol, getters, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
 use crate::abi::*;
 use crate::cpython::{type_of, CStatic, ExceptionGuard, Owned, Python, Raise};
 use crate::error::{boundary, guard, Error, Result};
@@ -97,8 +97,8 @@ __dlpack_c_exchange_api__. Make one with dlpx.empty(...) or dlpx.from_dlpack(obj
 dlpx.Tensor(obj) is the same as dlpx.from_dlpack(obj).";
 
 static METHODS: CStatic<[PyMethodDef; 3]> = CStatic::new([
-    method_def!("__dlpack__", fastcall dlpack_methods::dlpack, dlpack_methods::DLPACK_DOC),
-    method_def!("__dlpack_device__", noargs dlpack_methods::dlpack_device, c"__dlpack_device__() -> (device_type, device_id) as DLPack integers."),
+    method_def!("__dlpack__", fastcall protocol::dlpack, protocol::DLPACK_DOC),
+    method_def!("__dlpack_device__", noargs protocol::dlpack_device, c"__dlpack_device__() -> (device_type, device_id) as DLPack integers."),
     PyMethodDef::zeroed(),
 ]);
 static GETSET: CStatic<[PyGetSetDef; 13]> = CStatic::new([
