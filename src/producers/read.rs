@@ -63,7 +63,7 @@ pub fn view_in_place(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) 
     }
     let slot = Cell::from_mut(out);
     match read(py, object, Ask::view(slot))? {
-        Reading::Own(tensor) => slot.set(*tensor.dl_tensor()),
+        Reading::Own(tensor) => slot.set(share(tensor)),
         Reading::View if view_is_whole(slot)? => {}
         _ => return Ok(false),
     }

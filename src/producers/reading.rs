@@ -1,6 +1,7 @@
 //! What a row answers for an object, and what the seam makes of it: a [`Tensor`] for Python,
-//! an owning managed tensor for C. Every reading is checked on the way out as hostile input
-//! (docs/design.md, "Hostile input"), whichever row read it; a refused one is deleted once.
+//! an owning managed tensor for C. Whatever a producer handed over is checked on the way out as
+//! hostile input (docs/design.md, "Hostile input"), whichever row read it, and a refused one is
+//! deleted once; what dlpx made from fields it checked (`Made`) is handed on as made.
 
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
