@@ -5,8 +5,8 @@
 //! importer handed down when the module creates the type (`create_type`).
 
 pub mod device_class;
-mod protocol;
 mod getters;
+mod protocol;
 mod type_spec;
 
 use std::ffi::{c_int, c_void};

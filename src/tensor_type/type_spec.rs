@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyGetSetDef, PyMethodDef, PyObject, PyTypeObject, PyType_Slot, PyType_Spec};
 
-use super::{protocol, getters, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
+use super::{getters, protocol, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
 use crate::abi::*;
 use crate::cpython::{type_of, CStatic, ExceptionGuard, Owned, Python, Raise};
 use crate::error::{boundary, guard, Error, Result};
