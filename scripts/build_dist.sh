@@ -99,7 +99,8 @@ PY
   tar -C build/dist-c -czf "dist/$top.tar.gz" "$top"
 done
 for archive in dist/dlpx-*.tar.gz; do  # the C packages and the sdist
-  tar -tzf "$archive" | grep -qE '^[^/]+/LICENSE$' || { echo "build_dist: $archive lacks LICENSE" >&2; exit 1; }
+  listing=$(tar -tzf "$archive")
+  grep -qE '^[^/]+/LICENSE$' <<<"$listing" || { echo "build_dist: $archive lacks LICENSE" >&2; exit 1; }
 done
 # Free-threaded CPython takes no abi3 wheel: the same files under its cp314t and cp315t tags (the
 # one library learns the interpreter's object layout when it loads: docs/design.md).

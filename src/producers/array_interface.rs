@@ -7,9 +7,10 @@ use std::ptr::NonNull;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
+use super::held::{self, Reference};
 use super::held_buffer::HeldView;
 use super::interface_dict::{self, Data, Interface, Kind};
-use super::{held_object, synthetic, Ask, Entry, Producer, Read, Reading, Row};
+use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::buffer::PYBUF_RECORDS_RO;
 use crate::cpython::Python;
@@ -57,7 +58,15 @@ fn managed_of(py: Python<'_>, object: *mut PyObject, copy: bool) -> Result<NonNu
             }
             tensor.data = address as *mut std::ffi::c_void;
             // SAFETY: GIL held; the exporting object keeps its memory while the import holds it.
-            unsafe { held_object::managed_holding(py, object, tensor, dims(), readonly) }
+            unsafe {
+                held::managed_holding(
+                    py,
+                    Reference::to(py, NonNull::new(object).ok_or_else(|| Error::null("object"))?),
+                    tensor,
+                    dims(),
+                    readonly,
+                )
+            }
         }
         Data::Buffer(exporter, offset) => {
             let Some(mut held) = HeldView::take(py, exporter.as_ptr(), PYBUF_RECORDS_RO)? else {

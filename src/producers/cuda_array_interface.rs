@@ -7,10 +7,13 @@
 
 use std::ffi::c_void;
 
+use std::ptr::NonNull;
+
 use pyo3_ffi::{PyObject, PyTypeObject};
 
+use super::held::{self, Reference};
 use super::interface_dict::{self, Data, Kind};
-use super::{held_object, synthetic, Ask, Entry, Producer, Read, Reading, Row};
+use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::Python;
 use crate::devices;
@@ -62,7 +65,15 @@ impl Producer for CudaArrayInterface {
         let dims = interface.shape[..ndim].iter().copied().zip(interface.strides[..ndim].iter().copied());
         // SAFETY: GIL held; the exporting object keeps its memory while the import holds it; a
         // managed tensor this read made from the interface it checked, valid as made.
-        unsafe { Ok(Reading::made(held_object::managed_holding(py, object, tensor, dims, readonly)?)) }
+        unsafe {
+            Ok(Reading::made(held::managed_holding(
+                py,
+                Reference::to(py, NonNull::new(object).ok_or_else(|| Error::null("object"))?),
+                tensor,
+                dims,
+                readonly,
+            )?))
+        }
     }
 }
 

@@ -21,6 +21,11 @@ pub struct Suspicion {
     pub negated: bool,
 }
 
+impl Suspicion {
+    /// The producer's verdict is taken (a row's read refused what its `__dlpack__` may not).
+    pub const ASKED: Suspicion = Suspicion { ask_producer: true, negated: false };
+}
+
 /// What a row's fast path lets through that the producer's own `__dlpack__` checks: the row's
 /// [`Row::suspect`](super::Row::suspect), where it has one.
 pub trait Suspect: Sync {
@@ -33,94 +38,72 @@ pub trait Suspect: Sync {
     fn resolved(&self, py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<PyObject>>>;
 }
 
-/// What the rule finds in a reading of `object` by a row that `suspect`s its reads: None where
-/// it may be handed on as it is; otherwise the caller drops it and takes [`answer_suspect`]'s
-/// answer instead.
-#[inline(always)]
-pub fn suspicion(
-    py: Python<'_>,
-    suspect: &dyn Suspect,
-    object: *mut PyObject,
-    reading: &Reading<'_>,
-    ask: Ask<'_>,
-) -> Result<Option<Suspicion>> {
-    match reading.dl_tensor(ask) {
-        Some(dl) => suspect.suspicion(py, object, dl),
-        None => Ok(None),
-    }
-}
-
-/// The answer for an object whose reading the rule suspects (the reading already dropped): the
-/// producer's own answer, or its values resolved by the producer (`copy=True`), or a refusal.
+/// The producer's own `__dlpack__`, asked once where a row's reading cannot stand alone, and
+/// what its answer makes of the reading:
+/// - no reading (the row does not cover the object, or its guard is off): the answer itself;
+/// - a guard's first use: the row's reading where the two agree, else the answer
+///   (`Guard::judge`);
+/// - a reading the row suspects: the producer's verdict, its refusal a BufferError carrying its
+///   message (first line: no C++ backtrace); memory holding negated values refused, or under
+///   `copy=True` the values the producer resolves (a new object of its own that the reading then
+///   holds alone).
 #[cold]
-pub fn answer_suspect<'py>(
+#[inline(never)]
+pub fn answer<'py>(
     py: Python<'py>,
-    suspect: &dyn Suspect,
     object: *mut PyObject,
     entry: Entry,
     ask: Ask<'_>,
-    suspicion: Suspicion,
+    first_use: bool,
+    ours: Reading<'py>,
+    suspicion: Option<Suspicion>,
 ) -> Result<Reading<'py>> {
-    let theirs = match suspicion.ask_producer {
-        true => ask_producer(py, object)?,
-        false => return resolve_negated(py, suspect, object, entry, ask),
+    let negated = || {
+        Error::buffer(format!(
+            "the {} has its negative bit set: its memory holds the negated values (pass copy=True for \
+             its values, or call resolve_neg() first)",
+            type_name(py, object)
+        ))
     };
-    match suspicion.negated {
-        true => {
-            drop(theirs);
-            resolve_negated(py, suspect, object, entry, ask)
+    // A suspect reading is not handed on; the table's exception, if any, makes way for the
+    // producer's own answer.
+    let ours = match suspicion {
+        Some(_) => {
+            drop(ours);
+            // SAFETY: the token proves the GIL is held.
+            unsafe { (py.PyErr_Clear)() };
+            Reading::Uncovered
         }
-        false => Ok(theirs),
-    }
-}
-
-/// The producer's own `__dlpack__` answer for `object`: its refusal is a BufferError carrying
-/// its message (first line: no C++ backtrace).
-pub fn ask_producer<'py>(py: Python<'py>, object: *mut PyObject) -> Result<Reading<'py>> {
-    // The table's exception, if any, is replaced by the producer's own answer.
-    // SAFETY: the token proves the GIL is held.
-    unsafe { (py.PyErr_Clear)() };
-    dlpack_method::read(py, object, Request::PLAIN).map_err(|err| refusal(py, object, err))
-}
-
-/// A producer's refusal as dlpx's BufferError: the producer's exception, its first line.
-fn refusal(py: Python<'_>, object: *mut PyObject, err: Error) -> Error {
-    let err = if err.is_python_pending() { take_pending(py) } else { err };
-    let text = err.message();
-    let first = text.lines().next().unwrap_or_default().trim_end();
-    Error::buffer(format!("{}.__dlpack__ refuses it: {first}", type_name(py, object)))
-}
-
-/// The negative bit: refused, or (`copy=True`) the producer's resolved values, a new object of
-/// its own that the reading then holds alone.
-fn resolve_negated<'py>(
-    py: Python<'py>,
-    suspect: &dyn Suspect,
-    object: *mut PyObject,
-    entry: Entry,
-    ask: Ask<'_>,
-) -> Result<Reading<'py>> {
-    if ask.request.copy != Some(true) {
-        return Err(negated(py, object));
-    }
-    let Some(resolved) = suspect.resolved(py, object)? else { return Err(negated(py, object)) };
-    let resolved = Owned::new(py, resolved.as_ptr())?;
-    let reading = match entry.row.producer.read(py, resolved.as_ptr(), entry, ask)? {
-        Reading::Uncovered => return Err(negated(py, object)),
-        reading => reading,
+        None => ours,
     };
-    // `finish` copies it as `copy=True` asks: dlpx holds the result alone.
-    match suspicion(py, suspect, resolved.as_ptr(), &reading, ask)? {
-        None => Ok(reading),
-        Some(_) => Err(negated(py, object)),
+    let asked = first_use || suspicion.is_none_or(|s| s.ask_producer);
+    let request = if first_use || suspicion.is_some() { Request::PLAIN } else { ask.request };
+    let theirs = if asked { dlpack_method::read(py, object, request) } else { Ok(Reading::Uncovered) };
+    if first_use {
+        return entry.row.guard.expect("a first use is a guard's").judge(py, ours, theirs);
     }
-}
-
-#[cold]
-fn negated(py: Python<'_>, object: *mut PyObject) -> Error {
-    Error::buffer(format!(
-        "the {} has its negative bit set: its memory holds the negated values (pass copy=True for its \
-         values, or call resolve_neg() first)",
-        type_name(py, object)
-    ))
+    let Some(suspicion) = suspicion else { return theirs };
+    let theirs = theirs.map_err(|err| {
+        let err = if err.is_python_pending() { take_pending(py) } else { err };
+        let text = err.message();
+        let first = text.lines().next().unwrap_or_default().trim_end();
+        Error::buffer(format!("{}.__dlpack__ refuses it: {first}", type_name(py, object)))
+    })?;
+    if !suspicion.negated {
+        return Ok(theirs);
+    }
+    drop(theirs);
+    let suspect = entry.row.suspect.expect("a suspicion is a suspect's");
+    let resolved = match ask.request.copy {
+        Some(true) => suspect.resolved(py, object)?,
+        _ => None,
+    };
+    let Some(resolved) = resolved else { return Err(negated()) };
+    let resolved = Owned::new(py, resolved.as_ptr())?;
+    let reading = entry.row.producer.read(py, resolved.as_ptr(), entry, ask)?;
+    // `finish` copies it as `copy=True` asks: dlpx holds the result alone.
+    match reading.dl_tensor(ask).map(|dl| suspect.suspicion(py, resolved.as_ptr(), dl)).transpose()? {
+        Some(None) => Ok(reading),
+        _ => Err(negated()),
+    }
 }

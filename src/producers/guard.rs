@@ -4,9 +4,7 @@
 
 use std::ffi::CStr;
 
-use pyo3_ffi::PyObject;
-
-use super::{dlpack_method, Ask, Entry, Producer, Reading, Request};
+use super::Reading;
 use crate::abi::*;
 use crate::cpython::{attribute, imported_module, GilVar, Python};
 use crate::error::Result;
@@ -86,27 +84,26 @@ impl Guard {
         }
     }
 
-    /// The first-use check: `object` read the row's way and through `__dlpack__`, the two
-    /// compared by value (and read-only flag). The answer is the row's reading where they agree,
-    /// else `__dlpack__`'s; the caller applies the faithful-import rule to it, as to every
-    /// reading. A read that refuses `object` outright refuses it here too, without asking
-    /// `__dlpack__` (tvm_ffi's would dereference a moved-out handle); one that does not cover
-    /// it, and two refusals, decide nothing.
+    /// The first-use check's verdict on `ours`, the row's reading of an object, held against
+    /// `theirs`, what `__dlpack__` answered for it: the two compared by value (and read-only
+    /// flag), agreement trusting the row, a difference turning it off. The answer is the row's
+    /// reading where they agree, else `__dlpack__`'s; the caller applies the faithful-import rule
+    /// to it, as to every reading. A read that refused the object outright refused it before
+    /// `__dlpack__` was asked (tvm_ffi's would dereference a moved-out handle); one that does not
+    /// cover it, and two refusals, decide nothing.
     #[cold]
-    pub fn verify<'py>(
+    pub fn judge<'py>(
         &self,
         py: Python<'py>,
-        row: &dyn Producer,
-        object: *mut PyObject,
-        entry: Entry,
+        ours: Reading<'py>,
+        theirs: Result<Reading<'py>>,
     ) -> Result<Reading<'py>> {
-        let ours = match row.read(py, object, entry, Ask::MANAGED)? {
-            Reading::Uncovered => return dlpack_method::read(py, object, Request::PLAIN),
-            ours => ours,
-        };
+        if let Reading::Uncovered = ours {
+            return theirs;
+        }
         // Both as managed tensors, each checked on its way out of its reading, compared.
         let ours = ours.into_managed(py)?;
-        let theirs = dlpack_method::read(py, object, Request::PLAIN).and_then(|theirs| {
+        let theirs = theirs.and_then(|theirs| {
             // A legacy capsule's read-only flag is dlpx's assumption, not the producer's word.
             let legacy = matches!(&theirs, Reading::Capsule(c) if crate::capsule::is_legacy(py, c.as_ptr()));
             Ok((theirs.into_managed(py)?, legacy))

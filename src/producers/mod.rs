@@ -14,8 +14,8 @@ mod dlpack_call;
 mod dlpack_method;
 mod faithful;
 mod guard;
+mod held;
 mod held_buffer;
-mod held_object;
 mod interface_dict;
 mod jax;
 pub mod kernel;
@@ -94,27 +94,29 @@ impl Request {
     }
 }
 
-/// What an entry point asks of a row: the importer's request, and where a borrowed view goes
-/// when one will do (a kernel's view: a row that has one writes it there and answers
-/// [`Reading::View`]).
+/// What an entry point asks of a row: the importer's request, where a borrowed view goes when one
+/// will do (a kernel's view: a row that has one writes it there and answers [`Reading::View`]),
+/// and whether the tensor's data is next used on dlpx's current stream (a `dlpx.Tensor`) rather
+/// than on the stream the row's table reports (C: a kernel launches there).
 #[derive(Clone, Copy)]
 pub struct Ask<'a> {
     pub request: Request,
     pub view: Option<&'a Cell<DLTensor>>,
+    pub on_dlpx_stream: bool,
 }
 
 impl<'a> Ask<'a> {
     /// An owning managed tensor as the producer has it (C: `dlpx_import`, the synthetic tables).
-    pub const MANAGED: Ask<'static> = Ask { request: Request::PLAIN, view: None };
+    pub const MANAGED: Ask<'static> = Ask { request: Request::PLAIN, view: None, on_dlpx_stream: false };
 
     /// The importer's tensor (`from_dlpack`, `dlpx.Tensor(x)`).
     pub const fn tensor(request: Request) -> Ask<'static> {
-        Ask { request, view: None }
+        Ask { request, view: None, on_dlpx_stream: true }
     }
 
     /// A view for a kernel, borrowed into `out` where the row has one.
     pub fn view(out: &'a Cell<DLTensor>) -> Ask<'a> {
-        Ask { request: Request::PLAIN, view: Some(out) }
+        Ask { request: Request::PLAIN, view: Some(out), on_dlpx_stream: false }
     }
 }
 

@@ -8,7 +8,7 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::discovered::Discovered;
-use super::held_object;
+use super::held::{self, Reference};
 use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{layout, type_of, Owned, Python};
@@ -164,6 +164,7 @@ pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNul
             byte_offset: 0,
         };
         let dims = shape.iter().zip(strides).map(|(&extent, &stride)| (extent, stride / itemsize as i64));
-        held_object::managed_holding(py, object, tensor, dims, readonly).map(Some)
+        let reference = Reference::to(py, NonNull::new_unchecked(object));
+        held::managed_holding(py, reference, tensor, dims, readonly).map(Some)
     }
 }

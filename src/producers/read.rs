@@ -10,49 +10,36 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::PyObject;
 
 use super::guard::State;
-use super::{dlpack_method, entry_of, faithful, Ask, Entry, Reading, Request};
+use super::{entry_of, entry_of_type, faithful, Ask, Reading, Request, Suspicion};
 use crate::abi::*;
 use crate::copy;
-use crate::cpython::Python;
+use crate::cpython::{type_of, Python};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
 /// `object` (a tensor of any DLPack producer, or a DLPack capsule) as a [`Tensor`]:
 /// `from_dlpack`, `dlpx.Tensor(x)`. Its errors name `from_dlpack`, whichever entry point called.
 pub fn import(py: Python<'_>, object: *mut PyObject, request: Request) -> Result<Tensor> {
-    // An exact dlpx.Tensor (the `dlpx` row's share, answered by one comparison) is the hot case.
-    let tensor = match crate::tensor_type::exact_tensor_of(py, object) {
-        Some(tensor) => Ok(tensor.clone()),
-        None => {
-            let entry = entry_of(py, object);
-            read(py, object, entry, Ask::tensor(request)).and_then(|reading| reading.into_tensor(py, entry.table))
-        }
-    };
+    let tensor = read(py, object, Ask::tensor(request)).and_then(|reading| reading.into_tensor(py));
     tensor.and_then(|t| finish(t, request)).map_err(|err| err.at("from_dlpack"))
 }
 
 /// An owning managed tensor of `object` for C (`dlpx_import`, the synthetic tables).
 pub fn managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
-    read(py, object, entry_of(py, object), Ask::MANAGED)?.into_managed(py)
+    read(py, object, Ask::MANAGED)?.into_managed(py)
 }
 
 /// A view of `object` for a kernel: `out` filled, and the managed tensor that keeps it valid
 /// (NULL for a non-owning view, valid while the caller holds `object`).
 pub fn view(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedTensorVersioned> {
-    // An exact dlpx.Tensor (the `dlpx` row's share, answered by one comparison) is the hot case.
-    if let Some(tensor) = crate::tensor_type::exact_tensor_of(py, object) {
-        *out = share(tensor);
-        return Ok(ptr::null_mut());
-    }
-    let entry = entry_of(py, object);
     let slot = Cell::from_mut(out);
-    let owner = match read(py, object, entry, Ask::view(slot))? {
+    let owner = match read(py, object, Ask::view(slot))? {
         Reading::Own(tensor) => {
             slot.set(share(tensor));
             return Ok(ptr::null_mut());
         }
         Reading::View if view_is_whole(slot)? => return Ok(ptr::null_mut()),
-        Reading::View => read(py, object, entry, Ask::MANAGED)?.into_managed(py)?,
+        Reading::View => read(py, object, Ask::MANAGED)?.into_managed(py)?,
         reading => reading.into_managed(py)?,
     };
     // SAFETY: a live managed tensor the caller owns until it releases the view.
@@ -71,13 +58,12 @@ fn share(tensor: &Tensor) -> DLTensor {
 /// A non-owning view of `object` in `out`, where its row has one (its table has
 /// `dltensor_from_py_object_no_sync`); Ok(false) otherwise.
 pub fn view_in_place(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<bool> {
-    let entry = entry_of(py, object);
-    if entry.table.dltensor_from_py_object_no_sync.is_none() {
+    if entry_of(py, object).table.dltensor_from_py_object_no_sync.is_none() {
         return Ok(false);
     }
     let slot = Cell::from_mut(out);
-    match read(py, object, entry, Ask::view(slot))? {
-        Reading::Own(tensor) => slot.set(*tensor.dl_tensor()),
+    match read(py, object, Ask::view(slot))? {
+        Reading::Own(tensor) => slot.set(share(tensor)),
         Reading::View if view_is_whole(slot)? => {}
         _ => return Ok(false),
     }
@@ -93,36 +79,41 @@ fn view_is_whole(view: &Cell<DLTensor>) -> Result<bool> {
     unsafe { crate::validate::check_view(&*view.as_ptr()) }
 }
 
-/// The reading of `object` (of the row `entry`) that the entry point's `ask` gets: the row's,
-/// behind its guard, admitted by the faithful-import rule. A row that does not cover the object,
-/// or whose guard is off, leaves it to the producer's own `__dlpack__`.
+/// The reading of `object` that the entry point's `ask` gets: dlpx's own tensor for an exact
+/// `dlpx.Tensor` (the `dlpx` row's share, answered by one comparison: the hot case), else its
+/// row's, behind the row's guard, admitted by the faithful-import rule. Where the reading cannot
+/// stand alone — the row does not cover the object, its guard is off or on its first use, or
+/// the row suspects its read — the producer's own `__dlpack__` decides (`faithful::answer`).
 #[inline(always)]
-fn read<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Result<Reading<'py>> {
-    let row = entry.row.producer;
-    let reading = match entry.row.guard.map_or(State::Trusted, |guard| guard.state(py)) {
-        State::Trusted => match row.read(py, object, entry, ask)? {
-            Reading::Uncovered => return dlpack_method::read(py, object, ask.request),
-            reading => reading,
-        },
-        State::Off => return dlpack_method::read(py, object, ask.request),
-        State::Unknown | State::Unverified => first_use(py, object, entry)?,
-    };
-    let Some(suspect) = entry.row.suspect else { return Ok(reading) };
-    match faithful::suspicion(py, suspect, object, &reading, ask)? {
-        None => Ok(reading),
-        Some(suspicion) => {
-            drop(reading);
-            faithful::answer_suspect(py, suspect, object, entry, ask, suspicion)
-        }
+fn read<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Result<Reading<'py>> {
+    if let Some(tensor) = crate::tensor_type::exact_tensor_of(py, object) {
+        return Ok(Reading::Own(tensor));
     }
-}
-
-/// The reading of `object` on its guard's first use: the first-use check's answer.
-#[cold]
-#[inline(never)]
-fn first_use<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry) -> Result<Reading<'py>> {
-    let guard = entry.row.guard.expect("only a guarded row has a first use");
-    guard.verify(py, entry.row.producer, object, entry)
+    // Not an exact dlpx.Tensor: the type's row is the cache's answer.
+    let entry = entry_of_type(py, type_of(py, object));
+    let row = entry.row;
+    let state = row.guard.map_or(State::Trusted, |guard| guard.state(py));
+    let ours = match state {
+        State::Trusted => row.producer.read(py, object, entry, ask)?,
+        State::Off => Reading::Uncovered,
+        // The first-use check holds an owner against the one `__dlpack__` exports.
+        State::Unknown | State::Unverified => row.producer.read(py, object, entry, Ask::MANAGED)?,
+    };
+    let suspicion = match (row.suspect, &ours) {
+        (_, Reading::Refused) => Some(Suspicion::ASKED),
+        (Some(suspect), ours) => match ours.dl_tensor(ask) {
+            Some(dl) => suspect.suspicion(py, object, dl)?,
+            None => None,
+        },
+        (None, _) => None,
+    };
+    let first_use = matches!(state, State::Unknown | State::Unverified);
+    match (&ours, first_use, suspicion) {
+        (Reading::Uncovered, _, _) | (_, true, _) | (_, _, Some(_)) => {
+            faithful::answer(py, object, entry, ask, first_use, ours, suspicion)
+        }
+        _ => Ok(ours),
+    }
 }
 
 /// Applies what the producer may not have done: a copy that `copy=True` demands, a move to

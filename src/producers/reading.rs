@@ -1,10 +1,11 @@
 //! What a row answers for an object, and what the seam makes of it: a [`Tensor`] for Python,
-//! an owning managed tensor for C. Every reading is checked on the way out as hostile input
-//! (docs/design.md, "Hostile input"), whichever row read it; a refused one is deleted once.
+//! an owning managed tensor for C. Whatever a producer handed over is checked on the way out as
+//! hostile input (docs/design.md, "Hostile input"), whichever row read it, and a refused one is
+//! deleted once; what dlpx made from fields it checked (`Made`) is handed on as made.
 
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
-use std::ptr::{self, NonNull};
+use std::ptr::NonNull;
 
 use super::{dlpack_method, Ask};
 use pyo3_ffi::PyObject;
@@ -33,6 +34,10 @@ pub enum Reading<'py> {
     View,
     /// Nothing: the row does not cover this object (the producer's own `__dlpack__` answers).
     Uncovered,
+    /// The row's read refused the object where the producer's own `__dlpack__` may not (torch's
+    /// table fails on what its `__dlpack__` refuses with BufferError): the producer's verdict
+    /// stands, as for a suspect reading.
+    Refused,
 }
 
 /// An owning versioned managed tensor: dropped, its deleter runs once.
@@ -130,30 +135,24 @@ impl<'py> Reading<'py> {
             },
             // SAFETY: a live managed tensor dlpx made, of its own major.
             Reading::Made(managed) => Some(unsafe { &managed.0.as_ref().dl_tensor }),
-            Reading::Capsule(_) | Reading::Uncovered => None,
+            Reading::Capsule(_) | Reading::Uncovered | Reading::Refused => None,
             // SAFETY: the row wrote the view; nothing writes the cell while the reference lives.
             Reading::View => ask.view.map(|view| unsafe { &*view.as_ptr() }),
         }
     }
 
     /// The reading as a [`Tensor`] (`from_dlpack`, `dlpx.Tensor(x)`): checked, a refused tensor
-    /// deleted once. A table's tensor comes without synchronisation: where its memory is
-    /// stream-ordered, dlpx's current stream then waits for the producer's (`table`, the table
-    /// the object was read through).
+    /// deleted once.
     #[inline]
-    pub fn into_tensor(self, py: Python<'py>, table: &DLPackExchangeAPI) -> Result<Tensor> {
+    pub fn into_tensor(self, py: Python<'py>) -> Result<Tensor> {
         match self {
             Reading::Own(tensor) => Ok(tensor.clone()),
-            Reading::Managed(managed) => {
-                // SAFETY: ours; a refused tensor is deleted there.
-                let tensor = unsafe { Tensor::from_managed_or_delete(managed.into_raw())? };
-                order_after_producer(table, tensor.dl_tensor().device)?;
-                Ok(tensor)
-            }
+            // SAFETY: ours; a refused tensor is deleted there.
+            Reading::Managed(managed) => unsafe { Tensor::from_managed_or_delete(managed.into_raw()) },
             // SAFETY: ours, valid as made.
             Reading::Made(managed) => Ok(unsafe { Tensor::from_valid(managed.into_raw()) }),
             Reading::Capsule(capsule) => capsule::consume(py, capsule.as_ptr()),
-            Reading::View | Reading::Uncovered => Err(unexpected()),
+            Reading::View | Reading::Uncovered | Reading::Refused => Err(unexpected()),
         }
     }
 
@@ -176,7 +175,7 @@ impl<'py> Reading<'py> {
             }
             Reading::Made(managed) => Ok(managed.into_raw()),
             Reading::Capsule(capsule) => dlpack_method::hand_on(py, capsule.into_owned(py)),
-            Reading::View | Reading::Uncovered => Err(unexpected()),
+            Reading::View | Reading::Uncovered | Reading::Refused => Err(unexpected()),
         }
     }
 }
@@ -186,26 +185,4 @@ impl<'py> Reading<'py> {
 #[cold]
 fn unexpected() -> Error {
     Error::runtime("a row answered a view, or nothing, where an owner was asked for")
-}
-
-/// Where memory is stream-ordered, dlpx's current stream waits for the current work stream of
-/// the table a tensor came from (an event), so work dlpx orders next sees the data. dlpx's own
-/// tables report dlpx's current stream: nothing to order.
-#[inline]
-fn order_after_producer(api: &DLPackExchangeAPI, device: DLDevice) -> Result<()> {
-    if !crate::devices::has_streams(device.device_type) {
-        return Ok(());
-    }
-    type Entry = unsafe extern "C" fn(DeviceType, i32, *mut *mut std::ffi::c_void) -> std::ffi::c_int;
-    let mut producer: *mut std::ffi::c_void = ptr::null_mut();
-    if let Some(current_work_stream) = api.current_work_stream {
-        if std::ptr::fn_addr_eq(current_work_stream, crate::stream::current_work_stream_entry as Entry) {
-            return Ok(());
-        }
-        // SAFETY: the producer's contract (GIL held, a writable out).
-        if unsafe { current_work_stream(device.device_type, device.device_id, &mut producer) } != 0 {
-            return Err(Error::python_pending());
-        }
-    }
-    crate::devices::order_after(device, producer, crate::stream::current(device))
 }

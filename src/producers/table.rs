@@ -25,7 +25,9 @@ impl Producer for Table {
 
 /// The table's view (`dltensor_from_py_object_no_sync`) where `ask` takes one and the table has
 /// it, else its managed tensor (`managed_tensor_from_py_object_no_sync`): one C call, no
-/// capsule. The producer's failure is its pending Python exception.
+/// capsule. The producer's failure is its pending Python exception. The entries do not
+/// synchronise: where the data is next used on dlpx's current stream and its memory is
+/// stream-ordered, that stream then waits for the table's current work stream.
 #[inline(always)]
 pub fn read_through<'py>(
     _py: Python<'py>,

@@ -7,7 +7,7 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::discovered::Discovered;
-use super::{faithful, table, Ask, Entry, Producer, Read, Row, Suspect, Suspicion};
+use super::{table, Ask, Entry, Producer, Read, Reading, Row, Suspect, Suspicion};
 use crate::abi::*;
 use crate::cpython::{imported_module, vectorcall_method, GilVar, Interned, Owned, Python};
 use crate::error::{Error, Result};
@@ -39,7 +39,7 @@ impl Producer for Torch {
         };
         match reading {
             Ok(reading) => Ok(reading),
-            Err(err) if err.is_python_pending() => faithful::ask_producer(py, object),
+            Err(err) if err.is_python_pending() => Ok(Reading::Refused),
             Err(err) => Err(err),
         }
     }
@@ -53,17 +53,17 @@ impl Suspect for Torch {
     /// methods (`is_neg()` alone costs ~700 instructions: it releases the GIL).
     #[inline]
     fn suspicion(&self, py: Python<'_>, object: *mut PyObject, dl: &DLTensor) -> Result<Option<Suspicion>> {
+        let tensor = at_tensor(object);
         // The common case, answered by torch's functions alone: a real dtype, no autograd
         // metadata, no negative bit.
         if let NativeState::Checked(native) = NATIVE.get(py) {
-            let tensor = at_tensor(object);
             // SAFETY: as in `suspicion_in_full`.
             let plain = unsafe { (native.autograd_meta)(tensor).is_null() && !(native.is_neg)(tensor) };
             if plain && DataTypeCode(dl.dtype.code) != DataTypeCode::COMPLEX {
                 return Ok(None);
             }
         }
-        suspicion_in_full(py, object, dl)
+        suspicion_in_full(py, object, tensor, dl)
     }
 
     fn resolved(&self, py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<PyObject>>> {
@@ -72,13 +72,19 @@ impl Suspect for Torch {
     }
 }
 
-/// [`Torch::suspicion`] in full: whichever of torch's functions or Python methods are at hand.
+/// [`Torch::suspicion`] in full: whichever of torch's functions or Python methods are at hand
+/// (`tensor`: the object's own `at::Tensor`).
 #[cold]
-fn suspicion_in_full(py: Python<'_>, object: *mut PyObject, dl: &DLTensor) -> Result<Option<Suspicion>> {
+fn suspicion_in_full(
+    py: Python<'_>,
+    object: *mut PyObject,
+    tensor: *const c_void,
+    dl: &DLTensor,
+) -> Result<Option<Suspicion>> {
     let complex = DataTypeCode(dl.dtype.code) == DataTypeCode::COMPLEX;
     let floating = || complex || crate::dtype::is_floating(dl.dtype);
-    let (requires_grad, conj, negated) = match native(py, object) {
-        Some((native, tensor)) => (
+    let (requires_grad, conj, negated) = match native(py, object, tensor) {
+        Some(native) => (
             // No autograd metadata (the common case), no gradient; with some, Python's answer.
             // SAFETY: `tensor` is the live object's own at::Tensor (checked layout); the
             // functions are torch's, with their C++ signatures (a reference is a pointer).
@@ -131,19 +137,18 @@ static NATIVE: GilVar<NativeState> = GilVar::new(NativeState::Unknown);
 // A `THPVariable` is `{PyObject_HEAD; at::Tensor cdata; …}` and an `at::Tensor` is one pointer,
 // its `TensorImpl*`: the tensor begins where the object's own fields do (`cpython::layout`).
 
-/// torch's functions and the address of `object`'s own `at::Tensor`, where the layout read checks
-/// out. The first object checks it: its `TensorImpl*` read after the object header must be the one
-/// torch's `_cdata` reports, else the functions stay unused.
+/// torch's functions, where the layout read checks out (`tensor`, `object`'s own `at::Tensor`
+/// at [`at_tensor`]). The first object checks it: its `TensorImpl*` read after the object header
+/// must be the one torch's `_cdata` reports, else the functions stay unused.
 #[inline]
-fn native(py: Python<'_>, object: *mut PyObject) -> Option<(Native, *const c_void)> {
-    let tensor = at_tensor(object);
+fn native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> Option<Native> {
     match NATIVE.get(py) {
-        NativeState::Checked(native) => Some((native, tensor)),
+        NativeState::Checked(native) => Some(native),
         NativeState::Off => None,
         NativeState::Unknown => {
-            let found = find_native(py, object);
+            let found = find_native(py, object, tensor);
             NATIVE.set(py, found.map_or(NativeState::Off, NativeState::Checked));
-            found.map(|native| (native, tensor))
+            found
         }
     }
 }
@@ -155,15 +160,16 @@ fn at_tensor(object: *mut PyObject) -> *const c_void {
 }
 
 #[cold]
-fn find_native(py: Python<'_>, object: *mut PyObject) -> Option<Native> {
+fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> Option<Native> {
     if super::guard::named(super::guard::OFF_VARIABLE, "torch") {
         return None;
     }
     let cdata = crate::cpython::attribute(py, object, c"_cdata")?;
     // SAFETY: the token proves the GIL is held; an int (or an error, cleared).
     let reported = unsafe { (py.PyLong_AsVoidPtr)(cdata.as_ptr()) };
-    // SAFETY: a torch tensor object is at least a PyObject and a pointer long.
-    let read = unsafe { crate::cpython::layout::fields(object).cast::<*mut c_void>().read() };
+    // SAFETY: a torch tensor object is at least a PyObject and a pointer long: `tensor` is where
+    // its fields begin.
+    let read = unsafe { tensor.cast::<*mut c_void>().read() };
     if reported.is_null() || read != reported {
         // SAFETY: as above.
         unsafe { (py.PyErr_Clear)() };

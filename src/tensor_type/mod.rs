@@ -1,14 +1,14 @@
 //! The `dlpx.Tensor` object: its layout over a [`Tensor`], the type object once created, and
 //! the three PyObject entries of dlpx's exchange table. The type's slots are in `type_spec`,
-//! its properties in `getters`, `__dlpack__` in `dlpack_methods`, the `dlpx.Device` class in
+//! its properties in `getters`, `__dlpack__` in `protocol`, the `dlpx.Device` class in
 //! `device_class`. The type is below the importer: its constructor, `dlpx.Tensor(x)`, is the
 //! importer handed down when the module creates the type (`create_type`).
 
 mod array_interfaces;
 mod buffer;
 pub mod device_class;
-mod dlpack_methods;
 mod getters;
+mod protocol;
 mod type_spec;
 
 use std::ffi::{c_int, c_void};

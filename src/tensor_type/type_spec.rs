@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyGetSetDef, PyMethodDef, PyObject, PyTypeObject, PyType_Slot, PyType_Spec};
 
-use super::{array_interfaces, buffer, dlpack_methods, getters, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
+use super::{array_interfaces, buffer, getters, protocol, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
 use crate::abi::*;
 use crate::cpython::buffer::{GetBufferFn, ReleaseBufferFn, PY_BF_GETBUFFER, PY_BF_RELEASEBUFFER};
 use crate::cpython::{type_of, CStatic, ExceptionGuard, Owned, Python, Raise};
@@ -98,9 +98,9 @@ __dlpack_c_exchange_api__. Make one with dlpx.empty(...) or dlpx.from_dlpack(obj
 dlpx.Tensor(obj) is the same as dlpx.from_dlpack(obj).";
 
 static METHODS: CStatic<[PyMethodDef; 4]> = CStatic::new([
-    method_def!("__dlpack__", fastcall dlpack_methods::dlpack, dlpack_methods::DLPACK_DOC),
+    method_def!("__dlpack__", fastcall protocol::dlpack, protocol::DLPACK_DOC),
     method_def!("__array__", fastcall array_interfaces::array, array_interfaces::ARRAY_DOC),
-    method_def!("__dlpack_device__", noargs dlpack_methods::dlpack_device, c"__dlpack_device__() -> (device_type, device_id) as DLPack integers."),
+    method_def!("__dlpack_device__", noargs protocol::dlpack_device, c"__dlpack_device__() -> (device_type, device_id) as DLPack integers."),
     PyMethodDef::zeroed(),
 ]);
 static GETSET: CStatic<[PyGetSetDef; 15]> = CStatic::new([
