@@ -205,17 +205,20 @@ fn main() {
         .expect("generate dlpack.h")
         .write_to_file(out.join("dlpack.h"));
 
-    let mut dlpx = common("src/exports.rs, src/memory/cuda/stats.rs");
+    // One module per kind of export, in this order in the header.
+    let exports =
+        ["exchange", "library", "errors", "streams", "allocator", "kernel"].map(|m| format!("src/exports/{m}.rs"));
+    let mut dlpx = common("src/exports/, src/memory/cuda/stats.rs");
     dlpx.include_guard = Some("DLPX_DLPX_H".to_string());
     dlpx.no_includes = true;
     dlpx.includes = vec!["dlpack.h".to_string()];
     dlpx.after_includes = Some(format!("{DLPX_PRELUDE}\n\n{}", names.trim_end()));
     dlpx.export.exclude = ABI_ITEMS.iter().map(|s| s.to_string()).collect();
+    // CPython's entry into the library, not C's: its PyObject type is not in the header.
+    dlpx.export.exclude.push("PyInit__native".to_string());
     dlpx.export.rename.insert("DeviceType".into(), "DLDeviceType".into());
-    cbindgen::Builder::new()
-        .with_config(dlpx)
-        .with_src("src/exports.rs")
-        .with_src("src/memory/cuda/stats.rs")
+    let dlpx = exports.iter().fold(cbindgen::Builder::new().with_config(dlpx), |builder, path| builder.with_src(path));
+    dlpx.with_src("src/memory/cuda/stats.rs")
         .with_src("src/abi/mod.rs")
         .generate()
         .expect("generate dlpx.h")

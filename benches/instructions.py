@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # Where counting is on (valgrind's demangled names): `from_dlpack` itself, and libffi's
 # `ffi_call` for the C entry points ctypes calls (their own symbols are not always named in an LTO
 # build); the libffi share is measured on `dlpx_version()` and taken off.
-ENTRY_POINTS = ["dlpx::python::module::from_dlpack", "ffi_call"]
+ENTRY_POINTS = ["dlpx::module::METHODS::from_dlpack", "ffi_call"]
 
 CHILD = r'''
 import ctypes, os, subprocess, sys

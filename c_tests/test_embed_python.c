@@ -163,10 +163,10 @@ static void test_kernel_api(const DLPackExchangeAPI *api) {
       "    def __init__(self, t): self.t = t\n"
       "    def __dlpack__(self, **kw): return self.t.__dlpack__(**kw)\n"
       "    def __dlpack_device__(self): return self.t.__dlpack_device__()\n"
-      "class BadCapsule:\n"
+      "class BadCapsule(Neither):\n"
       "    __dlpack_c_exchange_api__ = 42\n"
       "src = dlpx.empty((4,), 'int32')\n"
-      "capsule_only, int_only, neither, bad = CapsuleOnly(), IntOnly(), Neither(src), BadCapsule()\n";
+      "capsule_only, int_only, neither, bad = CapsuleOnly(), IntOnly(), Neither(src), BadCapsule(src)\n";
   PyObject *r = run(setup);
   CHECK(r != NULL, "kernel API fixtures");
   if (!r) return;

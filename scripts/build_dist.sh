@@ -76,10 +76,13 @@ for path, machine in zip(sys.argv[1:], (62, 183)):  # ELF e_machine: EM_X86_64, 
                  "dlpx/lib/cmake/dlpx/dlpxConfig.cmake", "dlpx/lib/pkgconfig/dlpx.pc", "dlpx/__init__.py",
                  "dlpx/py.typed"):
         assert need in names, f"{need} is not in {path}"
+    licenses = [n for n in names if ".dist-info/" in n and n.rsplit("/", 1)[-1] == "LICENSE"]
+    assert licenses and wheel.read(licenses[0]) == open("LICENSE", "rb").read(), f"{path} lacks LICENSE"
     print(f"wheel contents ok: {len(names)} files, one library ({path.rsplit('-', 1)[-1]})")
 PY
 # The C package for machines without Python: each wheel's headers, library, CMake package and
-# pkg-config file, in the layout they have there (both locate themselves from their own folder).
+# pkg-config file, in the layout they have there (both locate themselves from their own folder),
+# and the LICENSE beside them.
 version=$(basename "$wheel" | cut -d- -f2)
 for w in "$wheel" "$arm"; do
   machine=$(basename "$w" .whl | grep -oE '(x86_64|aarch64)$')
@@ -92,7 +95,12 @@ for info in wheel.infolist():
         path = wheel.extract(info, sys.argv[2])
         os.chmod(path, (info.external_attr >> 16) or 0o644)
 PY
+  cp LICENSE "build/dist-c/$top/LICENSE"
   tar -C build/dist-c -czf "dist/$top.tar.gz" "$top"
+done
+for archive in dist/dlpx-*.tar.gz; do  # the C packages and the sdist
+  listing=$(tar -tzf "$archive")
+  grep -qE '^[^/]+/LICENSE$' <<<"$listing" || { echo "build_dist: $archive lacks LICENSE" >&2; exit 1; }
 done
 # Free-threaded CPython takes no abi3 wheel: the same files under its cp314t and cp315t tags (the
 # one library learns the interpreter's object layout when it loads: docs/design.md).

@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
-"""Circles of Rust source files that import each other, between folders or inside one.
+"""Circles of Rust source files that import each other, and of sibling folders.
 
 usage: python3 scripts/circles.py [SRC]   (default: src)
 
 A file imports another when it names a path into it (`use crate::a::b`, `super::c::d`, or the
 path written out in code). A file naming a module that contains it (its folder's `mod.rs`, the
-crate root) does not count: a folder's interface is above the files in it. Each circle (a
-strongly connected group of two or more files) is printed with the names that tie it; exit
-status 1 when there is one. docs/design.md, "Layers".
+crate root) does not count: a folder's interface is above the files in it. Two kinds of circle
+are printed, each with the names that tie it:
+
+- files: a strongly connected group of two or more files;
+- siblings: an import between two files is an arrow between the two children of their deepest
+  common folder that hold them (a file or a folder), and a strongly connected group of those
+  that holds a folder is a circle, though no two files import each other (`a/x.rs` imports
+  `b/y.rs` while `b/z.rs` imports `a/w.rs`: the folders `a/` and `b/` lean on each other).
+
+The last line is `circles: N` (both kinds), and the exit status is 1 when N > 0. The same rule as
+the shared `tools/circles.py` that CI keeps beside the clone. docs/design.md, "Layers".
 """
 
 from __future__ import annotations
@@ -82,14 +90,19 @@ def circles(src: str):
             there = target(files, here, named)
             if there is not None and there != here and here[: len(there)] != there:
                 edges[here].setdefault(there, set()).add(named.split("::")[-1].strip())
-    # Tarjan's strongly connected components.
+    found = strongly_connected(files, edges)
+    return files, edges, found
+
+
+def strongly_connected(nodes, edges):
+    """Tarjan's strongly connected groups of two or more nodes, each sorted."""
     index, low, stack, on_stack, found = {}, {}, [], set(), []
 
     def visit(v):
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in edges[v]:
+        for w in edges.get(v, {}):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -107,22 +120,52 @@ def circles(src: str):
                 found.append(sorted(group))
 
     sys.setrecursionlimit(10_000)
-    for v in sorted(files):
+    for v in sorted(nodes):
         if v not in index:
             visit(v)
-    return files, edges, found
+    return found
+
+
+def sibling_circles(src: str, files, edges):
+    """Circles of siblings that hold a folder: each file-to-file import lifted to the children of
+    the two files' deepest common folder (an import of a file's own ancestor is none)."""
+    arrows = {}
+    for a, targets in edges.items():
+        for b, names in targets.items():
+            k = 0
+            while k < min(len(a), len(b)) and a[k] == b[k]:
+                k += 1
+            if k >= len(a) or k >= len(b):
+                continue
+            why = f"{files[a]} -> {files[b]} ({', '.join(sorted(names))})"
+            arrows.setdefault(a[: k + 1], {}).setdefault(b[: k + 1], set()).add(why)
+    units = set(arrows) | {u for targets in arrows.values() for u in targets}
+    is_folder = lambda unit: os.path.isdir(os.path.join(src, *unit))
+    groups = [g for g in strongly_connected(units, arrows) if any(is_folder(u) for u in g)]
+    shown = lambda unit: "/".join(unit) + ("/" if is_folder(unit) else ".rs")
+    return groups, arrows, shown
 
 
 def main() -> int:
-    files, edges, found = circles(sys.argv[1] if len(sys.argv) > 1 else "src")
+    src = sys.argv[1] if len(sys.argv) > 1 else "src"
+    files, edges, found = circles(src)
     for i, group in enumerate(found, 1):
         print(f"circle {i}: {', '.join(files[m] for m in group)}")
         for a in group:
             for b, names in sorted(edges[a].items()):
                 if b in group:
                     print(f"  {files[a]} -> {files[b]}: {', '.join(sorted(names))}")
-    print(f"circles: {len(found)}")
-    return 1 if found else 0
+    groups, arrows, shown = sibling_circles(src, files, edges)
+    for i, group in enumerate(groups, len(found) + 1):
+        print(f"circle {i} (siblings): {', '.join(shown(u) for u in group)}")
+        for a in group:
+            for b, why in sorted(arrows.get(a, {}).items()):
+                if b in group:
+                    for line in sorted(why)[:4]:
+                        print(f"  {shown(a)} -> {shown(b)}: {line}")
+    total = len(found) + len(groups)
+    print(f"circles: {total}")
+    return 1 if total else 0
 
 
 if __name__ == "__main__":

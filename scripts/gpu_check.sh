@@ -130,7 +130,7 @@ elif run build_example 120 env DLPX_PYTHON="$PY" DLPX_CUDA_KERNEL_DIR="$example_
   export DLPX_CUDA_KERNEL
 fi
 
-run gpu_suite 150 "$PY" -m pytest "${pytest_args[@]}" tests/python/test_cuda.py
+run gpu_suite 150 "$PY" -m pytest "${pytest_args[@]}" tests/python/test_cuda.py tests/python/test_cuda_array_interface.py
 if [ -n "${DLPX_CUDA_KERNEL:-}" ]; then
   run example_tests 150 "$PY" -m pytest "${pytest_args[@]}" tests/python/test_cuda_kernel.py
 fi

@@ -62,6 +62,7 @@ bash scripts/regen_headers.sh --check
 echo "== cargo package (the crate builds from its packaged files alone)"
 # --allow-dirty: a developer's uncommitted work is packaged as it stands (CI's clone is clean).
 cargo package --allow-dirty --quiet
+cargo package --allow-dirty --list | grep -qx LICENSE || { echo "the crate does not ship LICENSE" >&2; exit 1; }
 
 echo "== cmake build + ctest (C11, C++17, ASan/UBSan/LSan, valgrind memcheck)"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLPX_TEST_PYTHON="$PY" -DDLPX_REQUIRE_ALL_TESTS=ON -DDLPX_WERROR=ON >/dev/null

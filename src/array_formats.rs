@@ -78,25 +78,27 @@ fn buffer_format_refused(format: &[u8]) -> Error {
 
 /// The PEP 3118 format string of `dtype` (native order), if the buffer protocol can say it.
 pub fn buffer_format(dtype: DLDataType) -> Option<&'static CStr> {
-    let formats: [(DataTypeCode, u8, &'static CStr); 14] = [
-        (DataTypeCode::BOOL, 8, c"?"),
-        (DataTypeCode::INT, 8, c"b"),
-        (DataTypeCode::UINT, 8, c"B"),
-        (DataTypeCode::INT, 16, c"h"),
-        (DataTypeCode::UINT, 16, c"H"),
-        (DataTypeCode::INT, 32, c"i"),
-        (DataTypeCode::UINT, 32, c"I"),
-        (DataTypeCode::INT, 64, c"q"),
-        (DataTypeCode::UINT, 64, c"Q"),
-        (DataTypeCode::FLOAT, 16, c"e"),
-        (DataTypeCode::FLOAT, 32, c"f"),
-        (DataTypeCode::FLOAT, 64, c"d"),
-        (DataTypeCode::COMPLEX, 64, c"Zf"),
-        (DataTypeCode::COMPLEX, 128, c"Zd"),
-    ];
-    (dtype.lanes == 1)
-        .then(|| formats.iter().find(|f| f.0 .0 == dtype.code && f.1 == dtype.bits).map(|f| f.2))
-        .flatten()
+    if dtype.lanes != 1 {
+        return None;
+    }
+    // A match, not a table search: every `memoryview(t)` and `np.asarray(t)` asks.
+    Some(match (DataTypeCode(dtype.code), dtype.bits) {
+        (DataTypeCode::BOOL, 8) => c"?",
+        (DataTypeCode::INT, 8) => c"b",
+        (DataTypeCode::UINT, 8) => c"B",
+        (DataTypeCode::INT, 16) => c"h",
+        (DataTypeCode::UINT, 16) => c"H",
+        (DataTypeCode::INT, 32) => c"i",
+        (DataTypeCode::UINT, 32) => c"I",
+        (DataTypeCode::INT, 64) => c"q",
+        (DataTypeCode::UINT, 64) => c"Q",
+        (DataTypeCode::FLOAT, 16) => c"e",
+        (DataTypeCode::FLOAT, 32) => c"f",
+        (DataTypeCode::FLOAT, 64) => c"d",
+        (DataTypeCode::COMPLEX, 64) => c"Zf",
+        (DataTypeCode::COMPLEX, 128) => c"Zd",
+        _ => return None,
+    })
 }
 
 /// The kinds a typestr names, by its kind character.

@@ -1,4 +1,5 @@
-//! Copies of host tensors into fresh compact tensors (for `copy=True` and device requests).
+//! Copies of host tensors into fresh compact tensors (for `copy=True` and device requests), and
+//! of host items by byte strides (for the layouts only a copy can bring across).
 
 use crate::abi::*;
 use crate::devices;
@@ -7,7 +8,7 @@ use crate::tensor::Tensor;
 
 /// A compact, writable copy of `src` in CPU memory (a device move when `src` is elsewhere).
 pub fn to_new_cpu_tensor(src: &Tensor) -> Result<Tensor> {
-    copy_to(src, DLDevice { device_type: DeviceType::CPU, device_id: 0 })
+    copy_to(src, DLDevice::CPU)
 }
 
 /// A compact, writable copy of `src` on its own device (what `copy=True` asks for).
@@ -20,8 +21,8 @@ fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
     let Some(device) = devices::of(dl.device.device_type).filter(|d| d.can_copy(dl.device, target)) else {
         return Err(Error::buffer(format!(
             "cannot copy from {} to {}: dlpx copies host-accessible memory and CUDA memory",
-            crate::device::name(dl.device),
-            crate::device::name(target)
+            crate::device_names::name(dl.device),
+            crate::device_names::name(target)
         )));
     };
     // Same shape, dtype and sub-byte padding, so the byte sizes agree.
@@ -41,21 +42,40 @@ fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
     if !devices::host_accessible(dl.device.device_type) {
         return Err(Error::buffer(format!(
             "cannot copy a non-contiguous {} tensor (make it contiguous first)",
-            crate::device::name(dl.device)
+            crate::device_names::name(dl.device)
         )));
     }
     let bits = crate::layout::element_bits(dl.dtype, src.flags());
     if bits % 8 != 0 {
         return Err(Error::buffer("cannot copy a strided tensor of a packed sub-byte dtype"));
     }
+    let item = (bits / 8) as i64;
+    let byte_strides: Vec<i64> = src.strides().iter().map(|s| s * item).collect();
     let mut written = 0usize;
     // SAFETY: every source offset lies inside the producer's tensor (its strides describe it);
     // the destination is filled in order and holds numel * item bytes.
-    unsafe { copy_strided(src_base, src.shape(), src.strides(), (bits / 8) as usize, dst_base, &mut written) };
+    unsafe { gather(src_base, src.shape(), &byte_strides, item as usize, dst_base, &mut written) };
     Ok(dst)
 }
 
-unsafe fn copy_strided(src: *const u8, shape: &[i64], strides: &[i64], item: usize, dst: *mut u8, written: &mut usize) {
+/// A compact host copy of `dtype` items laid out from `src` by `shape` and strides in bytes, which
+/// need not be whole items (the buffer protocol's and the array interfaces' layouts: DLPack cannot
+/// describe those, so only a copy crosses).
+///
+/// # Safety
+/// Every item the shape and byte strides reach from `src` is readable host memory.
+pub unsafe fn gather_bytes(src: *const u8, shape: &[i64], byte_strides: &[i64], dtype: DLDataType) -> Result<Tensor> {
+    let dst = Tensor::empty(shape, dtype, DLDevice::CPU)?;
+    if dst.numel() > 0 {
+        let mut written = 0usize;
+        let item = crate::layout::element_bits(dtype, 0) as usize / 8;
+        // SAFETY: per the contract; the destination holds numel * item bytes, filled in order.
+        unsafe { gather(src, shape, byte_strides, item, dst.dl_tensor().data.cast(), &mut written) };
+    }
+    Ok(dst)
+}
+
+unsafe fn gather(src: *const u8, shape: &[i64], byte_strides: &[i64], item: usize, dst: *mut u8, written: &mut usize) {
     match shape {
         [] => {
             // SAFETY: per the caller.
@@ -63,10 +83,10 @@ unsafe fn copy_strided(src: *const u8, shape: &[i64], strides: &[i64], item: usi
             *written += item;
         }
         [extent, rest @ ..] => {
-            let step = strides[0] as isize * item as isize;
             for i in 0..*extent as isize {
+                let at = src.wrapping_offset(i * byte_strides[0] as isize);
                 // SAFETY: per the caller.
-                unsafe { copy_strided(src.wrapping_offset(i * step), rest, &strides[1..], item, dst, written) };
+                unsafe { gather(at, rest, &byte_strides[1..], item, dst, written) };
             }
         }
     }
@@ -97,7 +117,7 @@ mod tests {
             flags: DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
             dl_tensor: DLTensor {
                 data: data.as_mut_ptr().cast(),
-                device: DLDevice { device_type: DeviceType::CPU, device_id: 0 },
+                device: DLDevice::CPU,
                 ndim: 1,
                 dtype: DLDataType { code: DataTypeCode::INT.0, bits: 4, lanes: 2 },
                 shape: shape.as_mut_ptr(),

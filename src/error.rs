@@ -80,18 +80,36 @@ enum Context {
 
 /// An error: its kind and the fact, e.g. `shape[2] = -3 is negative`, reported as
 /// `dlpx: allocator: shape[2] = -3 is negative` once the boundary has added its entry point.
+/// One word (its parts live in a box, made only when something fails), so a `Result` that a hot
+/// path passes along is no wider than its value and mostly travels in registers.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Error {
+pub struct Error(Box<Parts>);
+
+/// What an [`Error`] holds (read through it: `err.kind`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parts {
     pub kind: ErrorKind,
     context: Context,
     fact: Cow<'static, str>,
 }
 
+impl std::ops::Deref for Error {
+    type Target = Parts;
+
+    fn deref(&self) -> &Parts {
+        &self.0
+    }
+}
+
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
+    fn of(kind: ErrorKind, context: Context, fact: Cow<'static, str>) -> Self {
+        Error(Box::new(Parts { kind, context, fact }))
+    }
+
     pub fn new(kind: ErrorKind, fact: impl fmt::Display) -> Self {
-        Error { kind, context: Context::Unset, fact: Cow::Owned(fact.to_string()) }
+        Self::of(kind, Context::Unset, Cow::Owned(fact.to_string()))
     }
 
     pub fn value(fact: impl fmt::Display) -> Self {
@@ -120,21 +138,17 @@ impl Error {
 
     /// `what` is NULL (a `NonNull::new(p).ok_or_else(...)` for every pointer argument).
     pub fn null(what: &'static str) -> Self {
-        Error { kind: ErrorKind::ValueError, context: Context::Unset, fact: Cow::Owned(format!("{what} is NULL")) }
+        Self::of(ErrorKind::ValueError, Context::Unset, Cow::Owned(format!("{what} is NULL")))
     }
 
     /// "A Python exception is already set" (a CPython call returned its failure value).
     pub fn python_pending() -> Self {
-        Error {
-            kind: ErrorKind::PythonPending,
-            context: Context::Unset,
-            fact: Cow::Borrowed("a Python exception is pending"),
-        }
+        Self::of(ErrorKind::PythonPending, Context::Unset, Cow::Borrowed("a Python exception is pending"))
     }
 
     /// An error whose message is complete as given (no `dlpx:` prefix is added).
     pub fn verbatim(kind: ErrorKind, message: String) -> Self {
-        Error { kind, context: Context::Verbatim, fact: Cow::Owned(message) }
+        Self::of(kind, Context::Verbatim, Cow::Owned(message))
     }
 
     pub fn is_python_pending(&self) -> bool {
@@ -144,15 +158,16 @@ impl Error {
     /// Names the entry point, unless an inner one already did (errors made outside any boundary,
     /// such as a deleter's, name theirs themselves).
     pub fn at(mut self, context: &'static str) -> Self {
-        if self.context == Context::Unset {
-            self.context = Context::At(context);
+        if self.0.context == Context::Unset {
+            self.0.context = Context::At(context);
         }
         self
     }
 
     /// The same error as a BufferError: what an importer raises for data it cannot describe.
-    pub fn into_buffer_error(self) -> Self {
-        Error { kind: ErrorKind::BufferError, ..self }
+    pub fn into_buffer_error(mut self) -> Self {
+        self.0.kind = ErrorKind::BufferError;
+        self
     }
 
     /// The fact alone, without the `dlpx: entry point:` prefix.

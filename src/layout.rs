@@ -106,6 +106,21 @@ pub fn is_contiguous(shape: &[i64], strides: &[i64]) -> bool {
     true
 }
 
+/// Column-major (Fortran) contiguity; extents of 0 or 1 make their stride irrelevant.
+pub fn is_f_contiguous(shape: &[i64], strides: &[i64]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expected: i64 = 1;
+    for (&extent, &stride) in shape.iter().zip(strides) {
+        if extent != 1 && stride != expected {
+            return false;
+        }
+        expected = expected.wrapping_mul(extent);
+    }
+    true
+}
+
 /// Element strides from the byte strides the buffer protocol and the array interfaces give,
 /// written into `out`: each must be a whole number of items (else the layout has no DLPack
 /// spelling, and only a copy can cross).
@@ -119,8 +134,9 @@ pub fn element_strides(byte_strides: &[i64], item_size: i64, out: &mut [i64]) ->
     Ok(())
 }
 
+/// The refusal of byte stride `bytes` of dimension `dim`, not a whole number of items.
 #[cold]
-fn unaligned_stride(dim: usize, bytes: i64, item_size: i64) -> Error {
+pub fn unaligned_stride(dim: usize, bytes: i64, item_size: i64) -> Error {
     Error::buffer(format!("strides[{dim}] = {bytes} bytes is not a multiple of the item size, {item_size} bytes"))
 }
 
@@ -159,6 +175,7 @@ mod tests {
         assert!(!is_contiguous(&[2, 3, 4], &[1, 2, 6]));
         assert!(is_contiguous(&[2, 1, 4], &[4, 99, 1]));
         assert!(is_contiguous(&[0, 3], &[7, 7]));
+        assert!(is_f_contiguous(&[2, 3, 4], &[1, 2, 6]) && !is_f_contiguous(&[2, 3, 4], &s));
         let mut e = [0i64; 3];
         element_strides(&[-24, 8, 0], 8, &mut e).unwrap();
         assert_eq!(e, [-3, 1, 0]);

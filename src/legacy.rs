@@ -73,7 +73,7 @@ mod tests {
         let mut strides = [3i64, 1];
         let dl = DLTensor {
             data: data.as_mut_ptr().cast(),
-            device: DLDevice { device_type: DeviceType::CPU, device_id: 0 },
+            device: DLDevice::CPU,
             ndim: 2,
             dtype: DLDataType { code: 2, bits: 32, lanes: 1 },
             shape: shape.as_mut_ptr(),

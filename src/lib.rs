@@ -6,27 +6,48 @@
 
 #![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
+// The bottom: facts and pure functions (docs/design.md, "Layers").
 pub mod abi;
-pub mod allocation;
 pub mod array_formats;
 pub mod chain;
-pub mod copy;
-pub mod cpython;
-pub mod device;
-pub mod devices;
+pub mod device_names;
 pub mod dtype;
 pub mod error;
-pub mod exchange;
-pub mod exports;
 pub mod layout;
+pub mod validate;
+
+// The leaf: CPython, resolved at run time.
+pub mod cpython;
+
+// The core: memory, devices, streams and tensors, without Python.
+pub mod allocation;
+pub mod copy;
+pub mod devices;
 pub mod legacy;
 pub mod memory;
-pub mod python;
 pub mod stream;
 pub mod tensor;
-pub mod validate;
+
+// The Python layer. Its functions take `PyObject*` as CPython's own API does: borrowed
+// references, valid while the caller's `Python` token lives. That is the contract of the whole
+// layer, so they are not each `unsafe`.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub mod args;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub mod capsule;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub mod module;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub mod producers;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub mod shell;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub mod tensor_type;
+
+// The top: what C sees.
+pub mod exports;
 
 pub use abi::{DLDataType, DLDevice, DLManagedTensorVersioned, DLTensor, DataTypeCode, DeviceType};
 pub use error::{Error, ErrorKind};
-pub use exchange::EXCHANGE_API;
+pub use exports::exchange::EXCHANGE_API;
 pub use tensor::Tensor;

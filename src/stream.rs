@@ -54,7 +54,7 @@ pub fn ever_set() -> bool {
 /// Never panics, so the exchange table answers without a boundary.
 #[inline]
 pub fn current(device: DLDevice) -> *mut c_void {
-    if device.device_type == DeviceType::CPU || !EVER_SET.load(Ordering::Relaxed) {
+    if !EVER_SET.load(Ordering::Relaxed) {
         return std::ptr::null_mut();
     }
     let key = key(device);
@@ -68,7 +68,8 @@ pub fn any_set() -> bool {
 }
 
 /// Makes `stream` this thread's current stream on `device` (NULL clears it) and returns the
-/// previous one, so a caller can restore it.
+/// previous one, so a caller can restore it. The entry points refuse devices that keep no
+/// streams first (`devices::check_stream_settable`), so no CPU stream is ever kept.
 pub fn set_current(device: DLDevice, stream: *mut c_void) -> Result<*mut c_void> {
     if !stream.is_null() {
         EVER_SET.store(true, Ordering::Relaxed);
@@ -115,10 +116,10 @@ pub unsafe extern "C" fn current_work_stream_entry(
         // SAFETY: forwarded contract.
         return unsafe { current_work_stream_checked(device_type, device_id, out) };
     }
-    // CPU has no streams, and until some thread sets one every device has its default stream:
-    // answered here, with no stack frame. Otherwise the thread-local lookup, a tail call that
-    // cannot panic (so no boundary).
-    if device_type == DeviceType::CPU || !ever_set() {
+    // Until some thread sets a stream, every device has its default stream: answered here, with
+    // no stack frame. Otherwise the thread-local lookup (which finds none for the CPU: no entry
+    // point lets one be set), a tail call that cannot panic (so no boundary).
+    if !ever_set() {
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { out.write(std::ptr::null_mut()) };
         return 0;
@@ -168,7 +169,7 @@ mod tests {
         assert_eq!(set_current(cuda(0), s1).unwrap(), std::ptr::null_mut());
         assert_eq!(current(cuda(0)), s1);
         assert_eq!(current(cuda(1)), std::ptr::null_mut(), "another device keeps its default");
-        assert_eq!(current(DLDevice { device_type: DeviceType::CPU, device_id: 0 }), std::ptr::null_mut());
+        assert_eq!(current(DLDevice::CPU), std::ptr::null_mut());
         std::thread::spawn(|| assert_eq!(current(cuda(0)), std::ptr::null_mut(), "another thread too")).join().unwrap();
         assert_eq!(set_current(cuda(0), std::ptr::null_mut()).unwrap(), s1, "clearing returns the previous");
         assert!(!any_set());

@@ -18,13 +18,17 @@ pub unsafe fn major_of(managed: *const DLManagedTensorVersioned) -> u32 {
 }
 
 /// Refuses a major version dlpx cannot read (docs/design.md R7): nothing else of it may be read.
+#[inline]
 pub fn check_major(major: u32) -> Result<()> {
-    if major != DLPACK_MAJOR_VERSION {
-        return Err(Error::buffer(format!(
-            "unsupported DLPack major version {major} (dlpx supports {DLPACK_MAJOR_VERSION})"
-        )));
+    match major {
+        DLPACK_MAJOR_VERSION => Ok(()),
+        _ => Err(unsupported_major(major)),
     }
-    Ok(())
+}
+
+#[cold]
+fn unsupported_major(major: u32) -> Error {
+    Error::buffer(format!("unsupported DLPack major version {major} (dlpx supports {DLPACK_MAJOR_VERSION})"))
 }
 
 /// The flags of a legacy (unversioned) tensor once imported: it carries none, so nothing says
@@ -46,7 +50,7 @@ fn dims<'a>(ptr: *const i64, ndim: i32) -> &'a [i64] {
 ///
 /// # Safety
 /// `dl.shape` and `dl.strides`, when non-NULL, point to `dl.ndim` values.
-#[inline]
+#[inline(always)]
 pub unsafe fn check_view(dl: &DLTensor) -> Result<bool> {
     // A view carries no flags: sizes are checked as packed, the smaller reading.
     // SAFETY: forwarded contract (both calls).
@@ -57,25 +61,6 @@ pub unsafe fn check_view(dl: &DLTensor) -> Result<bool> {
     Ok(unsafe { check_fully(dl, 0)? }.is_none())
 }
 
-/// Whether two producers' `DLTensor`s describe the same tensor: data, offset, device, dtype and
-/// ndim equal, shape and strides equal by value (each export may own its arrays; NULL strides
-/// match only NULL). An `ndim` outside dlpx's limit never matches. How a shortcut to a producer's
-/// export is checked against the export itself (docs/design.md, "A guard per direct read").
-///
-/// # Safety
-/// Each non-NULL `shape` and `strides` holds `ndim` values.
-pub unsafe fn same_description(a: &DLTensor, b: &DLTensor) -> bool {
-    if (a.data, a.byte_offset, a.device, a.dtype, a.ndim) != (b.data, b.byte_offset, b.device, b.dtype, b.ndim)
-        || !(0..=layout::MAX_NDIM as i32).contains(&a.ndim)
-    {
-        return false;
-    }
-    let n = a.ndim as usize;
-    // SAFETY: the caller's contract; `n` is within dlpx's limit.
-    let values = |p: *const i64| (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, n) });
-    n == 0 || (values(a.shape) == values(b.shape) && values(a.strides) == values(b.strides))
-}
-
 /// Whether `dl` passes every check of [`check_imported`] and has its strides: the common case,
 /// decided without building a message or a result (every import and kernel view runs it).
 ///
@@ -84,7 +69,7 @@ pub unsafe fn same_description(a: &DLTensor, b: &DLTensor) -> bool {
 #[inline]
 pub unsafe fn is_sound(dl: &DLTensor, flags: u64) -> bool {
     if !(0..=layout::MAX_NDIM as i32).contains(&dl.ndim)
-        || !crate::device::is_known(dl.device.device_type)
+        || !crate::device_names::is_known(dl.device.device_type)
         || !crate::dtype::is_valid(dl.dtype)
     {
         return false;
@@ -133,7 +118,7 @@ unsafe fn check_fully(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
     if ndim > 0 && dl.shape.is_null() {
         return Err(bad(format!("shape is NULL with ndim = {ndim}")));
     }
-    if !crate::device::is_known(dl.device.device_type) {
+    if !crate::device_names::is_known(dl.device.device_type) {
         return Err(bad(format!("unknown device type {}", dl.device.device_type.0)));
     }
     crate::dtype::check(dl.dtype).map_err(Error::into_buffer_error)?;
@@ -157,42 +142,7 @@ unsafe fn check_fully(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
 mod tests {
     use super::*;
 
-    const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
     const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
-
-    #[test]
-    fn two_descriptions_are_the_same_by_value_not_by_address() {
-        let (mut shape_a, mut shape_b, mut strides_a, mut strides_b) = ([2i64, 3], [2i64, 3], [3i64, 1], [3i64, 1]);
-        let mut data = [0f32; 6];
-        let mut x = DLTensor {
-            data: data.as_mut_ptr().cast(),
-            device: CPU,
-            ndim: 2,
-            dtype: F32,
-            shape: std::ptr::null_mut(),
-            strides: std::ptr::null_mut(),
-            byte_offset: 0,
-        };
-        let (mut y, mut z) = (x, x);
-        (x.shape, x.strides) = (shape_a.as_mut_ptr(), strides_a.as_mut_ptr());
-        (y.shape, y.strides) = (shape_b.as_mut_ptr(), strides_b.as_mut_ptr());
-        z.shape = shape_b.as_mut_ptr();
-        // SAFETY: every non-NULL shape and strides above holds `ndim` values.
-        unsafe {
-            assert!(same_description(&x, &y));
-            z.strides = std::ptr::null_mut();
-            assert!(!same_description(&x, &z), "NULL strides match only NULL");
-            let mut w = x;
-            w.byte_offset = 4;
-            assert!(!same_description(&x, &w));
-            w = x;
-            w.ndim = -1;
-            assert!(!same_description(&w, &w), "an ndim out of range never matches");
-            let mut other_strides = [4i64, 1];
-            y.strides = other_strides.as_mut_ptr();
-            assert!(!same_description(&x, &y));
-        }
-    }
 
     #[test]
     fn the_fast_check_passes_exactly_what_the_full_check_passes_with_strides() {
@@ -206,7 +156,7 @@ mod tests {
             DLDataType { code: 99, bits: 8, lanes: 1 },
             DLDataType { code: 5, bits: 33, lanes: 1 },
         ];
-        let devices = [CPU, DLDevice { device_type: DeviceType(5), device_id: 0 }];
+        let devices = [DLDevice::CPU, DLDevice { device_type: DeviceType(5), device_id: 0 }];
         let mut cases = 0;
         for shape in shapes {
             let mut strides = vec![1i64; shape.len()];

@@ -46,7 +46,8 @@
   X(cuMemAllocManaged) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemPoolCreate) X(cuMemPoolDestroy) \
   X(cuMemPoolSetAttribute) X(cuMemPoolGetAttribute) X(cuMemPoolTrimTo) X(cuDeviceGetDefaultMemPool) \
   X(cuMemAllocFromPoolAsync) X(cuMemcpyDtoHAsync_v2) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoDAsync_v2) \
-  X(cuDeviceCanAccessPeer) X(cuMemPoolSetAccess) X(cuDevicePrimaryCtxGetState) X(cuStreamIsCapturing)
+  X(cuDeviceCanAccessPeer) X(cuMemPoolSetAccess) X(cuDevicePrimaryCtxGetState) X(cuStreamIsCapturing) \
+  X(cuPointerGetAttribute)
 
 enum sim_fn {
 #define SIM_ENUM(name) FN_##name,
@@ -1051,6 +1052,26 @@ SIM_CUDA_API CUresult cuMemFreeHost(void *p) {
   struct sim_alloc *a = NULL;
   TRY(need_alloc_start(fn_, p, 0, &a));
   free_alloc(a);
+  return leave(CUDA_SUCCESS);
+}
+
+/* What the driver knows of an address (unified addressing: every allocation, any context):
+ * CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2: an unsigned int, CU_MEMORYTYPE_HOST 1 or _DEVICE 2; managed
+ * memory reads as device memory), _IS_MANAGED (8: a bool, written as one byte, as the driver
+ * does) and _DEVICE_ORDINAL (9: an int). An address inside no allocation is
+ * CUDA_ERROR_INVALID_VALUE, as the real driver answers for memory it did not map (not misuse:
+ * asking is how a reader finds out). */
+SIM_CUDA_API CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr) {
+  ENTER(cuPointerGetAttribute);
+  TRY(need_out(fn_, data));
+  struct sim_alloc *a = find_alloc((const void *)(uintptr_t)ptr, 1);
+  if (a == NULL) return leave(CUDA_ERROR_INVALID_VALUE);
+  switch (attribute) {
+  case 2: *(unsigned int *)data = a->kind == SIM_CUDA_HOST ? 1u : 2u; break;
+  case 8: *(unsigned char *)data = a->kind == SIM_CUDA_MANAGED; break;
+  case 9: *(int *)data = a->device; break;
+  default: REFUSE(CUDA_ERROR_INVALID_VALUE, "pointer attribute %d is not simulated", attribute);
+  }
   return leave(CUDA_SUCCESS);
 }
 

@@ -249,6 +249,7 @@ SIM_CUDA_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, siz
 SIM_CUDA_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
 SIM_CUDA_API CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
 SIM_CUDA_API CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
+SIM_CUDA_API CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr);
 #endif /* SIM_CUDA_DECLARE_DRIVER */
 
 #ifdef __cplusplus

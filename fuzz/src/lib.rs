@@ -13,7 +13,7 @@ use std::ptr::{self, NonNull};
 
 use dlpx::abi::*;
 use dlpx::layout::{self, MAX_NDIM};
-use dlpx::{chain, copy, device, dtype, ErrorKind, Tensor};
+use dlpx::{chain, copy, device_names, dtype, ErrorKind, Tensor};
 
 /// The fuzzer's bytes read as fields, little-endian; past the end every read is zero.
 struct Input<'a>(&'a [u8]);
@@ -115,7 +115,7 @@ fn assert_clean_refusal(err: &dlpx::Error) {
 fn assert_valid(t: &Tensor) {
     let dl = t.dl_tensor();
     assert!((0..=MAX_NDIM as i32).contains(&dl.ndim));
-    assert!(device::is_known(dl.device.device_type));
+    assert!(device_names::is_known(dl.device.device_type));
     dtype::check(dl.dtype).unwrap();
     let numel = layout::numel(t.shape()).unwrap();
     layout::nbytes(numel, dl.dtype, t.flags()).unwrap();
@@ -351,20 +351,20 @@ pub fn dtype_device(data: &[u8]) {
     if dtype::check(d).is_ok() {
         assert_eq!(dtype::parse_dtype(&dtype::dtype_name(d)), Some(d), "{}", dtype::dtype_name(d));
     }
-    let name = device::name(dev);
-    if device::is_known(dev.device_type) && dev.device_id >= 0 {
-        assert_eq!(device::parse(&name), Some(dev), "{name}");
+    let name = device_names::name(dev);
+    if device_names::is_known(dev.device_type) && dev.device_id >= 0 {
+        assert_eq!(device_names::parse(&name), Some(dev), "{name}");
     } else {
-        assert_eq!(device::parse(&name), None, "{name}");
+        assert_eq!(device_names::parse(&name), None, "{name}");
     }
     let Ok(text) = std::str::from_utf8(data) else { return };
     if let Some(parsed) = dtype::parse_dtype(text) {
         // A name may be spelled more than one way ("float32x04"); its canonical name parses back.
         assert_eq!(dtype::parse_dtype(&dtype::dtype_name(parsed)), Some(parsed), "{text:?}");
     }
-    if let Some(parsed) = device::parse(text) {
-        assert!(device::is_known(parsed.device_type) && parsed.device_id >= 0, "{text:?}");
-        assert_eq!(device::parse(&device::name(parsed)), Some(parsed), "{text:?}");
+    if let Some(parsed) = device_names::parse(text) {
+        assert!(device_names::is_known(parsed.device_type) && parsed.device_id >= 0, "{text:?}");
+        assert_eq!(device_names::parse(&device_names::name(parsed)), Some(parsed), "{text:?}");
     }
 }
 
@@ -428,7 +428,7 @@ pub fn copy(data: &[u8]) {
         flags,
         dl_tensor: DLTensor {
             data: buffer.as_mut_ptr().wrapping_add(shift).cast(),
-            device: DLDevice { device_type: DeviceType::CPU, device_id: 0 },
+            device: DLDevice::CPU,
             ndim: ndim as i32,
             dtype,
             shape: ptr_or_null(&mut shape, ndim == 0),

@@ -126,6 +126,14 @@ pub struct DLDevice {
     pub device_id: i32,
 }
 
+impl DLDevice {
+    /// The host's memory: device type CPU, and 0, the only id a CPU has. (Rust's alone: C spells
+    /// it `(DLDevice){kDLCPU, 0}`.)
+    ///
+    /// cbindgen:ignore
+    pub const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
+}
+
 /// The data type the tensor can hold, in native endianness.
 ///
 /// Examples: float: code 2, bits 32, lanes 1; float4 (vectorized 4 float): code 2, bits 32,

@@ -64,7 +64,7 @@ pub unsafe fn allocate_with_flags(prototype: &DLTensor, flags: u64) -> Result<No
     crate::dtype::check(prototype.dtype)?;
     // The host, the hot case, statically: its calls inline (the seam's dispatch costs ~6 % of a
     // CPU allocation's time otherwise); every other device through the seam.
-    if prototype.device.device_type == DeviceType::CPU {
+    if devices::allocates_on_host(prototype.device.device_type) {
         // SAFETY: forwarded contract.
         unsafe { allocate_on(&devices::HOST, prototype, shape, flags) }
     } else {
@@ -248,7 +248,6 @@ mod tests {
         }
     }
 
-    const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
     const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
 
     #[test]
@@ -256,7 +255,7 @@ mod tests {
         let mut shape = [3, 5];
         // SAFETY: a valid prototype; the result is deleted once.
         unsafe {
-            let m = allocate(&prototype(&mut shape, CPU, F32)).unwrap();
+            let m = allocate(&prototype(&mut shape, DLDevice::CPU, F32)).unwrap();
             let dl = &m.as_ref().dl_tensor;
             assert_eq!(dl.data as usize % cpu::ALIGN, 0);
             assert_eq!(std::slice::from_raw_parts(dl.strides, 2), &[5, 1]);
@@ -266,7 +265,7 @@ mod tests {
         let mut empty = [4, 0];
         // SAFETY: as above.
         unsafe {
-            let m = allocate(&prototype(&mut empty, CPU, F32)).unwrap();
+            let m = allocate(&prototype(&mut empty, DLDevice::CPU, F32)).unwrap();
             assert!(m.as_ref().dl_tensor.data.is_null(), "R6: zero-size tensors have no data");
             (m.as_ref().deleter.unwrap())(m.as_ptr());
         }
@@ -278,9 +277,11 @@ mod tests {
             // SAFETY: a valid prototype; nothing is allocated on failure.
             unsafe { allocate(&prototype(shape, device, dtype)) }.err().unwrap()
         };
-        assert_eq!(refuse(&mut [2, -3], CPU, F32).fact(), "shape[1] = -3 is negative");
-        assert!(refuse(&mut [i64::MAX, 4], CPU, F32).fact().contains("overflow"));
-        assert!(refuse(&mut [2], CPU, DLDataType { code: 99, bits: 8, lanes: 1 }).fact().contains("unknown dtype"));
+        assert_eq!(refuse(&mut [2, -3], DLDevice::CPU, F32).fact(), "shape[1] = -3 is negative");
+        assert!(refuse(&mut [i64::MAX, 4], DLDevice::CPU, F32).fact().contains("overflow"));
+        assert!(refuse(&mut [2], DLDevice::CPU, DLDataType { code: 99, bits: 8, lanes: 1 })
+            .fact()
+            .contains("unknown dtype"));
         let tpu = DLDevice { device_type: DeviceType::TPU, device_id: 0 };
         let err = refuse(&mut [2], tpu, F32);
         assert_eq!(err.kind, crate::error::ErrorKind::NotImplementedError);

@@ -182,9 +182,19 @@ impl<T: Copy> GilCell<T> {
         py: Python<'_>,
         init: impl FnOnce() -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        if let Some(value) = self.0.read(py) {
-            return Ok(value);
+        match self.0.read(py) {
+            Some(value) => Ok(value),
+            None => self.initialise(py, init),
         }
+    }
+
+    /// The first computation, out of the readers' way.
+    #[cold]
+    fn initialise<E>(
+        &self,
+        py: Python<'_>,
+        init: impl FnOnce() -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
         let value = init()?;
         // `init` ran Python code: another thread may have filled the cell meanwhile; it stays.
         Ok(self.0.write(py, |cell| *cell.get_or_insert(value)))

@@ -13,6 +13,7 @@
 //! the token's GIL is held — the contract of the whole module, so they are not each `unsafe`.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod buffer;
 mod cells;
 mod gil;
 pub mod layout;
@@ -31,7 +32,7 @@ pub use objects::{
     Interned, VectorcallMethod, METH_FASTCALL,
 };
 pub use owned::Owned;
-pub use raise::{take_pending, Raise};
+pub use raise::{attribute_error, take_pending, Raise};
 pub use token::Python;
 
 use std::ffi::{c_char, c_int, c_long, c_longlong, c_ulonglong, c_void, CStr, CString};
@@ -119,6 +120,7 @@ python_api! {
         PyDict_SetItemString: fn(*mut PyObject, *const c_char, *mut PyObject) -> c_int;
         PyDict_SetItem: fn(*mut PyObject, *mut PyObject, *mut PyObject) -> c_int;
         PyDict_Size: fn(*mut PyObject) -> Py_ssize_t;
+        PyDict_GetItemString: fn(*mut PyObject, *const c_char) -> *mut PyObject;
         PyUnicode_FromStringAndSize: fn(*const c_char, Py_ssize_t) -> *mut PyObject;
         PyUnicode_AsUTF8String: fn(*mut PyObject) -> *mut PyObject;
         PyBytes_AsString: fn(*mut PyObject) -> *mut c_char;
@@ -140,6 +142,10 @@ python_api! {
         PyImport_ImportModule: fn(*const c_char) -> *mut PyObject;
         PyImport_GetModule: fn(*mut PyObject) -> *mut PyObject;
         PyImport_GetModuleDict: fn() -> *mut PyObject;
+        PyObject_GetBuffer: fn(*mut PyObject, *mut buffer::PyBuffer, c_int) -> c_int;
+        PyBuffer_Release: fn(*mut buffer::PyBuffer) -> ();
+        PyMemoryView_FromObject: fn(*mut PyObject) -> *mut PyObject;
+        PyBuffer_ToContiguous: fn(*mut c_void, *const buffer::PyBuffer, Py_ssize_t, c_char) -> c_int;
     }
     data {
         none: "_Py_NoneStruct";

@@ -131,12 +131,14 @@ impl Interned {
         Interned { text, cell: GilCell::new() }
     }
 
+    #[inline]
     pub fn get(&self, py: Python<'_>) -> Result<*mut PyObject> {
         interned(py, &self.cell, self.text)
     }
 }
 
 /// `text` as an interned str, made on the first call with `cell` and kept for the process.
+#[inline]
 pub fn interned(py: Python<'_>, cell: &GilCell<usize>, text: &CStr) -> Result<*mut PyObject> {
     cell.get_or_try_init(py, || {
         // SAFETY: GIL held; the new reference is leaked into the cell.

@@ -28,6 +28,11 @@ impl<'py> Owned<'py> {
         Owned { object, py }
     }
 
+    /// Another strong reference to the same object.
+    pub fn clone_ref(&self) -> Owned<'py> {
+        Owned::from_borrowed(self.py, self.object)
+    }
+
     #[inline]
     pub fn as_ptr(&self) -> *mut PyObject {
         self.object.as_ptr()

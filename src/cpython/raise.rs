@@ -54,3 +54,14 @@ pub fn take_pending(py: Python<'_>) -> Error {
         Error::verbatim(kind, message)
     }
 }
+
+/// Raises AttributeError with `message` (complete, `dlpx:` and all): what a property says where
+/// it does not apply, so that `hasattr` is False and a reader tries its next protocol. Not an
+/// `ErrorKind`: no entry point of dlpx's C API fails this way.
+pub fn attribute_error(py: Python<'_>, message: &str) -> Error {
+    let Ok(class) = super::lookup("PyExc_AttributeError\0") else { return Error::runtime(message.to_string()) };
+    let Ok(text) = std::ffi::CString::new(message) else { return Error::runtime(message.to_string()) };
+    // SAFETY: the symbol is a `PyObject*` variable the interpreter initialised; GIL held.
+    unsafe { (py.PyErr_SetString)(*class.cast::<*mut super::PyObject>(), text.as_ptr()) };
+    Error::python_pending()
+}

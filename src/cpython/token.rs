@@ -38,6 +38,12 @@ impl<'py> Python<'py> {
         if unsafe { (api.Py_IsInitialized)() } == 0 || (super::gil::finalizing() && !super::gil::holds_gil(api)) {
             return None;
         }
+        if super::gil::holds_gil(api) {
+            // Already attached (a deleter run by a Python object's deallocation, the common
+            // case): PyGILState_Ensure/Release would cost more than the deleter's own work.
+            // SAFETY: this thread holds the GIL for all of `f`.
+            return Some(f(unsafe { Python::assume_attached_to(api) }));
+        }
         /// Gives the GIL back on drop, so a panic inside `f` leaves the thread as it found it.
         struct Ensured(&'static Api, std::ffi::c_int);
         impl Drop for Ensured {

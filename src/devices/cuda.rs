@@ -25,9 +25,10 @@ impl Device for Cuda {
 
     fn check(&self, device: DLDevice) -> Result<()> {
         match (device.device_type, device.device_id) {
-            (DeviceType::CUDA, id) if id < 0 => {
-                Err(Error::value(format!("device {} is invalid: device_id is negative", crate::device::name(device))))
-            }
+            (DeviceType::CUDA, id) if id < 0 => Err(Error::value(format!(
+                "device {} is invalid: device_id is negative",
+                crate::device_names::name(device)
+            ))),
             (DeviceType::CUDA, _) | (_, 0) => Ok(()),
             _ => Err(super::only_device_zero(device)),
         }
@@ -138,6 +139,32 @@ impl Device for Cuda {
 
     fn outlives_its_consumer(&self, stream: *mut c_void) -> bool {
         cuda::is_built_in(stream)
+    }
+
+    /// Device and managed memory; pinned memory is the host's.
+    fn kernel_addressable(&self, device_type: DeviceType) -> bool {
+        matches!(device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED)
+    }
+
+    /// dlpx's current stream there, which orders its work on the memory (NULL is the legacy
+    /// stream, 1); managed memory's reader needs none.
+    fn reader_stream(&self, device: DLDevice) -> Option<i64> {
+        (device.device_type == DeviceType::CUDA).then(|| match crate::stream::current(device) as usize {
+            0 => cuda::STREAM_LEGACY as i64,
+            handle => handle as i64,
+        })
+    }
+
+    /// Asked of the driver (unified addressing); without a driver, not CUDA's to say.
+    fn device_of_address(&self, address: usize) -> Option<Result<DLDevice>> {
+        if !cuda::driver_present() {
+            return None;
+        }
+        Some(cuda::pointer_device(address).map(|(kind, device_id)| match kind {
+            cuda::PointerKind::Device => DLDevice { device_type: DeviceType::CUDA, device_id },
+            cuda::PointerKind::Pinned => DLDevice { device_type: DeviceType::CUDA_HOST, device_id: 0 },
+            cuda::PointerKind::Managed => DLDevice { device_type: DeviceType::CUDA_MANAGED, device_id: 0 },
+        }))
     }
 
     fn has_streams(&self, device_type: DeviceType) -> bool {

@@ -54,9 +54,10 @@ impl Device for Host {
     fn consumer_stream(&self, device: DLDevice, value: Option<i64>) -> Result<Option<*mut c_void>> {
         match value {
             None | Some(-1) => Ok(None),
-            Some(v) => {
-                Err(Error::value(format!("stream must be None for a {} tensor, got {v}", crate::device::name(device))))
-            }
+            Some(v) => Err(Error::value(format!(
+                "stream must be None for a {} tensor, got {v}",
+                crate::device_names::name(device)
+            ))),
         }
     }
 }

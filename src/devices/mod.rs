@@ -124,6 +124,27 @@ pub trait Device: Sync {
         false
     }
 
+    /// Whether this device's kernels address memory of `device_type` by pointer: what the CUDA
+    /// array interface describes.
+    fn kernel_addressable(&self, device_type: DeviceType) -> bool {
+        let _ = device_type;
+        false
+    }
+
+    /// The stream a reader of `device`'s memory synchronises with before it reads (the CUDA
+    /// array interface's `stream`: 1 the legacy default stream, 2 the per-thread one, else the
+    /// handle); None where nothing is to be synchronised.
+    fn reader_stream(&self, device: DLDevice) -> Option<i64> {
+        let _ = device;
+        None
+    }
+
+    /// The device of the memory `address` lies in, if it is this kind's (None: not its to say).
+    fn device_of_address(&self, address: usize) -> Option<Result<DLDevice>> {
+        let _ = address;
+        None
+    }
+
     /// Whether work on memory of `device_type` is ordered on the device's streams (a consumer
     /// of dlpx's table works on dlpx's current stream there, recorded as a use).
     fn has_streams(&self, device_type: DeviceType) -> bool {
@@ -159,7 +180,7 @@ pub trait Device: Sync {
 /// device whose kind keeps none.
 pub fn memory_stats(device: DLDevice) -> Result<DlpxCudaMemoryStats> {
     of(device.device_type).map_or(Ok(None), |d| d.memory_stats(device))?.ok_or_else(|| {
-        Error::value(format!("dlpx keeps no memory statistics for {} memory", crate::device::name(device)))
+        Error::value(format!("dlpx keeps no memory statistics for {} memory", crate::device_names::name(device)))
     })
 }
 
@@ -185,10 +206,35 @@ pub fn host_accessible(device_type: DeviceType) -> bool {
     of(device_type).is_some_and(|device| device.host_accessible(device_type))
 }
 
-/// Whether work on memory of `device_type` is ordered on streams (the host's never is).
-#[inline]
+/// Whether work on memory of `device_type` is ordered on streams (the host's never is: every
+/// import and view asks, so the CPU is answered by one comparison, the rest by the seam).
+#[inline(always)]
 pub fn has_streams(device_type: DeviceType) -> bool {
-    device_type != DeviceType::CPU && of(device_type).is_some_and(|device| device.has_streams(device_type))
+    device_type != DeviceType::CPU && device_has_streams(device_type)
+}
+
+#[inline(never)]
+fn device_has_streams(device_type: DeviceType) -> bool {
+    of(device_type).is_some_and(|device| device.has_streams(device_type))
+}
+
+/// [`Device::kernel_addressable`]: whether memory of `device_type` is a kernel's by pointer.
+pub fn kernel_addressable(device_type: DeviceType) -> bool {
+    of(device_type).is_some_and(|device| device.kernel_addressable(device_type))
+}
+
+/// [`Device::reader_stream`] for `device`.
+pub fn interface_stream(device: DLDevice) -> Option<i64> {
+    of(device.device_type).and_then(|d| d.reader_stream(device))
+}
+
+/// The device of the memory `address` lies in, asked of each device kind that can say (the CUDA
+/// array interface names a pointer, not a device).
+pub fn device_of_address(address: usize) -> Result<DLDevice> {
+    DEVICES
+        .iter()
+        .find_map(|row| row.device.device_of_address(address))
+        .unwrap_or_else(|| Err(Error::buffer(format!("no device dlpx knows holds address {address:#x}"))))
 }
 
 /// [`Device::recordable`] for memory of `device`.
@@ -215,27 +261,58 @@ pub fn consumer_stream(device: DLDevice, value: Option<i64>) -> Result<Option<*m
         (None, None | Some(-1)) => Ok(None),
         (None, Some(_)) => Err(Error::buffer(format!(
             "stream synchronisation for {} tensors is not supported",
-            crate::device::name(device)
+            crate::device_names::name(device)
         ))),
     }
+}
+
+/// Refuses a device no current stream can be set on (`stream::set_current`): the CPU, which has
+/// none (every other device type may hold one, whether or not dlpx orders work there), or a
+/// negative id.
+pub fn check_stream_settable(device: DLDevice) -> Result<()> {
+    if device.device_type == DeviceType::CPU {
+        return Err(Error::value("cpu has no streams"));
+    }
+    if device.device_id < 0 {
+        return Err(Error::value(format!("device_id = {} is negative", device.device_id)));
+    }
+    Ok(())
+}
+
+/// Whether the host allocates tensors of `device_type`, their data in the allocation block: the
+/// allocator's fast path, taken statically (its calls inline).
+#[inline(always)]
+pub fn allocates_on_host(device_type: DeviceType) -> bool {
+    HOST.allocates().contains(&device_type)
+}
+
+/// Refuses a device that does not exist ([`Device::check_exists`]); a device dlpx has no
+/// implementation of is not its to judge.
+pub fn check_exists(device: DLDevice) -> Result<()> {
+    of(device.device_type).map_or(Ok(()), |d| d.check_exists(device))
+}
+
+/// Whether a CUDA driver can be loaded in this process (without initialising it).
+pub fn driver_present() -> bool {
+    crate::memory::cuda::driver_present()
 }
 
 /// The refusal of a host, pinned or managed device other than 0.
 pub(crate) fn only_device_zero(device: DLDevice) -> Error {
     Error::value(format!(
         "device {} is invalid: device_id must be 0 for host, pinned and managed memory",
-        crate::device::name(device)
+        crate::device_names::name(device)
     ))
 }
 
 #[cold]
 fn unsupported(device: DLDevice) -> Error {
-    match crate::device::is_known(device.device_type) {
+    match crate::device_names::is_known(device.device_type) {
         true => {
             let names: Vec<&str> = DEVICES
                 .iter()
                 .flat_map(|row| row.device.allocates())
-                .filter_map(|&t| crate::device::type_name(t))
+                .filter_map(|&t| crate::device_names::type_name(t))
                 .collect();
             let list = match names.split_last() {
                 Some((last, [])) => last.to_string(),
@@ -244,13 +321,13 @@ fn unsupported(device: DLDevice) -> Error {
             };
             Error::not_implemented(format!(
                 "allocation on device {} is not supported (dlpx allocates on {list})",
-                crate::device::name(device)
+                crate::device_names::name(device)
             ))
         }
         false => Error::value(format!(
             "unknown device type {} (DLPack names {})",
             device.device_type.0,
-            crate::device::known_range()
+            crate::device_names::known_range()
         )),
     }
 }

@@ -16,6 +16,7 @@ use once_cell::sync::OnceCell;
 use crate::error::{Error, ErrorKind, Result};
 
 pub const CUDA_SUCCESS: c_int = 0;
+pub const CUDA_ERROR_INVALID_VALUE: c_int = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: c_int = 2;
 pub const CUDA_ERROR_NO_DEVICE: c_int = 100;
 pub const CUDA_ERROR_NOT_READY: c_int = 600;
@@ -84,6 +85,7 @@ driver_functions! {
     cuCtxSynchronize();
     cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
     cuMemcpyDtoDAsync_v2(CUdeviceptr, CUdeviceptr, usize, CUstream);
+    cuPointerGetAttribute(*mut c_void, c_int, CUdeviceptr);
 }
 
 /// The loaded, initialised driver and the device count; or why there is none.

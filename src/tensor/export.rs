@@ -179,12 +179,11 @@ fn fence_consumer(core: &Core, tail: ExportTail) {
 mod tests {
     use super::*;
 
-    const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
     const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
 
     #[test]
     fn an_export_keeps_the_storage_alive_until_its_deleter() {
-        let t = Tensor::empty(&[2, 3], F32, CPU).unwrap();
+        let t = Tensor::empty(&[2, 3], F32, DLDevice::CPU).unwrap();
         let data = t.dl_tensor().data;
         let export = t.export_versioned(DLPACK_FLAG_BITMASK_READ_ONLY).unwrap();
         drop(t);

@@ -126,7 +126,7 @@ impl Tensor {
         // SAFETY: `shape` is a live slice of `ndim` values.
         let managed = unsafe { allocation::allocate_with_flags(&prototype, flags)? };
         // SAFETY: a fresh, valid tensor from our allocator; ownership passes to the Tensor.
-        Ok(unsafe { Self::adopt_valid(managed) })
+        Ok(unsafe { Self::from_valid(managed) })
     }
 
     /// Takes ownership of a versioned managed tensor after validating it. On error the caller
@@ -144,7 +144,7 @@ impl Tensor {
                 Ok(unsafe { export::take_back(managed.as_ref().manager_ctx, managed.cast()) })
             }
             // SAFETY: our own allocator's output is valid by construction.
-            Checked::OurAllocation => Ok(unsafe { Self::adopt_valid(managed) }),
+            Checked::OurAllocation => Ok(unsafe { Self::from_valid(managed) }),
             Checked::Foreign(dims) => {
                 // SAFETY: checked: a v1 struct, live and owned by the caller.
                 let m = unsafe { managed.as_ref() };
@@ -182,9 +182,12 @@ impl Tensor {
         Ok(Self::build(m.dl_tensor, LEGACY_FLAGS, Owner::Legacy(managed), dims))
     }
 
+    /// Takes ownership of a managed tensor dlpx made valid: its allocator's, or one a direct read
+    /// filled from fields it checked (a numpy array's).
+    ///
     /// # Safety
     /// `managed` is valid (checked or ours) and owned by the caller, who gives it up.
-    unsafe fn adopt_valid(managed: NonNull<DLManagedTensorVersioned>) -> Tensor {
+    pub unsafe fn from_valid(managed: NonNull<DLManagedTensorVersioned>) -> Tensor {
         // SAFETY: per the contract.
         let m = unsafe { managed.as_ref() };
         Self::build(m.dl_tensor, m.flags, Owner::Versioned(managed), None)
@@ -325,7 +328,6 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
     const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
 
     static DELETED: AtomicUsize = AtomicUsize::new(0);
@@ -338,7 +340,7 @@ mod tests {
     fn foreign(data: &mut [f32; 4], shape: &mut [i64; 1], version: u32) -> NonNull<DLManagedTensorVersioned> {
         let dl = DLTensor {
             data: data.as_mut_ptr().cast(),
-            device: CPU,
+            device: DLDevice::CPU,
             ndim: 1,
             dtype: F32,
             shape: shape.as_mut_ptr(),

@@ -1,5 +1,5 @@
 """array_api_strict arrays read through the numpy array they wrap
-(src/python/array_api_strict_array.rs) instead of their Python `__dlpack__`: the same tensor as
+(src/producers/array_api_strict.rs) instead of their Python `__dlpack__`: the same tensor as
 their own export, without calling it, only on the CPU device and under an API version whose
 `__dlpack__` takes `max_version`; their own answer (and error) for everything else; the first
 array checked against `__dlpack__`, a disagreement turning the path off."""

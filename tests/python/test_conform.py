@@ -134,3 +134,23 @@ def test_cli_exit_one_when_a_required_check_fails():
     done = _cli("--producer", "conform_broken_producer:make")
     assert done.returncode == 1, done.stdout[-2000:]
     assert "DOES NOT CONFORM" in done.stdout and "copy.true" in done.stdout
+
+
+@pytest.mark.parametrize("library", ["buffer", "array_interface"])
+def test_an_object_that_speaks_only_an_older_protocol_gets_that_protocol_s_checks(library):
+    from dlpx.conform.report import run_library
+
+    run = run_library(library)
+    names = {c.name for c in run["producer"]}
+    assert {"protocol.no_dlpack", "layout.non_contiguous", "read_only.kept", "lifetime.exporter_held"} <= names
+    assert not any(n.startswith("dlpack.") or n.startswith("capsule.") for n in names)
+    assert run["producer"].ok, [(c.name, c.detail) for c in run["producer"] if c.failed_required]
+
+
+def test_the_protocol_checks_catch_a_consumer_that_reads_a_buffer_wrong(monkeypatch):
+    from dlpx.conform import protocols
+
+    real = dlpx.from_dlpack
+    monkeypatch.setattr(dlpx, "from_dlpack", lambda x, **kw: real(bytes(x)) if isinstance(x, memoryview) else real(x, **kw))
+    checks = protocols.check_protocol_producer(lambda shape, dtype: memoryview(np.arange(int(np.prod(shape))).astype(dtype).reshape(shape)), "buffer protocol")
+    assert not checks.ok

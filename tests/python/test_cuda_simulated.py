@@ -44,6 +44,12 @@ def test_every_case_passes_against_the_simulated_driver(cache):
     assert done.returncode == 0, done.stdout[-6000:]
 
 
+def test_every_cuda_array_interface_case_passes_against_the_simulated_driver():
+    done = run({}, cases="sim_cuda_interface_cases.py")
+    print(done.stdout[-6000:], done.stderr[-3000:])
+    assert done.returncode == 0, done.stdout[-6000:]
+
+
 def test_every_block_cache_case_passes_against_the_simulated_driver():
     done = run({}, cases="sim_cuda_cache_cases.py")
     print(done.stdout[-6000:], done.stderr[-3000:])

@@ -120,7 +120,7 @@ def test_copy_true_of_a_strided_padded_int4x2_tensor_copies_whole_elements():
     assert settled(tensor) == 1
 
 
-# ---- the C kernel API validates what a producer's table returns (src/python/kernel.rs) -------
+# ---- the C kernel API validates what a producer's table returns (src/producers/kernel.rs) ----
 
 
 REFUSED_FROM_TABLES = {
@@ -251,7 +251,7 @@ def test_a_legacy_tensor_without_strides_is_viewed_with_them_spelled_out():
     assert settled(tensor) == 1
 
 
-# ---- lying __len__ (src/python/args.rs) ------------------------------------------------------
+# ---- lying __len__ (src/args.rs) -------------------------------------------------------------
 
 
 class LyingLength:

@@ -109,6 +109,46 @@ def _dlpx():
     return Library("dlpx", make, dlpx.from_dlpack)
 
 
+class _OnlyArrayInterface:
+    """numpy's array seen through ``__array_interface__`` alone, as older libraries export."""
+
+    def __init__(self, array):
+        self._array = array
+
+    @property
+    def __array_interface__(self):
+        return self._array.__array_interface__
+
+    def __getitem__(self, index):
+        return _OnlyArrayInterface(self._array[index])
+
+
+def _buffer():
+    import numpy as np
+
+    def make(shape, dtype):
+        return memoryview(np.arange(math.prod(shape)).astype(np.dtype(dtype)).reshape(shape))
+
+    def readonly(view):
+        return memoryview(bytes(view)).cast(view.format, view.shape)
+
+    return Library("buffer", make, None, readonly, lambda: memoryview(np.zeros(3, dtype=">f4")))
+
+
+def _array_interface():
+    import numpy as np
+
+    def make(shape, dtype):
+        return _OnlyArrayInterface(np.arange(math.prod(shape)).astype(np.dtype(dtype)).reshape(shape))
+
+    def readonly(x):
+        a = x._array.copy()
+        a.flags.writeable = False
+        return _OnlyArrayInterface(a)
+
+    return Library("array_interface", make, None, readonly, lambda: _OnlyArrayInterface(np.zeros(3, dtype=">f4")))
+
+
 BUILTIN = {
     "numpy": _numpy,
     "torch": _torch,
@@ -117,6 +157,8 @@ BUILTIN = {
     "tvm_ffi": _tvm_ffi,
     "array_api_strict": _array_api_strict,
     "dlpx": _dlpx,
+    "buffer": _buffer,
+    "array_interface": _array_interface,
 }
 
 

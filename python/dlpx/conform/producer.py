@@ -1,5 +1,6 @@
 """Producer checks: ``__dlpack__`` and ``__dlpack_device__`` of any array, then its exchange
-table (table.py). ``check_producer(make)`` is the entry point."""
+table (table.py); an array with no DLPack but an older protocol gets protocols.py's checks.
+``check_producer(make)`` is the entry point."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from . import abi, clauses as C
 from .capsules import Spied, consume, describe_error, export, export_info, read_values
 from .libraries import Library
+from .protocols import check_protocol_producer, protocol_of
 from .results import Checks
 from .table import check_table, refcount_through_table
 
@@ -33,6 +35,9 @@ def check_producer(make, *, readonly=None, undescribable=None, spec=None, checks
     that may crash run in a child process. Returns the recorded checks."""
     checks = Checks() if checks is None else checks
     x = make((2, 3), "float32")
+    protocol = None if hasattr(x, "__dlpack__") else protocol_of(x)
+    if protocol is not None:
+        return check_protocol_producer(make, protocol, readonly=readonly, undescribable=undescribable, checks=checks)
     _check_versions(x, checks)
     _check_device(x, checks)
     _check_copy_and_stream(x, checks)
@@ -175,14 +180,21 @@ def _positions(shape):
     return positions
 
 
+# (name, build(make), shape, values in row-major order): the layouts every producer is read in.
+LAYOUT_CASES = [
+    ("contiguous", lambda make: make((2, 3), "float32"), (2, 3), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
+    ("non_contiguous", lambda make: make((2, 3), "float32")[:, ::2], (2, 2), [0.0, 2.0, 3.0, 5.0]),
+    ("negative_strides", lambda make: make((2, 3), "float32")[::-1, :], (2, 3), [3.0, 4.0, 5.0, 0.0, 1.0, 2.0]),
+    ("zero_d", lambda make: make((), "float32"), (), [0.0]),
+    ("zero_size", lambda make: make((0, 3), "float32"), (0, 3), []),
+]
+
+
 def _check_layouts(make, checks):
-    _expect("contiguous", lambda: make((2, 3), "float32"), (2, 3), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], checks)
-    _expect("non_contiguous", lambda: make((2, 3), "float32")[:, ::2], (2, 2), [0.0, 2.0, 3.0, 5.0], checks)
-    _expect("negative_strides", lambda: make((2, 3), "float32")[::-1, :], (2, 3), [3.0, 4.0, 5.0, 0.0, 1.0, 2.0], checks)
-    _expect("zero_d", lambda: make((), "float32"), (), [0.0], checks)
-    info = _expect("zero_size", lambda: make((0, 3), "float32"), (0, 3), [], checks)
-    if info is not None:
-        checks.record("layout.zero_size_null_data", info["data"] == 0, f"data {info['data']:#x}", C.ZERO_SIZE, required=False)
+    for name, build, shape, expected in LAYOUT_CASES:
+        info = _expect(name, lambda: build(make), shape, expected, checks)
+        if name == "zero_size" and info is not None:
+            checks.record("layout.zero_size_null_data", info["data"] == 0, f"data {info['data']:#x}", C.ZERO_SIZE, required=False)
 
 
 def _check_dtypes(make, checks):

@@ -12,6 +12,7 @@
 //!   `release` (blocks back to the driver, the exit hook), `owner_lock` (the bins' lock),
 //!   `counters` and `stats`;
 //! - `pinned`: the pinned host-memory cache;
+//! - `pointer`: which device (and kind of memory) an address lies in;
 //! - `copy`: device-to-host and device-to-device copies.
 //!
 //! The library loads where no driver exists: the driver is looked for on first use only, and
@@ -28,6 +29,7 @@ mod events;
 mod idle;
 mod owner_lock;
 mod pinned;
+mod pointer;
 mod pool;
 mod release;
 mod stats;
@@ -40,6 +42,7 @@ pub use copy::{copy_device_to_device, copy_to_host};
 pub use device::{check_device, synchronise_device};
 pub use events::{fence, order_after};
 pub use pinned::{alloc_pinned, free_pinned, pinned_capacity};
+pub use pointer::{pointer_device, PointerKind};
 pub use pool::{alloc_managed, free_managed};
 pub use stats::{memory_stats, DlpxCudaMemoryStats};
 

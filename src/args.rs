@@ -1,0 +1,234 @@
+//! Argument parsing for METH_FASTCALL | METH_KEYWORDS functions, without the variadic
+//! `PyArg_ParseTupleAndKeywords` (which Rust cannot call portably through a pointer table).
+
+use std::ffi::CStr;
+use std::marker::PhantomData;
+
+use pyo3_ffi::PyObject;
+
+use crate::cpython::{GilCell, Owned, Python};
+use crate::error::{Error, Result};
+
+/// A function's parameter names, interned once: keyword names at a call site are interned
+/// strings too, so matching is a pointer comparison (string comparison stays the fallback).
+pub struct Names {
+    names: &'static [&'static CStr],
+    /// How many leading parameters are positional-only (`def f(x, /, ...)`).
+    positional_only: usize,
+    interned: GilCell<&'static [usize]>,
+}
+
+impl Names {
+    pub const fn new(names: &'static [&'static CStr]) -> Names {
+        Names { names, positional_only: 0, interned: GilCell::new() }
+    }
+
+    pub const fn with_positional_only(names: &'static [&'static CStr], positional_only: usize) -> Names {
+        Names { names, positional_only, interned: GilCell::new() }
+    }
+
+    fn position(&self, py: Python<'_>, key: *mut PyObject) -> Result<usize> {
+        let interned = self.interned.get_or_try_init(py, || {
+            let names: Vec<usize> = self
+                .names
+                .iter()
+                // SAFETY: GIL held; interned strings are immortal for the interpreter's life.
+                .map(|n| unsafe { (py.PyUnicode_InternFromString)(n.as_ptr()) } as usize)
+                .collect();
+            Ok::<_, Error>(&*Box::leak(names.into_boxed_slice()))
+        })?;
+        let found = match interned.iter().position(|&k| k == key as usize) {
+            Some(i) => Some(i),
+            None => {
+                let name = py.str_value(key, "a keyword argument name")?;
+                self.names.iter().position(|n| n.to_bytes() == name.as_bytes())
+            }
+        };
+        match found {
+            Some(i) if i >= self.positional_only => Ok(i),
+            Some(i) => Err(Error::type_error(format!(
+                "'{}' is positional-only and cannot be passed by keyword",
+                self.names[i].to_string_lossy()
+            ))),
+            None => {
+                let name = py.str_value(key, "a keyword argument name")?;
+                Err(Error::type_error(format!("got an unexpected keyword argument '{name}'")))
+            }
+        }
+    }
+}
+
+/// The arguments of a METH_FASTCALL | METH_KEYWORDS call, as CPython passes them: positional
+/// values in `args[..nargs]`, keyword values after them, named by the tuple `kwnames`. (The
+/// calling convention is the same on every CPython dlpx supports, and it needs no dict per call.)
+#[derive(Clone, Copy)]
+pub struct FastArgs<'py> {
+    args: *const *mut PyObject,
+    nargs: pyo3_ffi::Py_ssize_t,
+    kwnames: *mut PyObject,
+    call: PhantomData<Python<'py>>,
+}
+
+impl<'py> FastArgs<'py> {
+    /// # Safety
+    /// CPython's convention, for the call that lasts `'py`: `args` holds `nargs` + len(`kwnames`)
+    /// borrowed references; `kwnames` is a tuple of str or NULL.
+    #[inline(always)]
+    pub unsafe fn new(args: *const *mut PyObject, nargs: pyo3_ffi::Py_ssize_t, kwnames: *mut PyObject) -> Self {
+        FastArgs { args, nargs, kwnames, call: PhantomData }
+    }
+
+    /// The argument of a call with one positional argument and no keyword (`from_dlpack(x)`,
+    /// the common call: nothing to parse).
+    #[inline(always)]
+    pub fn single(self) -> Option<*mut PyObject> {
+        // SAFETY: one positional argument, by the convention.
+        (self.nargs == 1 && self.kwnames.is_null()).then(|| unsafe { *self.args })
+    }
+
+    /// A borrowed reference to the argument named `names[i]` at `[i]` (NULL when absent); the
+    /// first `positional` names may be passed by position.
+    pub fn parse<const N: usize>(
+        self,
+        py: Python<'py>,
+        names: &Names,
+        positional: usize,
+    ) -> Result<[*mut PyObject; N]> {
+        let mut out = [std::ptr::null_mut(); N];
+        // SAFETY: the convention, as `new` was promised.
+        unsafe { parse(py, self.args, self.nargs, self.kwnames, names, positional, &mut out)? };
+        Ok(out)
+    }
+}
+
+/// [`FastArgs::parse`] into `out`.
+///
+/// # Safety
+/// `args` holds `nargs` + len(`kwnames`) borrowed references; `kwnames` is a tuple or NULL.
+unsafe fn parse(
+    py: Python<'_>,
+    args: *const *mut PyObject,
+    nargs: pyo3_ffi::Py_ssize_t,
+    kwnames: *mut PyObject,
+    names: &Names,
+    positional: usize,
+    out: &mut [*mut PyObject],
+) -> Result<()> {
+    let nargs = nargs as usize;
+    if nargs > positional {
+        return Err(Error::type_error(format!(
+            "takes at most {positional} positional argument{} ({nargs} given)",
+            if positional == 1 { "" } else { "s" }
+        )));
+    }
+    for (i, slot) in out.iter_mut().enumerate().take(nargs) {
+        // SAFETY: i < nargs.
+        *slot = unsafe { *args.add(i) };
+    }
+    if kwnames.is_null() {
+        return Ok(());
+    }
+    // SAFETY: kwnames is a tuple of str; values follow the positional arguments.
+    let nkw = unsafe { (py.PyTuple_Size)(kwnames) } as usize;
+    for k in 0..nkw {
+        // SAFETY: k < len(kwnames); the item is borrowed.
+        let key = unsafe { (py.PyTuple_GetItem)(kwnames, k as _) };
+        let i = names.position(py, key)?;
+        if !out[i].is_null() {
+            let name = names.names[i].to_string_lossy();
+            return Err(Error::type_error(format!("got multiple values for argument '{name}'")));
+        }
+        // SAFETY: the keyword values follow the positional ones, one per name in `kwnames`.
+        out[i] = unsafe { *args.add(nargs + k) };
+    }
+    Ok(())
+}
+
+/// None or absent.
+pub fn is_none(py: Python<'_>, object: *mut PyObject) -> bool {
+    object.is_null() || object == py.none
+}
+
+/// An optional bool argument: absent/None → None, True/False → the value, anything else a TypeError.
+pub fn optional_bool(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<Option<bool>> {
+    if is_none(py, object) {
+        Ok(None)
+    } else if object == py.true_ {
+        Ok(Some(true))
+    } else if object == py.false_ {
+        Ok(Some(false))
+    } else {
+        Err(Error::type_error(format!("{name} must be True, False or None")))
+    }
+}
+
+/// An integer argument (anything with `__index__`).
+pub fn int_value(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<i64> {
+    // SAFETY: GIL held; `object` is a live borrowed reference.
+    unsafe {
+        if (py.PyIndex_Check)(object) == 0 {
+            return Err(Error::type_error(format!("{name} must be an integer")));
+        }
+        let index = Owned::new(py, (py.PyNumber_Index)(object))?;
+        let value = (py.PyLong_AsLongLong)(index.as_ptr());
+        if value == -1 && !(py.PyErr_Occurred)().is_null() {
+            (py.PyErr_Clear)();
+            return Err(Error::value(format!("{name} does not fit in 64 bits")));
+        }
+        Ok(value)
+    }
+}
+
+/// A pair of integers given as a tuple or any sequence of length 2.
+pub fn int_pair(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<(i64, i64)> {
+    // The common case, a tuple of two small ints, without building a Vec.
+    // SAFETY: GIL held; PyTuple_Size fails (cleared below) on non-tuples; items are borrowed.
+    unsafe {
+        if (py.PyTuple_Size)(object) == 2 {
+            let a = (py.PyLong_AsLongLong)((py.PyTuple_GetItem)(object, 0));
+            let b = (py.PyLong_AsLongLong)((py.PyTuple_GetItem)(object, 1));
+            if (py.PyErr_Occurred)().is_null() {
+                return Ok((a, b));
+            }
+        }
+        (py.PyErr_Clear)();
+    }
+    let items = int_sequence(py, object, name)?;
+    match items[..] {
+        [a, b] => Ok((a, b)),
+        [_] => Err(Error::type_error(format!("{name} must be a pair of integers, got one integer"))),
+        _ => Err(Error::type_error(format!("{name} must be a pair of integers, got {} integers", items.len()))),
+    }
+}
+
+/// A sequence of integers (a shape).
+pub fn int_sequence(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<Vec<i64>> {
+    // SAFETY: GIL held; `object` is live; items are new references released by `Owned`.
+    unsafe {
+        if (py.PyIndex_Check)(object) != 0 {
+            return Ok(vec![int_value(py, object, name)?]);
+        }
+        if (py.PySequence_Check)(object) == 0 {
+            return Err(Error::type_error(format!("{name} must be a sequence of integers")));
+        }
+        let n = (py.PySequence_Size)(object);
+        if n < 0 {
+            (py.PyErr_Clear)();
+            return Err(Error::type_error(format!("{name} must be a sequence of integers")));
+        }
+        // `n` comes from `__len__`, which may lie: no argument dlpx takes has more items than a
+        // shape has dimensions, so a longer one is refused before any item is read.
+        if n as usize > crate::layout::MAX_NDIM {
+            return Err(Error::value(format!(
+                "{name} has {n} items, more than any argument takes (at most ndim = {})",
+                crate::layout::MAX_NDIM
+            )));
+        }
+        let mut values = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let item = Owned::new(py, (py.PySequence_GetItem)(object, i))?;
+            values.push(int_value(py, item.as_ptr(), &format!("{name}[{i}]"))?);
+        }
+        Ok(values)
+    }
+}

@@ -1,0 +1,55 @@
+//! Device names as Python and C++ print them (`cpu:0`, `cuda:1`) and their parsing; the type
+//! names come from the table in `abi/enums.rs`.
+
+use crate::abi::{DLDevice, DeviceType};
+
+/// Whether DLPack names this device type (1.3, or its main branch after 1.3).
+pub fn is_known(device_type: DeviceType) -> bool {
+    type_name(device_type).is_some()
+}
+
+pub fn type_name(device_type: DeviceType) -> Option<&'static str> {
+    device_type.row().map(|row| row.name)
+}
+
+/// The span of device types DLPack names, for messages: `1..=21`.
+pub fn known_range() -> String {
+    let values = DeviceType::TABLE.iter().map(|row| row.value.0);
+    format!("{}..={}", values.clone().min().unwrap_or(0), values.max().unwrap_or(0))
+}
+
+/// `cuda:1`, or `device(type=99):0` for a type DLPack does not name.
+pub fn name(device: DLDevice) -> String {
+    match type_name(device.device_type) {
+        Some(n) => format!("{n}:{}", device.device_id),
+        None => format!("device(type={}):{}", device.device_type.0, device.device_id),
+    }
+}
+
+/// Parses `cpu`, `cpu:0`, `cuda:1`; None for anything else.
+pub fn parse(text: &str) -> Option<DLDevice> {
+    let (kind, id) = match text.split_once(':') {
+        Some((kind, id)) => (kind, id.parse::<i32>().ok().filter(|&i| i >= 0)?),
+        None => (text, 0),
+    };
+    let device_type = DeviceType::TABLE.iter().find(|row| row.name == kind)?.value;
+    Some(DLDevice { device_type, device_id: id })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let cuda1 = DLDevice { device_type: DeviceType::CUDA, device_id: 1 };
+        assert_eq!(name(cuda1), "cuda:1");
+        assert_eq!(parse("cuda:1"), Some(cuda1));
+        assert_eq!(parse("cpu"), Some(DLDevice::CPU));
+        assert_eq!(parse("gpu:0"), None);
+        assert_eq!(parse("cuda:-1"), None);
+        assert_eq!(name(DLDevice { device_type: DeviceType(99), device_id: 0 }), "device(type=99):0");
+        assert_eq!(parse("tpu_host:0"), Some(DLDevice { device_type: DeviceType::TPU_HOST, device_id: 0 }));
+        assert!(is_known(DeviceType::ASCEND) && !is_known(DeviceType(5)));
+    }
+}

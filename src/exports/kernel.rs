@@ -1,0 +1,204 @@
+//! The kernel API (GIL held): Python objects of any framework in C kernels. Each function is the
+//! shell around one call of the producer seam (`producers`), which reads every object by its row.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr::NonNull;
+
+use crate::abi::*;
+use crate::cpython::{Python, Raise};
+use crate::error::{boundary, Error, ErrorCallback, LastError};
+use crate::producers::kernel;
+
+use super::exchange::EXCHANGE_API;
+
+/// The exchange table that serves `py_object` (a `PyObject*`, or a type: its objects; GIL
+/// held): its type's own table (`__dlpack_c_exchange_api__`, else `__c_dlpack_exchange_api__`,
+/// walked to major 1), or else dlpx's synthetic table for the way dlpx reads that producer
+/// (numpy, tvm_ffi, jax, array-api-strict, capsules, and `__dlpack__` for anything else): a
+/// DLPack 1.3 table whose reads take any object, whose allocator is dlpx's and whose
+/// `to_py` gives `dlpx.Tensor`s (its `dltensor_from_py_object_no_sync` is NULL unless the
+/// producer's objects can be viewed in place). The answer is found once per type. Returns NULL
+/// with a Python exception set for a NULL `py_object` or when no interpreter is running.
+///
+/// # Safety
+/// The GIL is held; `py_object` is NULL or a live `PyObject*`.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const DLPackExchangeAPI {
+    boundary(Raise, "exchange_api_of", || {
+        // SAFETY: the caller holds the GIL, by this function's contract.
+        let py = unsafe { Python::assume_attached()? };
+        kernel::table_of(py, py_object.cast()).map(|api| api as *const DLPackExchangeAPI)
+    })
+}
+
+/// Imports any DLPack producer's object (GIL held) as an owning managed tensor: through its
+/// type's exchange table when it has one, else `__dlpack__(max_version=(1, 3))`, else the legacy
+/// `__dlpack__()`. The caller calls `(*out)->deleter(*out)` when done (no GIL needed for dlpx's
+/// own deleters). Returns 0, or -1 with a Python exception set.
+///
+/// # Safety
+/// The GIL is held; `py_object` is NULL or a live `PyObject*`; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_import(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
+    boundary(Raise, "import", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
+        // SAFETY: the caller holds the GIL, by this function's contract.
+        let py = unsafe { Python::assume_attached()? };
+        let managed = kernel::import_managed(py, py_object.cast())?;
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { out.as_ptr().write(managed.as_ptr()) };
+        Ok(0)
+    })
+}
+
+/// A kernel argument: a `DLTensor` describing a Python object's tensor, and what keeps it valid.
+#[repr(C)]
+pub struct DlpxTensorView {
+    /// The tensor; valid until `dlpx_view_release`, and while the viewed object lives.
+    pub tensor: DLTensor,
+    /// NULL for a non-owning view (the producer's table gave one, or the object is a tvm_ffi
+    /// tensor, read in place): valid while the object lives and the caller holds the GIL;
+    /// otherwise the managed tensor backing `tensor`, released by `dlpx_view_release`.
+    pub owner: *mut DLManagedTensorVersioned,
+}
+
+/// Fills `out` with a view of `py_object` (GIL held): the producer's
+/// `dltensor_from_py_object_no_sync` when its table has one, a tvm_ffi tensor's own `DLTensor`
+/// (both non-owning, no allocation), else an owning import kept in `out->owner` (numpy arrays
+/// read in place, other producers' `__dlpack__` tensors as they are). Always pair with
+/// `dlpx_view_release(out)`. Returns 0, or -1 with a Python exception set (then `out` needs no
+/// release).
+///
+/// # Safety
+/// The GIL is held; `py_object` is NULL or a live `PyObject*` that outlives the view; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_view_of(py_object: *mut c_void, out: *mut DlpxTensorView) -> c_int {
+    boundary(Raise, "view_of", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
+        // SAFETY: non-NULL and writable by the caller's contract.
+        let out = unsafe { &mut *out.as_ptr() };
+        out.owner = std::ptr::null_mut();
+        // SAFETY: the caller holds the GIL, by this function's contract.
+        let py = unsafe { Python::assume_attached()? };
+        crate::module::install_gil_release();
+        out.owner = kernel::view(py, py_object.cast(), &mut out.tensor)?;
+        Ok(0)
+    })
+}
+
+/// Releases what `dlpx_view_of` took (nothing for non-owning views). Idempotent; NULL is allowed.
+/// A Python exception pending on this thread survives the release.
+///
+/// # Safety
+/// `view` is NULL or a view `dlpx_view_of` filled; releasing an owning view may run its producer's deleter, so hold the GIL when the producer needs it.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
+    boundary(LastError, "view_release", || {
+        // SAFETY: a view filled by dlpx_view_of, or NULL.
+        if let Some(view) = unsafe { view.as_mut() } {
+            let owner = std::mem::replace(&mut view.owner, std::ptr::null_mut());
+            // SAFETY: we own `owner` and call its deleter once.
+            if let Some(deleter) = unsafe { owner.as_ref() }.and_then(|m| m.deleter) {
+                // A kernel often releases its views after setting its error.
+                let _guard = crate::cpython::ExceptionGuard::save();
+                // SAFETY: the owner's deleter, called once: the view gave `owner` up above.
+                unsafe { deleter(owner) };
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Allocates an output like `prototype` (dtype, ndim, shape, device) in the framework of
+/// `like_py_object` (GIL held): with its table's allocator (a torch tensor in → torch's
+/// allocator), or dlpx's when it has none or `like_py_object` is NULL. Errors go to `ErrorCallback(error_ctx, kind, message)`
+/// exactly once (`dlpx_set_error_python` raises them as Python exceptions); with a NULL
+/// `SetError` they go to `dlpx_last_error()`. Returns 0, or -1.
+///
+/// # Safety
+/// The GIL is held; `like_py_object` is NULL or live; `prototype` is valid with `ndim` shape values; `out` is writable.
+#[no_mangle]
+#[allow(non_snake_case)] // `SetError` keeps the DLPack header's parameter name
+pub unsafe extern "C" fn dlpx_allocate_like(
+    like_py_object: *mut c_void,
+    prototype: *mut DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_ctx: *mut c_void,
+    SetError: Option<unsafe extern "C" fn(error_ctx: *mut c_void, kind: *const c_char, message: *const c_char)>,
+) -> c_int {
+    let api = boundary(ErrorCallback(error_ctx, SetError), "allocate_like", || {
+        if like_py_object.is_null() {
+            return Ok(&EXCHANGE_API as *const DLPackExchangeAPI);
+        }
+        // SAFETY: the caller holds the GIL, by this function's contract.
+        let py = unsafe { Python::assume_attached()? };
+        let api = kernel::allocator_table_of(py, like_py_object.cast()).map_err(|err| {
+            match err.is_python_pending() {
+                // A Python exception is already set: move it into SetError's channel.
+                true => crate::cpython::take_pending(py),
+                false => err,
+            }
+        })?;
+        Ok(api as *const DLPackExchangeAPI)
+    });
+    if api.is_null() {
+        return -1;
+    }
+    // SAFETY: a live table (process lifetime).
+    match unsafe { (*api).managed_tensor_allocator } {
+        // SAFETY: the table's allocator with this function's arguments, under the same contract;
+        // it reports its own errors through SetError.
+        Some(allocate) => unsafe { allocate(prototype, out, error_ctx, SetError) },
+        None => boundary(ErrorCallback(error_ctx, SetError), "allocate_like", || {
+            Err::<c_int, _>(Error::not_implemented("the producer's table has no allocator"))
+        }),
+    }
+}
+
+/// Turns `managed` into a Python object of `like_py_object`'s framework (GIL held): its table's
+/// `managed_tensor_to_py_object_no_sync`, or a `dlpx.Tensor` when it has none (or `like_py_object`
+/// is NULL). On success the object owns `managed`; on failure (-1, Python exception set) the
+/// caller still owns it and must call its deleter.
+///
+/// # Safety
+/// The GIL is held; `like_py_object` is NULL or live; `managed` is a managed tensor the caller owns; `out_py_object` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_to_py_like(
+    like_py_object: *mut c_void,
+    managed: *mut DLManagedTensorVersioned,
+    out_py_object: *mut *mut c_void,
+) -> c_int {
+    boundary(Raise, "to_py_like", || {
+        let out = NonNull::new(out_py_object).ok_or_else(|| Error::null("out_py_object"))?;
+        // SAFETY: the caller holds the GIL, by this function's contract.
+        let py = unsafe { Python::assume_attached()? };
+        let object = kernel::to_py_like(py, like_py_object.cast(), managed)?;
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { out.as_ptr().write(object.cast()) };
+        Ok(0)
+    })
+}
+
+/// The current work stream of `like_py_object`'s framework on a device (GIL held), e.g. torch's
+/// `torch.cuda.current_stream()` for a torch tensor; dlpx's per-thread stream for objects
+/// without a table; NULL for CPU. Launch kernels there. Returns 0, or -1 with a Python exception.
+///
+/// # Safety
+/// The GIL is held; `like_py_object` is NULL or a live `PyObject*`; `out_stream` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_current_stream_of(
+    like_py_object: *mut c_void,
+    device_type: DeviceType,
+    device_id: i32,
+    out_stream: *mut *mut c_void,
+) -> c_int {
+    boundary(Raise, "current_stream_of", || {
+        let out = NonNull::new(out_stream).ok_or_else(|| Error::null("out_stream"))?;
+        // SAFETY: the caller holds the GIL, by this function's contract.
+        let py = unsafe { Python::assume_attached()? };
+        let stream = kernel::current_stream_of(py, like_py_object.cast(), DLDevice { device_type, device_id })?;
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { out.as_ptr().write(stream) };
+        Ok(0)
+    })
+}

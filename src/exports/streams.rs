@@ -1,0 +1,43 @@
+//! The calling thread's current work streams, settable from C (docs/design.md, "Streams").
+
+use std::ffi::{c_int, c_void};
+use std::ptr::NonNull;
+
+use crate::abi::*;
+use crate::error::{boundary, Error, LastError};
+
+/// Makes `stream` the calling thread's current work stream on (`device_type`, `device_id`);
+/// NULL restores the default. The previous stream is written to `*previous` when `previous`
+/// is not NULL, so a caller can restore it. Returns 0, or -1 (see `dlpx_last_error()`) for a
+/// CPU device, which has no streams.
+#[no_mangle]
+pub extern "C" fn dlpx_set_current_stream(
+    device_type: DeviceType,
+    device_id: i32,
+    stream: *mut c_void,
+    previous: *mut *mut c_void,
+) -> c_int {
+    boundary(LastError, "set_current_stream", || {
+        let device = DLDevice { device_type, device_id };
+        crate::devices::check_stream_settable(device)?;
+        let old = crate::stream::set_current(device, stream)?;
+        if let Some(previous) = NonNull::new(previous) {
+            // SAFETY: non-NULL and writable by the caller's contract.
+            unsafe { previous.as_ptr().write(old) };
+        }
+        Ok(0)
+    })
+}
+
+/// The calling thread's current work stream on (`device_type`, `device_id`): NULL (the
+/// default stream) when none was set, and always NULL for CPU. Returns 0, or -1 when `out` is
+/// NULL. The same answer as the table's `current_work_stream`.
+#[no_mangle]
+pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
+    boundary(LastError, "get_current_stream", || {
+        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { out.as_ptr().write(crate::stream::current(DLDevice { device_type, device_id })) };
+        Ok(0)
+    })
+}

@@ -1,0 +1,140 @@
+//! The `array_interface` row: objects that describe their memory with numpy's
+//! `__array_interface__` (version 3) and speak no DLPack — PIL images, older libraries
+//! (docs/design.md R12). The data is a pointer (the import then holds the exporting object) or
+//! a buffer (the import holds its view, `offset` bytes in: PIL hands its pixels over as bytes).
+
+use std::ptr::NonNull;
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+use super::held::{self, Reference};
+use super::held_buffer::HeldView;
+use super::interface_dict::{self, Data, Interface, Kind};
+use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
+use crate::abi::*;
+use crate::cpython::buffer::PYBUF_RECORDS_RO;
+use crate::cpython::Python;
+use crate::error::{Error, Result};
+
+pub static ROW: Row =
+    Row { name: "array_interface", synthetic: Some(&TABLE), guard: None, suspect: None, producer: &ArrayInterface };
+struct ArrayInterface;
+static TABLE: DLPackExchangeAPI = synthetic::table(false);
+
+impl Producer for ArrayInterface {
+    fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
+        super::type_has(py, ty, c"__array_interface__")
+    }
+
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
+        // SAFETY: a managed tensor this read made from the interface it checked, valid as made.
+        managed_of(py, object, ask.request.copy == Some(true)).map(|managed| unsafe { Reading::made(managed) })
+    }
+}
+
+fn managed_of(py: Python<'_>, object: *mut PyObject, copy: bool) -> Result<NonNull<DLManagedTensorVersioned>> {
+    let interface = interface_dict::read(py, object, Kind::Host)?;
+    match (&interface.unaligned, copy) {
+        (Some(_), true) => return copied(py, &interface, object),
+        (Some(_), false) => return Err(interface.unaligned.unwrap_or_else(|| Error::buffer("unaligned strides"))),
+        (None, _) => {}
+    }
+    let ndim = interface.ndim;
+    let dims = || interface.shape[..ndim].iter().copied().zip(interface.strides[..ndim].iter().copied());
+    let numel = crate::layout::numel(&interface.shape[..ndim])?;
+    let mut tensor = DLTensor {
+        data: std::ptr::null_mut(),
+        device: DLDevice::CPU,
+        ndim: ndim as i32,
+        dtype: interface.dtype,
+        shape: std::ptr::null_mut(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    };
+    match interface.data {
+        Data::Pointer(address, readonly) => {
+            if address == 0 && numel > 0 {
+                return Err(Error::buffer("__array_interface__: data is NULL for a non-empty array"));
+            }
+            tensor.data = address as *mut std::ffi::c_void;
+            // SAFETY: GIL held; the exporting object keeps its memory while the import holds it.
+            unsafe {
+                held::managed_holding(
+                    py,
+                    Reference::to(py, NonNull::new(object).ok_or_else(|| Error::null("object"))?),
+                    tensor,
+                    dims(),
+                    readonly,
+                )
+            }
+        }
+        Data::Buffer(exporter, offset) => {
+            let Some(mut held) = HeldView::take(py, exporter.as_ptr(), PYBUF_RECORDS_RO)? else {
+                return Err(Error::buffer("__array_interface__: data is neither (address, read_only) nor a buffer"));
+            };
+            let (view, out) = held.parts();
+            tensor.data = view.buf;
+            tensor.byte_offset = offset as u64;
+            fits(&tensor, dims(), offset, view.len as usize)?;
+            let readonly = view.readonly != 0;
+            for (i, (extent, stride)) in dims().enumerate() {
+                (out[i], out[ndim + i]) = (extent, stride);
+            }
+            // SAFETY: the view's memory holds every element (checked just above).
+            Ok(unsafe { held.into_managed(tensor, readonly) })
+        }
+    }
+}
+
+/// Strides that are no whole number of items: a compact copy, gathered by byte strides, for a
+/// request that asked for a copy (the one way such a layout crosses).
+#[cold]
+fn copied(
+    py: Python<'_>,
+    interface: &Interface<'_>,
+    object: *mut PyObject,
+) -> Result<NonNull<DLManagedTensorVersioned>> {
+    let ndim = interface.ndim;
+    let (shape, byte_strides) = (&interface.shape[..ndim], &interface.byte_strides[..ndim]);
+    let copy = match &interface.data {
+        // SAFETY: the exporting object, alive for the call, says its memory holds every item.
+        Data::Pointer(address, _) => unsafe {
+            crate::copy::gather_bytes(*address as *const u8, shape, byte_strides, interface.dtype)?
+        },
+        Data::Buffer(exporter, offset) => {
+            let Some(held) = HeldView::take(py, exporter.as_ptr(), PYBUF_RECORDS_RO)? else {
+                return Err(Error::buffer("__array_interface__: data is neither (address, read_only) nor a buffer"));
+            };
+            let _ = object;
+            // SAFETY: the view is held for the call; the interface says it holds every item.
+            unsafe {
+                crate::copy::gather_bytes(
+                    held.view().buf.cast::<u8>().add(*offset),
+                    shape,
+                    byte_strides,
+                    interface.dtype,
+                )?
+            }
+        }
+    };
+    copy.export_versioned(0)
+}
+
+/// Refuses an interface whose elements reach outside the buffer it names (hostile input).
+fn fits(tensor: &DLTensor, dims: impl Iterator<Item = (i64, i64)>, offset: usize, len: usize) -> Result<()> {
+    let item = (tensor.dtype.bits / 8) as i128;
+    let (mut low, mut high, mut empty) = (offset as i128, offset as i128 + item, false);
+    for (extent, stride) in dims {
+        empty |= extent == 0;
+        let reach = (extent as i128 - 1).max(0) * stride as i128 * item;
+        if reach < 0 {
+            low += reach
+        } else {
+            high += reach
+        }
+    }
+    if empty || (low >= 0 && high <= len as i128) {
+        return Ok(());
+    }
+    Err(Error::buffer(format!("__array_interface__ reaches bytes {low}..{high} of a {len}-byte buffer")))
+}

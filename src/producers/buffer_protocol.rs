@@ -1,0 +1,171 @@
+//! Reading an object's memory through the buffer protocol (PEP 3118; docs/design.md R12):
+//! `bytes`, `bytearray`, `memoryview`, `array.array`, `mmap`, ctypes arrays, pyarrow buffers,
+//! anything that exports one. One `PyObject_GetBuffer(PyBUF_RECORDS_RO)`: the format says the
+//! dtype (`array_formats`), the byte strides become element strides (refused when not a whole
+//! number of items: only a copy can cross then), `readonly` is kept. The view stays held by the
+//! managed tensor until its deleter runs (`held_buffer`). The `buffer` row: the last, after DLPack
+//! and the array interfaces (docs/design.md R12's order).
+
+use std::ffi::CStr;
+use std::ptr::{self, NonNull};
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+use super::held_buffer::HeldView;
+use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
+use crate::abi::*;
+use crate::array_formats;
+use crate::cpython::buffer::{PyBuffer, PYBUF_RECORDS_RO};
+use crate::cpython::Python;
+use crate::error::{Error, ErrorKind, Result};
+use crate::layout::{self, MAX_NDIM};
+use crate::tensor::Tensor;
+
+pub static ROW: Row =
+    Row { name: "buffer", synthetic: Some(&TABLE), guard: None, suspect: None, producer: &BufferProtocol };
+struct BufferProtocol;
+static TABLE: DLPackExchangeAPI = synthetic::table(false);
+
+impl Producer for BufferProtocol {
+    /// Every type no row before it claims (it is last): an object that exports no buffer either
+    /// is refused at its read, naming every protocol dlpx looked for.
+    fn claims(&self, _: Python<'_>, _: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
+        true
+    }
+
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+        let read = match managed_of(py, object) {
+            // Strides that are not whole items cross only as a copy, and a copy was asked for.
+            Err(err) if ask.request.copy == Some(true) && err.kind == ErrorKind::BufferError => {
+                copy_of(py, object)?.map(|copy| copy.export_versioned(0)).transpose()
+            }
+            read => read,
+        };
+        match read? {
+            // SAFETY: a managed tensor this read made from the view it checked, valid as made.
+            Some(managed) => Ok(unsafe { Reading::made(managed) }),
+            None => on_the_instance(py, object, entry, ask),
+        }
+    }
+}
+
+/// An object whose type claims no protocol may still carry one on itself (an attribute set on
+/// the instance: numpy looks there too). Asked in R12's order, only when the buffer failed.
+#[cold]
+fn on_the_instance<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+    let has = |name: &CStr| crate::cpython::attribute(py, object, name).is_some();
+    if has(c"__dlpack__") {
+        return super::dlpack_method::ROW.producer.read(py, object, entry, ask);
+    }
+    if has(c"__cuda_array_interface__") {
+        return super::cuda_array_interface::ROW.producer.read(py, object, entry, ask);
+    }
+    if has(c"__array_interface__") {
+        return super::array_interface::ROW.producer.read(py, object, entry, ask);
+    }
+    Err(speaks_nothing(py, object))
+}
+
+/// The refusal of an object that speaks no protocol dlpx reads.
+#[cold]
+fn speaks_nothing(py: Python<'_>, object: *mut PyObject) -> Error {
+    Error::type_error(format!(
+        "{} does not support DLPack (no __dlpack__ and no exchange table), nor __cuda_array_interface__, \
+         __array_interface__ or the buffer protocol",
+        crate::cpython::type_name(py, object)
+    ))
+}
+
+/// A managed tensor over `object`'s buffer, or None when it exports none; a layout DLPack cannot
+/// describe is a BufferError naming it (the view is released then).
+pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
+    let Some(mut held) = HeldView::take(py, object, PYBUF_RECORDS_RO)? else { return Ok(None) };
+    let (view, dims) = held.parts();
+    let tensor = describe(view, 0, dims)?;
+    let readonly = view.readonly != 0;
+    // SAFETY: the dimensions written describe the view's own memory.
+    Ok(Some(unsafe { held.into_managed(tensor, readonly) }))
+}
+
+/// The view as a DLPack tensor, its extents then its element strides written to `dims`, or why
+/// it has none.
+pub fn describe(view: &PyBuffer, offset: usize, dims: &mut [i64; 2 * MAX_NDIM]) -> Result<DLTensor> {
+    // SAFETY: a filled view: its format, shape, strides and suboffsets arrays are NULL or `ndim`
+    // long, valid while it is held.
+    unsafe {
+        let format = NonNull::new(view.format).map(|f| CStr::from_ptr(f.as_ptr()).to_bytes());
+        let dtype = array_formats::from_buffer_format(format)?;
+        let item = (dtype.bits / 8) as isize;
+        if view.itemsize != item {
+            return Err(Error::buffer(format!(
+                "the buffer's format says {item}-byte items, its itemsize {}",
+                view.itemsize
+            )));
+        }
+        let ndim = usize::try_from(view.ndim).unwrap_or(usize::MAX);
+        if ndim > MAX_NDIM {
+            return Err(Error::buffer(format!("the buffer has {} dimensions (at most {MAX_NDIM})", view.ndim)));
+        }
+        if !view.suboffsets.is_null() && (0..ndim).any(|i| *view.suboffsets.add(i) >= 0) {
+            return Err(Error::buffer("an indirect buffer (suboffsets, PIL-style) has no DLPack layout"));
+        }
+        // A view without shape is one dimension of `len / itemsize` items.
+        let ndim = if view.shape.is_null() { ndim.min(1) } else { ndim };
+        let (shape, strides) = dims.split_at_mut(ndim);
+        for (i, extent) in shape.iter_mut().enumerate() {
+            *extent = if view.shape.is_null() { (view.len / item) as i64 } else { *view.shape.add(i) as i64 };
+        }
+        let strides = &mut strides[..ndim];
+        match view.strides.is_null() {
+            true => layout::compact_strides(shape, strides),
+            false => {
+                for (i, stride) in strides.iter_mut().enumerate() {
+                    let bytes = *view.strides.add(i);
+                    if bytes % item != 0 {
+                        return Err(layout::unaligned_stride(i, bytes as i64, item as i64));
+                    }
+                    *stride = (bytes / item) as i64;
+                }
+            }
+        }
+        Ok(DLTensor {
+            data: view.buf,
+            device: DLDevice::CPU,
+            ndim: ndim as i32,
+            dtype,
+            shape: ptr::null_mut(),
+            strides: ptr::null_mut(),
+            byte_offset: offset as u64,
+        })
+    }
+}
+
+/// A compact copy of `object`'s buffer in a new tensor of dlpx's (for `copy=True`, and the one
+/// way across for byte strides that are not a whole number of items): `PyBuffer_ToContiguous`
+/// gathers any strides.
+pub fn copy_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<Tensor>> {
+    let Some(held) = HeldView::take(py, object, PYBUF_RECORDS_RO)? else { return Ok(None) };
+    let view = held.view();
+    // SAFETY: a filled view (see `describe`).
+    let format = unsafe { NonNull::new(view.format).map(|f| CStr::from_ptr(f.as_ptr()).to_bytes()) };
+    let dtype = array_formats::from_buffer_format(format)?;
+    let ndim = usize::try_from(view.ndim)
+        .ok()
+        .filter(|&n| n <= MAX_NDIM)
+        .ok_or_else(|| Error::buffer(format!("the buffer has {} dimensions (at most {MAX_NDIM})", view.ndim)))?;
+    let shape: Vec<i64> = match view.shape.is_null() {
+        true => vec![(view.len / view.itemsize.max(1)) as i64; ndim.min(1)],
+        // SAFETY: `ndim` extents.
+        false => (0..ndim).map(|i| unsafe { *view.shape.add(i) } as i64).collect(),
+    };
+    let copy = Tensor::empty(&shape, dtype, DLDevice::CPU)?;
+    let dst = copy.dl_tensor().data;
+    if !dst.is_null() {
+        // SAFETY: GIL held; `dst` holds exactly `view.len` bytes (the same items, compact).
+        let done = unsafe { (py.PyBuffer_ToContiguous)(dst, view, view.len, b'C' as std::ffi::c_char) };
+        if done != 0 {
+            return Err(Error::python_pending());
+        }
+    }
+    Ok(Some(copy))
+}

@@ -1,0 +1,113 @@
+//! Type → row: the one dispatch of the importer seam (docs/design.md, "Producers: one seam").
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+use super::{own, table, Entry, ROWS};
+use crate::abi::DLPackExchangeAPI;
+use crate::cpython::{racing_copy, type_of, Python, SeqLock};
+use crate::tensor_type::tensor_type;
+
+/// Types remembered at once; the oldest goes first (round robin).
+const SLOTS: usize = 32;
+
+/// One remembered type: its address (0: empty), its row's index in `ROWS`, its table.
+#[derive(Clone, Copy)]
+struct Slot {
+    ty: usize,
+    row: usize,
+    table: *const DLPackExchangeAPI,
+}
+
+/// The cache. Each slot holds a strong reference to its type, so a cached type can never die
+/// and be replaced by another at the same address; eviction releases it. Readers take no lock:
+/// a free-threaded reader scans under the seqlock's count and retries if an insert was inside.
+#[derive(Clone, Copy)]
+struct Slots {
+    slots: [Slot; SLOTS],
+    next: usize,
+}
+
+static CACHE: SeqLock<Slots> =
+    SeqLock::new(Slots { slots: [Slot { ty: 0, row: 0, table: std::ptr::null() }; SLOTS], next: 0 });
+
+#[inline]
+fn find(py: Python<'_>, ty: *mut PyTypeObject) -> Option<Entry> {
+    let slot = CACHE.read_raw(py, |cache, racy| {
+        // SAFETY: `cache` points to the live cache; where a writer may be inside (`racy`), each
+        // word is read volatile and the seqlock discards what was read then.
+        unsafe {
+            let slots = std::ptr::addr_of!((*cache).slots).cast::<Slot>();
+            let ty_of = |slot: *const Slot| match racy {
+                true => std::ptr::read_volatile(std::ptr::addr_of!((*slot).ty)),
+                false => (*slot).ty,
+            };
+            (0..SLOTS).map(|i| slots.add(i)).find(|&slot| ty_of(slot) == ty as usize).map(|slot| match racy {
+                true => racing_copy(slot),
+                false => *slot,
+            })
+        }
+    })?;
+    // SAFETY: only process-lifetime tables are stored (the rows' statics, tables that producers
+    // publish for the life of the process).
+    Some(Entry { row: ROWS[slot.row], table: unsafe { &*slot.table } })
+}
+
+fn insert(py: Python<'_>, ty: *mut PyTypeObject, row: usize, table: &'static DLPackExchangeAPI) {
+    // SAFETY: the token proves the thread is attached; a reference the cache keeps.
+    unsafe { (py.Py_IncRef)(ty.cast()) };
+    // No Python code runs while the cache is written (the release of the evicted type is after).
+    let evicted = CACHE.write(py, |cache| {
+        let evicted = std::mem::replace(&mut cache.slots[cache.next], Slot { ty: ty as usize, row, table });
+        cache.next = (cache.next + 1) % SLOTS;
+        evicted.ty
+    });
+    py.decref(evicted as *mut PyObject);
+}
+
+/// The row and table of `object`'s type. An exact `dlpx.Tensor` is answered by one comparison.
+#[inline]
+pub fn entry_of(py: Python<'_>, object: *mut PyObject) -> Entry {
+    let ty = type_of(py, object);
+    if ty == tensor_type() {
+        if let Some(entry) = own::exact_entry() {
+            return entry;
+        }
+    }
+    entry_of_type(py, ty)
+}
+
+/// The row and table of objects of type `ty`, found once and remembered.
+#[inline]
+pub fn entry_of_type(py: Python<'_>, ty: *mut PyTypeObject) -> Entry {
+    match find(py, ty) {
+        Some(entry) => entry,
+        None => resolve(py, ty),
+    }
+}
+
+/// The first row in `ROWS` that claims `ty` (the last claims every type).
+#[cold]
+fn resolve(py: Python<'_>, ty: *mut PyTypeObject) -> Entry {
+    let published = table::published_v1(py, ty);
+    let index = ROWS.iter().position(|row| row.producer.claims(py, ty, published)).unwrap_or(ROWS.len() - 1);
+    let entry = Entry { row: ROWS[index], table: ROWS[index].table(published) };
+    insert(py, ty, index, entry.table);
+    entry
+}
+
+/// The table `dlpx_exchange_api_of` gives for `object`, or for `object` itself when it is a type.
+pub fn table_of(py: Python<'_>, object: *mut PyObject) -> &'static DLPackExchangeAPI {
+    entry_of_object_or_type(py, object).table
+}
+
+/// The name of the row that reads `object`'s type (or `object`'s, when it is a type).
+pub fn row_name(py: Python<'_>, object: *mut PyObject) -> &'static str {
+    entry_of_object_or_type(py, object).row.name
+}
+
+fn entry_of_object_or_type(py: Python<'_>, object: *mut PyObject) -> Entry {
+    match crate::cpython::is_type(py, object) {
+        true => entry_of_type(py, object.cast()),
+        false => entry_of(py, object),
+    }
+}

@@ -1,0 +1,26 @@
+//! The `capsule` row: a DLPack capsule handed over as it is, consumed (renamed `used_…`).
+
+use std::ptr::NonNull;
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
+use crate::abi::*;
+use crate::cpython::{Owned, Python};
+
+pub static ROW: Row =
+    Row { name: "capsule", synthetic: Some(&TABLE), guard: None, suspect: None, producer: &CapsuleObject };
+struct CapsuleObject;
+static TABLE: DLPackExchangeAPI = synthetic::table(false);
+
+impl Producer for CapsuleObject {
+    fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
+        ty.cast::<PyObject>() == py.capsule_type
+    }
+
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
+        // SAFETY: the caller's object, live while the token lives.
+        let capsule = Owned::from_borrowed(py, unsafe { NonNull::new_unchecked(object) });
+        Ok(Reading::capsule(capsule))
+    }
+}

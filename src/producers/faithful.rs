@@ -1,0 +1,109 @@
+//! The rule every reading goes through: dlpx never hands out data whose values differ from what
+//! the producer's tensor means (docs/design.md, "Faithful import", R11).
+
+use std::ptr::NonNull;
+
+use pyo3_ffi::PyObject;
+
+use super::{dlpack_method, Ask, Entry, Reading, Request};
+use crate::abi::DLTensor;
+use crate::cpython::{take_pending, type_name, Owned, Python};
+use crate::error::{Error, Result};
+
+/// What a row's read let through that the producer's own `__dlpack__` would not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Suspicion {
+    /// The object has a property the producer's `__dlpack__` checks (torch: `requires_grad`, the
+    /// conjugate bit): the producer's verdict is taken.
+    pub ask_producer: bool,
+    /// The memory holds other values than the object means (torch's negative bit): refused, or
+    /// resolved by the producer under `copy=True`.
+    pub negated: bool,
+}
+
+impl Suspicion {
+    /// The producer's verdict is taken (a row's read refused what its `__dlpack__` may not).
+    pub const ASKED: Suspicion = Suspicion { ask_producer: true, negated: false };
+}
+
+/// What a row's fast path lets through that the producer's own `__dlpack__` checks: the row's
+/// [`Row::suspect`](super::Row::suspect), where it has one.
+pub trait Suspect: Sync {
+    /// What the producer's own `__dlpack__` would refuse, or export as other values, that the
+    /// row's read of `object` (described by `dl`) let through.
+    fn suspicion(&self, py: Python<'_>, object: *mut PyObject, dl: &DLTensor) -> Result<Option<Suspicion>>;
+
+    /// For [`Suspicion::negated`] under `copy=True`: a new object of the producer's holding the
+    /// values the object means (torch's `resolve_neg()`).
+    fn resolved(&self, py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<PyObject>>>;
+}
+
+/// The producer's own `__dlpack__`, asked once where a row's reading cannot stand alone, and
+/// what its answer makes of the reading:
+/// - no reading (the row does not cover the object, or its guard is off): the answer itself;
+/// - a guard's first use: the row's reading where the two agree, else the answer
+///   (`Guard::judge`);
+/// - a reading the row suspects: the producer's verdict, its refusal a BufferError carrying its
+///   message (first line: no C++ backtrace); memory holding negated values refused, or under
+///   `copy=True` the values the producer resolves (a new object of its own that the reading then
+///   holds alone).
+#[cold]
+#[inline(never)]
+pub fn answer<'py>(
+    py: Python<'py>,
+    object: *mut PyObject,
+    entry: Entry,
+    ask: Ask<'_>,
+    first_use: bool,
+    ours: Reading<'py>,
+    suspicion: Option<Suspicion>,
+) -> Result<Reading<'py>> {
+    let negated = || {
+        Error::buffer(format!(
+            "the {} has its negative bit set: its memory holds the negated values (pass copy=True for \
+             its values, or call resolve_neg() first)",
+            type_name(py, object)
+        ))
+    };
+    // A suspect reading is not handed on; the table's exception, if any, makes way for the
+    // producer's own answer.
+    let ours = match suspicion {
+        Some(_) => {
+            drop(ours);
+            // SAFETY: the token proves the GIL is held.
+            unsafe { (py.PyErr_Clear)() };
+            Reading::Uncovered
+        }
+        None => ours,
+    };
+    let asked = first_use || suspicion.is_none_or(|s| s.ask_producer);
+    let request = if first_use || suspicion.is_some() { Request::PLAIN } else { ask.request };
+    let theirs = if asked { dlpack_method::read(py, object, request) } else { Ok(Reading::Uncovered) };
+    if first_use {
+        return entry.row.guard.expect("a first use is a guard's").judge(py, ours, theirs);
+    }
+    let Some(suspicion) = suspicion else { return theirs };
+    let theirs = theirs.map_err(|err| {
+        let err = if err.is_python_pending() { take_pending(py) } else { err };
+        let text = err.message();
+        let first = text.lines().next().unwrap_or_default().trim_end();
+        Error::buffer(format!("{}.__dlpack__ refuses it: {first}", type_name(py, object)))
+    })?;
+    if !suspicion.negated {
+        return Ok(theirs);
+    }
+    drop(theirs);
+    let suspect = entry.row.suspect.expect("a suspicion is a suspect's");
+    let resolved = match ask.request.copy {
+        Some(true) => suspect.resolved(py, object)?,
+        _ => None,
+    };
+    let Some(resolved) = resolved else { return Err(negated()) };
+    let resolved = Owned::new(py, resolved.as_ptr())?;
+    let reading = entry.row.producer.read(py, resolved.as_ptr(), entry, ask)?;
+    // `finish` copies it as `copy=True` asks: dlpx holds the result alone.
+    match reading.dl_tensor(ask).map(|dl| suspect.suspicion(py, resolved.as_ptr(), dl)).transpose()? {
+        Some(None) => Ok(reading),
+        _ => Err(negated()),
+    }
+}

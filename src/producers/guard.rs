@@ -1,0 +1,225 @@
+//! The guard of a direct read (docs/design.md, "A guard per direct read"): the producer versions
+//! the read was tested on, a first-use check against the producer's `__dlpack__` for any other
+//! version, and an off switch.
+
+use std::ffi::CStr;
+
+use super::Reading;
+use crate::abi::*;
+use crate::cpython::{attribute, imported_module, GilVar, Python};
+use crate::error::Result;
+
+/// Turns direct reads off: `DLPX_DIRECT_OFF=numpy,jax` (row names) or `all`.
+pub const OFF_VARIABLE: &str = "DLPX_DIRECT_OFF";
+/// Makes tested versions take the first-use check too: row names or `all`.
+pub const VERIFY_VARIABLE: &str = "DLPX_DIRECT_VERIFY";
+
+/// What a guard knows of its read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Not looked at yet (the producer's module and version, the environment).
+    Unknown,
+    /// The first object read both ways decides.
+    Unverified,
+    /// Read directly.
+    Trusted,
+    /// Every object goes to `__dlpack__`: switched off, or the check found a difference.
+    Off,
+}
+
+pub struct Guard {
+    /// The row's name, as the environment variables spell it.
+    row: &'static str,
+    /// The module whose `__version__` is the producer's version.
+    module: &'static CStr,
+    /// Versions the read was tested on (`"2.4"` covers 2.4 and 2.4.x, not 2.40).
+    tested: &'static [&'static str],
+    state: GilVar<State>,
+}
+
+impl Guard {
+    pub const fn new(row: &'static str, module: &'static CStr, tested: &'static [&'static str]) -> Guard {
+        Guard { row, module, tested, state: GilVar::new(State::Unknown) }
+    }
+
+    #[inline]
+    pub fn state(&self, py: Python<'_>) -> State {
+        match self.state.get(py) {
+            State::Unknown => self.decide(py),
+            known => known,
+        }
+    }
+
+    #[cold]
+    fn decide(&self, py: Python<'_>) -> State {
+        let state = if named(OFF_VARIABLE, self.row) {
+            State::Off
+        } else if named(VERIFY_VARIABLE, self.row) || !self.version(py).is_some_and(|v| tested(self.tested, &v)) {
+            State::Unverified
+        } else {
+            State::Trusted
+        };
+        // Another thread may have decided meanwhile (the lookups run Python code): an "off"
+        // verdict stays.
+        match self.state.get(py) {
+            State::Unknown => {
+                self.state.set(py, state);
+                state
+            }
+            known => known,
+        }
+    }
+
+    fn version(&self, py: Python<'_>) -> Option<String> {
+        let module = imported_module(py, self.module)?;
+        let version = attribute(py, module.as_ptr(), c"__version__")?;
+        py.str_value(version.as_ptr(), "__version__").ok()
+    }
+
+    /// Records the first-use check's verdict: agreement trusts the read, a difference turns it
+    /// off for good (a later agreement cannot turn it back on).
+    fn verdict(&self, py: Python<'_>, agree: bool) {
+        if self.state.get(py) != State::Off {
+            self.state.set(py, if agree { State::Trusted } else { State::Off });
+        }
+    }
+
+    /// The first-use check's verdict on `ours`, the row's reading of an object, held against
+    /// `theirs`, what `__dlpack__` answered for it: the two compared by value (and read-only
+    /// flag), agreement trusting the row, a difference turning it off. The answer is the row's
+    /// reading where they agree, else `__dlpack__`'s; the caller applies the faithful-import rule
+    /// to it, as to every reading. A read that refused the object outright refused it before
+    /// `__dlpack__` was asked (tvm_ffi's would dereference a moved-out handle); one that does not
+    /// cover it, and two refusals, decide nothing.
+    #[cold]
+    pub fn judge<'py>(
+        &self,
+        py: Python<'py>,
+        ours: Reading<'py>,
+        theirs: Result<Reading<'py>>,
+    ) -> Result<Reading<'py>> {
+        if let Reading::Uncovered = ours {
+            return theirs;
+        }
+        // Both as managed tensors, each checked on its way out of its reading, compared.
+        let ours = ours.into_managed(py)?;
+        let theirs = theirs.and_then(|theirs| {
+            // A legacy capsule's read-only flag is dlpx's assumption, not the producer's word.
+            let legacy = matches!(&theirs, Reading::Capsule(c) if crate::capsule::is_legacy(py, c.as_ptr()));
+            Ok((theirs.into_managed(py)?, legacy))
+        });
+        let (theirs, legacy) = match theirs {
+            Ok(theirs) => theirs,
+            Err(err) => {
+                self.verdict(py, false);
+                // SAFETY: ours, unused: its deleter runs once, here.
+                unsafe { crate::tensor::delete_managed(ours) };
+                return Err(err);
+            }
+        };
+        // SAFETY: two live managed tensors of major 1, checked on their way out.
+        let agree = unsafe { same_tensor(ours.as_ref(), theirs.as_ref(), legacy) };
+        self.verdict(py, agree);
+        // Agreed, the read is the answer (it knows what a legacy capsule cannot say: whether the
+        // array is writable), as it is for every later object.
+        let (answer, unused) = if agree { (ours, theirs) } else { (theirs, ours) };
+        // SAFETY: both are ours; the unused one is deleted once, here, the answer handed on.
+        unsafe {
+            crate::tensor::delete_managed(unused);
+            Ok(Reading::managed(answer))
+        }
+    }
+}
+
+/// Whether two managed tensors describe the same memory the same way: the first-use check.
+/// Where `b` came from a legacy capsule, its read-only flag is an assumption (a legacy capsule
+/// cannot say), not a disagreement: numpy before 2.1 answers with one.
+///
+/// # Safety
+/// Both are live, valid major-1 managed tensors.
+unsafe fn same_tensor(a: &DLManagedTensorVersioned, b: &DLManagedTensorVersioned, b_legacy: bool) -> bool {
+    (b_legacy || (a.flags ^ b.flags) & DLPACK_FLAG_BITMASK_READ_ONLY == 0)
+        // SAFETY: per the contract, their shapes and strides are `ndim` long.
+        && unsafe { same_description(&a.dl_tensor, &b.dl_tensor) }
+}
+
+/// Whether two producers' `DLTensor`s describe the same tensor: data, offset, device, dtype and
+/// ndim equal, shape and strides equal by value (each export may own its arrays; NULL strides
+/// match only NULL). An `ndim` outside dlpx's limit never matches.
+///
+/// # Safety
+/// Each non-NULL `shape` and `strides` holds `ndim` values.
+unsafe fn same_description(a: &DLTensor, b: &DLTensor) -> bool {
+    if (a.data, a.byte_offset, a.device, a.dtype, a.ndim) != (b.data, b.byte_offset, b.device, b.dtype, b.ndim)
+        || !(0..=crate::layout::MAX_NDIM as i32).contains(&a.ndim)
+    {
+        return false;
+    }
+    let n = a.ndim as usize;
+    // SAFETY: the caller's contract; `n` is within dlpx's limit.
+    let values = |p: *const i64| (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, n) });
+    n == 0 || (values(a.shape) == values(b.shape) && values(a.strides) == values(b.strides))
+}
+
+/// Whether the environment variable names `row` (or `all`).
+pub fn named(variable: &str, row: &str) -> bool {
+    std::env::var(variable).is_ok_and(|names| names.split(',').map(str::trim).any(|n| n == row || n == "all"))
+}
+
+/// Whether `version` is one of `tested`: equal, or the same release followed by more parts
+/// (`2.4` covers `2.4.6` and `2.4rc1`, not `2.40`).
+fn tested(tested: &[&str], version: &str) -> bool {
+    tested.iter().any(|t| version.strip_prefix(t).is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{same_description, tested};
+    use crate::abi::*;
+
+    const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
+
+    #[test]
+    fn two_descriptions_are_the_same_by_value_not_by_address() {
+        let (mut shape_a, mut shape_b, mut strides_a, mut strides_b) = ([2i64, 3], [2i64, 3], [3i64, 1], [3i64, 1]);
+        let mut data = [0f32; 6];
+        let mut x = DLTensor {
+            data: data.as_mut_ptr().cast(),
+            device: DLDevice::CPU,
+            ndim: 2,
+            dtype: F32,
+            shape: std::ptr::null_mut(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        let (mut y, mut z) = (x, x);
+        (x.shape, x.strides) = (shape_a.as_mut_ptr(), strides_a.as_mut_ptr());
+        (y.shape, y.strides) = (shape_b.as_mut_ptr(), strides_b.as_mut_ptr());
+        z.shape = shape_b.as_mut_ptr();
+        // SAFETY: every non-NULL shape and strides above holds `ndim` values.
+        unsafe {
+            assert!(same_description(&x, &y));
+            z.strides = std::ptr::null_mut();
+            assert!(!same_description(&x, &z), "NULL strides match only NULL");
+            let mut w = x;
+            w.byte_offset = 4;
+            assert!(!same_description(&x, &w));
+            w = x;
+            w.ndim = -1;
+            assert!(!same_description(&w, &w), "an ndim out of range never matches");
+            let mut other_strides = [4i64, 1];
+            y.strides = other_strides.as_mut_ptr();
+            assert!(!same_description(&x, &y));
+        }
+    }
+
+    #[test]
+    fn a_tested_version_covers_its_patch_releases_only() {
+        assert!(tested(&["2.4"], "2.4"));
+        assert!(tested(&["2.4"], "2.4.6"));
+        assert!(tested(&["0.1.15"], "0.1.15.post2"));
+        assert!(!tested(&["2.4"], "2.40.1"));
+        assert!(!tested(&["2.4"], "2.5.0"));
+        assert!(!tested(&[], "2.4"));
+    }
+}

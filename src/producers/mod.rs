@@ -1,0 +1,174 @@
+//! The importer seam: every way dlpx reads a producer's tensors is a row, a [`Producer`];
+//! a type's row is found once (`cache`) and is the only dispatch for the importer and the
+//! kernel API alike (docs/design.md, "Producers: one seam"). Adding a producer is one file
+//! here and one line in [`ROWS`].
+
+mod array_api_strict;
+mod array_interface;
+mod buffer_protocol;
+mod cache;
+mod capsule_object;
+mod cuda_array_interface;
+mod discovered;
+mod dlpack_call;
+mod dlpack_method;
+mod faithful;
+mod guard;
+mod held;
+mod held_buffer;
+mod interface_dict;
+mod jax;
+pub mod kernel;
+mod numpy;
+mod own;
+mod read;
+mod reading;
+mod synthetic;
+mod table;
+mod torch;
+mod tvm_ffi;
+
+use std::cell::Cell;
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+pub use cache::{entry_of, entry_of_type, row_name, table_of};
+pub use faithful::{Suspect, Suspicion};
+pub use guard::Guard;
+pub use read::{import, managed, view, view_in_place};
+pub use reading::Reading;
+pub use table::published_head;
+
+use crate::abi::*;
+use crate::cpython::Python;
+use crate::error::Result;
+
+/// Every row, in the order a new type is matched against them: the first that claims it is
+/// its row. DLPack first, always (docs/design.md R12): `dlpack` claims the types with a
+/// `__dlpack__`; then the CUDA array interface, numpy's array interface, and last the buffer
+/// protocol, which claims everything left.
+pub static ROWS: [&Row; 12] = [
+    &own::ROW,
+    &torch::ROW,
+    &table::ROW,
+    &numpy::ROW,
+    &tvm_ffi::ROW,
+    &jax::ROW,
+    &array_api_strict::ROW,
+    &capsule_object::ROW,
+    &dlpack_method::ROW,
+    &cuda_array_interface::ROW,
+    &array_interface::ROW,
+    &buffer_protocol::ROW,
+];
+
+/// Whether `ty` (or a base) has the attribute `name`: how a row for a protocol claims a type.
+pub(crate) fn type_has(py: Python<'_>, ty: *mut PyTypeObject, name: &std::ffi::CStr) -> bool {
+    // SAFETY: GIL held; a live type; a failed lookup's AttributeError is cleared.
+    unsafe {
+        let found = (py.PyObject_GetAttrString)(ty.cast(), name.as_ptr());
+        if found.is_null() {
+            (py.PyErr_Clear)();
+            return false;
+        }
+        py.decref(found);
+        true
+    }
+}
+
+/// What an importer asks for besides the tensor itself (the array API's `from_dlpack`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    /// The result on this device (a copy when it is elsewhere).
+    pub device: Option<DLDevice>,
+    /// True: always a copy; False: never; None: only when needed (docs/design.md R10).
+    pub copy: Option<bool>,
+}
+
+impl Request {
+    pub const PLAIN: Request = Request { device: None, copy: None };
+
+    /// Whether the producer must be asked for more than its tensor as it is.
+    pub fn asks_more(&self) -> bool {
+        self.device.is_some() || self.copy == Some(true)
+    }
+}
+
+/// What an entry point asks of a row: the importer's request, where a borrowed view goes when one
+/// will do (a kernel's view: a row that has one writes it there and answers [`Reading::View`]),
+/// and whether the tensor's data is next used on dlpx's current stream (a `dlpx.Tensor`) rather
+/// than on the stream the row's table reports (C: a kernel launches there).
+#[derive(Clone, Copy)]
+pub struct Ask<'a> {
+    pub request: Request,
+    pub view: Option<&'a Cell<DLTensor>>,
+    pub on_dlpx_stream: bool,
+}
+
+impl<'a> Ask<'a> {
+    /// An owning managed tensor as the producer has it (C: `dlpx_import`, the synthetic tables).
+    pub const MANAGED: Ask<'static> = Ask { request: Request::PLAIN, view: None, on_dlpx_stream: false };
+
+    /// The importer's tensor (`from_dlpack`, `dlpx.Tensor(x)`).
+    pub const fn tensor(request: Request) -> Ask<'static> {
+        Ask { request, view: None, on_dlpx_stream: true }
+    }
+
+    /// A view for a kernel, borrowed into `out` where the row has one.
+    pub fn view(out: &'a Cell<DLTensor>) -> Ask<'a> {
+        Ask { request: Request::PLAIN, view: Some(out), on_dlpx_stream: false }
+    }
+}
+
+/// One row: a way of reading a producer's tensors, what C uses for its objects, and its guard.
+pub struct Row {
+    /// The row's name: `dlpx._native._row_of`, the off switch (`DLPX_DIRECT_OFF`), messages.
+    pub name: &'static str,
+    /// The row's synthetic table; None where its types publish their own, read through it.
+    pub synthetic: Option<&'static DLPackExchangeAPI>,
+    /// The guard of a read that bypasses the producer's own export (docs/design.md, "A guard per
+    /// direct read"); None for rows that read through it (a table, `__dlpack__`, a capsule).
+    pub guard: Option<&'static Guard>,
+    /// What the row's read lets through that the producer's own `__dlpack__` checks
+    /// (docs/design.md, "Faithful import"); None for rows that read through those checks.
+    pub suspect: Option<&'static dyn Suspect>,
+    /// How it reads.
+    pub producer: &'static dyn Producer,
+}
+
+impl Row {
+    /// The table a C caller uses for this row's objects: the row's synthetic one, or the type's
+    /// own (`published`).
+    pub fn table(&self, published: Option<&'static DLPackExchangeAPI>) -> &'static DLPackExchangeAPI {
+        self.synthetic.or(published).expect("a row without a synthetic table claims only types that publish one")
+    }
+}
+
+/// A type's row and the table a C caller uses for its objects.
+#[derive(Clone, Copy)]
+pub struct Entry {
+    pub row: &'static Row,
+    pub table: &'static DLPackExchangeAPI,
+}
+
+/// What a row answers: its reading of the object ([`Reading::Uncovered`] where it does not cover
+/// the object: the `dlpack` row, the producer's own `__dlpack__`, then answers), or the refusal of
+/// an object it refuses for good.
+pub type Read<'py> = Result<Reading<'py>>;
+
+/// How a row reads a producer's tensors. A row answers one question: the managed tensor for this object, in the form the producer hands
+/// it over (a table's pointer, a capsule, a block dlpx fills from what it read), or a borrowed
+/// view where the entry point takes one. What to do with it — validate it, make it a `Tensor`,
+/// hand it to C — is the seam's, once, for every row (`read`).
+pub trait Producer: Sync {
+    /// Whether objects of type `ty` are this row's; `published` is the major-1 table the type
+    /// publishes, if any. Asked once per type, in `ROWS` order.
+    fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, published: Option<&'static DLPackExchangeAPI>) -> bool;
+
+    /// The managed tensor for `object` (`managed_tensor_from_py_object_no_sync`), or a borrowed
+    /// view, written to `ask.view`, where the entry point takes one and the row has one
+    /// (`dltensor_from_py_object_no_sync`). The row may
+    /// ask the producer for what `ask.request` wants (the `dlpack` row passes it to
+    /// `__dlpack__`); the seam serves the rest.
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py>;
+}

@@ -1,0 +1,139 @@
+//! The one path of the producer seam: every entry point — `from_dlpack`, `dlpx.Tensor(x)`, the
+//! kernel API, the synthetic tables — asks [`read`] for an object's reading, and the object's
+//! guard and the faithful-import rule are applied there, once (docs/design.md, "Producers: one
+//! seam", "Faithful import"). What the entry point makes of the reading is said once too: a
+//! `Tensor` (`import`), an owning managed tensor (`managed`) or a view (`view`).
+
+use std::cell::Cell;
+use std::ptr::{self, NonNull};
+
+use pyo3_ffi::PyObject;
+
+use super::guard::State;
+use super::{entry_of, entry_of_type, faithful, Ask, Reading, Request, Suspicion};
+use crate::abi::*;
+use crate::copy;
+use crate::cpython::{type_of, Python};
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// `object` (a tensor of any DLPack producer, or a DLPack capsule) as a [`Tensor`]:
+/// `from_dlpack`, `dlpx.Tensor(x)`. Its errors name `from_dlpack`, whichever entry point called.
+pub fn import(py: Python<'_>, object: *mut PyObject, request: Request) -> Result<Tensor> {
+    let tensor = read(py, object, Ask::tensor(request)).and_then(|reading| reading.into_tensor(py));
+    tensor.and_then(|t| finish(t, request)).map_err(|err| err.at("from_dlpack"))
+}
+
+/// An owning managed tensor of `object` for C (`dlpx_import`, the synthetic tables).
+pub fn managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
+    read(py, object, Ask::MANAGED)?.into_managed(py)
+}
+
+/// A view of `object` for a kernel: `out` filled, and the managed tensor that keeps it valid
+/// (NULL for a non-owning view, valid while the caller holds `object`).
+pub fn view(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedTensorVersioned> {
+    let slot = Cell::from_mut(out);
+    let owner = match read(py, object, Ask::view(slot))? {
+        Reading::Own(tensor) => {
+            slot.set(share(tensor));
+            return Ok(ptr::null_mut());
+        }
+        Reading::View if view_is_whole(slot)? => return Ok(ptr::null_mut()),
+        Reading::View => read(py, object, Ask::MANAGED)?.into_managed(py)?,
+        reading => reading.into_managed(py)?,
+    };
+    // SAFETY: a live managed tensor the caller owns until it releases the view.
+    slot.set(unsafe { owner.as_ref().dl_tensor });
+    Ok(owner.as_ptr())
+}
+
+/// The view of dlpx's own tensor for a kernel, which works on dlpx's current stream: recorded as
+/// a user of the memory.
+#[inline(always)]
+fn share(tensor: &Tensor) -> DLTensor {
+    tensor.record_current_stream();
+    *tensor.dl_tensor()
+}
+
+/// A non-owning view of `object` in `out`, where its row has one (its table has
+/// `dltensor_from_py_object_no_sync`); Ok(false) otherwise.
+pub fn view_in_place(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<bool> {
+    if entry_of(py, object).table.dltensor_from_py_object_no_sync.is_none() {
+        return Ok(false);
+    }
+    let slot = Cell::from_mut(out);
+    match read(py, object, Ask::view(slot))? {
+        Reading::Own(tensor) => slot.set(share(tensor)),
+        Reading::View if view_is_whole(slot)? => {}
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Whether a view a producer filled can be handed on (checked as hostile input): Ok(false) where
+/// its strides are NULL, which only an owner can spell out.
+#[inline(always)]
+fn view_is_whole(view: &Cell<DLTensor>) -> Result<bool> {
+    // SAFETY: the producer filled the view (nothing writes the cell meanwhile); its shape and
+    // strides are `ndim` long.
+    unsafe { crate::validate::check_view(&*view.as_ptr()) }
+}
+
+/// The reading of `object` that the entry point's `ask` gets: dlpx's own tensor for an exact
+/// `dlpx.Tensor` (the `dlpx` row's share, answered by one comparison: the hot case), else its
+/// row's, behind the row's guard, admitted by the faithful-import rule. Where the reading cannot
+/// stand alone — the row does not cover the object, its guard is off or on its first use, or
+/// the row suspects its read — the producer's own `__dlpack__` decides (`faithful::answer`).
+#[inline(always)]
+fn read<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Result<Reading<'py>> {
+    if let Some(tensor) = crate::tensor_type::exact_tensor_of(py, object) {
+        return Ok(Reading::Own(tensor));
+    }
+    // Not an exact dlpx.Tensor: the type's row is the cache's answer.
+    let entry = entry_of_type(py, type_of(py, object));
+    let row = entry.row;
+    let state = row.guard.map_or(State::Trusted, |guard| guard.state(py));
+    let ours = match state {
+        State::Trusted => row.producer.read(py, object, entry, ask)?,
+        State::Off => Reading::Uncovered,
+        // The first-use check holds an owner against the one `__dlpack__` exports.
+        State::Unknown | State::Unverified => row.producer.read(py, object, entry, Ask::MANAGED)?,
+    };
+    let suspicion = match (row.suspect, &ours) {
+        (_, Reading::Refused) => Some(Suspicion::ASKED),
+        (Some(suspect), ours) => match ours.dl_tensor(ask) {
+            Some(dl) => suspect.suspicion(py, object, dl)?,
+            None => None,
+        },
+        (None, _) => None,
+    };
+    let first_use = matches!(state, State::Unknown | State::Unverified);
+    match (&ours, first_use, suspicion) {
+        (Reading::Uncovered, _, _) | (_, true, _) | (_, _, Some(_)) => {
+            faithful::answer(py, object, entry, ask, first_use, ours, suspicion)
+        }
+        _ => Ok(ours),
+    }
+}
+
+/// Applies what the producer may not have done: a copy that `copy=True` demands, a move to
+/// the requested device, and the refusals of `copy=False`.
+#[inline]
+fn finish(tensor: Tensor, request: Request) -> Result<Tensor> {
+    let here = tensor.dl_tensor().device;
+    let moved = request.device.filter(|&d| d != here);
+    let copied_already = tensor.flags() & DLPACK_FLAG_BITMASK_IS_COPIED != 0;
+    match (moved, request.copy) {
+        (Some(target), Some(false)) => Err(Error::buffer(format!(
+            "the tensor is on {}; moving it to {} needs a copy, and copy=False forbids it",
+            crate::device_names::name(here),
+            crate::device_names::name(target)
+        ))),
+        (Some(DLDevice::CPU), _) => copy::to_new_cpu_tensor(&tensor),
+        (Some(target), _) => {
+            Err(Error::buffer(format!("dlpx cannot move a tensor to {}", crate::device_names::name(target))))
+        }
+        (None, Some(true)) if !copied_already => copy::duplicate(&tensor),
+        _ => Ok(tensor),
+    }
+}

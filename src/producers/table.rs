@@ -1,0 +1,106 @@
+//! The `table` row: a type that publishes its own exchange table is read through it, a C call
+//! and no capsule. Also how any row learns what a type publishes (R1, R8).
+
+use std::ptr::{self, NonNull};
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+use super::{Ask, Entry, Producer, Read, Reading, Row};
+use crate::abi::*;
+use crate::cpython::{Owned, Python};
+use crate::error::{Error, Result};
+
+pub static ROW: Row = Row { name: "table", synthetic: None, guard: None, suspect: None, producer: &Table };
+struct Table;
+
+impl Producer for Table {
+    fn claims(&self, _py: Python<'_>, _ty: *mut PyTypeObject, published: Option<&'static DLPackExchangeAPI>) -> bool {
+        published.is_some()
+    }
+
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+        read_through(py, object, entry.table, ask)
+    }
+}
+
+/// The table's view (`dltensor_from_py_object_no_sync`) where `ask` takes one and the table has
+/// it, else its managed tensor (`managed_tensor_from_py_object_no_sync`): one C call, no
+/// capsule. The producer's failure is its pending Python exception. The entries do not
+/// synchronise: where the data is next used on dlpx's current stream and its memory is
+/// stream-ordered, that stream then waits for the table's current work stream.
+#[inline(always)]
+pub fn read_through<'py>(
+    _py: Python<'py>,
+    object: *mut PyObject,
+    api: &'static DLPackExchangeAPI,
+    ask: Ask<'_>,
+) -> Result<Reading<'py>> {
+    if let (Some(out), Some(view)) = (ask.view, api.dltensor_from_py_object_no_sync) {
+        // SAFETY: the producer's contract: the GIL held (the token), an object of its type, a
+        // writable DLTensor (the cell's, which nothing else borrows during the call).
+        if unsafe { view(object.cast(), out.as_ptr()) } != 0 {
+            return Err(Error::python_pending());
+        }
+        return Ok(Reading::View);
+    }
+    let from_py = api
+        .managed_tensor_from_py_object_no_sync
+        .ok_or_else(|| Error::buffer("the producer's exchange table has no managed_tensor_from_py_object_no_sync"))?;
+    let mut managed: *mut DLManagedTensorVersioned = ptr::null_mut();
+    // SAFETY: the producer's contract: the GIL held (the token), an object of its type, a
+    // writable out.
+    if unsafe { from_py(object.cast(), &mut managed) } != 0 {
+        return Err(Error::python_pending());
+    }
+    let managed =
+        NonNull::new(managed).ok_or_else(|| Error::buffer("the producer returned success and a NULL tensor"))?;
+    // SAFETY: the table hands its caller the managed tensor.
+    Ok(unsafe { Reading::managed(managed) })
+}
+
+/// The major-1 table objects of type `ty` are read through, or None: a type that publishes
+/// nothing, an attribute of the wrong form, or a chain without a major-1 table (a producer that
+/// moved on to a new major) gives no table to dlpx; such objects go through `__dlpack__`, and
+/// `exchange_api_info` says why the table was not used.
+pub fn published_v1(py: Python<'_>, ty: *mut PyTypeObject) -> Option<&'static DLPackExchangeAPI> {
+    match published_head(py, ty) {
+        // SAFETY: the producer promises a readable chain that lives for the process.
+        Ok(Some((head, _))) => unsafe { crate::chain::select_supported(head) }.ok(),
+        Ok(None) | Err(_) => None,
+    }
+}
+
+/// The head of the exchange-table chain a type publishes: the capsule
+/// `__dlpack_c_exchange_api__` first, then the integer `__c_dlpack_exchange_api__`; None when
+/// it publishes neither.
+pub fn published_head(
+    py: Python<'_>,
+    ty: *mut PyTypeObject,
+) -> Result<Option<(*const DLPackExchangeAPIHeader, &'static str)>> {
+    let ty = ty.cast::<PyObject>();
+    // SAFETY: the token proves the GIL is held; new references are owned; missing attributes
+    // are cleared.
+    unsafe {
+        if let Ok(capsule) = Owned::new(py, (py.PyObject_GetAttrString)(ty, c"__dlpack_c_exchange_api__".as_ptr())) {
+            let table = (py.PyCapsule_GetPointer)(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr());
+            if table.is_null() {
+                (py.PyErr_Clear)();
+                return Err(Error::type_error(
+                    "__dlpack_c_exchange_api__ must be a PyCapsule named 'dlpack_exchange_api' holding a non-NULL table",
+                ));
+            }
+            return Ok(Some((table.cast_const().cast(), "__dlpack_c_exchange_api__")));
+        }
+        (py.PyErr_Clear)();
+        let Ok(address) = Owned::new(py, (py.PyObject_GetAttrString)(ty, c"__c_dlpack_exchange_api__".as_ptr())) else {
+            (py.PyErr_Clear)();
+            return Ok(None);
+        };
+        let table = (py.PyLong_AsVoidPtr)(address.as_ptr());
+        if table.is_null() {
+            (py.PyErr_Clear)();
+            return Err(Error::type_error("__c_dlpack_exchange_api__ must be a non-zero integer address"));
+        }
+        Ok(Some((table.cast_const().cast(), "__c_dlpack_exchange_api__")))
+    }
+}

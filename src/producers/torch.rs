@@ -1,0 +1,239 @@
+//! The `torch` row: torch's own table, with the checks torch's `__dlpack__` makes and its table
+//! skips (docs/design.md, "Faithful import").
+
+use std::ffi::c_void;
+use std::ptr::{self, NonNull};
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+use super::discovered::Discovered;
+use super::{table, Ask, Entry, Producer, Read, Reading, Row, Suspect, Suspicion};
+use crate::abi::*;
+use crate::cpython::{imported_module, vectorcall_method, GilVar, Interned, Owned, Python};
+use crate::error::{Error, Result};
+
+pub static ROW: Row = Row { name: "torch", synthetic: None, guard: None, suspect: Some(&Torch), producer: &Torch };
+struct Torch;
+
+/// The table `torch.Tensor` publishes, once a type publishing one was seen with torch imported.
+static TORCH_TABLE: Discovered<&'static DLPackExchangeAPI> = Discovered::new(c"torch", &[]);
+
+impl Producer for Torch {
+    fn claims(&self, py: Python<'_>, _ty: *mut PyTypeObject, published: Option<&'static DLPackExchangeAPI>) -> bool {
+        published.zip(torch_table(py)).is_some_and(|(published, torch)| std::ptr::eq(published, torch))
+    }
+
+    /// torch's table, as the `table` row reads it. Where it fails — it refuses sparse, meta,
+    /// quantized and nested tensors with C++ errors where its `__dlpack__` refuses them with
+    /// BufferError — the producer's own refusal is the answer; a view it cannot give, the owning
+    /// read asks it for.
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+        let reading = match table::read_through(py, object, entry.table, ask) {
+            Err(err) if err.is_python_pending() && ask.view.is_some() => {
+                // SAFETY: the token proves the GIL is held; the table's exception is replaced by
+                // what the owning read gives.
+                unsafe { (py.PyErr_Clear)() };
+                table::read_through(py, object, entry.table, Ask { view: None, ..ask })
+            }
+            reading => reading,
+        };
+        match reading {
+            Ok(reading) => Ok(reading),
+            Err(err) if err.is_python_pending() => Ok(Reading::Refused),
+            Err(err) => Err(err),
+        }
+    }
+}
+
+/// The checks torch's `__dlpack__` makes and its table skips.
+impl Suspect for Torch {
+    /// `requires_grad` (floating and complex dtypes only), the conjugate bit (complex only),
+    /// the negative bit (any dtype: `_neg_view`, the imaginary part of a conjugate). Asked of
+    /// torch's own C++ functions where they are found and checked (`native`), else of its Python
+    /// methods (`is_neg()` alone costs ~700 instructions: it releases the GIL).
+    #[inline]
+    fn suspicion(&self, py: Python<'_>, object: *mut PyObject, dl: &DLTensor) -> Result<Option<Suspicion>> {
+        let tensor = at_tensor(object);
+        // The common case, answered by torch's functions alone: a real dtype, no autograd
+        // metadata, no negative bit.
+        if let NativeState::Checked(native) = NATIVE.get(py) {
+            // SAFETY: as in `suspicion_in_full`.
+            let plain = unsafe { (native.autograd_meta)(tensor).is_null() && !(native.is_neg)(tensor) };
+            if plain && DataTypeCode(dl.dtype.code) != DataTypeCode::COMPLEX {
+                return Ok(None);
+            }
+        }
+        suspicion_in_full(py, object, tensor, dl)
+    }
+
+    fn resolved(&self, py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<PyObject>>> {
+        let resolved = call_method(py, object, &RESOLVE_NEG)?;
+        Ok(NonNull::new(resolved.into_ptr()))
+    }
+}
+
+/// [`Torch::suspicion`] in full: whichever of torch's functions or Python methods are at hand
+/// (`tensor`: the object's own `at::Tensor`).
+#[cold]
+fn suspicion_in_full(
+    py: Python<'_>,
+    object: *mut PyObject,
+    tensor: *const c_void,
+    dl: &DLTensor,
+) -> Result<Option<Suspicion>> {
+    let complex = DataTypeCode(dl.dtype.code) == DataTypeCode::COMPLEX;
+    let floating = || complex || crate::dtype::is_floating(dl.dtype);
+    let (requires_grad, conj, negated) = match native(py, object, tensor) {
+        Some(native) => (
+            // No autograd metadata (the common case), no gradient; with some, Python's answer.
+            // SAFETY: `tensor` is the live object's own at::Tensor (checked layout); the
+            // functions are torch's, with their C++ signatures (a reference is a pointer).
+            !unsafe { (native.autograd_meta)(tensor) }.is_null() && floating() && flag(py, object, &REQUIRES_GRAD)?,
+            // SAFETY: as above.
+            complex && unsafe { (native.is_conj)(tensor) },
+            // SAFETY: as above.
+            unsafe { (native.is_neg)(tensor) },
+        ),
+        None => (
+            floating() && flag(py, object, &REQUIRES_GRAD)?,
+            complex && flag(py, object, &IS_CONJ)?,
+            flag(py, object, &IS_NEG)?,
+        ),
+    };
+    let ask_producer = requires_grad || conj;
+    Ok((ask_producer || negated).then_some(Suspicion { ask_producer, negated }))
+}
+
+/// torch's table, when torch is imported.
+fn torch_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> {
+    TORCH_TABLE.get_or_find(py, |py, torch| {
+        let tensor = crate::cpython::attribute(py, torch.as_ptr(), c"Tensor")?;
+        table::published_v1(py, tensor.as_ptr().cast())
+    })
+}
+
+/// `bool at::native::is_neg(const at::Tensor&)` and `is_conj` (the kernels behind torch's
+/// `is_neg()` / `is_conj()`: they read the tensor's dispatch keys, no dispatcher), and
+/// `AutogradMeta* torch::autograd::impl::get_autograd_meta(const at::TensorBase&)`: a C++
+/// reference is a pointer in the C calling convention.
+#[derive(Clone, Copy)]
+struct Native {
+    is_neg: unsafe extern "C" fn(*const c_void) -> bool,
+    is_conj: unsafe extern "C" fn(*const c_void) -> bool,
+    autograd_meta: unsafe extern "C" fn(*const c_void) -> *const c_void,
+}
+
+/// What dlpx knows of torch's C++ functions: not looked for yet, found and checked, or off
+/// (missing, a layout that did not check out, or `DLPX_DIRECT_OFF=torch`): Python's methods.
+#[derive(Clone, Copy)]
+enum NativeState {
+    Unknown,
+    Checked(Native),
+    Off,
+}
+
+static NATIVE: GilVar<NativeState> = GilVar::new(NativeState::Unknown);
+
+// A `THPVariable` is `{PyObject_HEAD; at::Tensor cdata; …}` and an `at::Tensor` is one pointer,
+// its `TensorImpl*`: the tensor begins where the object's own fields do (`cpython::layout`).
+
+/// torch's functions, where the layout read checks out (`tensor`, `object`'s own `at::Tensor`
+/// at [`at_tensor`]). The first object checks it: its `TensorImpl*` read after the object header
+/// must be the one torch's `_cdata` reports, else the functions stay unused.
+#[inline]
+fn native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> Option<Native> {
+    match NATIVE.get(py) {
+        NativeState::Checked(native) => Some(native),
+        NativeState::Off => None,
+        NativeState::Unknown => {
+            let found = find_native(py, object, tensor);
+            NATIVE.set(py, found.map_or(NativeState::Off, NativeState::Checked));
+            found
+        }
+    }
+}
+
+/// The address of `object`'s own `at::Tensor` (valid once the layout checked out).
+#[inline(always)]
+fn at_tensor(object: *mut PyObject) -> *const c_void {
+    crate::cpython::layout::fields(object).cast::<c_void>().cast_const()
+}
+
+#[cold]
+fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> Option<Native> {
+    if super::guard::named(super::guard::OFF_VARIABLE, "torch") {
+        return None;
+    }
+    let cdata = crate::cpython::attribute(py, object, c"_cdata")?;
+    // SAFETY: the token proves the GIL is held; an int (or an error, cleared).
+    let reported = unsafe { (py.PyLong_AsVoidPtr)(cdata.as_ptr()) };
+    // SAFETY: a torch tensor object is at least a PyObject and a pointer long: `tensor` is where
+    // its fields begin.
+    let read = unsafe { tensor.cast::<*mut c_void>().read() };
+    if reported.is_null() || read != reported {
+        // SAFETY: as above.
+        unsafe { (py.PyErr_Clear)() };
+        return None;
+    }
+    let torch_c = imported_module(py, c"torch._C")?;
+    let file = crate::cpython::attribute(py, torch_c.as_ptr(), c"__file__")?;
+    let path = std::ffi::CString::new(py.str_value(file.as_ptr(), "torch._C.__file__").ok()?).ok()?;
+    // SAFETY: RTLD_NOLOAD finds the extension Python loaded (no code runs); `dlsym` on its handle
+    // searches the libraries it links (libtorch_cpu); the interpreter keeps it loaded.
+    unsafe {
+        let library = libc::dlopen(path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+        if library.is_null() {
+            return None;
+        }
+        let symbol = |name: &std::ffi::CStr| NonNull::new(libc::dlsym(library, name.as_ptr()));
+        let found = (|| {
+            Some(Native {
+                is_neg: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> bool>(
+                    symbol(c"_ZN2at6native6is_negERKNS_6TensorE")?.as_ptr(),
+                ),
+                is_conj: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> bool>(
+                    symbol(c"_ZN2at6native7is_conjERKNS_6TensorE")?.as_ptr(),
+                ),
+                autograd_meta: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> *const c_void>(
+                    symbol(c"_ZN5torch8autograd4impl17get_autograd_metaERKN2at10TensorBaseE")?.as_ptr(),
+                ),
+            })
+        })();
+        libc::dlclose(library);
+        found
+    }
+}
+
+/// A name torch's tensors answer to: an attribute, or a method taking no argument.
+struct Name {
+    name: Interned,
+    method: bool,
+}
+
+static REQUIRES_GRAD: Name = Name { name: Interned::new(c"requires_grad"), method: false };
+static IS_CONJ: Name = Name { name: Interned::new(c"is_conj"), method: true };
+static IS_NEG: Name = Name { name: Interned::new(c"is_neg"), method: true };
+static RESOLVE_NEG: Name = Name { name: Interned::new(c"resolve_neg"), method: true };
+
+/// Whether `object.<name>` (or `object.<name>()`) is True.
+#[inline]
+fn flag(py: Python<'_>, object: *mut PyObject, name: &Name) -> Result<bool> {
+    let value = call_method(py, object, name)?;
+    Ok(value.as_ptr() == py.true_)
+}
+
+fn call_method<'py>(py: Python<'py>, object: *mut PyObject, name: &Name) -> Result<Owned<'py>> {
+    let key = name.name.get(py)?;
+    // SAFETY: the token proves the GIL is held; `object` and the interned name are live.
+    let value = unsafe {
+        match (name.method, vectorcall_method()) {
+            (false, _) => (py.PyObject_GetAttr)(object, key),
+            (true, Some(call)) => call(key, [object].as_ptr(), 1, ptr::null_mut()),
+            (true, None) => match Owned::new(py, (py.PyObject_GetAttr)(object, key)) {
+                Ok(method) => (py.PyObject_CallObject)(method.as_ptr(), ptr::null_mut()),
+                Err(_) => ptr::null_mut(),
+            },
+        }
+    };
+    Owned::new(py, value).map_err(|_| Error::python_pending())
+}

@@ -1,0 +1,237 @@
+//! The `dlpx.Tensor` object: its layout over a [`Tensor`], the type object once created, and
+//! the three PyObject entries of dlpx's exchange table. The type's slots are in `type_spec`,
+//! its properties in `getters`, `__dlpack__` in `protocol`, the `dlpx.Device` class in
+//! `device_class`. The type is below the importer: its constructor, `dlpx.Tensor(x)`, is the
+//! importer handed down when the module creates the type (`create_type`).
+
+mod array_interfaces;
+mod buffer;
+pub mod device_class;
+mod getters;
+mod protocol;
+mod type_spec;
+
+use std::ffi::{c_int, c_void};
+use std::mem::MaybeUninit;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+pub use type_spec::{create_type, Import};
+
+use crate::abi::*;
+use crate::cpython::{type_name, type_of, Python, Raise};
+use crate::error::{boundary, Error, Result};
+use crate::tensor::Tensor;
+
+/// The object's own fields, after the interpreter's object header (`cpython::layout`: 16 or 32
+/// bytes). tp_alloc zeroes the object, so `ready` is 0 until `tensor` is written: an object
+/// whose initialisation failed deallocates without touching `tensor`.
+#[repr(C)]
+struct PyTensor {
+    ready: u8,
+    tensor: MaybeUninit<Tensor>,
+}
+
+impl PyTensor {
+    /// The object's size: the header, then the fields.
+    pub(super) fn basicsize() -> usize {
+        crate::cpython::layout::head() + std::mem::size_of::<PyTensor>()
+    }
+
+    #[inline(always)]
+    fn of(object: *mut PyObject) -> *mut PyTensor {
+        crate::cpython::layout::fields(object).cast()
+    }
+
+    /// # Safety
+    /// `object` is a live instance of dlpx.Tensor or a subclass (GIL held).
+    #[inline(always)]
+    unsafe fn get<'a>(object: *mut PyObject) -> Option<&'a Tensor> {
+        let this = PyTensor::of(object);
+        // SAFETY: per the contract; `ready` says whether `tensor` was written.
+        unsafe { ((*this).ready != 0).then(|| (*this).tensor.assume_init_ref()) }
+    }
+
+    /// # Safety
+    /// `object` is a fresh, zeroed instance nobody else sees yet.
+    unsafe fn init(object: *mut PyObject, tensor: Tensor) {
+        let this = PyTensor::of(object);
+        // SAFETY: per the contract; written without reading (or dropping) the zeroed bytes.
+        unsafe {
+            ptr::addr_of_mut!((*this).tensor).write(MaybeUninit::new(tensor));
+            (*this).ready = 1;
+        }
+    }
+
+    /// # Safety
+    /// `object` is being deallocated (GIL held); nobody reads it afterwards.
+    unsafe fn take(object: *mut PyObject) -> Option<Tensor> {
+        let this = PyTensor::of(object);
+        // SAFETY: per the contract; `ready` is cleared so the value is read out once.
+        unsafe {
+            if (*this).ready == 0 {
+                return None;
+            }
+            (*this).ready = 0;
+            Some((*this).tensor.assume_init_read())
+        }
+    }
+}
+
+static TENSOR_TYPE: AtomicPtr<PyTypeObject> = AtomicPtr::new(ptr::null_mut());
+/// dlpx's exchange table, handed down when the module is created (published on the type).
+static OWN_TABLE: AtomicPtr<DLPackExchangeAPI> = AtomicPtr::new(ptr::null_mut());
+
+/// The table `dlpx.Tensor` publishes, once the module has created the type.
+#[inline]
+pub fn own_table() -> Option<&'static DLPackExchangeAPI> {
+    // SAFETY: only `create_type` stores here, a `&'static` table.
+    unsafe { OWN_TABLE.load(Ordering::Relaxed).as_ref() }
+}
+
+/// The `dlpx.Tensor` type object, once the module has created it.
+#[inline]
+pub fn tensor_type() -> *mut PyTypeObject {
+    TENSOR_TYPE.load(Ordering::Relaxed)
+}
+
+/// Whether `ty` is dlpx.Tensor or a subclass.
+pub fn is_tensor_type(py: Python<'_>, ty: *mut PyTypeObject) -> bool {
+    let base = tensor_type();
+    // SAFETY: the token proves the GIL is held; both are live type objects.
+    ty == base || (!base.is_null() && unsafe { (py.PyType_IsSubtype)(ty, base) } != 0)
+}
+
+/// The tensor inside `object` when it is a `dlpx.Tensor` (or a subclass), else None.
+#[inline]
+pub fn tensor_of<'a>(py: Python<'a>, object: *mut PyObject) -> Option<&'a Tensor> {
+    // SAFETY: instances of our type (and subclasses) have the PyTensor layout; the caller's
+    // reference keeps `object`, and so its tensor, alive while the token lives.
+    is_tensor_type(py, type_of(py, object)).then(|| unsafe { PyTensor::get(object) }).flatten()
+}
+
+/// The tensor inside `object` when its type is exactly dlpx.Tensor: one comparison.
+#[inline]
+pub fn exact_tensor_of<'a>(py: Python<'a>, object: *mut PyObject) -> Option<&'a Tensor> {
+    // SAFETY: as in `tensor_of`.
+    (type_of(py, object) == tensor_type()).then(|| unsafe { PyTensor::get(object) }).flatten()
+}
+
+/// The DLTensor of `object` when its type is exactly dlpx.Tensor: the hot path of the view, for
+/// a caller that has no token to spare.
+///
+/// # Safety
+/// The GIL is held; `object` is NULL or a live object.
+#[inline(always)]
+pub unsafe fn exact_tensor_view<'a>(object: *mut PyObject) -> Option<&'a DLTensor> {
+    // SAFETY: per the contract; a NULL tensor type never equals a live object's type.
+    unsafe {
+        if object.is_null() || crate::cpython::type_of_unchecked(object) != tensor_type() {
+            return None;
+        }
+        PyTensor::get(object).map(Tensor::dl_tensor)
+    }
+}
+
+/// A new `dlpx.Tensor` holding `tensor`.
+pub fn wrap(py: Python<'_>, tensor: Tensor) -> Result<*mut PyObject> {
+    let object = type_spec::alloc_empty(py, tensor_type())?;
+    // SAFETY: a fresh, zeroed PyTensor that nobody else sees yet.
+    unsafe { PyTensor::init(object, tensor) };
+    Ok(object)
+}
+
+/// The tensor of `self` in a method or getter.
+fn this<'a>(py: Python<'a>, object: *mut PyObject) -> Result<&'a Tensor> {
+    tensor_of(py, object).ok_or_else(|| Error::runtime("uninitialised dlpx.Tensor"))
+}
+
+// ---- the exchange table's PyObject entries ---------------------------------------------------
+
+/// `managed_tensor_from_py_object_no_sync` for dlpx tensors.
+pub fn managed_from_py(
+    py: Python<'_>,
+    object: *mut PyObject,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> Result<c_int> {
+    let (tensor, out) = checked_args(py, object, out)?;
+    let managed = tensor.export_versioned(0)?;
+    // SAFETY: `out` is non-NULL and writable by the caller's contract.
+    unsafe { out.as_ptr().write(managed.as_ptr()) };
+    Ok(0)
+}
+
+/// `dltensor_from_py_object_no_sync` for dlpx tensors: the view's shape and strides live in
+/// the tensor the object holds, so they stay valid while the caller holds the object.
+pub fn dltensor_from_py(py: Python<'_>, object: *mut PyObject, out: *mut DLTensor) -> Result<c_int> {
+    let (tensor, out) = checked_args(py, object, out)?;
+    // SAFETY: `out` is non-NULL and writable by the caller's contract.
+    unsafe { out.as_ptr().write(*tensor.dl_tensor()) };
+    Ok(0)
+}
+
+#[inline(always)]
+fn checked_args<'a, T>(py: Python<'a>, object: *mut PyObject, out: *mut T) -> Result<(&'a Tensor, NonNull<T>)> {
+    if tensor_type().is_null() {
+        return Err(not_initialised());
+    }
+    if object.is_null() {
+        return Err(Error::value("py_object is NULL"));
+    }
+    let Some(out) = NonNull::new(out) else { return Err(Error::value("out is NULL")) };
+    match tensor_of(py, object) {
+        Some(tensor) => {
+            tensor.record_current_stream();
+            Ok((tensor, out))
+        }
+        None => Err(Error::type_error(format!("expected a dlpx.Tensor, got {}", type_name(py, object)))),
+    }
+}
+
+/// Without `import dlpx` there is no dlpx.Tensor, so no object can be one.
+#[cold]
+pub fn not_initialised() -> Error {
+    Error::runtime("the dlpx module is not initialised (import dlpx first)")
+}
+
+/// `managed_tensor_to_py_object_no_sync`: any producer's managed tensor becomes a dlpx.Tensor.
+/// Ownership moves only on success (docs/design.md R4): on failure the caller still owns `managed`.
+pub fn to_py(py: Python<'_>, managed: *mut DLManagedTensorVersioned, out: *mut *mut PyObject) -> Result<c_int> {
+    let managed = NonNull::new(managed).ok_or_else(|| Error::null("tensor"))?;
+    let out = NonNull::new(out).ok_or_else(|| Error::null("out_py_object"))?;
+    if tensor_type().is_null() {
+        return Err(not_initialised());
+    }
+    // Allocate first: once the tensor is adopted, a failure could no longer leave it with the caller.
+    let object = type_spec::alloc_empty(py, tensor_type())?;
+    // SAFETY: the caller owns `managed` and gives it up only if this succeeds.
+    match unsafe { Tensor::from_managed(managed) } {
+        Ok(tensor) => {
+            // SAFETY: a fresh object, not yet visible to anyone; `out` is writable.
+            unsafe {
+                PyTensor::init(object, tensor);
+                out.as_ptr().write(object);
+            }
+            Ok(0)
+        }
+        Err(err) => {
+            py.decref(object);
+            Err(err)
+        }
+    }
+}
+
+/// `managed_tensor_to_py_object_no_sync` of dlpx's table and of the synthetic tables.
+///
+/// # Safety
+/// The table's contract: the GIL is held; `tensor` is NULL or owned by the caller; `out` is
+/// NULL or writable.
+pub unsafe extern "C" fn to_py_entry(tensor: *mut DLManagedTensorVersioned, out: *mut *mut c_void) -> c_int {
+    boundary(Raise, "managed_tensor_to_py_object_no_sync", || {
+        // SAFETY: the table's contract: the caller holds the GIL.
+        let py = unsafe { Python::assume_attached()? };
+        to_py(py, tensor, out.cast())
+    })
+}

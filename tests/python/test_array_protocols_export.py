@@ -1,0 +1,123 @@
+"""dlpx.Tensor speaks the older array protocols too (docs/design.md R12): the buffer protocol and
+`__array_interface__` on the host, `__cuda_array_interface__` (v3) on CUDA
+(test_array_protocols_cuda.py), and numpy 2's `__array__(dtype, copy)`. So a user's first
+gesture, `np.asarray(t)`, is zero-copy and right, and so are `memoryview(t)`, `bytes(t)` and
+`PIL.Image.fromarray(t)`; read-only stays read-only through each."""
+
+import ctypes
+import gc
+import sys
+
+import numpy as np
+import pytest
+
+import dlpx
+
+PYBUF_WRITABLE = 0x0001
+NUMBERS = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+           "float16", "float32", "float64", "complex64", "complex128"]
+
+
+def tensor(shape=(2, 3), dtype="float32"):
+    a = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
+    return dlpx.from_dlpack(a), a
+
+
+@pytest.mark.parametrize("dtype", NUMBERS)
+def test_np_asarray_is_zero_copy_and_right(dtype):
+    t, a = tensor(dtype=dtype)
+    n = np.asarray(t)
+    assert n.dtype == a.dtype and n.shape == a.shape and n.ctypes.data == t.data_ptr
+    np.testing.assert_array_equal(n, a)
+
+
+def test_np_asarray_keeps_strides_and_the_tensor_alive():
+    a = np.arange(24, dtype=np.int32).reshape(4, 6)[::-2, 1::2]
+    t = dlpx.from_dlpack(a)
+    n = np.asarray(t)
+    assert n.strides == a.strides and n.ctypes.data == a.ctypes.data
+    before = sys.getrefcount(t)
+    del a
+    gc.collect()
+    np.testing.assert_array_equal(n, np.arange(24, dtype=np.int32).reshape(4, 6)[::-2, 1::2])
+    del n
+    gc.collect()
+    assert sys.getrefcount(t) == before - 1
+
+
+def test_memoryview_of_a_tensor():
+    t, a = tensor((3, 4), "int16")
+    m = memoryview(t)
+    assert (m.format, m.itemsize, m.shape, m.strides, m.readonly) == ("h", 2, (3, 4), (8, 2), False)
+    assert m.tolist() == a.tolist()
+    m[1, 2] = -5
+    assert np.asarray(t)[1, 2] == -5
+    assert bytes(t) == a.tobytes() and bytes(m) == np.asarray(t).tobytes()
+
+
+def test_read_only_tensors_export_read_only_buffers():
+    a = np.arange(4.0)
+    a.flags.writeable = False
+    t = dlpx.from_dlpack(a)
+    assert memoryview(t).readonly
+    assert not np.asarray(t).flags.writeable
+    get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+    get_buffer.argtypes, get_buffer.restype = [ctypes.py_object, ctypes.c_void_p, ctypes.c_int], ctypes.c_int
+    view = (ctypes.c_byte * 128)()
+    with pytest.raises(BufferError, match="read-only"):
+        get_buffer(t, ctypes.addressof(view), PYBUF_WRITABLE)
+    with pytest.raises(TypeError):
+        memoryview(t)[0] = 1.0
+
+
+def test_the_array_interface_describes_the_tensor():
+    t, a = tensor((2, 3), "float64")
+    interface = t.__array_interface__
+    assert interface["version"] == 3 and interface["typestr"] == "<f8" and interface["shape"] == (2, 3)
+    assert interface["data"] == (t.data_ptr, False)
+    assert interface["strides"] in (None, (24, 8))
+    assert not hasattr(t, "__cuda_array_interface__")
+
+
+def test_pil_images_from_tensors():
+    image_module = pytest.importorskip("PIL.Image")
+    pixels = np.arange(24, dtype=np.uint8).reshape(2, 4, 3)
+    image = image_module.fromarray(dlpx.from_dlpack(pixels))
+    assert image.size == (4, 2) and image.mode == "RGB"
+    np.testing.assert_array_equal(np.asarray(image), pixels)
+
+
+@pytest.mark.parametrize("dtype, copy, shares", [
+    (None, None, True), (None, False, True), (None, True, False), ("float64", None, False),
+])
+def test_array_dunder_takes_numpy_2_s_dtype_and_copy(dtype, copy, shares):
+    t, a = tensor(dtype="float32")
+    n = t.__array__(dtype=dtype, copy=copy)
+    assert isinstance(n, np.ndarray) and np.shares_memory(n, np.asarray(t)) == shares
+    np.testing.assert_array_equal(n, a)
+    assert n.dtype == (np.dtype(dtype) if dtype else a.dtype)
+
+
+def test_array_dunder_refuses_a_copy_it_was_told_not_to_make():
+    t, _ = tensor(dtype="float32")
+    with pytest.raises(ValueError, match="copy"):
+        t.__array__(dtype="float64", copy=False)
+    with pytest.raises(ValueError, match="copy"):
+        np.array(t, dtype=np.float64, copy=False)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float4_e2m1fn", "int4"])
+def test_dtypes_no_buffer_format_names_are_refused_by_name(dtype):
+    t = dlpx.empty((4,), dtype)
+    with pytest.raises(BufferError, match=dtype):
+        memoryview(t)
+    with pytest.raises((BufferError, AttributeError), match=dtype):
+        t.__array_interface__
+
+
+def test_torch_as_tensor_on_the_host():
+    torch = pytest.importorskip("torch")
+    t, a = tensor()
+    x = torch.as_tensor(t)
+    assert x.data_ptr() == t.data_ptr
+    np.testing.assert_array_equal(x.numpy(), a)
