@@ -5,6 +5,7 @@ use std::ptr::NonNull;
 
 use pyo3_ffi::PyObject;
 
+use super::guard::State;
 use super::{dlpack_method, Ask, Entry, Reading, Request};
 use crate::abi::DLTensor;
 use crate::cpython::{take_pending, type_name, Owned, Python};
@@ -41,8 +42,8 @@ pub trait Suspect: Sync {
 /// The producer's own `__dlpack__`, asked once where a row's reading cannot stand alone, and
 /// what its answer makes of the reading:
 /// - no reading (the row does not cover the object, or its guard is off): the answer itself;
-/// - a guard's first use: the row's reading where the two agree, else the answer
-///   (`Guard::judge`);
+/// - a guard's first use: the row's reading where the two agree (its view, where the entry point
+///   takes one), else the answer (`Guard::judge`);
 /// - a reading the row suspects: the producer's verdict, its refusal a BufferError carrying its
 ///   message (first line: no C++ backtrace); memory holding negated values refused, or under
 ///   `copy=True` the values the producer resolves (a new object of its own that the reading then
@@ -80,7 +81,16 @@ pub fn answer<'py>(
     let request = if first_use || suspicion.is_some() { Request::PLAIN } else { ask.request };
     let theirs = if asked { dlpack_method::read(py, object, request) } else { Ok(Reading::Uncovered) };
     if first_use {
-        return entry.row.guard.expect("a first use is a guard's").judge(py, ours, theirs);
+        let guard = entry.row.guard.expect("a first use is a guard's");
+        let answer = guard.judge(py, ours, theirs)?;
+        // Once the check trusts the row, a view is the row's own, for this object as for every
+        // later one (the agreed owner is dropped).
+        if ask.view.is_some() && guard.state(py) == State::Trusted {
+            if let view @ Reading::View = entry.row.producer.read(py, object, entry, ask)? {
+                return Ok(view);
+            }
+        }
+        return Ok(answer);
     }
     let Some(suspicion) = suspicion else { return theirs };
     let theirs = theirs.map_err(|err| {
