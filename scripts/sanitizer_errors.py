@@ -12,7 +12,7 @@ A rule matches an error of its tool whose first line matches MESSAGE_RE and whos
 A run of the tool `memcheck-leaks` is memcheck's leak check without backtraces (whose Python
 frames keep objects alive), with `--accounting SUITE=FILE`: dlpx's own account of what it held at
 exit (tests/python/dlpx_accounting.py). Its leaks are expected when dlpx held nothing then and
-they are as many as the backtrace run of the same suite puts on other libraries; its other
+they are no more than the backtrace run of the same suite puts on other libraries; its other
 errors go by memcheck's rules.
 """
 
@@ -128,8 +128,10 @@ def sort_leak_run(errors, rules, account, others) -> tuple[dict[str, int], list[
     problem = None
     if not held_nothing(account):
         problem = f"dlpx's account at exit is not empty: {account}"
-    elif others is not None and len(leaks) != others:
-        problem = f"{len(leaks)} leaks without backtraces, {others} put on other libraries with them"
+    elif others is not None and len(leaks) > others:
+        # Backtraces keep objects of every library alive, so a run without them may list fewer
+        # of the other libraries' leaks, never more.
+        problem = f"{len(leaks)} leaks without backtraces, only {others} put on other libraries with them"
     if problem:
         return expected, unexpected + leaks, problem
     if leaks:

@@ -55,7 +55,30 @@ pub fn read_through<'py>(
     let managed =
         NonNull::new(managed).ok_or_else(|| Error::buffer("the producer returned success and a NULL tensor"))?;
     // SAFETY: the table hands its caller the managed tensor.
-    Ok(unsafe { Reading::managed(managed) })
+    let reading = unsafe { Reading::managed(managed) };
+    if ask.on_dlpx_stream {
+        // SAFETY: live, ours; the device is read before any check (an unknown one has no streams).
+        order_after_producer(api, unsafe { managed.as_ref() }.dl_tensor.device)?;
+    }
+    Ok(reading)
+}
+
+/// Where memory is stream-ordered, dlpx's current stream waits for the producer's current work
+/// stream (an event, never a device synchronisation), so the work dlpx orders next — a copy, a
+/// kernel on dlpx's stream — sees the data the producer's stream was still writing.
+#[inline]
+fn order_after_producer(api: &DLPackExchangeAPI, device: DLDevice) -> Result<()> {
+    if !crate::devices::has_streams(device.device_type) {
+        return Ok(());
+    }
+    let mut producer: *mut std::ffi::c_void = ptr::null_mut();
+    if let Some(current_work_stream) = api.current_work_stream {
+        // SAFETY: the producer's contract (GIL held, a writable out).
+        if unsafe { current_work_stream(device.device_type, device.device_id, &mut producer) } != 0 {
+            return Err(Error::python_pending());
+        }
+    }
+    crate::devices::order_after(device, producer, crate::stream::current(device))
 }
 
 /// The major-1 table objects of type `ty` are read through, or None: a type that publishes

@@ -440,6 +440,43 @@ def test_a_failing_event_record_is_an_error_and_leaks_nothing(stream):
 
 # ---- imports: the producer is asked for dlpx's stream ----------------------------------------
 
+CURRENT_WORK_STREAM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
+
+
+def foreign_table_type(producer_stream):
+    """A type whose objects are read through an exchange table of another framework: dlpx's own
+    entries, but a `current_work_stream` that names `producer_stream` (as torch's names its
+    current stream). Its entries do not synchronise, as no table's do."""
+    own = abi.exchange_table(dlpx.Tensor)
+    table = abi.DLPackExchangeAPI()
+    ctypes.pointer(table)[0] = own
+    table.header.prev_api = None
+
+    @CURRENT_WORK_STREAM
+    def current_work_stream(device_type, device_id, out):
+        out[0] = producer_stream
+        return 0
+
+    table.current_work_stream = ctypes.cast(current_work_stream, ctypes.c_void_p).value
+    capsule = ctypes.pythonapi.PyCapsule_New
+    capsule.restype, capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    published = type("Foreign", (dlpx.Tensor,), {"__dlpack_c_exchange_api__": capsule(ctypes.addressof(table), b"dlpack_exchange_api", None)})
+    published._keep = (table, current_work_stream)  # the table and its callback live with the type
+    return published
+
+
+def test_a_table_s_tensor_is_read_after_the_table_s_current_work_stream(stream):
+    # Found on an H200 (scripts/gpu_check.sh's interop matrix): torch's table hands its tensor
+    # over without synchronising, so dlpx's stream must wait for torch's current stream before it
+    # uses the data; a copy to the host read zeros the producer's stream had not yet overwritten.
+    producer_stream, mine = stream(), stream()
+    foreign = foreign_table_type(producer_stream)(dlpx.empty((8,), "float32", "cuda:0"))
+    assert dlpx._native._row_of(type(foreign)) == "table"
+    with dlpx.cuda.stream(mine):
+        imported = dlpx.from_dlpack(foreign)
+    assert imported.data_ptr == foreign.data_ptr
+    assert SIM.sim_cuda_waits(mine, producer_stream) == 1
+
 
 def test_an_import_orders_dlpx_s_stream_after_the_exchange_table_s(stream):
     producer_stream, mine = stream(), stream()

@@ -64,6 +64,7 @@ def leak_log(leaks: int) -> str:
 
 @pytest.mark.parametrize("account, leaks, ok", [
     ({"allocated_bytes.all.current": 0, "reserved_bytes.all.current": 0, "num_device_alloc": 16, "num_device_free": 16}, 6, True),
+    ({"allocated_bytes.all.current": 0, "reserved_bytes.all.current": 0, "num_device_alloc": 16, "num_device_free": 16}, 5, True),
     ({"allocated_bytes.all.current": 0, "reserved_bytes.all.current": 0, "num_device_alloc": 16, "num_device_free": 16}, 7, False),
     ({"allocated_bytes.all.current": 512, "reserved_bytes.all.current": 512, "num_device_alloc": 16, "num_device_free": 15}, 6, False),
     (None, 6, False),
@@ -116,3 +117,18 @@ def test_an_unexpected_error_fails_and_is_shown_with_its_backtrace(tmp_path, cap
     out = capsys.readouterr().out
     assert "| memcheck | test_cuda.py | 16 | 2: on purpose | 14 |" in out
     assert "CUDACachingAllocator" in out and "dlpx::memory::cuda::pool::alloc_device" in out
+
+
+def test_the_h200_run_with_and_without_backtraces_passes_the_script_s_rules(tmp_path, capsys):
+    # A GPU run at the block cache (H200, driver 580.159.04): memcheck with backtraces over
+    # test_cuda.py, and memcheck-leaks without, with dlpx's account at exit.
+    with_backtraces = tmp_path / "memcheck.log"
+    with gzip.open(os.path.join(DATA, "memcheck_test_cuda_h200_cache.log.gz"), "rt") as f:
+        with_backtraces.write_text(f.read())
+    rules = [f"--expect={r.tool}|{r.message.pattern}|{r.backtrace.pattern}|{r.why}" for r in script_rules()]
+    status = reader.main(rules + [f"--accounting=test_cuda.py={os.path.join(DATA, 'accounting_test_cuda_h200.json')}",
+                                  f"memcheck:test_cuda.py:{with_backtraces}",
+                                  f"memcheck-leaks:test_cuda.py:{os.path.join(DATA, 'memcheck_leaks_test_cuda_h200.log')}"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "| memcheck-leaks | test_cuda.py | 9 | 3: the out-of-memory tests" in out
