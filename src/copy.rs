@@ -49,12 +49,11 @@ fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
     if bits % 8 != 0 {
         return Err(Error::buffer("cannot copy a strided tensor of a packed sub-byte dtype"));
     }
-    let item = (bits / 8) as i64;
-    let byte_strides: Vec<i64> = src.strides().iter().map(|s| s * item).collect();
+    let item = (bits / 8) as usize;
     let mut written = 0usize;
     // SAFETY: every source offset lies inside the producer's tensor (its strides describe it);
     // the destination is filled in order and holds numel * item bytes.
-    unsafe { gather(src_base, src.shape(), &byte_strides, item as usize, dst_base, &mut written) };
+    unsafe { gather(src_base, src.shape(), src.strides(), item as isize, item, dst_base, &mut written) };
     Ok(dst)
 }
 
@@ -70,12 +69,22 @@ pub unsafe fn gather_bytes(src: *const u8, shape: &[i64], byte_strides: &[i64], 
         let mut written = 0usize;
         let item = crate::layout::element_bits(dtype, 0) as usize / 8;
         // SAFETY: per the contract; the destination holds numel * item bytes, filled in order.
-        unsafe { gather(src, shape, byte_strides, item, dst.dl_tensor().data.cast(), &mut written) };
+        unsafe { gather(src, shape, byte_strides, 1, item, dst.dl_tensor().data.cast(), &mut written) };
     }
     Ok(dst)
 }
 
-unsafe fn gather(src: *const u8, shape: &[i64], byte_strides: &[i64], item: usize, dst: *mut u8, written: &mut usize) {
+/// Copies `item`-byte items in row-major order from `src`, whose dimension `i` steps
+/// `strides[i] * unit` bytes (`unit`: the item size for element strides, 1 for byte strides).
+unsafe fn gather(
+    src: *const u8,
+    shape: &[i64],
+    strides: &[i64],
+    unit: isize,
+    item: usize,
+    dst: *mut u8,
+    written: &mut usize,
+) {
     match shape {
         [] => {
             // SAFETY: per the caller.
@@ -84,9 +93,9 @@ unsafe fn gather(src: *const u8, shape: &[i64], byte_strides: &[i64], item: usiz
         }
         [extent, rest @ ..] => {
             for i in 0..*extent as isize {
-                let at = src.wrapping_offset(i * byte_strides[0] as isize);
+                let at = src.wrapping_offset(i * strides[0] as isize * unit);
                 // SAFETY: per the caller.
-                unsafe { gather(at, rest, &byte_strides[1..], item, dst, written) };
+                unsafe { gather(at, rest, &strides[1..], unit, item, dst, written) };
             }
         }
     }

@@ -124,8 +124,8 @@ pub fn is_f_contiguous(shape: &[i64], strides: &[i64]) -> bool {
 /// Element strides from the byte strides the buffer protocol and the array interfaces give,
 /// written into `out`: each must be a whole number of items (else the layout has no DLPack
 /// spelling, and only a copy can cross).
-pub fn element_strides(byte_strides: &[i64], item_size: i64, out: &mut [i64]) -> Result<()> {
-    for (dim, (&bytes, slot)) in byte_strides.iter().zip(out.iter_mut()).enumerate() {
+pub fn element_strides(byte_strides: impl IntoIterator<Item = i64>, item_size: i64, out: &mut [i64]) -> Result<()> {
+    for (dim, (bytes, slot)) in byte_strides.into_iter().zip(out.iter_mut()).enumerate() {
         if item_size <= 0 || bytes % item_size != 0 {
             return Err(unaligned_stride(dim, bytes, item_size));
         }
@@ -134,9 +134,8 @@ pub fn element_strides(byte_strides: &[i64], item_size: i64, out: &mut [i64]) ->
     Ok(())
 }
 
-/// The refusal of byte stride `bytes` of dimension `dim`, not a whole number of items.
 #[cold]
-pub fn unaligned_stride(dim: usize, bytes: i64, item_size: i64) -> Error {
+fn unaligned_stride(dim: usize, bytes: i64, item_size: i64) -> Error {
     Error::buffer(format!("strides[{dim}] = {bytes} bytes is not a multiple of the item size, {item_size} bytes"))
 }
 
@@ -177,9 +176,9 @@ mod tests {
         assert!(is_contiguous(&[0, 3], &[7, 7]));
         assert!(is_f_contiguous(&[2, 3, 4], &[1, 2, 6]) && !is_f_contiguous(&[2, 3, 4], &s));
         let mut e = [0i64; 3];
-        element_strides(&[-24, 8, 0], 8, &mut e).unwrap();
+        element_strides([-24, 8, 0], 8, &mut e).unwrap();
         assert_eq!(e, [-3, 1, 0]);
-        let err = element_strides(&[12, 6], 4, &mut e).unwrap_err();
+        let err = element_strides([12, 6], 4, &mut e).unwrap_err();
         assert_eq!(err.fact(), "strides[1] = 6 bytes is not a multiple of the item size, 4 bytes");
     }
 }

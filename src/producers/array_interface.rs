@@ -35,7 +35,7 @@ impl Producer for ArrayInterface {
 fn managed_of(py: Python<'_>, object: *mut PyObject, copy: bool) -> Result<NonNull<DLManagedTensorVersioned>> {
     let interface = interface_dict::read(py, object, Kind::Host)?;
     match (&interface.unaligned, copy) {
-        (Some(_), true) => return copied(py, &interface, object),
+        (Some(_), true) => return copied(py, &interface),
         (Some(_), false) => return Err(interface.unaligned.unwrap_or_else(|| Error::buffer("unaligned strides"))),
         (None, _) => {}
     }
@@ -89,11 +89,7 @@ fn managed_of(py: Python<'_>, object: *mut PyObject, copy: bool) -> Result<NonNu
 /// Strides that are no whole number of items: a compact copy, gathered by byte strides, for a
 /// request that asked for a copy (the one way such a layout crosses).
 #[cold]
-fn copied(
-    py: Python<'_>,
-    interface: &Interface<'_>,
-    object: *mut PyObject,
-) -> Result<NonNull<DLManagedTensorVersioned>> {
+fn copied(py: Python<'_>, interface: &Interface<'_>) -> Result<NonNull<DLManagedTensorVersioned>> {
     let ndim = interface.ndim;
     let (shape, byte_strides) = (&interface.shape[..ndim], &interface.byte_strides[..ndim]);
     let copy = match &interface.data {
@@ -105,7 +101,6 @@ fn copied(
             let Some(held) = HeldView::take(py, exporter.as_ptr(), PYBUF_RECORDS_RO)? else {
                 return Err(Error::buffer("__array_interface__: data is neither (address, read_only) nor a buffer"));
             };
-            let _ = object;
             // SAFETY: the view is held for the call; the interface says it holds every item.
             unsafe {
                 crate::copy::gather_bytes(

@@ -90,8 +90,33 @@ pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNul
 /// The view as a DLPack tensor, its extents then its element strides written to `dims`, or why
 /// it has none.
 pub fn describe(view: &PyBuffer, offset: usize, dims: &mut [i64; 2 * MAX_NDIM]) -> Result<DLTensor> {
-    // SAFETY: a filled view: its format, shape, strides and suboffsets arrays are NULL or `ndim`
-    // long, valid while it is held.
+    let (dtype, ndim) = items(view, dims)?;
+    let (shape, strides) = dims.split_at_mut(ndim);
+    let strides = &mut strides[..ndim];
+    match view.strides.is_null() {
+        true => layout::compact_strides(shape, strides),
+        // SAFETY: a filled view's strides are `ndim` long, valid while it is held.
+        false => unsafe {
+            let bytes = (0..ndim).map(|i| *view.strides.add(i) as i64);
+            layout::element_strides(bytes, (dtype.bits / 8) as i64, strides)?;
+        },
+    }
+    Ok(DLTensor {
+        data: view.buf,
+        device: DLDevice::CPU,
+        ndim: ndim as i32,
+        dtype,
+        shape: ptr::null_mut(),
+        strides: ptr::null_mut(),
+        byte_offset: offset as u64,
+    })
+}
+
+/// The view's items: their dtype (its format, which its itemsize must agree with), and its
+/// dimensions, whose extents are written to the front of `shape`; or why DLPack cannot say them.
+fn items(view: &PyBuffer, shape: &mut [i64]) -> Result<(DLDataType, usize)> {
+    // SAFETY: a filled view: its format, shape and suboffsets arrays are NULL or `ndim` long,
+    // valid while it is held.
     unsafe {
         let format = NonNull::new(view.format).map(|f| CStr::from_ptr(f.as_ptr()).to_bytes());
         let dtype = array_formats::from_buffer_format(format)?;
@@ -111,32 +136,10 @@ pub fn describe(view: &PyBuffer, offset: usize, dims: &mut [i64; 2 * MAX_NDIM]) 
         }
         // A view without shape is one dimension of `len / itemsize` items.
         let ndim = if view.shape.is_null() { ndim.min(1) } else { ndim };
-        let (shape, strides) = dims.split_at_mut(ndim);
-        for (i, extent) in shape.iter_mut().enumerate() {
+        for (i, extent) in shape[..ndim].iter_mut().enumerate() {
             *extent = if view.shape.is_null() { (view.len / item) as i64 } else { *view.shape.add(i) as i64 };
         }
-        let strides = &mut strides[..ndim];
-        match view.strides.is_null() {
-            true => layout::compact_strides(shape, strides),
-            false => {
-                for (i, stride) in strides.iter_mut().enumerate() {
-                    let bytes = *view.strides.add(i);
-                    if bytes % item != 0 {
-                        return Err(layout::unaligned_stride(i, bytes as i64, item as i64));
-                    }
-                    *stride = (bytes / item) as i64;
-                }
-            }
-        }
-        Ok(DLTensor {
-            data: view.buf,
-            device: DLDevice::CPU,
-            ndim: ndim as i32,
-            dtype,
-            shape: ptr::null_mut(),
-            strides: ptr::null_mut(),
-            byte_offset: offset as u64,
-        })
+        Ok((dtype, ndim))
     }
 }
 
@@ -146,19 +149,10 @@ pub fn describe(view: &PyBuffer, offset: usize, dims: &mut [i64; 2 * MAX_NDIM]) 
 pub fn copy_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<Tensor>> {
     let Some(held) = HeldView::take(py, object, PYBUF_RECORDS_RO)? else { return Ok(None) };
     let view = held.view();
-    // SAFETY: a filled view (see `describe`).
-    let format = unsafe { NonNull::new(view.format).map(|f| CStr::from_ptr(f.as_ptr()).to_bytes()) };
-    let dtype = array_formats::from_buffer_format(format)?;
-    let ndim = usize::try_from(view.ndim)
-        .ok()
-        .filter(|&n| n <= MAX_NDIM)
-        .ok_or_else(|| Error::buffer(format!("the buffer has {} dimensions (at most {MAX_NDIM})", view.ndim)))?;
-    let shape: Vec<i64> = match view.shape.is_null() {
-        true => vec![(view.len / view.itemsize.max(1)) as i64; ndim.min(1)],
-        // SAFETY: `ndim` extents.
-        false => (0..ndim).map(|i| unsafe { *view.shape.add(i) } as i64).collect(),
-    };
-    let copy = Tensor::empty(&shape, dtype, DLDevice::CPU)?;
+    let mut shape = [0i64; MAX_NDIM];
+    let (dtype, ndim) = items(view, &mut shape)?;
+    let shape = &shape[..ndim];
+    let copy = Tensor::empty(shape, dtype, DLDevice::CPU)?;
     let dst = copy.dl_tensor().data;
     if !dst.is_null() {
         // SAFETY: GIL held; `dst` holds exactly `view.len` bytes (the same items, compact).

@@ -45,7 +45,7 @@ pub struct Interface<'py> {
     pub shape: [i64; MAX_NDIM],
     /// Element strides (from bytes), when every stride is a whole number of items.
     pub strides: [i64; MAX_NDIM],
-    /// The strides in bytes, as given.
+    /// The strides in bytes (as given, or C order's).
     pub byte_strides: [i64; MAX_NDIM],
     /// Why the strides have no element form (a copy crosses, where one is asked for), if so.
     pub unaligned: Option<Error>,
@@ -103,21 +103,20 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
     let item_size = (dtype.bits / 8) as i64;
     let (mut strides, mut byte_strides, mut unaligned) = ([0i64; MAX_NDIM], [0i64; MAX_NDIM], None);
     match item(c"strides")?.filter(|s| !args::is_none(py, s.as_ptr())) {
-        None => layout::compact_strides(&shape[..ndim], &mut strides[..ndim]),
+        None => {
+            layout::compact_strides(&shape[..ndim], &mut strides[..ndim]);
+            for (b, s) in byte_strides[..ndim].iter_mut().zip(&strides[..ndim]) {
+                *b = s * item_size;
+            }
+        }
         Some(object) => {
             let bytes = args::int_sequence(py, object.as_ptr(), "strides")?;
             if bytes.len() != ndim {
                 return Err(refuse(format!("{} strides for {ndim} dimensions", bytes.len())));
             }
-            unaligned = layout::element_strides(&bytes, item_size, &mut strides[..ndim]).err();
+            byte_strides[..ndim].copy_from_slice(&bytes);
+            unaligned = layout::element_strides(bytes, item_size, &mut strides[..ndim]).err();
         }
-    }
-    if unaligned.is_none() {
-        for (b, s) in byte_strides[..ndim].iter_mut().zip(&strides[..ndim]) {
-            *b = s * item_size;
-        }
-    } else if let Some(object) = item(c"strides")? {
-        byte_strides[..ndim].copy_from_slice(&args::int_sequence(py, object.as_ptr(), "strides")?);
     }
 
     let data = match item(c"data")? {

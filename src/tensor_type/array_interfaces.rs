@@ -9,6 +9,7 @@ use std::ffi::{c_void, CStr};
 use pyo3_ffi::PyObject;
 
 use super::this;
+use crate::abi::DLDevice;
 use crate::args::{self, FastArgs};
 use crate::array_formats;
 use crate::cpython::{attribute_error, int_tuple, Owned, Python};
@@ -23,10 +24,7 @@ pub(super) fn array_interface(py: Python<'_>, object: *mut PyObject) -> Result<*
     let tensor = this(py, object)?;
     let device = tensor.dl_tensor().device;
     if !devices::host_accessible(device.device_type) {
-        return Err(attribute_error(py, &format!(
-            "dlpx.Tensor on {} has no __array_interface__ (host memory only): use __cuda_array_interface__ or __dlpack__",
-            crate::device_names::name(device)
-        )));
+        return Err(absent(py, device, "__array_interface__ (host memory only): use __cuda_array_interface__"));
     }
     describe(py, tensor, None)
 }
@@ -37,12 +35,16 @@ pub(super) fn cuda_array_interface(py: Python<'_>, object: *mut PyObject) -> Res
     let tensor = this(py, object)?;
     let device = tensor.dl_tensor().device;
     if !devices::kernel_addressable(device.device_type) {
-        return Err(attribute_error(py, &format!(
-            "dlpx.Tensor on {} has no __cuda_array_interface__ (CUDA memory only): use __array_interface__ or __dlpack__",
-            crate::device_names::name(device)
-        )));
+        return Err(absent(py, device, "__cuda_array_interface__ (CUDA memory only): use __array_interface__"));
     }
     describe(py, tensor, Some(devices::interface_stream(device)))
+}
+
+/// The AttributeError of an interface that does not describe memory on `device`.
+#[cold]
+fn absent(py: Python<'_>, device: DLDevice, what: &str) -> Error {
+    let on = crate::device_names::name(device);
+    attribute_error(py, &format!("dlpx.Tensor on {on} has no {what} or __dlpack__"))
 }
 
 /// The interface's dict: shape, typestr (and descr), data and its read-only flag, strides in

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import dlpx
+from protocol_views import OnlyCudaInterface
 
 SIM = ctypes.CDLL(os.path.join(os.environ["DLPX_SIM_CUDA_DIR"], "libcuda.so"))
 SIM.sim_cuda_stream_create.argtypes = [ctypes.c_int]
@@ -26,17 +27,6 @@ SIM.sim_cuda_calls.argtypes = [ctypes.c_char_p]
 SIM.sim_cuda_calls.restype = ctypes.c_long
 SIM.sim_cuda_misuses.restype = ctypes.c_long
 LEGACY = 1
-
-
-class OnlyCudaInterface:
-    """An object that speaks the CUDA array interface alone (as numba's device arrays do)."""
-
-    def __init__(self, interface, owner=None):
-        self.interface, self.owner = interface, owner
-
-    @property
-    def __cuda_array_interface__(self):
-        return self.interface
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import dlpx
+from protocol_views import OnlyArrayInterface
 
 
 
@@ -29,21 +30,6 @@ def address_of(buffer_object) -> int:
     return np.frombuffer(buffer_object, np.uint8).ctypes.data if len(memoryview(buffer_object).cast("B")) else 0
 
 
-class OnlyArrayInterface:
-    """numpy seen through `__array_interface__` alone (no buffer protocol, no DLPack)."""
-
-    def __init__(self, array, **changes):
-        self.array = array
-        self.changes = changes
-
-    @property
-    def __array_interface__(self):
-        interface = dict(self.array.__array_interface__)
-        interface.update(self.changes)
-        return {k: v for k, v in interface.items() if v is not DROP}
-
-
-DROP = object()
 
 
 # ---- the buffer protocol --------------------------------------------------------------------
@@ -269,6 +255,16 @@ def test_the_kernel_api_takes_every_protocol():
         assert lib.dlpx_import(x, ctypes.byref(out)) == 0
         deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ctypes.c_void_p.from_address(out.value + 16).value)
         deleter(out.value)
+
+
+def test_an_interface_set_on_the_instance_is_read_too():
+    class Plain:
+        pass
+
+    holder, a = Plain(), np.arange(3.0)
+    holder.__array_interface__ = a.__array_interface__  # not on its type: numpy looks here too
+    t = dlpx.from_dlpack(holder)
+    assert t.data_ptr == a.ctypes.data and list(values(t)) == [0.0, 1.0, 2.0]
 
 
 def test_an_object_that_speaks_nothing_is_still_a_type_error_naming_what_was_looked_for():

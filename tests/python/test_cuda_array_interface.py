@@ -9,19 +9,9 @@ import pytest
 
 import dlpx
 from cuda_peers import cupy, needs_cupy, needs_gpu, torch
+from protocol_views import OnlyCudaInterface
 
 SLEEP_CYCLES = 2 * 10**8  # ~0.1 s of GPU time: far longer than an import and a copy
-
-
-class OnlyCudaInterface:
-    """`x` seen through its CUDA array interface alone: no DLPack, no exchange table."""
-
-    def __init__(self, x):
-        self.x = x
-
-    @property
-    def __cuda_array_interface__(self):
-        return self.x.__cuda_array_interface__
 
 
 def host(t):
@@ -93,13 +83,8 @@ def test_numba_reads_a_dlpx_tensor_through_the_interface():
     assert (host(t) == 2.5).all()
 
 
-class Interface:
-    def __init__(self, interface):
-        self.__cuda_array_interface__ = interface
-
-
 @needs_gpu
 def test_a_read_only_interface_stays_read_only_through_dlpx():
     t = dlpx.empty((4,), "float32", "cuda:0")
-    ro = dlpx.from_dlpack(Interface(dict(t.__cuda_array_interface__, data=(t.data_ptr, True))))
+    ro = dlpx.from_dlpack(OnlyCudaInterface(dict(t.__cuda_array_interface__, data=(t.data_ptr, True))))
     assert ro.readonly and ro.__cuda_array_interface__["data"] == (t.data_ptr, True)

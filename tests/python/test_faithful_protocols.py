@@ -12,18 +12,10 @@ import numpy as np
 import pytest
 
 import report_tables
+from protocol_views import OnlyArrayInterface
 from test_faithful_import import PATHS, TALLY
 
 DESCRIBABLE = {"?", "b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "e", "f", "d", "F", "D"}
-
-
-class OnlyArrayInterface:
-    def __init__(self, array):
-        self.array = array
-
-    @property
-    def __array_interface__(self):
-        return self.array.__array_interface__
 
 
 def arrays():
