@@ -3,7 +3,7 @@
 //! (`<f4`), read into a `DLDataType` and written from one. Only fixed-size numbers in the
 //! machine's byte order cross: no long double (`g`, `f16`), no structures, pointers or strings.
 
-use std::ffi::CStr;
+use std::ffi::{c_char, CStr};
 
 use crate::abi::{DLDataType, DataTypeCode};
 use crate::error::{Error, Result};
@@ -62,6 +62,41 @@ pub fn from_buffer_format(format: Option<&[u8]>) -> Result<DLDataType> {
         )));
     }
     Ok(dtype)
+}
+
+/// `(code, bits)` of each format that is one character in native order and sizes (the common
+/// case: `memoryview`, `array.array`, `bytes`, numpy), by that character; `bits` 0 for the rest.
+const ONE_CHARACTER: [(u8, u8); 128] = {
+    let mut table = [(0u8, 0u8); 128];
+    let mut i = 0;
+    while i < FORMATS.len() {
+        let (c, code, bits) = FORMATS[i];
+        table[c as usize] = (code.0, bits);
+        i += 1;
+    }
+    table
+};
+
+/// [`from_buffer_format`] of a view's `format` field, a C string or NULL: a format of one native
+/// character is looked up without measuring the string (every buffer import asks).
+///
+/// # Safety
+/// `format` is NULL or points to a NUL-terminated string.
+#[inline]
+pub unsafe fn from_buffer_format_c(format: *const c_char) -> Result<DLDataType> {
+    if format.is_null() {
+        return from_buffer_format(None);
+    }
+    // SAFETY: a NUL-terminated string: its second byte is read only when the first is not NUL.
+    let (first, second) = unsafe { (*format as u8, if *format == 0 { 1 } else { *format.add(1) as u8 }) };
+    if second == 0 && first < 128 {
+        let (code, bits) = ONE_CHARACTER[first as usize];
+        if bits != 0 {
+            return Ok(scalar(DataTypeCode(code), bits));
+        }
+    }
+    // SAFETY: as above.
+    from_buffer_format(Some(unsafe { CStr::from_ptr(format) }.to_bytes()))
 }
 
 #[cold]
@@ -170,6 +205,22 @@ mod tests {
             assert_eq!(from_buffer_format(Some(format)).unwrap(), dtype);
             assert_eq!(from_typestr(&typestr(dtype).unwrap()).unwrap(), dtype);
         }
+    }
+
+    #[test]
+    fn the_one_character_lookup_agrees_with_the_parser() {
+        let answer = |r: Result<DLDataType>| r.map_err(|e| e.fact().to_string());
+        for first in 0..=255u8 {
+            for second in [0u8, b'f', b'd'] {
+                let c_string = [first, second, 0];
+                let bytes = CStr::from_bytes_until_nul(&c_string).unwrap().to_bytes();
+                // SAFETY: NUL-terminated.
+                let fast = unsafe { from_buffer_format_c(c_string.as_ptr().cast()) };
+                assert_eq!(answer(fast), answer(from_buffer_format(Some(bytes))), "{c_string:?}");
+            }
+        }
+        // SAFETY: NULL is allowed.
+        assert_eq!(unsafe { from_buffer_format_c(std::ptr::null()) }.unwrap(), dt(DataTypeCode::UINT, 8));
     }
 
     #[test]

@@ -118,8 +118,7 @@ fn items(view: &PyBuffer, shape: &mut [i64]) -> Result<(DLDataType, usize)> {
     // SAFETY: a filled view: its format, shape and suboffsets arrays are NULL or `ndim` long,
     // valid while it is held.
     unsafe {
-        let format = NonNull::new(view.format).map(|f| CStr::from_ptr(f.as_ptr()).to_bytes());
-        let dtype = array_formats::from_buffer_format(format)?;
+        let dtype = array_formats::from_buffer_format_c(view.format)?;
         let item = (dtype.bits / 8) as isize;
         if view.itemsize != item {
             return Err(Error::buffer(format!(
