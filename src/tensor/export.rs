@@ -4,9 +4,8 @@
 use std::ffi::c_void;
 use std::mem::size_of;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
-use super::{Core, Owner, Tensor};
+use super::{Core, Owner, Shared, Tensor};
 use crate::abi::*;
 use crate::allocation;
 use crate::error::{Error, Result};
@@ -39,7 +38,7 @@ impl Tensor {
         unsafe {
             managed.as_ptr().write(DLManagedTensorVersioned {
                 version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
-                manager_ctx: Arc::into_raw(self.0.clone()).cast_mut().cast::<c_void>(),
+                manager_ctx: Shared::into_raw(self.0.clone()).cast_mut().cast::<c_void>(),
                 deleter: Some(delete_versioned_export),
                 flags: self.export_flags(extra_flags),
                 dl_tensor: self.0.dl,
@@ -63,7 +62,7 @@ impl Tensor {
         unsafe {
             managed.as_ptr().write(DLManagedTensor {
                 dl_tensor: self.0.dl,
-                manager_ctx: Arc::into_raw(self.0.clone()).cast_mut().cast::<c_void>(),
+                manager_ctx: Shared::into_raw(self.0.clone()).cast_mut().cast::<c_void>(),
                 deleter: Some(delete_legacy_export),
             });
         }
@@ -119,7 +118,7 @@ fn export_block() -> Result<NonNull<u8>> {
 pub(super) unsafe fn take_back(ctx: *mut c_void, block: NonNull<u8>) -> Tensor {
     // SAFETY: per the contract.
     unsafe {
-        let core = Arc::from_raw(ctx.cast_const().cast::<Core>());
+        let core = Shared::from_raw(ctx.cast_const().cast::<Core>());
         cpu::free(block, MANAGED_BLOCK);
         Tensor(core)
     }
@@ -138,7 +137,7 @@ pub(super) fn is_our_export(m: &DLManagedTensorVersioned) -> bool {
 
 unsafe extern "C" fn delete_versioned_export(managed: *mut DLManagedTensorVersioned) {
     if let Some(managed) = NonNull::new(managed) {
-        // SAFETY: `managed` is an export block whose manager_ctx holds one Arc reference.
+        // SAFETY: `managed` is an export block whose manager_ctx holds one `Shared` reference.
         unsafe { release_export(managed.as_ref().manager_ctx, managed.cast()) }
     }
 }
@@ -151,12 +150,12 @@ unsafe extern "C" fn delete_legacy_export(managed: *mut DLManagedTensor) {
 }
 
 /// # Safety
-/// `ctx` is the `Arc::into_raw` of an export, `block` its export block; both are given up.
+/// `ctx` is the `Shared::into_raw` of an export, `block` its export block; both are given up.
 unsafe fn release_export(ctx: *mut c_void, block: NonNull<u8>) {
-    // SAFETY: per the contract; dropping the Arc may run the producer's deleter, on this thread.
+    // SAFETY: per the contract; dropping the reference may run the producer's deleter, on this thread.
     // Called by foreign code through an `extern "C"` deleter: nothing may unwind out of it.
     crate::error::guard("deleter", || unsafe {
-        let core = Arc::from_raw(ctx.cast_const().cast::<Core>());
+        let core = Shared::from_raw(ctx.cast_const().cast::<Core>());
         let tail = block.as_ptr().add(TAIL_OFFSET).cast::<ExportTail>().read();
         if tail.stream != 0 {
             fence_consumer(&core, tail);

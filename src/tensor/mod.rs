@@ -1,14 +1,16 @@
-//! `Tensor`: shared ownership (`Arc`) of one managed tensor — allocated by dlpx or imported from
-//! any producer (docs/design.md, "Memory and ownership"); its exports are in `export`.
+//! `Tensor`: shared ownership (`Shared`: an `Arc` over the per-thread cache) of one managed
+//! tensor — allocated by dlpx or imported from any producer (docs/design.md, "Memory and
+//! ownership"); its exports are in `export`.
 
 mod export;
+mod shared;
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 use export::is_our_export;
 pub use export::MANAGED_BLOCK;
+use shared::Shared;
 
 use crate::abi::*;
 use crate::allocation;
@@ -60,7 +62,7 @@ impl Drop for Core {
 
 /// A tensor: cheap to clone, safe to send, immutable metadata.
 #[derive(Clone)]
-pub struct Tensor(Arc<Core>);
+pub struct Tensor(Shared<Core>);
 
 impl Tensor {
     /// Records that work on this tensor's data is being ordered on `stream` of CUDA device
@@ -82,7 +84,7 @@ impl Tensor {
             // SAFETY: as above, with the caller's pointer (and its provenance).
             unsafe { allocation::record_use(managed, device_id, stream) };
         } else if is_our_export(m) {
-            // SAFETY: an export's manager_ctx is an `Arc<Core>` it holds; borrowed here, not taken.
+            // SAFETY: an export's manager_ctx is a `Shared<Core>` it holds; borrowed here, not taken.
             let core = unsafe { &*m.manager_ctx.cast_const().cast::<Core>() };
             Tensor::record_core_stream(core, device_id, stream);
         }
@@ -140,7 +142,7 @@ impl Tensor {
             Checked::OurExport => {
                 // One of our exports coming home (a round trip): take back its reference instead
                 // of wrapping it in a second owner.
-                // SAFETY: our export's manager_ctx is an `Arc::into_raw`, its block ours to free.
+                // SAFETY: our export's manager_ctx is a `Shared::into_raw`, its block ours to free.
                 Ok(unsafe { export::take_back(managed.as_ref().manager_ctx, managed.cast()) })
             }
             // SAFETY: our own allocator's output is valid by construction.
@@ -174,7 +176,7 @@ impl Tensor {
         if export::is_our_legacy_export(m) {
             // One of our legacy exports coming home: its tensor, as it was (dlpx exports no
             // read-only tensor without a version, so nothing is lost).
-            // SAFETY: our export's manager_ctx is an `Arc::into_raw`, its block ours to free.
+            // SAFETY: our export's manager_ctx is a `Shared::into_raw`, its block ours to free.
             return Ok(unsafe { export::take_back(m.manager_ctx, managed.cast()) });
         }
         // SAFETY: as above.
@@ -200,7 +202,7 @@ impl Tensor {
             // SAFETY: `dims` holds shape then strides, 2 * ndim values.
             dl.strides = unsafe { dims.as_ptr().add(ndim).cast_mut() };
         }
-        Tensor(Arc::new(Core { dl, flags, owner, _dims: dims }))
+        Tensor(Shared::new(Core { dl, flags, owner, _dims: dims }))
     }
 
     /// The tensor's description; shape and strides live as long as this `Tensor`.
@@ -243,7 +245,7 @@ impl Tensor {
 
     /// Whether both handles share one owner (no copy was made between them).
     pub fn same_owner(&self, other: &Tensor) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        Shared::ptr_eq(&self.0, &other.0)
     }
 }
 
@@ -258,7 +260,7 @@ fn dims<'a>(ptr: *const i64, ndim: i32) -> &'a [i64] {
 
 /// What [`check_versioned`] found a versioned managed tensor to be.
 enum Checked {
-    /// An export of a dlpx tensor (its manager_ctx is an `Arc<Core>`).
+    /// An export of a dlpx tensor (its manager_ctx is a `Shared<Core>`).
     OurExport,
     /// A block of dlpx's allocator.
     OurAllocation,
