@@ -34,15 +34,16 @@ impl<'py> Python<'py> {
     /// are left to it then, as numpy's deleters leave theirs.
     pub fn with_gil<R>(f: impl for<'a> FnOnce(Python<'a>) -> R) -> Option<R> {
         let api = api().ok()?;
-        // SAFETY: Py_IsInitialized may be called at any time.
-        if unsafe { (api.Py_IsInitialized)() } == 0 || (super::gil::finalizing() && !super::gil::holds_gil(api)) {
-            return None;
-        }
         if super::gil::holds_gil(api) {
             // Already attached (a deleter run by a Python object's deallocation, the common
-            // case): PyGILState_Ensure/Release would cost more than the deleter's own work.
+            // case), so the interpreter is running: PyGILState_Ensure/Release would cost more
+            // than the deleter's own work.
             // SAFETY: this thread holds the GIL for all of `f`.
             return Some(f(unsafe { Python::assume_attached_to(api) }));
+        }
+        // SAFETY: Py_IsInitialized may be called at any time.
+        if unsafe { (api.Py_IsInitialized)() } == 0 || super::gil::finalizing() {
+            return None;
         }
         /// Gives the GIL back on drop, so a panic inside `f` leaves the thread as it found it.
         struct Ensured(&'static Api, std::ffi::c_int);
