@@ -15,6 +15,7 @@
 
 pub mod buffer;
 mod cells;
+mod freelist;
 mod gil;
 pub mod layout;
 mod module_def;
@@ -24,6 +25,7 @@ mod raise;
 mod token;
 
 pub use cells::{racing_copy, FreeThreadedLock, GilCell, GilVar, SeqLock};
+pub use freelist::Freelist;
 pub use gil::{without_gil, ExceptionGuard};
 pub use module_def::create_module;
 pub use objects::{
@@ -146,6 +148,7 @@ python_api! {
         PyBuffer_Release: fn(*mut buffer::PyBuffer) -> ();
         PyMemoryView_FromObject: fn(*mut PyObject) -> *mut PyObject;
         PyBuffer_ToContiguous: fn(*mut c_void, *const buffer::PyBuffer, Py_ssize_t, c_char) -> c_int;
+        PyObject_Init: fn(*mut PyObject, *mut PyTypeObject) -> *mut PyObject;
     }
     data {
         none: "_Py_NoneStruct";

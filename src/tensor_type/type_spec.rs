@@ -11,7 +11,7 @@ use pyo3_ffi::{PyGetSetDef, PyMethodDef, PyObject, PyTypeObject, PyType_Slot, Py
 use super::{array_interfaces, buffer, getters, protocol, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
 use crate::abi::*;
 use crate::cpython::buffer::{GetBufferFn, ReleaseBufferFn, PY_BF_GETBUFFER, PY_BF_RELEASEBUFFER};
-use crate::cpython::{type_of, CStatic, ExceptionGuard, Owned, Python, Raise};
+use crate::cpython::{type_of, CStatic, ExceptionGuard, Freelist, Owned, Python, Raise};
 use crate::error::{boundary, guard, Error, Result};
 use crate::shell::{getset_def, method_def, shell};
 use crate::tensor::Tensor;
@@ -25,10 +25,19 @@ static IMPORT: std::sync::OnceLock<Import> = std::sync::OnceLock::new();
 static ALLOC: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
 static FREE: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
 
-/// A zeroed instance of `ty`, dlpx.Tensor or a subclass (its `tensor` not yet written).
+/// Deallocated dlpx.Tensors (the exact type, which is not a GC type), kept for the next one.
+static KEPT: Freelist = Freelist::new();
+
+/// An instance of `ty`, dlpx.Tensor or a subclass, whose `tensor` is not written (`ready` 0).
 pub(super) fn alloc_empty(py: Python<'_>, ty: *mut PyTypeObject) -> Result<*mut PyObject> {
     if ty.is_null() {
         return Err(super::not_initialised());
+    }
+    if ty == tensor_type() {
+        // SAFETY: the list keeps only dlpx.Tensors, whose `ready` their deallocation cleared.
+        if let Some(object) = unsafe { KEPT.take(py, ty) } {
+            return Ok(object);
+        }
     }
     // SAFETY: GIL held; `ty` is our (sub)type; tp_alloc zeroes the object, so `tensor` is None.
     let object = unsafe {
@@ -54,15 +63,18 @@ unsafe extern "C" fn tensor_dealloc(object: *mut PyObject) {
     let saved = ExceptionGuard::save_with_gil(py);
     guard("dlpx.Tensor deallocation", || drop(tensor));
     drop(saved);
-    // SAFETY: the type's own tp_free (every type has one), called once for this object; the
-    // instance's reference to its heap type is released last.
+    // SAFETY: kept for the next dlpx.Tensor, or given to the type's own tp_free (every type has
+    // one), once; the instance's reference to its heap type is released last.
     unsafe {
-        let free = match ty == tensor_type() {
-            true => FREE.load(Ordering::Relaxed),
-            false => (py.PyType_GetSlot)(ty, pyo3_ffi::Py_tp_free),
-        };
-        let free: pyo3_ffi::freefunc = std::mem::transmute(free);
-        free(object.cast());
+        let kept = ty == tensor_type() && KEPT.keep(py, object);
+        if !kept {
+            let free = match ty == tensor_type() {
+                true => FREE.load(Ordering::Relaxed),
+                false => (py.PyType_GetSlot)(ty, pyo3_ffi::Py_tp_free),
+            };
+            let free: pyo3_ffi::freefunc = std::mem::transmute(free);
+            free(object.cast());
+        }
         (py.Py_DecRef)(ty.cast());
     }
 }
