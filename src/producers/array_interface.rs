@@ -27,18 +27,23 @@ impl Producer for ArrayInterface {
     }
 
     fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
-        // SAFETY: a managed tensor this read made from the interface it checked, valid as made.
-        managed_of(py, object, ask.request.copy == Some(true)).map(|managed| unsafe { Reading::made(managed) })
+        let interface = interface_dict::read(py, object, Kind::Host)?;
+        match (interface.unaligned.is_some(), ask.request.copy == Some(true)) {
+            // SAFETY: an export of dlpx's own tensor, handed over.
+            (true, true) => Ok(unsafe { Reading::managed(copied(py, &interface)?) }),
+            (true, false) => Err(interface.unaligned.unwrap_or_else(|| Error::buffer("unaligned strides"))),
+            // SAFETY: a managed tensor this read made from the interface it checked, valid as made.
+            (false, _) => Ok(unsafe { Reading::made(managed_of(py, object, &interface)?) }),
+        }
     }
 }
 
-fn managed_of(py: Python<'_>, object: *mut PyObject, copy: bool) -> Result<NonNull<DLManagedTensorVersioned>> {
-    let interface = interface_dict::read(py, object, Kind::Host)?;
-    match (&interface.unaligned, copy) {
-        (Some(_), true) => return copied(py, &interface),
-        (Some(_), false) => return Err(interface.unaligned.unwrap_or_else(|| Error::buffer("unaligned strides"))),
-        (None, _) => {}
-    }
+/// A managed tensor over the memory `interface` (whose strides are whole items) describes.
+fn managed_of(
+    py: Python<'_>,
+    object: *mut PyObject,
+    interface: &Interface<'_>,
+) -> Result<NonNull<DLManagedTensorVersioned>> {
     let ndim = interface.ndim;
     let dims = || interface.shape[..ndim].iter().copied().zip(interface.strides[..ndim].iter().copied());
     let numel = crate::layout::numel(&interface.shape[..ndim])?;
@@ -68,7 +73,7 @@ fn managed_of(py: Python<'_>, object: *mut PyObject, copy: bool) -> Result<NonNu
                 )
             }
         }
-        Data::Buffer(exporter, offset) => {
+        Data::Buffer(ref exporter, offset) => {
             let Some(mut held) = HeldView::take(py, exporter.as_ptr(), PYBUF_RECORDS_RO)? else {
                 return Err(Error::buffer("__array_interface__: data is neither (address, read_only) nor a buffer"));
             };

@@ -34,17 +34,19 @@ impl Producer for BufferProtocol {
     }
 
     fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
-        let read = match managed_of(py, object) {
+        match managed_of(py, object) {
+            // SAFETY: a managed tensor this read made from the view it checked, valid as made.
+            Ok(Some(managed)) => Ok(unsafe { Reading::made(managed) }),
+            Ok(None) => on_the_instance(py, object, entry, ask),
             // Strides that are not whole items cross only as a copy, and a copy was asked for.
             Err(err) if ask.request.copy == Some(true) && err.kind == ErrorKind::BufferError => {
-                copy_of(py, object)?.map(|copy| copy.export_versioned(0)).transpose()
+                match copy_of(py, object)? {
+                    // SAFETY: an export of dlpx's own tensor, handed over.
+                    Some(copy) => Ok(unsafe { Reading::managed(copy.export_versioned(0)?) }),
+                    None => on_the_instance(py, object, entry, ask),
+                }
             }
-            read => read,
-        };
-        match read? {
-            // SAFETY: a managed tensor this read made from the view it checked, valid as made.
-            Some(managed) => Ok(unsafe { Reading::made(managed) }),
-            None => on_the_instance(py, object, entry, ask),
+            Err(err) => Err(err),
         }
     }
 }
@@ -120,6 +122,7 @@ fn items(view: &PyBuffer, shape: &mut [i64]) -> Result<(DLDataType, usize)> {
     unsafe {
         let dtype = array_formats::from_buffer_format_c(view.format)?;
         let item = (dtype.bits / 8) as isize;
+        debug_assert!(item.count_ones() == 1, "a format's items are a power of two bytes");
         if view.itemsize != item {
             return Err(Error::buffer(format!(
                 "the buffer's format says {item}-byte items, its itemsize {}",
@@ -136,7 +139,12 @@ fn items(view: &PyBuffer, shape: &mut [i64]) -> Result<(DLDataType, usize)> {
         // A view without shape is one dimension of `len / itemsize` items.
         let ndim = if view.shape.is_null() { ndim.min(1) } else { ndim };
         for (i, extent) in shape[..ndim].iter_mut().enumerate() {
-            *extent = if view.shape.is_null() { (view.len / item) as i64 } else { *view.shape.add(i) as i64 };
+            *extent = match view.shape.is_null() {
+                // Items are a power of two bytes: a shift, not a division, for a whole length.
+                true if view.len >= 0 => (view.len >> item.trailing_zeros()) as i64,
+                true => (view.len / item) as i64,
+                false => *view.shape.add(i) as i64,
+            };
         }
         Ok((dtype, ndim))
     }

@@ -3,7 +3,8 @@
 //! instead of through `__dlpack__`: docs/design.md, "What each direct read rests on"), or
 //! whatever else a row's read must keep that may be moved, as a [`Hold`] (a `Py_buffer` may not:
 //! `held_buffer` fills it in place). One block from the per-thread cache holds the managed tensor, its shape and strides
-//! (copied, so the object may change its own afterwards) and the held value; the deleter lets
+//! (copied, so the object may change its own afterwards) and the held value, after room for
+//! the core of the `Tensor` made from it; the deleter lets
 //! go of it with the GIL. No malloc, no capsule, no producer deleter.
 
 use std::mem::{align_of, size_of};
@@ -16,6 +17,7 @@ use crate::cpython::{ExceptionGuard, Python};
 use crate::error::{guard, Error, Result};
 use crate::layout::MAX_NDIM;
 use crate::memory::cpu::{self, Capacity};
+use crate::tensor::CORE_ROOM;
 
 /// What a held managed tensor keeps until its deleter runs. `release` is called once, with the
 /// GIL taken on whichever thread the deleter runs (an attached thread state, as
@@ -45,10 +47,10 @@ impl Hold for Reference {
     }
 }
 
-/// Where the held value sits in a block describing `ndim` dimensions: after the struct, the shape
-/// and the strides, aligned for it.
+/// Where the held value sits in a block describing `ndim` dimensions: after the core's room
+/// (`tensor::CORE_ROOM`), the struct, the shape and the strides, aligned for it.
 const fn held_offset<H>(ndim: usize) -> usize {
-    (size_of::<DLManagedTensorVersioned>() + 2 * ndim * size_of::<i64>()).next_multiple_of(align_of::<H>())
+    (CORE_ROOM + size_of::<DLManagedTensorVersioned>() + 2 * ndim * size_of::<i64>()).next_multiple_of(align_of::<H>())
 }
 
 /// Bytes of a block describing `ndim` dimensions and holding an `H`.
@@ -57,8 +59,8 @@ fn block_capacity<H>(ndim: usize) -> Capacity {
 }
 
 /// A managed tensor of `tensor` (its `shape` and `strides` are ignored: `dims` gives them,
-/// `(extent, stride)` per dimension, `ndim` of them) that holds `held`, released by its deleter.
-/// On failure `held` is released here.
+/// `(extent, stride)` per dimension, `ndim` of them) that holds `held`, released by its deleter,
+/// with the core's room in front of it (a reading `Made`). On failure `held` is released here.
 ///
 /// # Safety
 /// GIL held; `held` keeps `tensor.data` valid while it is held; `dims` yields `tensor.ndim` pairs
@@ -77,11 +79,11 @@ pub unsafe fn managed_holding<H: Hold>(
         held.release(py);
         return Err(Error::memory("out of memory for a managed tensor"));
     };
-    let managed = block.cast::<DLManagedTensorVersioned>();
-    // SAFETY: the block holds the struct, 2 × ndim i64s and an `H`, each aligned; the caller's
-    // contract covers the held value and the data.
+    // SAFETY: the block holds the core's room, the struct, 2 × ndim i64s and an `H`, each
+    // aligned; the caller's contract covers the held value and the data.
     unsafe {
-        let shape = block.as_ptr().add(size_of::<DLManagedTensorVersioned>()).cast::<i64>();
+        let managed = block.add(CORE_ROOM).cast::<DLManagedTensorVersioned>();
+        let shape = managed.as_ptr().add(1).cast::<i64>();
         for (i, (extent, stride)) in dims.take(ndim).enumerate() {
             shape.add(i).write(extent);
             shape.add(ndim + i).write(stride);
@@ -95,8 +97,8 @@ pub unsafe fn managed_holding<H: Hold>(
             flags: if readonly { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 },
             dl_tensor: DLTensor { shape, strides: shape.add(ndim), ..tensor },
         });
+        Ok(managed)
     }
-    Ok(managed)
 }
 
 /// The deleter: frees the block, then lets go of the held value with the GIL (any thread may
@@ -108,7 +110,7 @@ unsafe extern "C" fn release<H: Hold>(managed: *mut DLManagedTensorVersioned) {
         let held = unsafe {
             let held = (*managed).manager_ctx.cast::<H>().read();
             let capacity = block_capacity::<H>((*managed).dl_tensor.ndim as usize);
-            cpu::free(NonNull::new_unchecked(managed).cast(), capacity);
+            cpu::free(NonNull::new_unchecked(managed.cast::<u8>().sub(CORE_ROOM)), capacity);
             held
         };
         Python::with_gil(|py| {

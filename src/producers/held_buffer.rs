@@ -8,7 +8,7 @@
 //! is — the exporter's memory stays mapped, nothing touches the interpreter — and the block freed.
 
 use std::ffi::c_int;
-use std::mem::size_of;
+use std::mem::{size_of, MaybeUninit};
 use std::ptr::NonNull;
 
 use pyo3_ffi::PyObject;
@@ -19,11 +19,13 @@ use crate::cpython::{ExceptionGuard, Python};
 use crate::error::{guard, Error, Result};
 use crate::layout::MAX_NDIM;
 use crate::memory::cpu::{self, Capacity};
+use crate::tensor::CORE_ROOM;
 
-/// The block: the managed tensor first (its address is the block's), the view after it, then
-/// the dimensions.
+/// The block: room for the core of the `Tensor` made from it (`tensor::CORE_ROOM`), the managed
+/// tensor, the view, then the dimensions.
 #[repr(C)]
 struct Block {
+    core_room: [MaybeUninit<u8>; CORE_ROOM],
     managed: DLManagedTensorVersioned,
     view: PyBuffer,
 }
@@ -87,7 +89,7 @@ impl<'py> HeldView<'py> {
 
     /// A managed tensor of `tensor` (its `shape` and `strides` are ignored: the first `2 × ndim`
     /// of [`HeldView::parts`]' dimensions give them) that owns the view and releases it when
-    /// deleted.
+    /// deleted, with the core's room in front of it (a reading `Made`).
     ///
     /// # Safety
     /// `tensor.data` points into the view's memory; `tensor.ndim <= MAX_NDIM` and its dimensions
@@ -103,15 +105,16 @@ impl<'py> HeldView<'py> {
                 0 => (std::ptr::null_mut(), std::ptr::null_mut()),
                 _ => (shape, shape.add(ndim)),
             };
-            std::ptr::addr_of_mut!((*block.as_ptr()).managed).write(DLManagedTensorVersioned {
+            let managed = std::ptr::addr_of_mut!((*block.as_ptr()).managed);
+            managed.write(DLManagedTensorVersioned {
                 version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
                 manager_ctx: block.as_ptr().cast(),
                 deleter: Some(release),
                 flags: if readonly { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 },
                 dl_tensor: DLTensor { shape, strides, ..tensor },
             });
+            NonNull::new_unchecked(managed)
         }
-        block.cast()
     }
 }
 
@@ -130,9 +133,10 @@ impl Drop for HeldView<'_> {
 /// the block. Once the interpreter is finalising on another thread, the view is left.
 unsafe extern "C" fn release(managed: *mut DLManagedTensorVersioned) {
     guard("buffer release", || {
-        // SAFETY: a block `into_managed` filled; it is freed once, here, by its only owner.
+        // SAFETY: a block `into_managed` filled (its `manager_ctx`); it is freed once, here, by
+        // its only owner.
         unsafe {
-            let block = managed.cast::<Block>();
+            let block = (*managed).manager_ctx.cast::<Block>();
             Python::with_gil(|py| {
                 let _pending = ExceptionGuard::save_with_gil(py);
                 (py.PyBuffer_Release)(std::ptr::addr_of_mut!((*block).view));

@@ -150,7 +150,7 @@ pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNul
                 std::slice::from_raw_parts(array.strides.cast::<i64>(), ndim),
             ),
         };
-        if strides.iter().any(|s| s % itemsize as i64 != 0) {
+        if strides.iter().any(|&s| crate::layout::whole_items(s, itemsize as i64).is_none()) {
             return Ok(None);
         }
         let readonly = array.flags & NPY_ARRAY_WRITEABLE == 0;
@@ -163,7 +163,8 @@ pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNul
             strides: ptr::null_mut(),
             byte_offset: 0,
         };
-        let dims = shape.iter().zip(strides).map(|(&extent, &stride)| (extent, stride / itemsize as i64));
+        let items = |stride| crate::layout::whole_items(stride, itemsize as i64).unwrap_or_default();
+        let dims = shape.iter().zip(strides).map(|(&extent, &stride)| (extent, items(stride)));
         let reference = Reference::to(py, NonNull::new_unchecked(object));
         held::managed_holding(py, reference, tensor, dims, readonly).map(Some)
     }

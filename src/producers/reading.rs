@@ -25,7 +25,8 @@ pub enum Reading<'py> {
     /// with the producer's own description): checked on its way out.
     Managed(Managed),
     /// One dlpx made from fields its row read and checked (numpy's array struct): valid as made,
-    /// as the allocator's blocks are.
+    /// as the allocator's blocks are, with room for a `Tensor`'s core in front of it (`held`,
+    /// `held_buffer`).
     Made(Managed),
     /// A DLPack capsule the producer's own export made, its tensor not yet taken out.
     Capsule(Capsule<'py>),
@@ -111,7 +112,8 @@ impl<'py> Reading<'py> {
     /// A reading of an owning managed tensor dlpx made valid from what a row read and checked.
     ///
     /// # Safety
-    /// As for [`Managed::new`]; `managed` is valid as `Tensor::from_managed` checks it.
+    /// As for [`Managed::new`]; `managed` is valid as `Tensor::from_managed` checks it, and has
+    /// room for a core in front of it as `Tensor::from_made` asks (`held`, `held_buffer`).
     pub unsafe fn made(managed: NonNull<DLManagedTensorVersioned>) -> Reading<'py> {
         // SAFETY: forwarded contract.
         Reading::Made(unsafe { Managed::new(managed) })
@@ -149,8 +151,8 @@ impl<'py> Reading<'py> {
             Reading::Own(tensor) => Ok(tensor.clone()),
             // SAFETY: ours; a refused tensor is deleted there.
             Reading::Managed(managed) => unsafe { Tensor::from_managed_or_delete(managed.into_raw()) },
-            // SAFETY: ours, valid as made.
-            Reading::Made(managed) => Ok(unsafe { Tensor::from_valid(managed.into_raw()) }),
+            // SAFETY: ours, valid as made, with the core's room (`made`'s contract).
+            Reading::Made(managed) => Ok(unsafe { Tensor::from_made(managed.into_raw()) }),
             Reading::Capsule(capsule) => capsule::consume(py, capsule.as_ptr()),
             Reading::View | Reading::Uncovered | Reading::Refused => Err(unexpected()),
         }

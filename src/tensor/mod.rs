@@ -60,6 +60,10 @@ impl Drop for Core {
     }
 }
 
+/// Bytes a managed tensor dlpx makes leaves in front of it, in its block, for the core of the
+/// `Tensor` made from it ([`Tensor::from_made`]); a multiple of 16.
+pub const CORE_ROOM: usize = Shared::<Core>::ROOM;
+
 /// A tensor: cheap to clone, safe to send, immutable metadata.
 #[derive(Clone)]
 pub struct Tensor(Shared<Core>);
@@ -193,6 +197,23 @@ impl Tensor {
         // SAFETY: per the contract.
         let m = unsafe { managed.as_ref() };
         Self::build(m.dl_tensor, m.flags, Owner::Versioned(managed), None)
+    }
+
+    /// Takes ownership of a managed tensor dlpx made from fields a row read and checked, with
+    /// [`CORE_ROOM`] bytes in front of it in its block, where the tensor's core is put: one block
+    /// per import, not two. Its deleter frees the block, the core's room with it.
+    ///
+    /// # Safety
+    /// As for [`Tensor::from_valid`]; the [`CORE_ROOM`] bytes before `managed` are its block's,
+    /// 16-aligned, unused by anything else, and freed by its deleter alone.
+    pub unsafe fn from_made(managed: NonNull<DLManagedTensorVersioned>) -> Tensor {
+        // SAFETY: per the contract.
+        unsafe {
+            let m = managed.as_ref();
+            let room = NonNull::new_unchecked(managed.as_ptr().cast::<u8>().sub(CORE_ROOM));
+            let core = Core { dl: m.dl_tensor, flags: m.flags, owner: Owner::Versioned(managed), _dims: None };
+            Tensor(Shared::new_in(room, core))
+        }
     }
 
     fn build(mut dl: DLTensor, flags: u64, owner: Owner, dims: Option<Box<[i64]>>) -> Tensor {

@@ -14,6 +14,9 @@ use crate::memory::cpu::{self, Capacity};
 #[repr(C)]
 struct Inner<T> {
     count: AtomicUsize,
+    /// Whether the block is this one's to free; false when the value lives in room another
+    /// owner left for it ([`Shared::new_in`]), whose block the value's own drop frees.
+    frees_block: bool,
     value: T,
 }
 
@@ -45,7 +48,25 @@ impl<T> Shared<T> {
         };
         let inner = block.cast::<Inner<T>>();
         // SAFETY: a fresh block of at least `size_of::<Inner<T>>()` bytes, aligned (above).
-        unsafe { inner.as_ptr().write(Inner { count: AtomicUsize::new(1), value }) };
+        unsafe { inner.as_ptr().write(Inner { count: AtomicUsize::new(1), frees_block: true, value }) };
+        Shared { inner, _owns: PhantomData }
+    }
+
+    /// Bytes of the room [`Shared::new_in`] takes.
+    pub const ROOM: usize = size_of::<Inner<T>>().next_multiple_of(16);
+
+    /// Moves `value` into `room`, with one reference: no block of its own. The value is moved
+    /// out of the room before it is dropped, so its drop may free the memory the room is in.
+    ///
+    /// # Safety
+    /// `room` is [`Shared::ROOM`] writable bytes, 16-aligned, that nothing else uses until the
+    /// value is dropped, and that stay valid until then (the value keeps them, or frees them).
+    pub unsafe fn new_in(room: NonNull<u8>, value: T) -> Shared<T> {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::ALIGNED;
+        let inner = room.cast::<Inner<T>>();
+        // SAFETY: per the contract (`ALIGNED`: 16 suffices).
+        unsafe { inner.as_ptr().write(Inner { count: AtomicUsize::new(1), frees_block: false, value }) };
         Shared { inner, _owns: PhantomData }
     }
 
@@ -96,14 +117,25 @@ impl<T> Deref for Shared<T> {
 
 impl<T> Drop for Shared<T> {
     fn drop(&mut self) {
-        if self.inner().count.fetch_sub(1, Ordering::Release) != 1 {
-            return;
+        // The only reference (the common case: a tensor dropped where it was made) needs no
+        // locked instruction: nobody else can clone it meanwhile, and the Acquire load orders
+        // every earlier reference's uses before the drop, as the fence below does.
+        if self.inner().count.load(Ordering::Acquire) != 1 {
+            if self.inner().count.fetch_sub(1, Ordering::Release) != 1 {
+                return;
+            }
+            // Every other reference's uses happen before the value is dropped (as `Arc`).
+            fence(Ordering::Acquire);
         }
-        // Every other reference's uses happen before the value is dropped (as `Arc`).
-        fence(Ordering::Acquire);
-        // SAFETY: the last reference: the value is dropped once, then its block returned.
+        // SAFETY: the last reference: the value is dropped once, then its block returned; a
+        // value in another owner's room is moved out first, and its drop frees that memory.
         unsafe {
-            std::ptr::drop_in_place(std::ptr::addr_of_mut!((*self.inner.as_ptr()).value));
+            let inner = self.inner.as_ptr();
+            if !(*inner).frees_block {
+                drop(std::ptr::read(std::ptr::addr_of!((*inner).value)));
+                return;
+            }
+            std::ptr::drop_in_place(std::ptr::addr_of_mut!((*inner).value));
             cpu::free(self.inner.cast(), Self::CAPACITY);
         }
     }
@@ -139,6 +171,29 @@ mod tests {
         let back = unsafe { Shared::from_raw(raw) };
         assert!(std::ptr::eq(&*back, raw));
         drop(back);
+        assert_eq!(DROPS.load(Ordering::Relaxed), 1);
+    }
+
+    /// A value in room it frees itself: dropped once, after it was moved out of the room.
+    #[test]
+    fn a_value_in_room_is_moved_out_before_it_frees_the_room() {
+        struct FreesRoom(*mut u8, &'static AtomicU32);
+        impl Drop for FreesRoom {
+            fn drop(&mut self) {
+                // SAFETY: the room's block, allocated below; the value was moved out of it.
+                unsafe { cpu::free(NonNull::new(self.0).unwrap(), cpu::capacity_for(256).unwrap()) };
+                self.1.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        static DROPS: AtomicU32 = AtomicU32::new(0);
+        let block = cpu::alloc(cpu::capacity_for(256).unwrap()).unwrap();
+        const { assert!(Shared::<FreesRoom>::ROOM <= 256) };
+        // SAFETY: 256 fresh bytes, aligned, freed by the value only.
+        let a = unsafe { Shared::new_in(block, FreesRoom(block.as_ptr(), &DROPS)) };
+        let b = a.clone();
+        drop(a);
+        assert_eq!(DROPS.load(Ordering::Relaxed), 0);
+        drop(b);
         assert_eq!(DROPS.load(Ordering::Relaxed), 1);
     }
 }
