@@ -3,8 +3,10 @@
 //! where the tensor is. So `memoryview(t)`, `bytes(t)` and numpy's `np.asarray(t)` read it in
 //! place.
 
+use std::cell::UnsafeCell;
 use std::ffi::c_int;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use pyo3_ffi::{PyObject, Py_ssize_t};
 
@@ -50,11 +52,56 @@ fn check_order(shape: &[i64], strides: &[i64], flags: c_int) -> Result<()> {
     Ok(())
 }
 
-/// `bf_releasebuffer`: frees the byte strides `get_buffer` made (CPython releases `view.obj`).
+/// The byte strides of a tensor of up to [`KEPT_NDIM`] dimensions, worked out on its first
+/// buffer request and kept in its object (`np.asarray(t)` asks on every call); more dimensions,
+/// or a request while another thread writes them, get a block of their own.
+pub(super) struct ByteStrides {
+    state: AtomicU8,
+    values: UnsafeCell<[Py_ssize_t; KEPT_NDIM]>,
+}
+
+const KEPT_NDIM: usize = 4;
+const EMPTY: u8 = 0;
+const WRITING: u8 = 1;
+const KEPT: u8 = 2;
+
+impl ByteStrides {
+    pub(super) const fn new() -> ByteStrides {
+        ByteStrides { state: AtomicU8::new(EMPTY), values: UnsafeCell::new([0; KEPT_NDIM]) }
+    }
+
+    /// The kept byte strides (`strides` × `item`), written by the first request to get here;
+    /// None when they do not fit or another thread is writing them.
+    fn get_or_keep(&self, strides: &[i64], item: Py_ssize_t) -> Option<*mut Py_ssize_t> {
+        let values = self.values.get().cast::<Py_ssize_t>();
+        if self.state.load(Ordering::Acquire) == KEPT {
+            return Some(values);
+        }
+        if strides.len() > KEPT_NDIM
+            || self.state.compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed).is_err()
+        {
+            return None;
+        }
+        for (i, &stride) in strides.iter().enumerate() {
+            // SAFETY: this thread alone writes (it moved the state to WRITING); nobody reads
+            // before the Release store below publishes them.
+            unsafe { values.add(i).write(stride as Py_ssize_t * item) };
+        }
+        self.state.store(KEPT, Ordering::Release);
+        Some(values)
+    }
+}
+
+// SAFETY: the values are written once, by the thread that claimed them, and read only after
+// the Release store that publishes them.
+unsafe impl Sync for ByteStrides {}
+
+/// `bf_releasebuffer`: frees the byte strides `get_buffer` made in a block of their own
+/// (CPython releases `view.obj`).
 pub(super) unsafe extern "C" fn release_buffer(_exporter: *mut PyObject, view: *mut PyBuffer) {
     guard("buffer protocol release", || {
-        // SAFETY: a view `get_buffer` filled: `internal` is NULL or the block of its `ndim`
-        // byte strides, from the per-thread cache at the capacity `strides_capacity` gives.
+        // SAFETY: a view `get_buffer` filled: `internal` is NULL (no strides, or the kept ones)
+        // or the block of its `ndim` byte strides, at the capacity `strides_capacity` gives.
         unsafe {
             let view = &mut *view;
             if let (Some(block), Some(capacity)) =
@@ -71,6 +118,19 @@ pub(super) unsafe extern "C" fn release_buffer(_exporter: *mut PyObject, view: *
 /// is (a view is taken on every `np.asarray`; malloc would cost more than the rest of it).
 fn strides_capacity(ndim: usize) -> Option<cpu::Capacity> {
     cpu::capacity_for(ndim * std::mem::size_of::<Py_ssize_t>())
+}
+
+/// Byte strides in a block of their own, freed by `release_buffer` (`view.internal`).
+#[cold]
+fn strides_block(strides: &[i64], item: Py_ssize_t) -> Result<*mut Py_ssize_t> {
+    let too_many = || Error::memory("no memory for the buffer's strides");
+    let block = strides_capacity(strides.len()).and_then(cpu::alloc).ok_or_else(too_many)?;
+    let out = block.as_ptr().cast::<Py_ssize_t>();
+    for (i, &stride) in strides.iter().enumerate() {
+        // SAFETY: the block holds `ndim` Py_ssize_t, aligned (blocks are 16-aligned).
+        unsafe { out.add(i).write(stride as Py_ssize_t * item) };
+    }
+    Ok(out)
 }
 
 fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_int) -> Result<()> {
@@ -99,18 +159,17 @@ fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_i
         check_order(shape, strides, flags)?;
     }
     let item = (dl.dtype.bits / 8) as Py_ssize_t;
-    let byte_strides = match flags & PYBUF_STRIDES == PYBUF_STRIDES && !shape.is_empty() {
-        true => {
-            let too_many = || Error::memory("no memory for the buffer's strides");
-            let block = strides_capacity(shape.len()).and_then(cpu::alloc).ok_or_else(too_many)?;
-            let out = block.as_ptr().cast::<Py_ssize_t>();
-            for (i, &stride) in strides.iter().enumerate() {
-                // SAFETY: the block holds `ndim` Py_ssize_t, aligned (blocks are 16-aligned).
-                unsafe { out.add(i).write(stride as Py_ssize_t * item) };
+    // SAFETY: `this` found a dlpx.Tensor with its tensor written.
+    let kept = unsafe { super::PyTensor::byte_strides(exporter) };
+    let (byte_strides, block) = match flags & PYBUF_STRIDES == PYBUF_STRIDES && !shape.is_empty() {
+        true => match kept.get_or_keep(strides, item) {
+            Some(kept) => (kept, ptr::null_mut()),
+            None => {
+                let block = strides_block(strides, item)?;
+                (block, block)
             }
-            out
-        }
-        false => ptr::null_mut(),
+        },
+        false => (ptr::null_mut(), ptr::null_mut()),
     };
     let data = match dl.data.is_null() {
         true => ptr::addr_of!(NOTHING).cast_mut().cast(),
@@ -132,7 +191,7 @@ fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_i
         },
         strides: byte_strides,
         suboffsets: ptr::null_mut(),
-        internal: byte_strides.cast(),
+        internal: block.cast(),
     };
     // SAFETY: GIL held; the view's reference to its exporter, which PyBuffer_Release drops.
     unsafe { (py.Py_IncRef)(exporter) };

@@ -32,6 +32,8 @@ use crate::tensor::Tensor;
 struct PyTensor {
     ready: u8,
     tensor: MaybeUninit<Tensor>,
+    /// The buffer protocol's byte strides, kept once worked out (`buffer`).
+    byte_strides: buffer::ByteStrides,
 }
 
 impl PyTensor {
@@ -61,8 +63,17 @@ impl PyTensor {
         // SAFETY: per the contract; written without reading (or dropping) the zeroed bytes.
         unsafe {
             ptr::addr_of_mut!((*this).tensor).write(MaybeUninit::new(tensor));
+            ptr::addr_of_mut!((*this).byte_strides).write(buffer::ByteStrides::new());
             (*this).ready = 1;
         }
+    }
+
+    /// # Safety
+    /// `object` is a live instance of dlpx.Tensor or a subclass whose `tensor` was written.
+    #[inline(always)]
+    unsafe fn byte_strides<'a>(object: *mut PyObject) -> &'a buffer::ByteStrides {
+        // SAFETY: per the contract (`init` wrote it with the tensor).
+        unsafe { &(*PyTensor::of(object)).byte_strides }
     }
 
     /// # Safety

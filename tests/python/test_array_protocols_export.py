@@ -45,6 +45,41 @@ def test_np_asarray_keeps_strides_and_the_tensor_alive():
     assert sys.getrefcount(t) == before - 1
 
 
+@pytest.mark.parametrize("ndim", [1, 2, 4, 5, 7])
+def test_byte_strides_kept_in_the_object_and_made_past_it_agree(ndim):
+    # Up to four dimensions the byte strides are worked out once and kept in the object; more
+    # get a block per view. Either way every view, first or later, has numpy's own strides.
+    shape = (3, 2, 4, 2, 3, 2, 2)[:ndim]
+    a = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)[(slice(None, None, -1),) * ndim]
+    t = dlpx.from_dlpack(a)
+    views = [np.asarray(t) for _ in range(3)] + [memoryview(t) for _ in range(2)]
+    for v in views:
+        assert v.strides == a.strides
+    np.testing.assert_array_equal(views[0], a)
+    assert views[3].tolist() == a.tolist()
+
+
+def test_views_taken_at_once_by_many_threads_all_have_the_strides():
+    # The first request keeps the strides; a request racing it makes its own. None may see a
+    # half-written set (on a free-threaded interpreter the threads really run at once).
+    import threading
+    for _ in range(50):
+        a = np.arange(24, dtype=np.int32).reshape(2, 3, 4)[:, ::-1, ::2]
+        t = dlpx.from_dlpack(a)
+        start, seen = threading.Barrier(4), []
+
+        def take():
+            start.wait()
+            seen.extend(np.asarray(t).strides for _ in range(20))
+
+        threads = [threading.Thread(target=take) for _ in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert set(seen) == {a.strides}
+
+
 def test_memoryview_of_a_tensor():
     t, a = tensor((3, 4), "int16")
     m = memoryview(t)
