@@ -9,6 +9,7 @@ use pyo3_ffi::{PyObject, Py_ssize_t};
 
 /// CPython's `Py_buffer`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct PyBuffer {
     pub buf: *mut c_void,
     /// A strong reference to the exporter, released by `PyBuffer_Release`; NULL after a failure.

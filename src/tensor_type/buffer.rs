@@ -3,13 +3,12 @@
 //! where the tensor is. So `memoryview(t)`, `bytes(t)` and numpy's `np.asarray(t)` read it in
 //! place.
 
-use std::cell::UnsafeCell;
 use std::ffi::c_int;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use pyo3_ffi::{PyObject, Py_ssize_t};
 
+use super::kept_view::{Kept, KEPT_NDIM};
 use super::this;
 use crate::array_formats;
 use crate::cpython::buffer::*;
@@ -52,53 +51,13 @@ fn check_order(shape: &[i64], strides: &[i64], flags: c_int) -> Result<()> {
     Ok(())
 }
 
-/// The byte strides of a tensor of up to [`KEPT_NDIM`] dimensions, worked out on its first
-/// buffer request and kept in its object (`np.asarray(t)` asks on every call); more dimensions,
-/// or a request while another thread writes them, get a block of their own.
-pub(super) struct ByteStrides {
-    state: AtomicU8,
-    values: UnsafeCell<[Py_ssize_t; KEPT_NDIM]>,
-}
-
-const KEPT_NDIM: usize = 4;
-const EMPTY: u8 = 0;
-const WRITING: u8 = 1;
-const KEPT: u8 = 2;
-
-impl ByteStrides {
-    pub(super) const fn new() -> ByteStrides {
-        ByteStrides { state: AtomicU8::new(EMPTY), values: UnsafeCell::new([0; KEPT_NDIM]) }
-    }
-
-    /// The kept byte strides (`strides` × `item`), written by the first request to get here;
-    /// None when they do not fit or another thread is writing them.
-    fn get_or_keep(&self, strides: &[i64], item: Py_ssize_t) -> Option<*mut Py_ssize_t> {
-        let values = self.values.get().cast::<Py_ssize_t>();
-        if self.state.load(Ordering::Acquire) == KEPT {
-            return Some(values);
-        }
-        if strides.len() > KEPT_NDIM
-            || self.state.compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed).is_err()
-        {
-            return None;
-        }
-        for (i, &stride) in strides.iter().enumerate() {
-            // SAFETY: this thread alone writes (it moved the state to WRITING); nobody reads
-            // before the Release store below publishes them.
-            unsafe { values.add(i).write(stride as Py_ssize_t * item) };
-        }
-        self.state.store(KEPT, Ordering::Release);
-        Some(values)
-    }
-}
-
-// SAFETY: the values are written once, by the thread that claimed them, and read only after
-// the Release store that publishes them.
-unsafe impl Sync for ByteStrides {}
-
 /// `bf_releasebuffer`: frees the byte strides `get_buffer` made in a block of their own
 /// (CPython releases `view.obj`).
 pub(super) unsafe extern "C" fn release_buffer(_exporter: *mut PyObject, view: *mut PyBuffer) {
+    // SAFETY: CPython hands back a view `get_buffer` filled.
+    if unsafe { (*view).internal.is_null() } {
+        return; // no strides of its own (none asked, or the object's kept ones)
+    }
     guard("buffer protocol release", || {
         // SAFETY: a view `get_buffer` filled: `internal` is NULL (no strides, or the kept ones)
         // or the block of its `ndim` byte strides, at the capacity `strides_capacity` gives.
@@ -135,6 +94,13 @@ fn strides_block(strides: &[i64], item: Py_ssize_t) -> Result<*mut Py_ssize_t> {
 
 fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_int) -> Result<()> {
     let tensor = this(py, exporter)?;
+    // SAFETY: `this` found a dlpx.Tensor with its tensor written.
+    let kept = unsafe { super::PyTensor::kept_view(exporter) };
+    if kept.serve(flags, exporter, view) {
+        // SAFETY: GIL held; the view's reference to its exporter, which PyBuffer_Release drops.
+        unsafe { (py.Py_IncRef)(exporter) };
+        return Ok(());
+    }
     let dl = tensor.dl_tensor();
     if !devices::host_accessible(dl.device.device_type) {
         return Err(Error::buffer(format!(
@@ -159,10 +125,27 @@ fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_i
         check_order(shape, strides, flags)?;
     }
     let item = (dl.dtype.bits / 8) as Py_ssize_t;
-    // SAFETY: `this` found a dlpx.Tensor with its tensor written.
-    let kept = unsafe { super::PyTensor::byte_strides(exporter) };
+    let data = match dl.data.is_null() {
+        true => ptr::addr_of!(NOTHING).cast_mut().cast(),
+        // SAFETY: the tensor's first element: data + byte_offset is inside its allocation.
+        false => unsafe { dl.data.cast::<u8>().add(dl.byte_offset as usize).cast() },
+    };
+    let whole = PyBuffer {
+        buf: data,
+        obj: ptr::null_mut(),
+        len: tensor.numel() as Py_ssize_t * item,
+        itemsize: item,
+        readonly: tensor.is_readonly() as c_int,
+        ndim: shape.len() as c_int,
+        format: format.as_ptr().cast_mut(),
+        shape: if shape.is_empty() { ptr::null_mut() } else { shape.as_ptr().cast_mut().cast() },
+        strides: ptr::null_mut(),
+        suboffsets: ptr::null_mut(),
+        internal: ptr::null_mut(),
+    };
+    // The kept view is for a request that takes strides of a tensor that has some.
     let (byte_strides, block) = match flags & PYBUF_STRIDES == PYBUF_STRIDES && !shape.is_empty() {
-        true => match kept.get_or_keep(strides, item) {
+        true => match kept.keep(Kept { view: whole, strides: [0; KEPT_NDIM] }, strides, item) {
             Some(kept) => (kept, ptr::null_mut()),
             None => {
                 let block = strides_block(strides, item)?;
@@ -171,27 +154,13 @@ fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_i
         },
         false => (ptr::null_mut(), ptr::null_mut()),
     };
-    let data = match dl.data.is_null() {
-        true => ptr::addr_of!(NOTHING).cast_mut().cast(),
-        // SAFETY: the tensor's first element: data + byte_offset is inside its allocation.
-        false => unsafe { dl.data.cast::<u8>().add(dl.byte_offset as usize).cast() },
-    };
     *view = PyBuffer {
-        buf: data,
         obj: exporter,
-        len: tensor.numel() as Py_ssize_t * item,
-        itemsize: item,
-        readonly: tensor.is_readonly() as c_int,
-        ndim: shape.len() as c_int,
-        format: if flags & PYBUF_FORMAT != 0 { format.as_ptr().cast_mut() } else { ptr::null_mut() },
-        shape: if flags & PYBUF_ND != 0 && !shape.is_empty() {
-            shape.as_ptr().cast_mut().cast()
-        } else {
-            ptr::null_mut()
-        },
+        format: if flags & PYBUF_FORMAT != 0 { whole.format } else { ptr::null_mut() },
+        shape: if flags & PYBUF_ND != 0 { whole.shape } else { ptr::null_mut() },
         strides: byte_strides,
-        suboffsets: ptr::null_mut(),
         internal: block.cast(),
+        ..whole
     };
     // SAFETY: GIL held; the view's reference to its exporter, which PyBuffer_Release drops.
     unsafe { (py.Py_IncRef)(exporter) };

@@ -8,6 +8,7 @@ mod array_interfaces;
 mod buffer;
 pub mod device_class;
 mod getters;
+mod kept_view;
 mod protocol;
 mod type_spec;
 
@@ -32,8 +33,8 @@ use crate::tensor::Tensor;
 struct PyTensor {
     ready: u8,
     tensor: MaybeUninit<Tensor>,
-    /// The buffer protocol's byte strides, kept once worked out (`buffer`).
-    byte_strides: buffer::ByteStrides,
+    /// The buffer view, kept once worked out (`kept_view`).
+    kept_view: kept_view::KeptView,
 }
 
 impl PyTensor {
@@ -63,7 +64,7 @@ impl PyTensor {
         // SAFETY: per the contract; written without reading (or dropping) the zeroed bytes.
         unsafe {
             ptr::addr_of_mut!((*this).tensor).write(MaybeUninit::new(tensor));
-            ptr::addr_of_mut!((*this).byte_strides).write(buffer::ByteStrides::new());
+            ptr::addr_of_mut!((*this).kept_view).write(kept_view::KeptView::new());
             (*this).ready = 1;
         }
     }
@@ -71,9 +72,9 @@ impl PyTensor {
     /// # Safety
     /// `object` is a live instance of dlpx.Tensor or a subclass whose `tensor` was written.
     #[inline(always)]
-    unsafe fn byte_strides<'a>(object: *mut PyObject) -> &'a buffer::ByteStrides {
+    unsafe fn kept_view<'a>(object: *mut PyObject) -> &'a kept_view::KeptView {
         // SAFETY: per the contract (`init` wrote it with the tensor).
-        unsafe { &(*PyTensor::of(object)).byte_strides }
+        unsafe { &(*PyTensor::of(object)).kept_view }
     }
 
     /// # Safety

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import dlpx
+from dlpx.conform.protocols import PyBuffer
 
 PYBUF_WRITABLE = 0x0001
 NUMBERS = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
@@ -57,6 +58,42 @@ def test_byte_strides_kept_in_the_object_and_made_past_it_agree(ndim):
         assert v.strides == a.strides
     np.testing.assert_array_equal(views[0], a)
     assert views[3].tolist() == a.tolist()
+
+
+def answer(t, flags):
+    """What a buffer request of `flags` gets from `t`: its view's fields, or the error."""
+    get_buffer, release = ctypes.pythonapi.PyObject_GetBuffer, ctypes.pythonapi.PyBuffer_Release
+    get_buffer.argtypes, get_buffer.restype = [ctypes.py_object, ctypes.POINTER(PyBuffer), ctypes.c_int], ctypes.c_int
+    release.argtypes, release.restype = [ctypes.POINTER(PyBuffer)], None
+    view = PyBuffer()
+    try:
+        get_buffer(t, ctypes.byref(view), flags)
+    except BufferError as e:
+        return str(e)
+    dims = lambda p: None if not p else tuple(p[i] for i in range(view.ndim))  # noqa: E731
+    fields = (view.buf, view.len, view.itemsize, view.readonly, view.ndim, view.format,
+              dims(view.shape), dims(view.strides), view.suboffsets)
+    release(ctypes.byref(view))
+    return fields
+
+
+@pytest.mark.parametrize("layout", ["compact", "strided", "0-d", "5-d", "read-only", "empty"])
+def test_the_kept_view_answers_every_request_as_the_full_path_does(layout):
+    # A tensor's first request with strides keeps its view; later requests that ask what numpy
+    # asks are answered from it. Every request, before and after, must get what a tensor that
+    # kept nothing gets (a fresh dlpx.Tensor of the same array each time).
+    a = {"compact": np.arange(12, dtype=np.int16).reshape(3, 4),
+         "strided": np.arange(24.0).reshape(4, 6)[::-1, ::2],
+         "0-d": np.array(7, dtype=np.uint32),
+         "5-d": np.zeros((2, 1, 2, 1, 2), dtype=np.complex64)[..., ::-1],
+         "read-only": np.arange(6, dtype=np.float32),
+         "empty": np.zeros((0, 3), dtype=np.int8)}[layout]
+    a.flags.writeable = layout != "read-only"
+    flag_sets = [0x11C, 0x11D, 0x1C, 0x1D, 0x18, 0x8, 0x4, 0x0, 0x1, 0x3C, 0x5C, 0x9C, 0x3D]
+    kept = dlpx.from_dlpack(a)
+    np.asarray(kept)  # keeps its view
+    for flags in flag_sets:
+        assert answer(kept, flags) == answer(dlpx.from_dlpack(a), flags), hex(flags)
 
 
 def test_views_taken_at_once_by_many_threads_all_have_the_strides():
