@@ -5,7 +5,8 @@ medians; docs/design.md R12):
   `memoryview` of an ndarray, `array.array`) and an object that speaks `__array_interface__`
   alone; target: at most 0.5x numpy's time for the buffers;
 - export: `np.asarray(t)` of a dlpx.Tensor (its buffer protocol) against `np.asarray` of a
-  numpy-backed memoryview, and of an `array.array`; target: at most the memoryview's time.
+  numpy-backed memoryview, and of CPython's cheapest exporters (`array.array`, `bytearray`);
+  target: at most the memoryview's time.
 
     python benches/protocols.py [--quick]
 """
@@ -61,9 +62,13 @@ def main() -> int:
 
     t = dlpx.from_dlpack(floats)
     view = memoryview(floats)
-    exporters = {"dlpx.Tensor": t, "numpy-backed memoryview": view, "array.array": array.array("f", range(16))}
+    # bytearray and array.array: CPython's own cheapest exporters, the floor for any exporter that
+    # is not a memoryview (numpy shares a memoryview's managed buffer; any other costs it a new
+    # one and a getbuffer/releasebuffer pair).
+    exporters = {"dlpx.Tensor": t, "numpy-backed memoryview": view, "array.array": array.array("f", range(16)),
+                 "bytearray (64)": bytearray(64)}
     times = dict(zip(exporters, interleaved([(np.asarray, (x,)) for x in exporters.values()], ROUNDS, SAMPLE, WARM)))
-    print("\n| np.asarray of (16 float32) | ns | / memoryview | target |")
+    print("\n| np.asarray of (16 float32, or 64 bytes) | ns | / memoryview | target |")
     print("|---|---|---|---|")
     for name, ns in times.items():
         ratio = ns / times["numpy-backed memoryview"]
