@@ -34,6 +34,16 @@ const FORMATS: &[(u8, DataTypeCode, u8)] = &[
 ];
 const LONG_BITS: u8 = (std::mem::size_of::<std::ffi::c_long>() * 8) as u8;
 
+// Every item is a power of two bytes: readers shift rather than divide (`layout::whole_items`,
+// `buffer_protocol::items`).
+const _: () = {
+    let mut i = 0;
+    while i < FORMATS.len() {
+        assert!(FORMATS[i].2.is_power_of_two(), "a format's items are a power of two bytes");
+        i += 1;
+    }
+};
+
 /// The dtype of a PEP 3118 format string (NULL, given here as None, means `B`): an optional
 /// byte-order prefix (`@` and `=` native, `<`/`>`/`!` explicit, refused when not this machine's
 /// for items wider than a byte), then one number character, or `Z` and `f`/`d` for complex.

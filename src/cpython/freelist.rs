@@ -11,7 +11,9 @@ use std::cell::UnsafeCell;
 
 use super::{layout, PyObject, PyTypeObject, Python};
 
-/// Objects kept: enough for the temporaries of a loop, a few hundred bytes held at most.
+/// Objects kept: enough for the temporaries of a loop (1.4 KiB held at most for dlpx.Tensor's
+/// 88 bytes). They are never handed back: the interpreter's end leaves them, as a module's
+/// types and statics are left (dlpx is not re-initialised in a process).
 const KEEP: usize = 16;
 
 pub struct Freelist {

@@ -28,8 +28,9 @@ pub(super) fn holds_gil(py: &Api) -> bool {
             let (current, own) = unsafe { (current(), (py.PyGILState_GetThisThreadState)()) };
             !current.is_null() && current == own
         }
-        // SAFETY: PyGILState_Check may be called without the GIL.
-        None => (unsafe { (py.PyGILState_Check)() }) != 0,
+        // SAFETY: both may be called without the GIL. PyGILState_Check answers 1 once the
+        // interpreter is finalised, so that is asked first.
+        None => unsafe { (py.Py_IsInitialized)() != 0 && (py.PyGILState_Check)() != 0 },
     }
 }
 

@@ -36,8 +36,8 @@ impl<'py> Python<'py> {
         let api = api().ok()?;
         if super::gil::holds_gil(api) {
             // Already attached (a deleter run by a Python object's deallocation, the common
-            // case), so the interpreter is running: PyGILState_Ensure/Release would cost more
-            // than the deleter's own work.
+            // case): its objects may be touched, during finalisation too, as any deallocation
+            // then touches them; PyGILState_Ensure/Release would cost more than the deleter.
             // SAFETY: this thread holds the GIL for all of `f`.
             return Some(f(unsafe { Python::assume_attached_to(api) }));
         }

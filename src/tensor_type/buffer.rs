@@ -18,6 +18,7 @@ use crate::dtype::dtype_name;
 use crate::error::{boundary, guard, Error, Result};
 use crate::layout;
 use crate::memory::cpu;
+use crate::tensor::Tensor;
 
 // The tensor's shape (`i64`s) is handed out as the view's `Py_ssize_t`s.
 const _: () = assert!(std::mem::size_of::<i64>() == std::mem::size_of::<Py_ssize_t>());
@@ -96,7 +97,8 @@ fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_i
     let tensor = this(py, exporter)?;
     // SAFETY: `this` found a dlpx.Tensor with its tensor written.
     let kept = unsafe { super::PyTensor::kept_view(exporter) };
-    if kept.serve(flags, exporter, view) {
+    if let Some(kept) = kept.serving(flags, tensor.is_readonly()) {
+        *view = view_of(tensor, exporter, flags, kept, kept.strides.as_ptr().cast_mut(), ptr::null_mut());
         // SAFETY: GIL held; the view's reference to its exporter, which PyBuffer_Release drops.
         unsafe { (py.Py_IncRef)(exporter) };
         return Ok(());
@@ -125,27 +127,11 @@ fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_i
         check_order(shape, strides, flags)?;
     }
     let item = (dl.dtype.bits / 8) as Py_ssize_t;
-    let data = match dl.data.is_null() {
-        true => ptr::addr_of!(NOTHING).cast_mut().cast(),
-        // SAFETY: the tensor's first element: data + byte_offset is inside its allocation.
-        false => unsafe { dl.data.cast::<u8>().add(dl.byte_offset as usize).cast() },
-    };
-    let whole = PyBuffer {
-        buf: data,
-        obj: ptr::null_mut(),
-        len: tensor.numel() as Py_ssize_t * item,
-        itemsize: item,
-        readonly: tensor.is_readonly() as c_int,
-        ndim: shape.len() as c_int,
-        format: format.as_ptr().cast_mut(),
-        shape: if shape.is_empty() { ptr::null_mut() } else { shape.as_ptr().cast_mut().cast() },
-        strides: ptr::null_mut(),
-        suboffsets: ptr::null_mut(),
-        internal: ptr::null_mut(),
-    };
-    // The kept view is for a request that takes strides of a tensor that has some.
+    let whole =
+        Kept { len: tensor.numel() as Py_ssize_t * item, format: format.as_ptr().cast_mut(), strides: [0; KEPT_NDIM] };
+    // The object keeps them for a request that takes strides of a tensor that has some.
     let (byte_strides, block) = match flags & PYBUF_STRIDES == PYBUF_STRIDES && !shape.is_empty() {
-        true => match kept.keep(Kept { view: whole, strides: [0; KEPT_NDIM] }, strides, item) {
+        true => match kept.keep(whole, strides, item) {
             Some(kept) => (kept, ptr::null_mut()),
             None => {
                 let block = strides_block(strides, item)?;
@@ -154,15 +140,45 @@ fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_i
         },
         false => (ptr::null_mut(), ptr::null_mut()),
     };
-    *view = PyBuffer {
-        obj: exporter,
-        format: if flags & PYBUF_FORMAT != 0 { whole.format } else { ptr::null_mut() },
-        shape: if flags & PYBUF_ND != 0 { whole.shape } else { ptr::null_mut() },
-        strides: byte_strides,
-        internal: block.cast(),
-        ..whole
-    };
+    *view = view_of(tensor, exporter, flags, &whole, byte_strides, block);
     // SAFETY: GIL held; the view's reference to its exporter, which PyBuffer_Release drops.
     unsafe { (py.Py_IncRef)(exporter) };
     Ok(())
+}
+
+/// The view of `tensor` a request of `flags` gets, its length and format `kept`, its byte
+/// strides `strides` (NULL: none asked, or none for 0-d) and `internal` the block they are in
+/// when they have one of their own (NULL otherwise): one spelling for the full path and the kept.
+#[inline(always)]
+fn view_of(
+    tensor: &Tensor,
+    exporter: *mut PyObject,
+    flags: c_int,
+    kept: &Kept,
+    strides: *mut Py_ssize_t,
+    internal: *mut Py_ssize_t,
+) -> PyBuffer {
+    let dl = tensor.dl_tensor();
+    let shape = tensor.shape();
+    PyBuffer {
+        buf: match dl.data.is_null() {
+            true => ptr::addr_of!(NOTHING).cast_mut().cast(),
+            // SAFETY: the tensor's first element: data + byte_offset is inside its allocation.
+            false => unsafe { dl.data.cast::<u8>().add(dl.byte_offset as usize).cast() },
+        },
+        obj: exporter,
+        len: kept.len,
+        itemsize: (dl.dtype.bits / 8) as Py_ssize_t,
+        readonly: tensor.is_readonly() as c_int,
+        ndim: shape.len() as c_int,
+        format: if flags & PYBUF_FORMAT != 0 { kept.format } else { ptr::null_mut() },
+        shape: if flags & PYBUF_ND != 0 && !shape.is_empty() {
+            shape.as_ptr().cast_mut().cast()
+        } else {
+            ptr::null_mut()
+        },
+        strides,
+        suboffsets: ptr::null_mut(),
+        internal: internal.cast(),
+    }
 }

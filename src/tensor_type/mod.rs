@@ -27,8 +27,9 @@ use crate::error::{boundary, Error, Result};
 use crate::tensor::Tensor;
 
 /// The object's own fields, after the interpreter's object header (`cpython::layout`: 16 or 32
-/// bytes). tp_alloc zeroes the object, so `ready` is 0 until `tensor` is written: an object
-/// whose initialisation failed deallocates without touching `tensor`.
+/// bytes). tp_alloc zeroes the object and the freelist keeps only objects whose deallocation
+/// cleared `ready`, so `ready` is 0 until `tensor` is written: an object whose initialisation
+/// failed deallocates without touching `tensor`.
 #[repr(C)]
 struct PyTensor {
     ready: u8,
@@ -58,10 +59,11 @@ impl PyTensor {
     }
 
     /// # Safety
-    /// `object` is a fresh, zeroed instance nobody else sees yet.
+    /// `object` is a new instance nobody else sees yet (from tp_alloc, zeroed, or from the
+    /// freelist, `ready` 0): every field is written here, none read.
     unsafe fn init(object: *mut PyObject, tensor: Tensor) {
         let this = PyTensor::of(object);
-        // SAFETY: per the contract; written without reading (or dropping) the zeroed bytes.
+        // SAFETY: per the contract; written without reading (or dropping) what was there.
         unsafe {
             ptr::addr_of_mut!((*this).tensor).write(MaybeUninit::new(tensor));
             ptr::addr_of_mut!((*this).kept_view).write(kept_view::KeptView::new());
@@ -150,7 +152,7 @@ pub unsafe fn exact_tensor_view<'a>(object: *mut PyObject) -> Option<&'a DLTenso
 /// A new `dlpx.Tensor` holding `tensor`.
 pub fn wrap(py: Python<'_>, tensor: Tensor) -> Result<*mut PyObject> {
     let object = type_spec::alloc_empty(py, tensor_type())?;
-    // SAFETY: a fresh, zeroed PyTensor that nobody else sees yet.
+    // SAFETY: a new PyTensor that nobody else sees yet (`alloc_empty`).
     unsafe { PyTensor::init(object, tensor) };
     Ok(object)
 }

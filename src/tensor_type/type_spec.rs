@@ -34,12 +34,13 @@ pub(super) fn alloc_empty(py: Python<'_>, ty: *mut PyTypeObject) -> Result<*mut 
         return Err(super::not_initialised());
     }
     if ty == tensor_type() {
-        // SAFETY: the list keeps only dlpx.Tensors, whose `ready` their deallocation cleared.
+        // SAFETY: the list keeps only dlpx.Tensors, whose `ready` their deallocation cleared;
+        // `PyTensor::init` writes every field before anything reads one.
         if let Some(object) = unsafe { KEPT.take(py, ty) } {
             return Ok(object);
         }
     }
-    // SAFETY: GIL held; `ty` is our (sub)type; tp_alloc zeroes the object, so `tensor` is None.
+    // SAFETY: GIL held; `ty` is our (sub)type; tp_alloc zeroes the object, so `ready` is 0.
     let object = unsafe {
         let alloc = if ty == tensor_type() {
             ALLOC.load(Ordering::Relaxed)
