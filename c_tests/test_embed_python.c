@@ -6,6 +6,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,6 +271,62 @@ static void test_release_without_a_thread_state_after_a_subinterpreter(void) {
   Py_XDECREF(object);
 }
 
+/* Every call of PyBuffer_Release that dlpx makes comes here: dlpx resolves CPython's functions
+ * with dlsym(RTLD_DEFAULT), which finds this executable's definition first (CMake exports the
+ * embedding tests' symbols), and this one counts, then calls CPython's. */
+static int buffer_releases;
+void PyBuffer_Release(Py_buffer *view) {
+  static void (*cpython_release)(Py_buffer *);
+  if (!cpython_release) {
+    void *symbol = dlsym(RTLD_NEXT, "PyBuffer_Release");
+    memcpy(&cpython_release, &symbol, sizeof symbol);
+  }
+  ++buffer_releases;
+  cpython_release(view);
+}
+
+/* Imports of buffers whose deleters run after Py_Finalize: each deleter must leave the view as
+ * it is (the finalised interpreter is not touched: PyBuffer_Release would need it) and free only
+ * dlpx's block. A release while the interpreter runs is counted first, so that the count is
+ * known to see dlpx's calls. */
+static DLManagedTensorVersioned *past_finalize[3];
+
+static void import_buffers_to_release_after_finalize(void) {
+  PyObject *control = PyByteArray_FromStringAndSize("control", 7);
+  DLManagedTensorVersioned *managed = NULL;
+  CHECK(control && dlpx_import(control, &managed) == 0 && managed, "a bytearray imported");
+  int before = buffer_releases;
+  if (managed) managed->deleter(managed);
+  CHECK(buffer_releases == before + 1, "its deleter, the interpreter running, releases the view (counted)");
+  Py_XDECREF(control);
+
+  PyObject *r = run("past_bytes = b'0123456789abcdef'\n"
+                    "past_bytearray = bytearray(16)\n"
+                    "past_view = memoryview(bytearray(32)).cast('i')\n");
+  Py_XDECREF(r);
+  const char *names[3] = {"past_bytes", "past_bytearray", "past_view"};
+  for (int i = 0; i < 3; ++i) {
+    PyObject *object = global(names[i]);
+    CHECK(object && dlpx_import(object, &past_finalize[i]) == 0 && past_finalize[i] != NULL,
+          "a buffer imported, to be released after Py_Finalize");
+    Py_XDECREF(object);
+  }
+  CHECK(past_finalize[2] && past_finalize[2]->dl_tensor.dtype.bits == 32 && past_finalize[2]->dl_tensor.shape[0] == 8,
+        "the memoryview's cast is read (8 int32)");
+}
+
+static void release_buffers_after_finalize(void) {
+  int released = 0, before = buffer_releases;
+  for (int i = 0; i < 3; ++i) {
+    if (past_finalize[i] && past_finalize[i]->deleter) {
+      past_finalize[i]->deleter(past_finalize[i]);
+      ++released;
+    }
+  }
+  CHECK(released == 3 && buffer_releases == before,
+        "buffer imports released after Py_Finalize leave their views: no PyBuffer_Release");
+}
+
 int main(void) {
   Py_Initialize();
   PyObject *r = run("import os, sys\nsys.path[:0] = os.environ['DLPX_PYTHONPATH'].split(os.pathsep)\nimport dlpx\n");
@@ -291,7 +348,9 @@ int main(void) {
   test_entry_points(api);
   test_kernel_api(api);
   test_release_without_a_thread_state_after_a_subinterpreter();
+  import_buffers_to_release_after_finalize();
   CHECK(!PyErr_Occurred(), "no exception left pending");
   Py_Finalize();
+  release_buffers_after_finalize();
   return test_summary();
 }
