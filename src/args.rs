@@ -8,6 +8,7 @@ use pyo3_ffi::PyObject;
 
 use crate::cpython::{GilCell, Owned, Python};
 use crate::error::{Error, Result};
+use crate::layout::MAX_NDIM;
 
 /// A function's parameter names, interned once: keyword names at a call site are interned
 /// strings too, so matching is a pointer comparison (string comparison stays the fallback).
@@ -164,8 +165,22 @@ pub fn optional_bool(py: Python<'_>, object: *mut PyObject, name: &str) -> Resul
 
 /// An integer argument (anything with `__index__`).
 pub fn int_value(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<i64> {
+    int_value_named(py, object, name)
+}
+
+/// [`int_value`] with a name that is only spelled out for an error (a sequence's `shape[2]`).
+fn int_value_named(py: Python<'_>, object: *mut PyObject, name: impl std::fmt::Display) -> Result<i64> {
     // SAFETY: GIL held; `object` is a live borrowed reference.
     unsafe {
+        if crate::cpython::type_of(py, object) == py.long_type.cast() {
+            // An exact int (the common case) is its own index.
+            let value = (py.PyLong_AsLongLong)(object);
+            if value != -1 || (py.PyErr_Occurred)().is_null() {
+                return Ok(value);
+            }
+            (py.PyErr_Clear)();
+            return Err(Error::value(format!("{name} does not fit in 64 bits")));
+        }
         if (py.PyIndex_Check)(object) == 0 {
             return Err(Error::type_error(format!("{name} must be an integer")));
         }
@@ -201,34 +216,57 @@ pub fn int_pair(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<(i6
     }
 }
 
-/// A sequence of integers (a shape).
-pub fn int_sequence(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<Vec<i64>> {
-    // SAFETY: GIL held; `object` is live; items are new references released by `Owned`.
+/// At most `MAX_NDIM` integers (a shape, its strides), without a heap allocation.
+pub struct Ints {
+    values: [i64; MAX_NDIM],
+    len: usize,
+}
+
+impl std::ops::Deref for Ints {
+    type Target = [i64];
+    fn deref(&self) -> &[i64] {
+        &self.values[..self.len]
+    }
+}
+
+/// A sequence of integers (a shape), or one integer.
+pub fn int_sequence(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<Ints> {
+    let mut out = Ints { values: [0; MAX_NDIM], len: 0 };
+    // SAFETY: GIL held; `object` is live; items are borrowed from a tuple, or new references
+    // released by `Owned`.
     unsafe {
         if (py.PyIndex_Check)(object) != 0 {
-            return Ok(vec![int_value(py, object, name)?]);
+            out.values[0] = int_value(py, object, name)?;
+            out.len = 1;
+            return Ok(out);
         }
-        if (py.PySequence_Check)(object) == 0 {
+        let tuple = crate::cpython::type_of(py, object) == py.tuple_type.cast();
+        if !tuple && (py.PySequence_Check)(object) == 0 {
             return Err(Error::type_error(format!("{name} must be a sequence of integers")));
         }
-        let n = (py.PySequence_Size)(object);
+        let n = if tuple { (py.PyTuple_Size)(object) } else { (py.PySequence_Size)(object) };
         if n < 0 {
             (py.PyErr_Clear)();
             return Err(Error::type_error(format!("{name} must be a sequence of integers")));
         }
         // `n` comes from `__len__`, which may lie: no argument dlpx takes has more items than a
         // shape has dimensions, so a longer one is refused before any item is read.
-        if n as usize > crate::layout::MAX_NDIM {
+        if n as usize > MAX_NDIM {
             return Err(Error::value(format!(
-                "{name} has {n} items, more than any argument takes (at most ndim = {})",
-                crate::layout::MAX_NDIM
+                "{name} has {n} items, more than any argument takes (at most ndim = {MAX_NDIM})"
             )));
         }
-        let mut values = Vec::with_capacity(n as usize);
         for i in 0..n {
-            let item = Owned::new(py, (py.PySequence_GetItem)(object, i))?;
-            values.push(int_value(py, item.as_ptr(), &format!("{name}[{i}]"))?);
+            out.values[i as usize] = match tuple {
+                // An exact tuple's items are borrowed: nothing to take or release.
+                true => int_value_named(py, (py.PyTuple_GetItem)(object, i), format_args!("{name}[{i}]"))?,
+                false => {
+                    let item = Owned::new(py, (py.PySequence_GetItem)(object, i))?;
+                    int_value_named(py, item.as_ptr(), format_args!("{name}[{i}]"))?
+                }
+            };
         }
-        Ok(values)
+        out.len = n as usize;
+        Ok(out)
     }
 }

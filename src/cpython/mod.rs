@@ -149,6 +149,8 @@ python_api! {
         PyMemoryView_FromObject: fn(*mut PyObject) -> *mut PyObject;
         PyBuffer_ToContiguous: fn(*mut c_void, *const buffer::PyBuffer, Py_ssize_t, c_char) -> c_int;
         PyObject_Init: fn(*mut PyObject, *mut PyTypeObject) -> *mut PyObject;
+        PyDict_GetItemWithError: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
+        PyUnicode_AsUTF8AndSize: fn(*mut PyObject, *mut Py_ssize_t) -> *const c_char;
     }
     data {
         none: "_Py_NoneStruct";
@@ -156,6 +158,8 @@ python_api! {
         false_: "_Py_FalseStruct";
         capsule_type: "PyCapsule_Type";
         bool_type: "PyBool_Type";
+        long_type: "PyLong_Type";
+        tuple_type: "PyTuple_Type";
     }
 }
 
@@ -311,6 +315,23 @@ impl Api {
         let text = unsafe { CStr::from_ptr((self.PyBytes_AsString)(bytes)) }.to_string_lossy().into_owned();
         self.decref(bytes);
         Ok(text)
+    }
+
+    /// `f` of the text of the str `object`, read in place (no copy; CPython keeps a str's UTF-8),
+    /// or a TypeError naming `what` for anything else.
+    pub fn with_str<R>(&self, object: *mut PyObject, what: &str, f: impl FnOnce(&str) -> R) -> Result<R> {
+        let mut size: Py_ssize_t = 0;
+        // SAFETY: `object` is a live reference held by the caller; the text lives as long as it.
+        let text = unsafe { (self.PyUnicode_AsUTF8AndSize)(object, &mut size) };
+        if text.is_null() {
+            // SAFETY: GIL held; the failed conversion left an exception we replace.
+            unsafe { (self.PyErr_Clear)() };
+            return Err(Error::type_error(format!("{what}: expected a str")));
+        }
+        // SAFETY: `size` bytes at `text`, valid while `object` lives (all of `f`), and UTF-8:
+        // CPython encodes a str it could encode, and fails (above) for one it could not (lone
+        // surrogates).
+        Ok(f(unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(text.cast::<u8>(), size as usize)) }))
     }
 
     /// Turns a NULL result into the pending Python exception (as an `Error` that re-raises it).

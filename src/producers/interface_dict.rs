@@ -10,7 +10,7 @@ use pyo3_ffi::PyObject;
 use crate::abi::DLDataType;
 use crate::args;
 use crate::array_formats;
-use crate::cpython::{Owned, Python};
+use crate::cpython::{Interned, Owned, Python};
 use crate::error::{Error, ErrorKind, Result};
 use crate::layout::{self, MAX_NDIM};
 
@@ -54,14 +54,28 @@ pub struct Interface<'py> {
     pub stream: Option<i64>,
 }
 
+/// The attribute names and the dict's keys, interned once: a lookup by an interned str hashes
+/// nothing and compares pointers (one by a C string makes, hashes and frees a str each time).
+static HOST: Interned = Interned::new(c"__array_interface__");
+static CUDA: Interned = Interned::new(c"__cuda_array_interface__");
+static VERSION: Interned = Interned::new(c"version");
+static MASK: Interned = Interned::new(c"mask");
+static TYPESTR: Interned = Interned::new(c"typestr");
+static DESCR: Interned = Interned::new(c"descr");
+static SHAPE: Interned = Interned::new(c"shape");
+static STRIDES: Interned = Interned::new(c"strides");
+static DATA: Interned = Interned::new(c"data");
+static OFFSET: Interned = Interned::new(c"offset");
+static STREAM: Interned = Interned::new(c"stream");
+
 /// The interface `kind` of `owner`, read from its attribute.
 pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<Interface<'py>> {
     let name = match kind {
-        Kind::Host => c"__array_interface__",
-        Kind::Cuda => c"__cuda_array_interface__",
+        Kind::Host => HOST.get(py)?,
+        Kind::Cuda => CUDA.get(py)?,
     };
-    // SAFETY: GIL held; `owner` is live.
-    let dict = Owned::new(py, unsafe { (py.PyObject_GetAttrString)(owner, name.as_ptr()) })?;
+    // SAFETY: GIL held; `owner` and the name are live.
+    let dict = Owned::new(py, unsafe { (py.PyObject_GetAttr)(owner, name) })?;
     let refuse = |what: String| Error::buffer(format!("{}: {what}", kind.name()));
     // SAFETY: GIL held; PyDict_Size fails (and says so) for anything but a dict.
     if unsafe { (py.PyDict_Size)(dict.as_ptr()) } < 0 {
@@ -69,29 +83,30 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
         unsafe { (py.PyErr_Clear)() };
         return Err(refuse("is not a dict".into()));
     }
-    let item = |key: &std::ffi::CStr| get(py, dict.as_ptr(), key);
+    let item = |key: &Interned| get(py, dict.as_ptr(), key);
 
-    let version = item(c"version")?.ok_or_else(|| refuse("no version".into()))?;
+    let version = item(&VERSION)?.ok_or_else(|| refuse("no version".into()))?;
     let version = args::int_value(py, version.as_ptr(), "version")?;
     let versions: &[i64] = if kind == Kind::Host { &[3] } else { &[2, 3] };
     if !versions.contains(&version) {
         return Err(refuse(format!("version {version} is not read (dlpx reads {versions:?})")));
     }
-    if let Some(mask) = item(c"mask")? {
+    if let Some(mask) = item(&MASK)? {
         if !args::is_none(py, mask.as_ptr()) {
             return Err(refuse("a mask is refused (DLPack has no masked arrays)".into()));
         }
     }
-    let typestr = item(c"typestr")?.ok_or_else(|| refuse("no typestr".into()))?;
-    let typestr = py.str_value(typestr.as_ptr(), "typestr")?;
-    let dtype = array_formats::from_typestr(&typestr)?;
-    if let Some(descr) = item(c"descr")? {
-        check_descr(py, descr.as_ptr(), &typestr).map_err(|()| {
-            refuse(format!("a descr that typestr {typestr:?} does not describe is refused (a structured dtype)"))
-        })?;
+    let typestr = item(&TYPESTR)?.ok_or_else(|| refuse("no typestr".into()))?;
+    let dtype = py.with_str(typestr.as_ptr(), "typestr", array_formats::from_typestr)??;
+    if let Some(descr) = item(&DESCR)? {
+        py.with_str(typestr.as_ptr(), "typestr", |typestr| {
+            check_descr(py, descr.as_ptr(), typestr).map_err(|()| {
+                refuse(format!("a descr that typestr {typestr:?} does not describe is refused (a structured dtype)"))
+            })
+        })??;
     }
 
-    let shape_object = item(c"shape")?.ok_or_else(|| refuse("no shape".into()))?;
+    let shape_object = item(&SHAPE)?.ok_or_else(|| refuse("no shape".into()))?;
     let extents = args::int_sequence(py, shape_object.as_ptr(), "shape")?;
     if extents.len() > MAX_NDIM {
         return Err(refuse(format!("{} dimensions (at most {MAX_NDIM})", extents.len())));
@@ -102,7 +117,7 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
     shape[..ndim].copy_from_slice(&extents);
     let item_size = (dtype.bits / 8) as i64;
     let (mut strides, mut byte_strides, mut unaligned) = ([0i64; MAX_NDIM], [0i64; MAX_NDIM], None);
-    match item(c"strides")?.filter(|s| !args::is_none(py, s.as_ptr())) {
+    match item(&STRIDES)?.filter(|s| !args::is_none(py, s.as_ptr())) {
         None => {
             layout::compact_strides(&shape[..ndim], &mut strides[..ndim]);
             for (b, s) in byte_strides[..ndim].iter_mut().zip(&strides[..ndim]) {
@@ -115,11 +130,11 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
                 return Err(refuse(format!("{} strides for {ndim} dimensions", bytes.len())));
             }
             byte_strides[..ndim].copy_from_slice(&bytes);
-            unaligned = layout::element_strides(bytes, item_size, &mut strides[..ndim]).err();
+            unaligned = layout::element_strides(bytes.iter().copied(), item_size, &mut strides[..ndim]).err();
         }
     }
 
-    let data = match item(c"data")? {
+    let data = match item(&DATA)? {
         Some(data) if is_tuple(py, data.as_ptr()) => {
             let (address, readonly) = pointer_and_flag(py, data.as_ptr())
                 .map_err(|_| refuse("data must be (address: int, read_only: bool)".into()))?;
@@ -127,7 +142,7 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
         }
         _ if kind == Kind::Cuda => return Err(refuse("data must be (address: int, read_only: bool)".into())),
         data => {
-            let offset = match item(c"offset")? {
+            let offset = match item(&OFFSET)? {
                 Some(o) => usize::try_from(args::int_value(py, o.as_ptr(), "offset")?)
                     .map_err(|_| refuse("a negative offset".into()))?,
                 None => 0,
@@ -140,7 +155,7 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
         }
     };
 
-    let stream = match item(c"stream")?.filter(|s| !args::is_none(py, s.as_ptr())) {
+    let stream = match item(&STREAM)?.filter(|s| !args::is_none(py, s.as_ptr())) {
         Some(s) if kind == Kind::Cuda => match args::int_value(py, s.as_ptr(), "stream")? {
             0 => return Err(refuse("stream 0 is ambiguous and not allowed (the interface says 1 or 2)".into())),
             v => Some(v),
@@ -151,11 +166,17 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
 }
 
 /// `dict[key]` as a new reference, None when absent.
-fn get<'py>(py: Python<'py>, dict: *mut PyObject, key: &std::ffi::CStr) -> Result<Option<Owned<'py>>> {
-    // SAFETY: GIL held; a live dict and a NUL-terminated key; the result is borrowed (NULL, with
-    // no exception, when absent) and a new reference is taken at once.
-    let value = unsafe { (py.PyDict_GetItemString)(dict, key.as_ptr()) };
-    Ok(std::ptr::NonNull::new(value).map(|v| Owned::from_borrowed(py, v)))
+fn get<'py>(py: Python<'py>, dict: *mut PyObject, key: &Interned) -> Result<Option<Owned<'py>>> {
+    let key = key.get(py)?;
+    // SAFETY: GIL held; a live dict and key; the result is borrowed (NULL when absent, with an
+    // exception only when the lookup failed) and a new reference is taken at once.
+    let value = unsafe { (py.PyDict_GetItemWithError)(dict, key) };
+    match std::ptr::NonNull::new(value) {
+        Some(v) => Ok(Some(Owned::from_borrowed(py, v))),
+        // SAFETY: GIL held.
+        None if unsafe { (py.PyErr_Occurred)() }.is_null() => Ok(None),
+        None => Err(Error::python_pending()),
+    }
 }
 
 fn is_tuple(py: Python<'_>, object: *mut PyObject) -> bool {
@@ -194,13 +215,13 @@ fn check_descr(py: Python<'_>, descr: *mut PyObject, typestr: &str) -> std::resu
             (py.PyErr_Clear)();
             return Err(());
         }
-        let text = |i| {
+        let is = |i, expected: &str| {
             let item = Owned::new(py, (py.PySequence_GetItem)(field.as_ptr(), i)).map_err(|_| (py.PyErr_Clear)())?;
-            py.str_value(item.as_ptr(), "descr").map_err(|_| ())
+            py.with_str(item.as_ptr(), "descr", |text| text == expected).map_err(|_| ())
         };
-        match (text(0)?.as_str(), text(1)?) {
-            ("", t) if t == typestr => Ok(()),
-            _ => Err(()),
+        match is(0, "")? && is(1, typestr)? {
+            true => Ok(()),
+            false => Err(()),
         }
     }
 }
