@@ -1,6 +1,7 @@
 """dlpx.Tensor and dlpx.empty: shapes, dtypes, devices, every property, repr, construction,
 subclassing, and the errors of dlpx.empty."""
 
+import collections
 import math
 
 import numpy as np
@@ -81,6 +82,23 @@ def test_empty_accepts_an_int_and_any_integer_sequence():
     assert dlpx.empty(np.int64(4)).shape == (4,)
     assert dlpx.empty((np.int32(2), 3)).shape == (2, 3)
     assert dlpx.empty(range(1, 4)).shape == (1, 2, 3)
+    # An exact tuple of exact ints is read directly; anything else through __index__ and the
+    # sequence protocol: both read the same.
+    Pair = collections.namedtuple("Pair", "rows cols")
+    assert dlpx.empty((True, 2)).shape == dlpx.empty([True, 2]).shape == (1, 2)
+    assert dlpx.empty(Pair(2, 3)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("shape, error, says", [
+    ((2, "3"), TypeError, r"shape\[1\] must be an integer"),
+    ([2, 3.0], TypeError, r"shape\[1\] must be an integer"),
+    ((2, 2**70), ValueError, r"shape\[1\] does not fit in 64 bits"),
+    ([2**64], ValueError, r"shape\[0\] does not fit in 64 bits"),
+    ((np.int64(2), -(2**80)), ValueError, r"shape\[1\] does not fit in 64 bits"),
+])
+def test_empty_names_the_item_of_the_shape_it_refuses(shape, error, says):
+    with pytest.raises(error, match=says):
+        dlpx.empty(shape)
 
 
 def test_empty_keywords_and_defaults():
