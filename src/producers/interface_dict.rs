@@ -97,14 +97,16 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
         }
     }
     let typestr = item(&TYPESTR)?.ok_or_else(|| refuse("no typestr".into()))?;
-    let dtype = py.with_str(typestr.as_ptr(), "typestr", array_formats::from_typestr)??;
-    if let Some(descr) = item(&DESCR)? {
-        py.with_str(typestr.as_ptr(), "typestr", |typestr| {
-            check_descr(py, descr.as_ptr(), typestr).map_err(|()| {
+    let descr = item(&DESCR)?;
+    let dtype = py.with_str(typestr.as_ptr(), "typestr", |typestr| {
+        let dtype = array_formats::from_typestr(typestr)?;
+        match &descr {
+            Some(descr) => check_descr(py, descr.as_ptr(), typestr).map(|()| dtype).map_err(|()| {
                 refuse(format!("a descr that typestr {typestr:?} does not describe is refused (a structured dtype)"))
-            })
-        })??;
-    }
+            }),
+            None => Ok(dtype),
+        }
+    })??;
 
     let shape_object = item(&SHAPE)?.ok_or_else(|| refuse("no shape".into()))?;
     let extents = args::int_sequence(py, shape_object.as_ptr(), "shape")?;

@@ -150,6 +150,8 @@ pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNul
                 std::slice::from_raw_parts(array.strides.cast::<i64>(), ndim),
             ),
         };
+        // Checked here, before the reference is taken, and converted again as the block is
+        // written: a mask and a shift each, cheaper than a buffer of MAX_NDIM strides to fill.
         if strides.iter().any(|&s| crate::layout::whole_items(s, itemsize as i64).is_none()) {
             return Ok(None);
         }

@@ -8,7 +8,7 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, Py_ssize_t};
 
-use super::kept_view::{Kept, KEPT_NDIM};
+use super::kept_view::Whole;
 use super::this;
 use crate::array_formats;
 use crate::cpython::buffer::*;
@@ -98,7 +98,7 @@ fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_i
     // SAFETY: `this` found a dlpx.Tensor with its tensor written.
     let kept = unsafe { super::PyTensor::kept_view(exporter) };
     if let Some(kept) = kept.serving(flags, tensor.is_readonly()) {
-        *view = view_of(tensor, exporter, flags, kept, kept.strides.as_ptr().cast_mut(), ptr::null_mut());
+        *view = view_of(tensor, exporter, flags, &kept.whole, kept.strides.as_ptr().cast_mut(), ptr::null_mut());
         // SAFETY: GIL held; the view's reference to its exporter, which PyBuffer_Release drops.
         unsafe { (py.Py_IncRef)(exporter) };
         return Ok(());
@@ -127,8 +127,7 @@ fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_i
         check_order(shape, strides, flags)?;
     }
     let item = (dl.dtype.bits / 8) as Py_ssize_t;
-    let whole =
-        Kept { len: tensor.numel() as Py_ssize_t * item, format: format.as_ptr().cast_mut(), strides: [0; KEPT_NDIM] };
+    let whole = Whole { len: tensor.numel() as Py_ssize_t * item, format: format.as_ptr().cast_mut() };
     // The object keeps them for a request that takes strides of a tensor that has some.
     let (byte_strides, block) = match flags & PYBUF_STRIDES == PYBUF_STRIDES && !shape.is_empty() {
         true => match kept.keep(whole, strides, item) {
@@ -146,7 +145,7 @@ fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_i
     Ok(())
 }
 
-/// The view of `tensor` a request of `flags` gets, its length and format `kept`, its byte
+/// The view of `tensor` a request of `flags` gets, its length and format `whole`, its byte
 /// strides `strides` (NULL: none asked, or none for 0-d) and `internal` the block they are in
 /// when they have one of their own (NULL otherwise): one spelling for the full path and the kept.
 #[inline(always)]
@@ -154,7 +153,7 @@ fn view_of(
     tensor: &Tensor,
     exporter: *mut PyObject,
     flags: c_int,
-    kept: &Kept,
+    whole: &Whole,
     strides: *mut Py_ssize_t,
     internal: *mut Py_ssize_t,
 ) -> PyBuffer {
@@ -167,11 +166,11 @@ fn view_of(
             false => unsafe { dl.data.cast::<u8>().add(dl.byte_offset as usize).cast() },
         },
         obj: exporter,
-        len: kept.len,
+        len: whole.len,
         itemsize: (dl.dtype.bits / 8) as Py_ssize_t,
         readonly: tensor.is_readonly() as c_int,
         ndim: shape.len() as c_int,
-        format: if flags & PYBUF_FORMAT != 0 { kept.format } else { ptr::null_mut() },
+        format: if flags & PYBUF_FORMAT != 0 { whole.format } else { ptr::null_mut() },
         shape: if flags & PYBUF_ND != 0 && !shape.is_empty() {
             shape.as_ptr().cast_mut().cast()
         } else {

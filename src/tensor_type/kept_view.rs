@@ -20,11 +20,16 @@ const EMPTY: u8 = 0;
 const WRITING: u8 = 1;
 const KEPT: u8 = 2;
 
-/// The view's length in bytes, its format and its byte strides (the first `ndim`).
+/// A view's length in bytes and its format: what every request's view has, strides or not.
 #[derive(Clone, Copy)]
-pub(super) struct Kept {
+pub(super) struct Whole {
     pub len: Py_ssize_t,
     pub format: *mut c_char,
+}
+
+/// The view's length and format, and its byte strides (the first `ndim`).
+pub(super) struct Kept {
+    pub whole: Whole,
     pub strides: [Py_ssize_t; KEPT_NDIM],
 }
 
@@ -39,7 +44,7 @@ unsafe impl Sync for KeptView {}
 
 impl KeptView {
     pub(super) const fn new() -> KeptView {
-        let kept = Kept { len: 0, format: std::ptr::null_mut(), strides: [0; KEPT_NDIM] };
+        let kept = Kept { whole: Whole { len: 0, format: std::ptr::null_mut() }, strides: [0; KEPT_NDIM] };
         KeptView { state: AtomicU8::new(EMPTY), kept: UnsafeCell::new(kept) }
     }
 
@@ -57,10 +62,10 @@ impl KeptView {
         serves.then(|| unsafe { &*self.kept.get() })
     }
 
-    /// Where the kept byte strides are: kept now, from `kept` with `strides` × `item`, when
+    /// Where the kept byte strides are: kept now, with `whole`, as `strides` × `item`, when
     /// nothing is kept yet; None when they do not fit or another thread is keeping them. They
     /// stay where they are as long as the object.
-    pub(super) fn keep(&self, kept: Kept, strides: &[i64], item: Py_ssize_t) -> Option<*mut Py_ssize_t> {
+    pub(super) fn keep(&self, whole: Whole, strides: &[i64], item: Py_ssize_t) -> Option<*mut Py_ssize_t> {
         debug_assert!(!strides.is_empty(), "a 0-d tensor's view has no strides to keep");
         let at = self.kept.get().cast::<Kept>();
         if strides.len() > KEPT_NDIM {
@@ -76,7 +81,7 @@ impl KeptView {
         // SAFETY: this thread alone writes (it moved the state to WRITING); nobody reads before
         // the Release store below publishes it.
         let slot = unsafe { &mut *at };
-        *slot = kept;
+        slot.whole = whole;
         for (out, &stride) in slot.strides.iter_mut().zip(strides) {
             *out = stride as Py_ssize_t * item;
         }
