@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 PY=${DLPX_PYTHON:-python3}
 lib=${DLPX_LIBRARY:-$PWD/target/release/libdlpx.so}
 stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
 ln -sf "$lib" "$stage/libdlpx.so.0"
 export DLPX_LIBRARY="$stage/libdlpx.so.0" PYTHONPATH="$PWD/python:$PWD/tests/python"
 "$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA GPU visible to torch'; print('GPU:', torch.cuda.get_device_name(0))"

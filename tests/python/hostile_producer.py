@@ -110,12 +110,14 @@ def _compile(out_dir):
 @functools.lru_cache(maxsize=None)
 def library():
     """The compiled producer; skips (or fails, under DLPX_REQUIRE_ALL_TESTS) without a compiler."""
-    path, why = _compile(tempfile.mkdtemp(prefix="dlpx-hostile-"))
-    if path is None:
-        if os.environ.get("DLPX_REQUIRE_ALL_TESTS"):
-            pytest.fail(f"the hostile C producer did not build: {why}")
-        pytest.skip(f"the hostile C producer did not build: {why}", allow_module_level=True)
-    lib = ctypes.PyDLL(path)
+    # The loaded library stays mapped once its file is gone: the folder is removed at once.
+    with tempfile.TemporaryDirectory(prefix="dlpx-hostile-") as out_dir:
+        path, why = _compile(out_dir)
+        if path is None:
+            if os.environ.get("DLPX_REQUIRE_ALL_TESTS"):
+                pytest.fail(f"the hostile C producer did not build: {why}")
+            pytest.skip(f"the hostile C producer did not build: {why}", allow_module_level=True)
+        lib = ctypes.PyDLL(path)
     lib.hp_make.argtypes = [ctypes.POINTER(Spec), c_int]
     lib.hp_make.restype = c_int
     lib.hp_deleter_calls.argtypes = [c_int]
