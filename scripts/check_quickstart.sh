@@ -3,11 +3,14 @@
 # (nor ctest, cpack, ccmake), so examples/quickstart.sh must create its venv, install cmake from
 # PyPI into it, say so, and run the demo. Then, on a PATH without cargo, it must stop at once with
 # one sentence naming it.
+# The copy's .venv holds numpy and torch with its CUDA libraries, 5.5 GiB: it is removed when the
+# check ends, pass or fail, so that the stages after it have that room (scripts/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(pwd)/build/quickstart-check
 rm -rf "$work"
 mkdir -p "$work/src" "$work/bin" "$work/bin-no-cargo"
+trap 'rm -rf "$work/src/.venv"' EXIT
 git ls-files -z -co --exclude-standard | xargs -0 tar -cf - | tar -xf - -C "$work/src"
 
 # PATH's programs, the first of each name, as links: without cmake's, and (second) without cargo.

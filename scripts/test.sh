@@ -11,6 +11,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 echo "== what the tests need"
+# Room on disk, asked first: a full disk would otherwise fail a late stage with pip's or the
+# linker's ENOSPC, after many minutes. The need was measured on a clean clone (design.md, "CI").
+need_gib=${DLPX_TEST_DISK_GIB:-18}
+free_gib=$(($(df -Pk . | awk 'NR == 2 { print $4 }') / 1048576))
+echo "disk: ${free_gib} GiB free under $(pwd) (the run needs about ${need_gib})"
+if [ "$free_gib" -lt "$need_gib" ]; then
+  echo "scripts/test.sh needs about ${need_gib} GiB free under $(pwd) and there are ${free_gib}: free some and rerun (DLPX_TEST_DISK_GIB=N sets the need)" >&2
+  exit 1
+fi
 need_apt=()
 command -v cmake >/dev/null || need_apt+=(cmake)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
