@@ -15,7 +15,7 @@
 # present; the library built here (DLPX_LIBRARY; default target/release/libdlpx.so from cargo
 # build --release, else the installed dlpx's); nvcc for the example (NVCC, else on PATH, else
 # PyPI's), or the example built already (DLPX_CUDA_KERNEL); wheels of what that Python lacks in
-# .whl/ (DLPX_WHEELS): the README's "GPU checks" says how to carry them.
+# .whl/ (DLPX_WHEELS): docs/cuda.md, "GPU checks", says how to carry them.
 # --simulated runs the same script against dlpx's simulated driver (DLPX_SIM_CUDA_DIR: the
 # folder of the simulator's libcuda.so, which ctest builds) where there is no GPU, so that the
 # script cannot rot between GPU draws: the report's first line says "simulated, not CUDA numbers".

@@ -6,7 +6,7 @@ Passes when both stay flat: the resident set grows by less than --rss-slack MiB 
 the warm-up, and every shared object's reference count (and the interpreter's count of live
 blocks) is back where it started once the threads' tensors are gone.
 
-    python tests/soak.py                 # 8 threads x 10**6 operations (README figures)
+    python tests/soak.py                 # 8 threads x 10**6 operations (docs/reliability.md's figures)
     python tests/soak.py --short         # 8 threads x 20 000 operations (CI, well under 60 s)
 
 Not collected by pytest (no test_ prefix): scripts/reliability.sh runs the short mode.

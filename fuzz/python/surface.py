@@ -17,7 +17,7 @@ large to allocate, RuntimeError for a missing CUDA driver) with a ``dlpx:`` mess
 producer's deleter runs exactly once; nothing is left set for the next call. Anything else (another exception, a crash, an abort) is a finding.
 
     python fuzz/python/surface.py -runs=10000 -seed=1    # CI's short run (scripts/reliability.sh)
-    python fuzz/python/surface.py -max_total_time=600    # the long run README reports
+    python fuzz/python/surface.py -max_total_time=600    # the long run docs/reliability.md reports
 """
 
 import ctypes

@@ -1,6 +1,6 @@
 """Minimal reproductions of every deviation `python -m dlpx.conform` reports for a peer, each
 asserting today's (deviating) behaviour with the clause it departs from. A peer that fixes one
-makes its test fail here: update the test and the README's conformance table."""
+makes its test fail here: update the test and the conformance table in docs/conformance.md."""
 
 import gc
 import subprocess
