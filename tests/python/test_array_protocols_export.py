@@ -193,3 +193,19 @@ def test_torch_as_tensor_on_the_host():
     x = torch.as_tensor(t)
     assert x.data_ptr() == t.data_ptr
     np.testing.assert_array_equal(x.numpy(), a)
+
+
+def test_torch_asarray_reads_the_buffer_flat_as_it_does_every_exporter_s():
+    # torch.asarray reads the buffer protocol before __dlpack__ and makes a 1-D tensor of it
+    # (tensor_frombuffer), for a jax array as for a dlpx.Tensor: torch's path, not dlpx's
+    # (pytorch/pytorch PR 197532 would read __dlpack__ first). When torch changes, this fails:
+    # then assert the shape, and drop the sentence in docs/python.md.
+    torch = pytest.importorskip("torch")
+    jnp = pytest.importorskip("jax.numpy")
+    t, a = tensor()
+    flat = torch.asarray(t)
+    assert tuple(flat.shape) == (6,) and flat.data_ptr() == t.data_ptr
+    np.testing.assert_array_equal(flat.numpy(), a.ravel())
+    assert tuple(torch.asarray(jnp.asarray(a)).shape) == (6,)
+    for keeps_the_shape in (torch.from_dlpack, torch.as_tensor, torch.tensor):
+        assert tuple(keeps_the_shape(t).shape) == (2, 3)
