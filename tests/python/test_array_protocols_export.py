@@ -209,3 +209,19 @@ def test_torch_asarray_reads_the_buffer_flat_as_it_does_every_exporter_s():
     assert tuple(torch.asarray(jnp.asarray(a)).shape) == (6,)
     for keeps_the_shape in (torch.from_dlpack, torch.as_tensor, torch.tensor):
         assert tuple(keeps_the_shape(t).shape) == (2, 3)
+
+
+def test_jnp_asarray_refuses_a_str_dtype_as_it_does_tvm_ffi_s():
+    # jax (0.10) asks numpy for the dtype of an object whose `.dtype` is not a numpy dtype, and
+    # numpy 2.4 refuses a `.dtype` that is a str with ValueError, which jax lets through (it
+    # falls back to np.asarray on TypeError only: torch's and array-api-strict's dtypes). A
+    # tvm_ffi tensor, whose dtype is a str too, fails the same way. When either changes, this
+    # fails: then assert the value, and drop the sentence in docs/python.md.
+    jnp = pytest.importorskip("jax.numpy")
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    t, a = tensor()
+    for x in (t, tvm_ffi.from_dlpack(a)):
+        with pytest.raises(ValueError, match="via `.dtype` value"):
+            jnp.asarray(x)
+    np.testing.assert_array_equal(np.asarray(jnp.from_dlpack(t)), a)
+    np.testing.assert_array_equal(np.asarray(jnp.asarray(np.asarray(t))), a)
