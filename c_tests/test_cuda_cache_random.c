@@ -4,13 +4,19 @@
  * test itself, and told to dlpx with dlpx_record_stream), also on the peer device; hold streams
  * so that events stay incomplete; capture a stream into a "graph" for a while; free on the
  * owner's thread or hand tensors to another thread to free; empty the cache and read statistics
- * meanwhile. Every allocation's producer writes the whole tensor on its allocation stream, so a
+ * meanwhile. A capture begins or ends only while no other thread allocates or frees: dlpx asks
+ * whether a stream is captured and then frees on it (a put-off free, a block the cache gives
+ * back), and a capture that begins in between takes the free into its graph, a race no driver
+ * call closes; a program must not begin a capture then, and neither does the test. Every allocation's producer writes the whole tensor on its allocation stream, so a
  * block handed out before its previous user's work is ordered before that write is reported.
  *
  * Required: no unordered reuse, no block handed to two live tensors, no graph memory outside its
  * capture and no cached memory inside one, no driver misuse, nothing left after empty_cache.
  * argv[1] "ignore_uses" or "ignore_capture" (with DLPX_CUDA_CACHE_FAULT set to the same) runs a
  * deliberately wrong cache and requires the matching check to catch it. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* pthread_rwlock_t under -std=c11 */
+#endif
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,10 +36,10 @@
  * capture stream; on cuda:1 the legacy stream and a non-blocking one. */
 static void *streams0[6], *streams1[2];
 static void *capture_stream;
-static int capturing; /* guarded by capture_lock, held across an allocation on the capture stream */
+static int capturing; /* written under capture_lock's write side; allocations and frees hold its read side */
 static CUcontext contexts[2];
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_rwlock_t capture_lock = PTHREAD_RWLOCK_INITIALIZER;
 
 static long handed_out_twice, mixed_with_capture;
 
@@ -82,7 +88,9 @@ static size_t bytes_of(DLManagedTensorVersioned *t) { return (size_t)t->dl_tenso
 
 static void delete_tensor(DLManagedTensorVersioned *t) {
   track(t->dl_tensor.data, bytes_of(t), 0);
+  pthread_rwlock_rdlock(&capture_lock); /* a capture neither begins nor ends meanwhile */
   t->deleter(t);
+  pthread_rwlock_unlock(&capture_lock);
 }
 
 /* `to` waits for the work of each of `t`'s users (the test's own ordering; `events` of the
@@ -120,7 +128,7 @@ static void *worker(void *arg) {
       shape[0] = nbytes;
       DLTensor proto = test_prototype(kDLCUDA, device, kDLUInt, 8, 1, shape);
       dlpx_set_current_stream(kDLCUDA, device, stream, NULL);
-      pthread_mutex_lock(&capture_lock); /* a capture neither begins nor ends meanwhile */
+      pthread_rwlock_rdlock(&capture_lock); /* a capture neither begins nor ends meanwhile */
       int graph = stream == capture_stream && capturing;
       DLManagedTensorVersioned *t = NULL;
       struct error_record e;
@@ -128,7 +136,7 @@ static void *worker(void *arg) {
       int rc = dlpx_exchange_api()->managed_tensor_allocator(&proto, &t, &e, record_error);
       if (rc == 0 && sim_cuda_alloc_captured(t->dl_tensor.data) != graph)
         __atomic_add_fetch(&mixed_with_capture, 1, __ATOMIC_RELAXED);
-      pthread_mutex_unlock(&capture_lock);
+      pthread_rwlock_unlock(&capture_lock);
       dlpx_set_current_stream(kDLCUDA, device, NULL, NULL);
       /* Memory may run out (the simulated devices have 1 GiB): after the cache gave its blocks
        * back, that is a MemoryError like any other. */
@@ -174,18 +182,18 @@ static void *worker(void *arg) {
       if (next_random(&seed) % 2) sim_cuda_hold(s);
       else sim_cuda_release(s);
     } else if (r < 96 && index == 0) { /* a capture begins or ends */
-      pthread_mutex_lock(&capture_lock);
+      pthread_rwlock_wrlock(&capture_lock);
       capturing = !capturing;
       sim_cuda_set_capturing(capture_stream, capturing);
-      pthread_mutex_unlock(&capture_lock);
+      pthread_rwlock_unlock(&capture_lock);
     } else if (r < 98) {
       DlpxCudaMemoryStats s;
       CHECK(dlpx_cuda_memory_stats(index % 2, &s) == 0, "stats: %s", test_str(dlpx_last_error()));
     } else {
       /* (torch refuses to empty its cache during a capture; dlpx waits for the ones it knows) */
-      pthread_mutex_lock(&capture_lock);
+      pthread_rwlock_rdlock(&capture_lock);
       if (!capturing) CHECK(dlpx_cuda_empty_cache() == 0, "empty_cache: %s", test_str(dlpx_last_error()));
-      pthread_mutex_unlock(&capture_lock);
+      pthread_rwlock_unlock(&capture_lock);
     }
   }
   while (n > 0) delete_tensor(mine[--n].t);

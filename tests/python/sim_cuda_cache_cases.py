@@ -261,88 +261,98 @@ def test_memory_stats_has_torch_s_names_and_adds_up():
 
 def test_randomized_stream_order_with_threads(streams):
     """Threads allocate, use on other streams (told to dlpx), export to built-in streams, free on
-    another thread, hold streams, capture one; the simulator checks every reuse."""
-    order_lock = threading.Lock()
-    orders = {}
+    another thread, hold streams; the simulator checks every reuse. The run is cut into phases,
+    and a capture of one stream begins or ends only between them, while every worker waits: a
+    capture that begins while another thread frees memory of that stream is a race no driver
+    call can close (dlpx asks whether the stream is captured, then frees: the capture may begin
+    in between and take the free into its graph), so a program must not begin one then, and
+    neither does the test. The workers live through every phase, so that each keeps its own
+    per-thread default stream."""
     user = [streams(), streams(), streams(blocking=True)]
     peer = streams(1)
     capture = streams()
-    capturing = [False]
-    capture_lock = threading.Lock()
+    capturing = False
     handed = []
     failures = []
-
-    def ordering():
-        with order_lock:
-            return orders.setdefault(threading.get_ident(), Ordering())
+    seeds = range(4)
+    mine = {seed: [] for seed in seeds}  # (tensor, device, streams that used it since its last write)
+    orders = {seed: Ordering() for seed in seeds}
+    phases, steps = 20, 50
+    between = threading.Barrier(len(seeds) + 1, timeout=120)
 
     def worker(seed):
         rng = random.Random(seed)
-        order = ordering()
-        mine = []  # (tensor, device, streams that used it since its last write)
-        try:
-            for _ in range(1000):
-                r = rng.random()
-                if r < 0.3 and len(mine) < 16:
-                    device = 1 if rng.random() < 0.15 else 0
-                    stream = rng.choice([LEGACY, peer]) if device else rng.choice([LEGACY, PER_THREAD, capture, *user])
-                    n = rng.choice([4, 100, 1000, 30000])
-                    with dlpx.cuda.stream(stream, device=device), capture_lock:
-                        t = dlpx.empty((n,), "float32", f"cuda:{device}")
-                        graph = stream == capture and capturing[0]
-                        assert SIM.sim_cuda_alloc_captured(t.data_ptr) == graph, "graph memory mixed with the cache's"
-                    use(stream, t, write=True)
-                    mine.append([t, device, [stream]])
-                elif r < 0.5 and mine:
-                    entry = rng.choice(mine)
-                    t, device, users = entry
-                    consumer = rng.choice([LEGACY, peer]) if device else rng.choice([LEGACY, PER_THREAD, peer, *user])
-                    for u in users:
-                        order.after(u, consumer, device=1 if device or u == peer else 0)
-                    write = rng.random() < 0.3
-                    use(consumer, t, write)
-                    dlpx.cuda.record_stream(t, consumer, device=1 if consumer == peer else device)
-                    entry[2] = [consumer] if write else users + [consumer]
-                elif r < 0.6 and mine:
-                    t, device, users = rng.choice(mine)
-                    if device == 0:  # an export to a built-in stream, released when that work is enqueued
-                        consumer = rng.choice([LEGACY, PER_THREAD])
-                        for u in users:
-                            order.after(u, consumer, device=1 if u == peer else 0)
-                        capsule = t.__dlpack__(stream=consumer, max_version=(1, 3))
-                        use(consumer, t)
-                        del capsule
-                        users.append(consumer)
-                elif r < 0.8 and mine:
-                    entry = mine.pop(rng.randrange(len(mine)))
-                    if rng.random() < 0.3:
-                        handed.append(entry[0])
-                    del entry
-                elif r < 0.85 and handed:
-                    try:
-                        handed.pop()
-                    except IndexError:
-                        pass
-                elif r < 0.92:
-                    s = rng.choice([*user[:2], peer])
-                    (SIM.sim_cuda_hold if rng.random() < 0.5 else SIM.sim_cuda_release)(s)
-                elif r < 0.95 and seed == 0:
-                    with capture_lock:
-                        capturing[0] = not capturing[0]
-                        SIM.sim_cuda_set_capturing(capture, int(capturing[0]))
-                elif r < 0.98:
-                    dlpx.cuda.memory_stats(rng.randrange(2))
-                else:
-                    with capture_lock:
-                        if not capturing[0]:
-                            dlpx.cuda.empty_cache()
-        except Exception as e:  # reported by the main thread
-            failures.append(e)
-        mine.clear()
+        order, held = orders[seed], mine[seed]
+        for _ in range(phases):
+            try:
+                phase(rng, order, held)
+            except Exception as e:  # reported by the main thread
+                failures.append(e)
+            between.wait()  # the phase is over: the main thread may begin or end the capture
+            between.wait()
+        held.clear()  # the last frees, on every thread at once
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    def phase(rng, order, held):
+        for _ in range(steps):
+            r = rng.random()
+            if r < 0.3 and len(held) < 16:
+                device = 1 if rng.random() < 0.15 else 0
+                stream = rng.choice([LEGACY, peer]) if device else rng.choice([LEGACY, PER_THREAD, capture, *user])
+                n = rng.choice([4, 100, 1000, 30000])
+                with dlpx.cuda.stream(stream, device=device):
+                    t = dlpx.empty((n,), "float32", f"cuda:{device}")
+                graph = stream == capture and capturing
+                assert SIM.sim_cuda_alloc_captured(t.data_ptr) == graph, "graph memory mixed with the cache's"
+                use(stream, t, write=True)
+                held.append([t, device, [stream]])
+            elif r < 0.5 and held:
+                entry = rng.choice(held)
+                t, device, users = entry
+                consumer = rng.choice([LEGACY, peer]) if device else rng.choice([LEGACY, PER_THREAD, peer, *user])
+                for u in users:
+                    order.after(u, consumer, device=1 if device or u == peer else 0)
+                write = rng.random() < 0.3
+                use(consumer, t, write)
+                dlpx.cuda.record_stream(t, consumer, device=1 if consumer == peer else device)
+                entry[2] = [consumer] if write else users + [consumer]
+            elif r < 0.6 and held:
+                t, device, users = rng.choice(held)
+                if device == 0:  # an export to a built-in stream, released when that work is enqueued
+                    consumer = rng.choice([LEGACY, PER_THREAD])
+                    for u in users:
+                        order.after(u, consumer, device=1 if u == peer else 0)
+                    capsule = t.__dlpack__(stream=consumer, max_version=(1, 3))
+                    use(consumer, t)
+                    del capsule
+                    users.append(consumer)
+            elif r < 0.8 and held:
+                entry = held.pop(rng.randrange(len(held)))
+                if rng.random() < 0.3:
+                    handed.append(entry[0])
+                del entry
+            elif r < 0.85 and handed:
+                try:
+                    handed.pop()
+                except IndexError:
+                    pass
+            elif r < 0.92:
+                s = rng.choice([*user[:2], peer])
+                (SIM.sim_cuda_hold if rng.random() < 0.5 else SIM.sim_cuda_release)(s)
+            elif r < 0.97:
+                dlpx.cuda.memory_stats(rng.randrange(2))
+            elif not capturing:
+                dlpx.cuda.empty_cache()
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in seeds]
     for t in threads:
         t.start()
+    toggles = random.Random(-1)
+    for n in range(phases):
+        between.wait()
+        if n < phases - 1 and toggles.random() < 0.5:  # every worker waits
+            capturing = not capturing
+            SIM.sim_cuda_set_capturing(capture, int(capturing))
+        between.wait()
     for t in threads:
         t.join()
     handed.clear()
