@@ -163,29 +163,25 @@ pub fn optional_bool(py: Python<'_>, object: *mut PyObject, name: &str) -> Resul
     }
 }
 
-/// An integer argument (anything with `__index__`).
-pub fn int_value(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<i64> {
-    int_value_named(py, object, name)
-}
-
-/// [`int_value`] with a name that is only spelled out for an error (a sequence's `shape[2]`).
-fn int_value_named(py: Python<'_>, object: *mut PyObject, name: impl std::fmt::Display) -> Result<i64> {
-    // SAFETY: GIL held; `object` is a live borrowed reference.
+/// An integer argument (anything with `__index__`). `name` is spelled out only for an error (a
+/// sequence's `shape[2]` costs nothing until then).
+pub fn int_value(py: Python<'_>, object: *mut PyObject, name: impl std::fmt::Display) -> Result<i64> {
+    // SAFETY: GIL held; `object` is a live borrowed reference; the index is a new reference
+    // released by `Owned`.
     unsafe {
-        if crate::cpython::type_of(py, object) == py.long_type.cast() {
-            // An exact int (the common case) is its own index.
-            let value = (py.PyLong_AsLongLong)(object);
-            if value != -1 || (py.PyErr_Occurred)().is_null() {
-                return Ok(value);
+        let index;
+        // An exact int (the common case) is its own index.
+        let number = match crate::cpython::type_of(py, object) == py.long_type.cast() {
+            true => object,
+            false if (py.PyIndex_Check)(object) == 0 => {
+                return Err(Error::type_error(format!("{name} must be an integer")));
             }
-            (py.PyErr_Clear)();
-            return Err(Error::value(format!("{name} does not fit in 64 bits")));
-        }
-        if (py.PyIndex_Check)(object) == 0 {
-            return Err(Error::type_error(format!("{name} must be an integer")));
-        }
-        let index = Owned::new(py, (py.PyNumber_Index)(object))?;
-        let value = (py.PyLong_AsLongLong)(index.as_ptr());
+            false => {
+                index = Owned::new(py, (py.PyNumber_Index)(object))?;
+                index.as_ptr()
+            }
+        };
+        let value = (py.PyLong_AsLongLong)(number);
         if value == -1 && !(py.PyErr_Occurred)().is_null() {
             (py.PyErr_Clear)();
             return Err(Error::value(format!("{name} does not fit in 64 bits")));
@@ -235,12 +231,12 @@ pub fn int_sequence(py: Python<'_>, object: *mut PyObject, name: &str) -> Result
     // SAFETY: GIL held; `object` is live; items are borrowed from a tuple, or new references
     // released by `Owned`.
     unsafe {
-        if (py.PyIndex_Check)(object) != 0 {
+        let tuple = crate::cpython::type_of(py, object) == py.tuple_type.cast();
+        if !tuple && (py.PyIndex_Check)(object) != 0 {
             out.values[0] = int_value(py, object, name)?;
             out.len = 1;
             return Ok(out);
         }
-        let tuple = crate::cpython::type_of(py, object) == py.tuple_type.cast();
         if !tuple && (py.PySequence_Check)(object) == 0 {
             return Err(Error::type_error(format!("{name} must be a sequence of integers")));
         }
@@ -259,10 +255,10 @@ pub fn int_sequence(py: Python<'_>, object: *mut PyObject, name: &str) -> Result
         for i in 0..n {
             out.values[i as usize] = match tuple {
                 // An exact tuple's items are borrowed: nothing to take or release.
-                true => int_value_named(py, (py.PyTuple_GetItem)(object, i), format_args!("{name}[{i}]"))?,
+                true => int_value(py, (py.PyTuple_GetItem)(object, i), format_args!("{name}[{i}]"))?,
                 false => {
                     let item = Owned::new(py, (py.PySequence_GetItem)(object, i))?;
-                    int_value_named(py, item.as_ptr(), format_args!("{name}[{i}]"))?
+                    int_value(py, item.as_ptr(), format_args!("{name}[{i}]"))?
                 }
             };
         }

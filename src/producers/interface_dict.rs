@@ -109,10 +109,8 @@ pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<In
     })??;
 
     let shape_object = item(&SHAPE)?.ok_or_else(|| refuse("no shape".into()))?;
+    // At most MAX_NDIM of them: a longer sequence is refused as it is read.
     let extents = args::int_sequence(py, shape_object.as_ptr(), "shape")?;
-    if extents.len() > MAX_NDIM {
-        return Err(refuse(format!("{} dimensions (at most {MAX_NDIM})", extents.len())));
-    }
     layout::numel(&extents).map_err(Error::into_buffer_error)?;
     let ndim = extents.len();
     let mut shape = [0i64; MAX_NDIM];
