@@ -9,7 +9,6 @@ use pyo3_ffi::{PyObject, Py_ssize_t};
 
 /// CPython's `Py_buffer`.
 #[repr(C)]
-#[derive(Clone, Copy)]
 pub struct PyBuffer {
     pub buf: *mut c_void,
     /// A strong reference to the exporter, released by `PyBuffer_Release`; NULL after a failure.
@@ -51,6 +50,8 @@ pub const PYBUF_STRIDES: c_int = 0x0010 | PYBUF_ND;
 pub const PYBUF_C_CONTIGUOUS: c_int = 0x0020 | PYBUF_STRIDES;
 pub const PYBUF_F_CONTIGUOUS: c_int = 0x0040 | PYBUF_STRIDES;
 pub const PYBUF_ANY_CONTIGUOUS: c_int = 0x0080 | PYBUF_STRIDES;
+/// The bits of a request that ask for an order (each contiguity flag includes PYBUF_STRIDES).
+pub const PYBUF_ORDERS: c_int = (PYBUF_C_CONTIGUOUS | PYBUF_F_CONTIGUOUS | PYBUF_ANY_CONTIGUOUS) & !PYBUF_STRIDES;
 /// What a reader of any strided buffer asks for: strides and the format, read-only allowed.
 pub const PYBUF_RECORDS_RO: c_int = PYBUF_STRIDES | PYBUF_FORMAT;
 

@@ -122,8 +122,7 @@ fn fill(py: Python<'_>, exporter: *mut PyObject, view: &mut PyBuffer, flags: c_i
     let (shape, strides) = (tensor.shape(), tensor.strides());
     // A reader that takes strides and asks no order (numpy's and memoryview's PyBUF_FULL_RO)
     // gets any layout: the orders are worked out only for one that asks.
-    const ORDERS: c_int = (PYBUF_C_CONTIGUOUS | PYBUF_F_CONTIGUOUS | PYBUF_ANY_CONTIGUOUS) & !PYBUF_STRIDES;
-    if flags & PYBUF_STRIDES != PYBUF_STRIDES || flags & ORDERS != 0 {
+    if flags & PYBUF_STRIDES != PYBUF_STRIDES || flags & PYBUF_ORDERS != 0 {
         check_order(shape, strides, flags)?;
     }
     let item = (dl.dtype.bits / 8) as Py_ssize_t;

@@ -53,9 +53,8 @@ impl KeptView {
     /// (those take the full path, whose checks they need).
     #[inline]
     pub(super) fn serving(&self, flags: c_int, readonly: bool) -> Option<&Kept> {
-        const ORDERS: c_int = (PYBUF_C_CONTIGUOUS | PYBUF_F_CONTIGUOUS | PYBUF_ANY_CONTIGUOUS) & !PYBUF_STRIDES;
         let serves = flags & PYBUF_STRIDES == PYBUF_STRIDES
-            && flags & ORDERS == 0
+            && flags & PYBUF_ORDERS == 0
             && !(readonly && flags & PYBUF_WRITABLE != 0)
             && self.state.load(Ordering::Acquire) == KEPT;
         // SAFETY: KEPT: written once and published (Acquire above); never written again.
@@ -67,7 +66,7 @@ impl KeptView {
     /// stay where they are as long as the object.
     pub(super) fn keep(&self, whole: Whole, strides: &[i64], item: Py_ssize_t) -> Option<*mut Py_ssize_t> {
         debug_assert!(!strides.is_empty(), "a 0-d tensor's view has no strides to keep");
-        let at = self.kept.get().cast::<Kept>();
+        let at = self.kept.get();
         if strides.len() > KEPT_NDIM {
             return None;
         }
