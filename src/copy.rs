@@ -64,6 +64,12 @@ fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
 /// # Safety
 /// Every item the shape and byte strides reach from `src` is readable host memory.
 pub unsafe fn gather_bytes(src: *const u8, shape: &[i64], byte_strides: &[i64], dtype: DLDataType) -> Result<Tensor> {
+    // Byte strides from an exporter, read as hostile: offsets that overflow never reach `gather`.
+    let reach = crate::layout::reach(shape, byte_strides, 8)
+        .map_err(|dim| crate::layout::overflowing_strides(shape, byte_strides, dim, 8))?;
+    if !shape.contains(&0) && !crate::layout::addresses_fit(src.cast(), 0, reach) {
+        return Err(crate::layout::wrapping_addresses(src.cast(), 0, reach));
+    }
     let dst = Tensor::empty(shape, dtype, DLDevice::CPU)?;
     if dst.numel() > 0 {
         let mut written = 0usize;

@@ -148,6 +148,81 @@ fn unaligned_stride(dim: usize, bytes: i64, item_size: i64) -> Error {
     Error::buffer(format!("strides[{dim}] = {bytes} bytes is not a multiple of the item size, {item_size} bytes"))
 }
 
+/// Where a strided tensor's elements lie around its first element, in bytes: the farthest an
+/// index reaches below it (negative strides) and above it (the last element's bytes included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reach {
+    pub below: u64,
+    pub above: u64,
+}
+
+/// The most bits a reach or a byte stride may span: `isize::MAX` bytes, what a pointer offset,
+/// a `Py_ssize_t` stride and numpy's and torch's storage sizes can hold.
+const MAX_REACH_BITS: u128 = isize::MAX as u128 * 8;
+
+/// The [`Reach`] of `shape` and `strides` (in elements of `bits` bits each), every product and
+/// sum checked against `isize::MAX` bytes; Err(dim) names the first dimension whose byte stride,
+/// or whose share of the reach, does not fit. A producer's strides are read as hostile: a
+/// wrapped product would let an index land anywhere (docs/design.md, "Hostile input").
+///
+/// A tensor with a zero extent addresses nothing: only its strides' byte sizes are checked, so
+/// that every byte stride dlpx derives (the buffer protocol, the array interfaces) fits.
+#[inline]
+pub fn reach(shape: &[i64], strides: &[i64], bits: u64) -> std::result::Result<Reach, usize> {
+    let empty = shape.contains(&0);
+    let (mut below, mut above) = (0u128, bits as u128);
+    for (dim, (&extent, &stride)) in shape.iter().zip(strides).enumerate() {
+        let step = stride.unsigned_abs() as u128 * bits as u128;
+        if step > MAX_REACH_BITS {
+            return Err(dim);
+        }
+        if empty || extent <= 1 {
+            continue;
+        }
+        // (extent - 1) < 2^63 and step <= 2^66: the product fits in u128 unless it is far over.
+        let span = match (extent as u128 - 1).checked_mul(step) {
+            Some(span) if span <= MAX_REACH_BITS => span,
+            _ => return Err(dim),
+        };
+        let side = if stride < 0 { &mut below } else { &mut above };
+        *side += span;
+        if *side > MAX_REACH_BITS {
+            return Err(dim);
+        }
+    }
+    let bytes = |bits: u128| bits.div_ceil(8) as u64;
+    Ok(Reach { below: bytes(below), above: if empty { 0 } else { bytes(above) } })
+}
+
+/// Whether every address `reach` spans around `data + byte_offset` exists: none below zero, none
+/// past the top of the address space (checked as numbers: `data` is never dereferenced here).
+#[inline]
+pub fn addresses_fit(data: *const std::ffi::c_void, byte_offset: u64, reach: Reach) -> bool {
+    match (data as usize as u64).checked_add(byte_offset) {
+        Some(first) => first >= reach.below && first.checked_add(reach.above).is_some(),
+        None => false,
+    }
+}
+
+/// The refusal of strides whose reach [`reach`] did not fit, naming the dimension.
+#[cold]
+pub fn overflowing_strides(shape: &[i64], strides: &[i64], dim: usize, bits: u64) -> Error {
+    Error::buffer(format!(
+        "dimension {dim} (extent {}, stride {}) of a tensor of shape {shape:?}, strides {strides:?} and \
+         {bits}-bit elements reaches past isize::MAX bytes (the byte offsets overflow)",
+        shape[dim], strides[dim]
+    ))
+}
+
+/// The refusal of a tensor whose reach wraps around the address space.
+#[cold]
+pub fn wrapping_addresses(data: *const std::ffi::c_void, byte_offset: u64, reach: Reach) -> Error {
+    Error::buffer(format!(
+        "data {data:?} + byte_offset {byte_offset} with {} bytes below and {} above wraps around the address space",
+        reach.below, reach.above
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +264,36 @@ mod tests {
         assert_eq!(e, [-3, 1, 0]);
         let err = element_strides([12, 6], 4, &mut e).unwrap_err();
         assert_eq!(err.fact(), "strides[1] = 6 bytes is not a multiple of the item size, 4 bytes");
+    }
+
+    #[test]
+    fn a_reach_is_the_bytes_an_index_can_land_on_and_never_wraps() {
+        let r = |shape: &[i64], strides: &[i64], bits| reach(shape, strides, bits);
+        assert_eq!(r(&[], &[], 32), Ok(Reach { below: 0, above: 4 }));
+        assert_eq!(r(&[2, 3], &[3, 1], 32), Ok(Reach { below: 0, above: 24 }));
+        assert_eq!(r(&[2, 3], &[-3, 1], 32), Ok(Reach { below: 12, above: 12 }));
+        assert_eq!(r(&[5], &[1], 4), Ok(Reach { below: 0, above: 3 }), "packed sub-byte items");
+        assert_eq!(r(&[0, 4], &[i64::MAX / 64, 1], 32), Ok(Reach { below: 0, above: 0 }), "empty: no elements");
+        assert_eq!(r(&[1, 4], &[1 << 58, 1], 32), Ok(Reach { below: 0, above: 16 }), "an extent of 1 never steps");
+        // The issue's cases: a byte stride that wraps to i64::MIN (2^61 × 4) or to 0 (2^62 × 4).
+        assert_eq!(r(&[2, 4], &[1 << 61, 1], 32), Err(0));
+        assert_eq!(r(&[2, 4], &[1 << 62, 1], 32), Err(0));
+        assert_eq!(r(&[2, 4], &[-(1 << 62), 1], 32), Err(0));
+        assert_eq!(r(&[2, 4], &[i64::MIN, 1], 8), Err(0));
+        // Each byte stride fits, their sum does not: the dimension that tips it is named.
+        assert_eq!(r(&[2, 2, 2], &[1 << 60, 1 << 60, 1 << 60], 32), Err(1));
+        assert_eq!(r(&[i64::MAX, 2], &[2, 1], 8), Err(0));
+        // A byte stride dlpx could not spell (the buffer protocol, the array interfaces) is refused
+        // even on an extent of 1 or 0.
+        assert_eq!(r(&[1, 4], &[1 << 62, 1], 32), Err(0));
+        assert_eq!(r(&[0, 4], &[1 << 62, 1], 32), Err(0));
+        let at = |address: usize| address as *const std::ffi::c_void;
+        let up = Reach { below: 0, above: 16 };
+        assert!(addresses_fit(at(0x1000), 0, up));
+        assert!(!addresses_fit(at(usize::MAX - 8), 0, up));
+        assert!(!addresses_fit(at(0x1000), u64::MAX - 0x800, up), "byte_offset wraps");
+        assert!(!addresses_fit(at(0x1000), 0, Reach { below: 0x2000, above: 4 }), "below address 0");
+        assert!(addresses_fit(at(0x1000), 0x1000, Reach { below: 0x2000, above: 4 }));
     }
 
     #[test]

@@ -74,15 +74,17 @@ pub unsafe fn is_sound(dl: &DLTensor, flags: u64) -> bool {
     {
         return false;
     }
+    let bits = layout::element_bits(dl.dtype, flags);
     if dl.ndim == 0 {
-        return !dl.data.is_null();
+        return !dl.data.is_null() && layout::reach(&[], &[], bits).is_ok_and(|r| addresses_fit(dl, r));
     }
     if dl.shape.is_null() || dl.strides.is_null() {
         return false;
     }
+    // The caller's contract: `ndim` (checked above) extents and strides.
+    let (shape, strides) = (dims(dl.shape, dl.ndim), dims(dl.strides, dl.ndim));
     let mut numel: u64 = 1;
-    // SAFETY: the caller's contract: `ndim` (checked above) extents.
-    for &extent in unsafe { std::slice::from_raw_parts(dl.shape, dl.ndim as usize) } {
+    for &extent in shape {
         // A negative extent, or a product that overflows (which a zero extent may still
         // excuse), is left to the full check.
         match u64::try_from(extent).ok().and_then(|e| numel.checked_mul(e)) {
@@ -90,7 +92,26 @@ pub unsafe fn is_sound(dl: &DLTensor, flags: u64) -> bool {
             None => return false,
         }
     }
-    numel.checked_mul(layout::element_bits(dl.dtype, flags)).is_some() && (numel == 0 || !dl.data.is_null())
+    numel.checked_mul(bits).is_some()
+        && (numel == 0 || !dl.data.is_null())
+        && layout::reach(shape, strides, bits).is_ok_and(|r| numel == 0 || addresses_fit(dl, r))
+}
+
+/// Whether the addresses `reach` spans around `dl`'s first element exist.
+#[inline(always)]
+fn addresses_fit(dl: &DLTensor, reach: layout::Reach) -> bool {
+    layout::addresses_fit(dl.data, dl.byte_offset, reach)
+}
+
+/// Refuses strides whose byte offsets overflow, or a reach that wraps the address space: an
+/// index computed from them would land outside the tensor (issue: `strides=(2**61, 1)` read
+/// through a wrapped byte stride).
+fn check_reach(dl: &DLTensor, shape: &[i64], strides: &[i64], numel: u64, bits: u64) -> Result<()> {
+    let reach = layout::reach(shape, strides, bits).map_err(|dim| layout::overflowing_strides(shape, strides, dim, bits))?;
+    if numel > 0 && !addresses_fit(dl, reach) {
+        return Err(layout::wrapping_addresses(dl.data, dl.byte_offset, reach));
+    }
+    Ok(())
 }
 
 /// Checks what a foreign producer sent; returns owned shape+strides when its strides are NULL
@@ -128,14 +149,27 @@ unsafe fn check_fully(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
     if numel > 0 && dl.data.is_null() {
         return Err(bad(format!("data is NULL for {numel} elements")));
     }
+    let bits = layout::element_bits(dl.dtype, flags);
     if ndim == 0 || !dl.strides.is_null() {
+        check_reach(dl, shape, dims(dl.strides, dl.ndim), numel, bits)?;
         return Ok(None);
     }
     let mut owned = vec![0i64; 2 * ndim].into_boxed_slice();
     owned[..ndim].copy_from_slice(shape);
     let (shape_part, strides_part) = owned.split_at_mut(ndim);
     layout::compact_strides(shape_part, strides_part);
+    check_reach(dl, shape_part, strides_part, numel, bits)?;
     Ok(Some(owned))
+}
+
+/// Refuses a tensor a row made from fields it read (a buffer's, an array interface's, numpy's
+/// own, which `as_strided` lets say anything) whose strides overflow or whose reach wraps: the
+/// check [`check_imported`] makes of a producer's tensor, for the rows that build their own.
+/// `shape` and `strides` are the ones the made tensor will carry.
+pub fn check_made(dl: &DLTensor, shape: &[i64], strides: &[i64], flags: u64) -> Result<()> {
+    let bits = layout::element_bits(dl.dtype, flags);
+    let numel = layout::numel(shape).map_err(Error::into_buffer_error)?;
+    check_reach(dl, shape, strides, numel, bits)
 }
 
 #[cfg(test)]
@@ -158,8 +192,13 @@ mod tests {
         ];
         let devices = [DLDevice::CPU, DLDevice { device_type: DeviceType(5), device_id: 0 }];
         let mut cases = 0;
-        for shape in shapes {
+        // Unit strides, then a first stride whose byte offsets overflow (refused by both checks
+        // wherever it steps), then a negative one that reaches below address 0.
+        for (shape, first_stride) in shapes.iter().flat_map(|&s| [(s, 1i64), (s, 1 << 62), (s, -(1 << 40))]) {
             let mut strides = vec![1i64; shape.len()];
+            if let Some(first) = strides.first_mut() {
+                *first = first_stride;
+            }
             for dtype in dtypes {
                 for device in devices {
                     for (data, with_strides, ndim) in [
@@ -198,6 +237,33 @@ mod tests {
                 }
             }
         }
-        assert_eq!(cases, 8 * 4 * 2 * 5);
+        assert_eq!(cases, 8 * 3 * 4 * 2 * 5);
+    }
+
+    #[test]
+    fn strides_whose_byte_offsets_overflow_are_refused_naming_the_dimension() {
+        let mut data = [0f32; 8];
+        let (shape, mut strides) = ([2i64, 4], [1i64 << 61, 1]);
+        let mut dl = DLTensor {
+            data: data.as_mut_ptr().cast(),
+            device: DLDevice::CPU,
+            ndim: 2,
+            dtype: F32,
+            shape: shape.as_ptr().cast_mut(),
+            strides: strides.as_mut_ptr(),
+            byte_offset: 0,
+        };
+        // SAFETY: shape and strides hold 2 values each.
+        let err = unsafe { check_imported(&dl, 0) }.unwrap_err();
+        assert!(err.fact().starts_with("dimension 0 (extent 2, stride 2305843009213693952)"), "{}", err.fact());
+        strides = [4, 1];
+        dl.strides = strides.as_mut_ptr();
+        dl.byte_offset = u64::MAX - 8;
+        // SAFETY: as above.
+        let err = unsafe { check_imported(&dl, 0) }.unwrap_err();
+        assert!(err.fact().contains("wraps around the address space"), "{}", err.fact());
+        dl.byte_offset = 0;
+        // SAFETY: as above.
+        assert!(matches!(unsafe { check_imported(&dl, 0) }, Ok(None)));
     }
 }

@@ -121,6 +121,32 @@ fn assert_valid(t: &Tensor) {
     layout::nbytes(numel, dl.dtype, t.flags()).unwrap();
     assert_eq!(t.strides().len(), t.shape().len(), "strides are always there after an import");
     assert!(numel == 0 || !dl.data.is_null());
+    assert_reach_fits(t, numel);
+}
+
+/// What every accepted import's strides promise, recomputed here in i128 apart from
+/// `layout::reach` (issue 44): each byte stride fits in i64, every index's byte offset fits in
+/// isize, and the addresses around the first element neither go below 0 nor wrap.
+fn assert_reach_fits(t: &Tensor, numel: u64) {
+    let dl = t.dl_tensor();
+    let bits = layout::element_bits(dl.dtype, t.flags()) as i128;
+    let (mut below, mut above) = (0i128, 0i128);
+    for (&extent, &stride) in t.shape().iter().zip(t.strides()) {
+        let step = stride as i128 * bits;
+        assert!(step.abs() <= isize::MAX as i128 * 8, "a byte stride that overflows: {stride}");
+        if numel > 0 {
+            let span = (extent as i128 - 1) * step;
+            *(if span < 0 { &mut below } else { &mut above }) += span.abs();
+        }
+    }
+    if numel == 0 {
+        return;
+    }
+    let limit = isize::MAX as i128 * 8;
+    assert!(below <= limit && above + bits <= limit, "a reach past isize::MAX: {:?} {:?}", t.shape(), t.strides());
+    let first = dl.data as usize as i128 + dl.byte_offset as i128;
+    assert!(first - (below + 7) / 8 >= 0, "a reach below address 0");
+    assert!(first + (above + bits + 7) / 8 <= u64::MAX as i128, "a reach that wraps the address space");
 }
 
 /// Target `import_managed`: an arbitrary `DLManagedTensorVersioned` or legacy `DLManagedTensor`

@@ -80,13 +80,13 @@ fn managed_of(
             let (view, out) = held.parts();
             tensor.data = view.buf;
             tensor.byte_offset = offset as u64;
-            fits(&tensor, dims(), offset, view.len as usize)?;
+            fits(&tensor, &interface.shape[..ndim], &interface.strides[..ndim], offset, view.len as usize)?;
             let readonly = view.readonly != 0;
             for (i, (extent, stride)) in dims().enumerate() {
                 (out[i], out[ndim + i]) = (extent, stride);
             }
             // SAFETY: the view's memory holds every element (checked just above).
-            Ok(unsafe { held.into_managed(tensor, readonly) })
+            unsafe { held.into_managed(tensor, readonly) }
         }
     }
 }
@@ -121,19 +121,12 @@ fn copied(py: Python<'_>, interface: &Interface<'_>) -> Result<NonNull<DLManaged
 }
 
 /// Refuses an interface whose elements reach outside the buffer it names (hostile input).
-fn fits(tensor: &DLTensor, dims: impl Iterator<Item = (i64, i64)>, offset: usize, len: usize) -> Result<()> {
-    let item = (tensor.dtype.bits / 8) as i128;
-    let (mut low, mut high, mut empty) = (offset as i128, offset as i128 + item, false);
-    for (extent, stride) in dims {
-        empty |= extent == 0;
-        let reach = (extent as i128 - 1).max(0) * stride as i128 * item;
-        if reach < 0 {
-            low += reach
-        } else {
-            high += reach
-        }
-    }
-    if empty || (low >= 0 && high <= len as i128) {
+fn fits(tensor: &DLTensor, shape: &[i64], strides: &[i64], offset: usize, len: usize) -> Result<()> {
+    let bits = tensor.dtype.bits as u64;
+    let reach = crate::layout::reach(shape, strides, bits)
+        .map_err(|dim| crate::layout::overflowing_strides(shape, strides, dim, bits))?;
+    let (low, high) = (offset as i128 - reach.below as i128, offset as i128 + reach.above as i128);
+    if shape.contains(&0) || (low >= 0 && high <= len as i128) {
         return Ok(());
     }
     Err(Error::buffer(format!("__array_interface__ reaches bytes {low}..{high} of a {len}-byte buffer")))

@@ -86,7 +86,7 @@ pub fn managed_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNul
     let tensor = describe(view, 0, dims)?;
     let readonly = view.readonly != 0;
     // SAFETY: the dimensions written describe the view's own memory.
-    Ok(Some(unsafe { held.into_managed(tensor, readonly) }))
+    Ok(Some(unsafe { held.into_managed(tensor, readonly)? }))
 }
 
 /// The view as a DLPack tensor, its extents then its element strides written to `dims`, or why

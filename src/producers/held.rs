@@ -97,7 +97,26 @@ pub unsafe fn managed_holding<H: Hold>(
             flags: if readonly { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 },
             dl_tensor: DLTensor { shape, strides: shape.add(ndim), ..tensor },
         });
+        let dl = &managed.as_ref().dl_tensor;
+        let (shape, strides) = (slice(dl.shape, ndim), slice(dl.strides, ndim));
+        if let Err(err) = crate::validate::check_made(dl, shape, strides, managed.as_ref().flags) {
+            // Refused: its deleter frees the block and lets go of `held`, once.
+            release::<H>(managed.as_ptr());
+            return Err(err);
+        }
         Ok(managed)
+    }
+}
+
+/// `n` values at `ptr`, which a made block holds.
+///
+/// # Safety
+/// `ptr` points to `n` values (any pointer when `n` is 0).
+unsafe fn slice<'a>(ptr: *const i64, n: usize) -> &'a [i64] {
+    match n {
+        0 => &[],
+        // SAFETY: per the contract.
+        _ => unsafe { std::slice::from_raw_parts(ptr, n) },
     }
 }
 

@@ -94,7 +94,8 @@ impl<'py> HeldView<'py> {
     /// # Safety
     /// `tensor.data` points into the view's memory; `tensor.ndim <= MAX_NDIM` and its dimensions
     /// were written to [`HeldView::parts`]' dimensions.
-    pub unsafe fn into_managed(mut self, tensor: DLTensor, readonly: bool) -> NonNull<DLManagedTensorVersioned> {
+    /// A layout whose byte offsets overflow is refused (`validate::check_made`), the view released.
+    pub unsafe fn into_managed(mut self, tensor: DLTensor, readonly: bool) -> Result<NonNull<DLManagedTensorVersioned>> {
         let ndim = tensor.ndim as usize;
         debug_assert!(ndim <= MAX_NDIM);
         let shape = self.parts().1.as_mut_ptr();
@@ -113,7 +114,14 @@ impl<'py> HeldView<'py> {
                 flags: if readonly { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 },
                 dl_tensor: DLTensor { shape, strides, ..tensor },
             });
-            NonNull::new_unchecked(managed)
+            let dims: &[i64] = if ndim == 0 { &[] } else { std::slice::from_raw_parts(shape, 2 * ndim) };
+            let (shape, strides) = dims.split_at(ndim);
+            if let Err(err) = crate::validate::check_made(&(*managed).dl_tensor, shape, strides, (*managed).flags) {
+                // Refused: its deleter releases the view and frees the block, once.
+                release(managed);
+                return Err(err);
+            }
+            Ok(NonNull::new_unchecked(managed))
         }
     }
 }

@@ -27,8 +27,7 @@ LIB.dlpx_import.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p)]
 LIB.dlpx_import.restype = ctypes.c_int
 
 
-class DlpxTensorView(ctypes.Structure):
-    _fields_ = [("tensor", abi.DLTensor), ("owner", ctypes.c_void_p)]
+DlpxTensorView = abi.DlpxTensorView
 
 
 LIB.dlpx_view_of.argtypes = [ctypes.py_object, ctypes.POINTER(DlpxTensorView)]
@@ -73,6 +72,15 @@ MALFORMED = {
     "device-unknown": dict(device=(99, 0)),
     "device-negative": dict(device=(-1, 0)),
     "data-null": dict(data=False),
+    # Strides whose byte offsets overflow (issue 44): 2^61 x 4 bytes wraps to INT64_MIN, 2^62 x 4
+    # to 0 (every row read as row 0); each stride fits but their sum does not; a negative stride
+    # reaching below address 0; a byte_offset that wraps the address space.
+    "strides-wrap-min": dict(shape=(2, 4), strides=(2**61, 1)),
+    "strides-wrap-zero": dict(shape=(2, 4), strides=(2**62, 1)),
+    "strides-negative": dict(shape=(2, 4), strides=(-(2**62), 1)),
+    "strides-sum": dict(shape=(2, 2, 2), strides=(2**60, 2**60, 2**60)),
+    "strides-below-zero": dict(shape=(3,), strides=(-(2**58),)),
+    "offset-wraps": dict(shape=(4,), byte_offset=2**64 - 8),
 }
 
 
@@ -93,7 +101,7 @@ def test_a_malformed_tensor_is_a_buffer_error_and_deleted_once(case, versioned):
 
 def test_the_bad_input_matrix_covers_every_field():
     fields = {case.split("-")[0] for case in MALFORMED}
-    assert fields == {"major", "ndim", "shape", "bytes", "dtype", "device", "data"}
+    assert fields == {"major", "ndim", "shape", "bytes", "dtype", "device", "data", "strides", "offset"}
 
 
 @pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
@@ -130,6 +138,7 @@ REFUSED_FROM_TABLES = {
     "dtype-unknown-code": dict(dtype=(99, 32, 1)),
     "device-unknown": dict(device=(99, 0)),
     "data-null": dict(data=False),
+    "strides-wrap-zero": dict(shape=(2, 4), strides=(2**62, 1)),
 }
 
 
@@ -412,3 +421,83 @@ def test_a_dlpack_returning_no_capsule_is_a_type_error():
     with pytest.raises(TypeError, match=r"^dlpx: from_dlpack: "):
         dlpx.from_dlpack(ReturnsInt())
     nothing_pending()
+
+
+# ---- strides whose byte offsets overflow, on every row (issue 44) ------------------------------
+
+
+def overflowing_reference():
+    from dlpx.conform import ReferenceProducer
+
+    return ReferenceProducer(shape=(2, 4), strides=(2**61, 1))
+
+
+class StridedInterface:
+    """An ``__array_interface__`` over a real array whose strides say what the test asks."""
+
+    def __init__(self, strides, shape=(3,), copy_of=None):
+        self.base = np.zeros(8, np.float32)
+        self.__array_interface__ = dict(
+            shape=shape, typestr="<f4", data=(self.base.ctypes.data, False), strides=strides, version=3
+        )
+
+
+def as_strided_overflow():
+    from numpy.lib.stride_tricks import as_strided
+
+    return as_strided(np.zeros(4, np.float32), shape=(4,), strides=(2**62,))
+
+
+# Each object's strides overflow isize once multiplied out: every row reading it refuses it
+# before a byte stride is formed (the issue's memoryview(t).strides read INT64_MIN; copy=True,
+# bytes(t) and np.asarray(t) crashed).
+OVERFLOWING = {
+    "dlpack": overflowing_reference,
+    "numpy-as_strided": as_strided_overflow,
+    "array-interface": lambda: StridedInterface((2**62,)),
+    "array-interface-unaligned": lambda: StridedInterface((2**62 + 2,)),
+}
+
+
+@pytest.mark.parametrize("copy", [None, True, False])
+@pytest.mark.parametrize("case", sorted(OVERFLOWING))
+def test_overflowing_strides_are_a_buffer_error_naming_the_dimension(case, copy):
+    with pytest.raises(BufferError, match=r"dimension 0 .* reaches past isize::MAX bytes|strides\[0\] .* not a multiple"):
+        dlpx.from_dlpack(OVERFLOWING[case](), copy=copy)
+    nothing_pending()
+
+
+@pytest.mark.parametrize("case", sorted(OVERFLOWING))
+def test_overflowing_strides_are_refused_by_the_kernel_view_and_import(case):
+    view = DlpxTensorView()
+    with pytest.raises(BufferError, match=r"^dlpx: view_of: "):
+        LIB.dlpx_view_of(OVERFLOWING[case](), ctypes.byref(view))
+    assert not view.owner
+    out = ctypes.c_void_p()
+    with pytest.raises(BufferError, match=r"^dlpx: import: "):
+        LIB.dlpx_import(OVERFLOWING[case](), ctypes.byref(out))
+    assert not out.value
+    nothing_pending()
+
+
+def test_strides_that_fit_are_read_as_the_producer_means():
+    """The check refuses overflow, not large strides: the same array viewed with a large but
+    representable stride over an extent of 1 reads its one row."""
+    from dlpx.conform import ReferenceProducer
+
+    t = dlpx.from_dlpack(ReferenceProducer(shape=(1, 4), strides=(2**40, 1)))
+    assert memoryview(t).strides == (2**42, 4)
+    assert bytes(dlpx.from_dlpack(t, copy=True)) == bytes(t)
+
+
+def test_the_conformance_kit_holds_consumers_to_refusing_overflowing_strides():
+    """The kit's consumer check sees dlpx refuse the tensor, torch refuse it too, and a consumer
+    that reads it (numpy's from_dlpack, which takes any strides) fail the check."""
+    from dlpx.conform.consumer import check_consumer
+
+    def verdict(from_dlpack):
+        (check,) = [c for c in check_consumer(from_dlpack) if c.name == "consumer.overflowing_strides_refused"]
+        return check.status
+
+    assert verdict(dlpx.from_dlpack) == "pass"
+    assert verdict(np.from_dlpack) == "fail"

@@ -90,6 +90,15 @@ class DLPackExchangeAPI(Structure):
     ]
 
 
+class DlpxTensorView(Structure):
+    """dlpx.h's ``DlpxTensorView``: a kernel's view of a Python object's tensor
+    (``dlpx_view_of``, ``dlpx_read_view_of``): the tensor, its owner (NULL for a non-owning view)
+    and its DLPack flags (READ_ONLY where it may not be written). dlpx's own struct, kept here
+    beside DLPack's so that every ctypes reader of it reads this one."""
+
+    _fields_ = [("tensor", DLTensor), ("owner", c_void_p), ("flags", c_uint64)]
+
+
 # dlpack.h's v1.3 structs on x86-64: a layout that drifted from the header fails here, at import.
 assert ctypes.sizeof(DLTensor) == 48
 assert ctypes.sizeof(DLManagedTensor) == 64
@@ -97,6 +106,7 @@ assert ctypes.sizeof(DLManagedTensorVersioned) == 80
 assert DLManagedTensorVersioned.flags.offset == 24
 assert ctypes.sizeof(DLPackExchangeAPIHeader) == 16
 assert ctypes.sizeof(DLPackExchangeAPI) == 56
+assert ctypes.sizeof(DlpxTensorView) == 64
 
 # The exchange table's entry types. PYFUNCTYPE keeps the GIL and turns a Python error the entry
 # set into an exception (the PyObject entries promise -1 with an error set); CFUNCTYPE releases

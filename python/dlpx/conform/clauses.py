@@ -31,6 +31,7 @@ REQUIRED_ENTRIES = Clause(C_API, "DLPackExchangeAPI members", "This function mus
 ALLOCATOR = Clause(C_API, "DLPackManagedTensorAllocator", "SetError is called exactly when NULL is returned")
 ALLOCATOR_PROTOTYPE = Clause(C_API, "DLPackManagedTensorAllocator", "Only the dtype, ndim, shape, and device fields are used")
 NULL_SET_ERROR = Clause(RULINGS, "R3", "`SetError` may be NULL")
+CONSUMER_OVERFLOW = Clause(RULINGS, "R6", "Every product is overflow-checked (extent × stride × item size, and their sum)")
 ALIGNMENT = Clause(C_API, "DLTensor.data", "This pointer is always aligned to 256 bytes")
 FROM_PY = Clause(C_API, "DLPackManagedTensorFromPyObjectNoSync", "The owning DLManagedTensorVersioned*")
 TO_PY = Clause(C_API, "DLPackManagedTensorToPyObjectNoSync", "the Python tensor of the producer (implementor) library with the correct type")

@@ -67,6 +67,7 @@ def check_consumer(from_dlpack, *, checks=None) -> Checks:
     _check_flags(from_dlpack, checks)
     _check_layouts(from_dlpack, checks)
     _check_unknown_device(from_dlpack, checks)
+    _check_overflowing_strides(from_dlpack, checks)
     _check_dlpx_tensor(from_dlpack, checks)
     _check_refcount(from_dlpack, checks)
     strays = STRAY_DELETES[strays_before:]
@@ -163,6 +164,16 @@ def _check_unknown_device(from_dlpack, checks):
     checks.record("consumer.unknown_device_deleted", all(c == 1 for c in after), f"deleter calls {after}", C.CONSUMER_OWNS)
     detail = describe_error(imp.error) if imp.error else "imported a tensor on device type 99"
     checks.record("consumer.unknown_device_type_error", isinstance(imp.error, TypeError), detail, C.CONSUMER_DEVICE, required=False)
+
+
+def _check_overflowing_strides(from_dlpack, checks):
+    """Strides whose byte offsets overflow 64 bits (2^61 float32 elements: the byte stride wraps to
+    INT64_MIN) must be refused, not read through a wrapped stride, and the tensor deleted once.
+    Advisory: the spec leaves hostile layouts to the consumer; torch refuses this one."""
+    imp = _Import(from_dlpack, ReferenceProducer(shape=(2, 4), strides=(2**61, 1)))
+    after = imp.finish()
+    detail = describe_error(imp.error) if imp.error else "imported strides whose byte offsets overflow"
+    checks.record("consumer.overflowing_strides_refused", imp.error is not None and after == [1], f"{detail}; deleter calls {after}", C.CONSUMER_OVERFLOW, required=False)
 
 
 def _check_dlpx_tensor(from_dlpack, checks):
