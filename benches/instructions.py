@@ -48,12 +48,7 @@ for name, (module, expression) in makers.items():
         continue
     producers[name] = (lambda m, e: lambda: eval(e, {"m": m, "np": np}))(m, expression)
 
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", ctypes.c_int32 * 2), ("ndim", ctypes.c_int32),
-                ("dtype", ctypes.c_uint8 * 4), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
-                ("byte_offset", ctypes.c_uint64)]
-class View(ctypes.Structure):
-    _fields_ = [("tensor", DLTensor), ("owner", ctypes.c_void_p)]
+from dlpx.conform.abi import DLDataType, DLDevice, DLTensor, DlpxTensorView as View
 lib = ctypes.PyDLL(dlpx.library_path())
 lib.dlpx_view_of.argtypes = [ctypes.py_object, ctypes.POINTER(View)]
 lib.dlpx_view_release.argtypes = [ctypes.POINTER(View)]
@@ -84,7 +79,7 @@ if "allocator" in wanted:
     Allocator = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p)
     allocate = Allocator(api[2])
     shape = (ctypes.c_int64 * 1)(16)
-    proto = DLTensor(None, (ctypes.c_int32 * 2)(1, 0), 1, (ctypes.c_uint8 * 4)(2, 32, 1, 0), ctypes.addressof(shape), None, 0)
+    proto = DLTensor(None, DLDevice(1, 0), 1, DLDataType(2, 32, 1), ctypes.addressof(shape), None, 0)
     out = ctypes.c_void_p()
     Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
     def allocate_and_delete():

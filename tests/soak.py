@@ -42,8 +42,7 @@ def rss_mib() -> float:
         return int(f.read().split()[1]) * PAGE / 2**20
 
 
-class DlpxTensorView(ctypes.Structure):
-    _fields_ = [("tensor", ctypes.c_byte * 48), ("owner", ctypes.c_void_p)]
+from dlpx.conform.abi import DlpxTensorView  # noqa: E402
 
 
 LIB = ctypes.PyDLL(dlpx.library_path())

@@ -194,6 +194,12 @@ typedef struct {
    * otherwise the managed tensor backing `tensor`, released by `dlpx_view_release`.
    */
   DLManagedTensorVersioned *owner;
+  /**
+   * DLPack flags of the viewed tensor: `DLPACK_FLAG_BITMASK_READ_ONLY` when the kernel must
+   * not write through `tensor.data` (a read-only numpy array, `bytes`, a jax array, a
+   * read-only `dlpx.Tensor`), whichever path the view took. The other bits are 0.
+   */
+  uint64_t flags;
 } DlpxTensorView;
 
 #ifdef __cplusplus
@@ -339,9 +345,9 @@ int dlpx_import(void *py_object, DLManagedTensorVersioned **out);
  * Fills `out` with a view of `py_object` (GIL held): the producer's
  * `dltensor_from_py_object_no_sync` when its table has one, a tvm_ffi tensor's own `DLTensor`
  * (both non-owning, no allocation), else an owning import kept in `out->owner` (numpy arrays
- * read in place, other producers' `__dlpack__` tensors as they are). Always pair with
- * `dlpx_view_release(out)`. Returns 0, or -1 with a Python exception set (then `out` needs no
- * release).
+ * read in place, other producers' `__dlpack__` tensors as they are). `out->flags` says
+ * READ_ONLY where the tensor may not be written. Always pair with `dlpx_view_release(out)`.
+ * Returns 0, or -1 with a Python exception set (then `out` needs no release).
  *
  * # Safety
  * The GIL is held; `py_object` is NULL or a live `PyObject*` that outlives the view; `out` is NULL or writable.

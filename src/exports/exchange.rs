@@ -47,11 +47,11 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
 }
 
 unsafe extern "C" fn dltensor_from_py_object_no_sync(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
-    // The hot case, a dlpx.Tensor (not a subclass), in a few loads and one 48-byte copy: nothing
+    // The hot case, a writable dlpx.Tensor (not a subclass), in a few loads and one 48-byte copy: nothing
     // here can fail or panic, so it needs no boundary. Every other path is a tail call, so this
     // one needs no stack frame.
     // SAFETY: GIL held and a live object (or NULL), by the caller's contract.
-    match unsafe { tensor::exact_tensor_view(py_object.cast()) } {
+    match unsafe { tensor::exact_writable_view(py_object.cast()) } {
         Some(view) if !out.is_null() => {
             // SAFETY: non-NULL and writable by the caller's contract; a DLTensor is plain data.
             unsafe { std::ptr::copy_nonoverlapping(view, out, 1) };

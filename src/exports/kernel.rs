@@ -60,28 +60,56 @@ pub struct DlpxTensorView {
     /// tensor, read in place): valid while the object lives and the caller holds the GIL;
     /// otherwise the managed tensor backing `tensor`, released by `dlpx_view_release`.
     pub owner: *mut DLManagedTensorVersioned,
+    /// DLPack flags of the viewed tensor: `DLPACK_FLAG_BITMASK_READ_ONLY` when the kernel must
+    /// not write through `tensor.data` (a read-only numpy array, `bytes`, a jax array, a
+    /// read-only `dlpx.Tensor`), whichever path the view took. The other bits are 0.
+    pub flags: u64,
 }
 
 /// Fills `out` with a view of `py_object` (GIL held): the producer's
 /// `dltensor_from_py_object_no_sync` when its table has one, a tvm_ffi tensor's own `DLTensor`
 /// (both non-owning, no allocation), else an owning import kept in `out->owner` (numpy arrays
-/// read in place, other producers' `__dlpack__` tensors as they are). Always pair with
-/// `dlpx_view_release(out)`. Returns 0, or -1 with a Python exception set (then `out` needs no
-/// release).
+/// read in place, other producers' `__dlpack__` tensors as they are). `out->flags` says
+/// READ_ONLY where the tensor may not be written. Always pair with `dlpx_view_release(out)`.
+/// Returns 0, or -1 with a Python exception set (then `out` needs no release).
 ///
 /// # Safety
 /// The GIL is held; `py_object` is NULL or a live `PyObject*` that outlives the view; `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_view_of(py_object: *mut c_void, out: *mut DlpxTensorView) -> c_int {
-    boundary(Raise, "view_of", || {
+    // SAFETY: forwarded contract.
+    unsafe { view_of(py_object, out, false, "view_of") }
+}
+
+/// `dlpx_view_of` for a tensor the kernel only reads: `out->flags` always says READ_ONLY, and a
+/// producer with a read-only export gives that one — torch's const table (torch 2.15 and later),
+/// which leaves a copy-on-write tensor's storage shared where `dlpx_view_of` would have torch
+/// materialise it. Pair with `dlpx_view_release(out)`. Returns 0, or -1 with a Python exception
+/// set (then `out` needs no release).
+///
+/// # Safety
+/// As for `dlpx_view_of`; the kernel never writes through the view.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_read_view_of(py_object: *mut c_void, out: *mut DlpxTensorView) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { view_of(py_object, out, true, "read_view_of") }
+}
+
+/// The body of `dlpx_view_of` and `dlpx_read_view_of`.
+///
+/// # Safety
+/// As for `dlpx_view_of`.
+unsafe fn view_of(py_object: *mut c_void, out: *mut DlpxTensorView, read_only: bool, name: &'static str) -> c_int {
+    boundary(Raise, name, || {
         let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
         // SAFETY: non-NULL and writable by the caller's contract.
         let out = unsafe { &mut *out.as_ptr() };
         out.owner = std::ptr::null_mut();
+        out.flags = 0;
         // SAFETY: the caller holds the GIL, by this function's contract.
         let py = unsafe { Python::assume_attached()? };
         crate::module::install_gil_release();
-        out.owner = kernel::view(py, py_object.cast(), &mut out.tensor)?;
+        (out.owner, out.flags) = kernel::view(py, py_object.cast(), &mut out.tensor, read_only)?;
         Ok(0)
     })
 }

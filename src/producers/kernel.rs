@@ -34,11 +34,17 @@ pub fn import_managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<D
     producers::managed(py, object.as_ptr())
 }
 
-/// A DLTensor view of `object` and, when its row has no non-owning view, the managed tensor that
-/// keeps it valid (the caller releases it with `dlpx_view_release`).
-pub fn view(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedTensorVersioned> {
+/// A DLTensor view of `object`, the managed tensor that keeps it valid when its row has no
+/// non-owning view (the caller releases it with `dlpx_view_release`), and the view's flags;
+/// `read_only` when the kernel only reads it.
+pub fn view(
+    py: Python<'_>,
+    object: *mut PyObject,
+    out: &mut DLTensor,
+    read_only: bool,
+) -> Result<(*mut DLManagedTensorVersioned, u64)> {
     let object = NonNull::new(object).ok_or_else(|| Error::null("py_object"))?;
-    producers::view(py, object.as_ptr(), out)
+    producers::view(py, object.as_ptr(), out, read_only)
 }
 
 /// Makes `managed` a Python object of `like`'s framework (a dlpx.Tensor for a row without a

@@ -103,20 +103,30 @@ pub struct Ask<'a> {
     pub request: Request,
     pub view: Option<&'a Cell<DLTensor>>,
     pub on_dlpx_stream: bool,
+    /// The caller only reads the tensor (a kernel's read view): a producer with a read-only
+    /// export gives that one (torch's const table leaves copy-on-write storage unmaterialised).
+    pub read_only: bool,
 }
 
 impl<'a> Ask<'a> {
     /// An owning managed tensor as the producer has it (C: `dlpx_import`, the synthetic tables).
-    pub const MANAGED: Ask<'static> = Ask { request: Request::PLAIN, view: None, on_dlpx_stream: false };
+    pub const MANAGED: Ask<'static> =
+        Ask { request: Request::PLAIN, view: None, on_dlpx_stream: false, read_only: false };
 
     /// The importer's tensor (`from_dlpack`, `dlpx.Tensor(x)`).
     pub const fn tensor(request: Request) -> Ask<'static> {
-        Ask { request, view: None, on_dlpx_stream: true }
+        Ask { request, view: None, on_dlpx_stream: true, read_only: false }
     }
 
-    /// A view for a kernel, borrowed into `out` where the row has one.
-    pub fn view(out: &'a Cell<DLTensor>) -> Ask<'a> {
-        Ask { request: Request::PLAIN, view: Some(out), on_dlpx_stream: false }
+    /// A view for a kernel, borrowed into `out` where the row has one; `read_only` when the
+    /// kernel only reads it.
+    pub fn view(out: &'a Cell<DLTensor>, read_only: bool) -> Ask<'a> {
+        Ask { request: Request::PLAIN, view: Some(out), on_dlpx_stream: false, read_only }
+    }
+
+    /// This ask, for an owning managed tensor instead of a view.
+    pub fn managed(self) -> Ask<'static> {
+        Ask { request: self.request, view: None, on_dlpx_stream: self.on_dlpx_stream, read_only: self.read_only }
     }
 }
 

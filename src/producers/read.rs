@@ -29,22 +29,34 @@ pub fn managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManage
     read(py, object, Ask::MANAGED)?.into_managed(py)
 }
 
-/// A view of `object` for a kernel: `out` filled, and the managed tensor that keeps it valid
-/// (NULL for a non-owning view, valid while the caller holds `object`).
-pub fn view(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<*mut DLManagedTensorVersioned> {
+/// A view of `object` for a kernel: `out` filled, the managed tensor that keeps it valid (NULL
+/// for a non-owning view, valid while the caller holds `object`), and the view's DLPack flags:
+/// READ_ONLY where the tensor may not be written (docs/design.md, "Read-only"). A producer's
+/// non-owning view carries no flag; dlpx's own tables give none of a read-only tensor.
+/// `read_only`: the kernel only reads (the flag is then always set, and a producer with a
+/// read-only export gives that one: torch's const table).
+pub fn view(
+    py: Python<'_>,
+    object: *mut PyObject,
+    out: &mut DLTensor,
+    read_only: bool,
+) -> Result<(*mut DLManagedTensorVersioned, u64)> {
+    let asked = if read_only { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 };
     let slot = Cell::from_mut(out);
-    let owner = match read(py, object, Ask::view(slot))? {
+    let ask = Ask::view(slot, read_only);
+    let owner = match read(py, object, ask)? {
         Reading::Own(tensor) => {
             slot.set(share(tensor));
-            return Ok(ptr::null_mut());
+            return Ok((ptr::null_mut(), asked | (tensor.flags() & DLPACK_FLAG_BITMASK_READ_ONLY)));
         }
-        Reading::View if view_is_whole(slot)? => return Ok(ptr::null_mut()),
-        Reading::View => read(py, object, Ask::MANAGED)?.into_managed(py)?,
+        Reading::View if view_is_whole(slot)? => return Ok((ptr::null_mut(), asked)),
+        Reading::View => read(py, object, ask.managed())?.into_managed(py)?,
         reading => reading.into_managed(py)?,
     };
     // SAFETY: a live managed tensor the caller owns until it releases the view.
-    slot.set(unsafe { owner.as_ref().dl_tensor });
-    Ok(owner.as_ptr())
+    let owned = unsafe { owner.as_ref() };
+    slot.set(owned.dl_tensor);
+    Ok((owner.as_ptr(), asked | (owned.flags & DLPACK_FLAG_BITMASK_READ_ONLY)))
 }
 
 /// The view of dlpx's own tensor for a kernel, which works on dlpx's current stream: recorded as
@@ -56,13 +68,15 @@ fn share(tensor: &Tensor) -> DLTensor {
 }
 
 /// A non-owning view of `object` in `out`, where its row has one (its table has
-/// `dltensor_from_py_object_no_sync`); Ok(false) otherwise.
+/// `dltensor_from_py_object_no_sync`); Ok(false) otherwise, and for a read-only dlpx tensor,
+/// which a view cannot flag (docs/design.md, "Read-only").
 pub fn view_in_place(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<bool> {
     if entry_of(py, object).table.dltensor_from_py_object_no_sync.is_none() {
         return Ok(false);
     }
     let slot = Cell::from_mut(out);
-    match read(py, object, Ask::view(slot))? {
+    match read(py, object, Ask::view(slot, false))? {
+        Reading::Own(tensor) if tensor.is_readonly() => return Ok(false),
         Reading::Own(tensor) => slot.set(share(tensor)),
         Reading::View if view_is_whole(slot)? => {}
         _ => return Ok(false),

@@ -30,7 +30,7 @@ impl Producer for Table {
 /// stream-ordered, that stream then waits for the table's current work stream.
 #[inline(always)]
 pub fn read_through<'py>(
-    _py: Python<'py>,
+    py: Python<'py>,
     object: *mut PyObject,
     api: &'static DLPackExchangeAPI,
     ask: Ask<'_>,
@@ -38,10 +38,15 @@ pub fn read_through<'py>(
     if let (Some(out), Some(view)) = (ask.view, api.dltensor_from_py_object_no_sync) {
         // SAFETY: the producer's contract: the GIL held (the token), an object of its type, a
         // writable DLTensor (the cell's, which nothing else borrows during the call).
-        if unsafe { view(object.cast(), out.as_ptr()) } != 0 {
-            return Err(Error::python_pending());
+        if unsafe { view(object.cast(), out.as_ptr()) } == 0 {
+            return Ok(Reading::View);
         }
-        return Ok(Reading::View);
+        // A view the table cannot give — dlpx's own refuses a read-only tensor, which a view
+        // cannot flag; torch's fails where its managed entry fails too — the owning read asks
+        // for: its flags can say what the view could not, and its refusal is the table's answer.
+        // SAFETY: the token proves the GIL is held; the view's exception is replaced by what
+        // the owning read gives.
+        unsafe { (py.PyErr_Clear)() };
     }
     let from_py = api
         .managed_tensor_from_py_object_no_sync

@@ -27,17 +27,15 @@ impl Producer for Torch {
     /// quantized and nested tensors with C++ errors where its `__dlpack__` refuses them with
     /// BufferError — the producer's own refusal is the answer; a view it cannot give, the owning
     /// read asks it for.
+    ///
+    /// A read-only ask (a kernel that only reads) goes through torch's const table where torch
+    /// has one: the same tensor, flagged read-only, its copy-on-write storage left shared.
     fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
-        let reading = match table::read_through(py, object, entry.table, ask) {
-            Err(err) if err.is_python_pending() && ask.view.is_some() => {
-                // SAFETY: the token proves the GIL is held; the table's exception is replaced by
-                // what the owning read gives.
-                unsafe { (py.PyErr_Clear)() };
-                table::read_through(py, object, entry.table, Ask { view: None, ..ask })
-            }
-            reading => reading,
+        let table = match ask.read_only {
+            true => torch_const_table(py).unwrap_or(entry.table),
+            false => entry.table,
         };
-        match reading {
+        match table::read_through(py, object, table, ask) {
             Ok(reading) => Ok(reading),
             Err(err) if err.is_python_pending() => Ok(Reading::Refused),
             Err(err) => Err(err),
@@ -102,6 +100,35 @@ fn suspicion_in_full(
     };
     let ask_producer = requires_grad || conj;
     Ok((ask_producer || negated).then_some(Suspicion { ask_producer, negated }))
+}
+
+/// torch's const table (`torch._C._const_dlpack_exchange_api()`, torch 2.15 and later): its
+/// exports are read-only and go through `const_data_ptr()`, so a copy-on-write tensor
+/// (`torch._lazy_clone`) is not materialised. A kernel's read view asks it (`Ask::read_only`).
+static TORCH_CONST_TABLE: Discovered<&'static DLPackExchangeAPI> = Discovered::new(c"torch._C", &[]);
+
+/// torch's const table, when torch is imported and has one.
+fn torch_const_table(py: Python<'_>) -> Option<&'static DLPackExchangeAPI> {
+    TORCH_CONST_TABLE.get_or_find(py, |py, torch_c| {
+        let make = crate::cpython::attribute(py, torch_c.as_ptr(), c"_const_dlpack_exchange_api")?;
+        // SAFETY: GIL held; a live callable; the result is a new reference (NULL on failure,
+        // whose exception is cleared: an older torch's function that fails gives no table).
+        let capsule = Owned::new(py, unsafe { (py.PyObject_CallObject)(make.as_ptr(), ptr::null_mut()) }).ok();
+        let Some(capsule) = capsule else {
+            // SAFETY: GIL held.
+            unsafe { (py.PyErr_Clear)() };
+            return None;
+        };
+        // SAFETY: GIL held; a capsule of another name gives NULL and an exception, cleared.
+        let head = unsafe { (py.PyCapsule_GetPointer)(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr()) };
+        if head.is_null() {
+            // SAFETY: GIL held.
+            unsafe { (py.PyErr_Clear)() };
+            return None;
+        }
+        // SAFETY: torch's table is static, as its published one is; its chain is readable.
+        unsafe { crate::chain::select_supported(head.cast_const().cast()) }.ok()
+    })
 }
 
 /// torch's table, when torch is imported.

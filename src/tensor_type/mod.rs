@@ -133,19 +133,20 @@ pub fn exact_tensor_of<'a>(py: Python<'a>, object: *mut PyObject) -> Option<&'a 
     (type_of(py, object) == tensor_type()).then(|| unsafe { PyTensor::get(object) }).flatten()
 }
 
-/// The DLTensor of `object` when its type is exactly dlpx.Tensor: the hot path of the view, for
-/// a caller that has no token to spare.
+/// The DLTensor of `object` when its type is exactly dlpx.Tensor and it may be written: the hot
+/// path of the view, for a caller that has no token to spare. A read-only tensor takes the slow
+/// path, which refuses it (a view carries no flag: docs/design.md, "Read-only").
 ///
 /// # Safety
 /// The GIL is held; `object` is NULL or a live object.
 #[inline(always)]
-pub unsafe fn exact_tensor_view<'a>(object: *mut PyObject) -> Option<&'a DLTensor> {
+pub unsafe fn exact_writable_view<'a>(object: *mut PyObject) -> Option<&'a DLTensor> {
     // SAFETY: per the contract; a NULL tensor type never equals a live object's type.
     unsafe {
         if object.is_null() || crate::cpython::type_of_unchecked(object) != tensor_type() {
             return None;
         }
-        PyTensor::get(object).map(Tensor::dl_tensor)
+        PyTensor::get(object).filter(|t| !t.is_readonly()).map(Tensor::dl_tensor)
     }
 }
 
@@ -179,8 +180,18 @@ pub fn managed_from_py(
 
 /// `dltensor_from_py_object_no_sync` for dlpx tensors: the view's shape and strides live in
 /// the tensor the object holds, so they stay valid while the caller holds the object.
+///
+/// A read-only tensor is refused with BufferError: the view has no flag to say so, and its
+/// consumer (a kernel's argument) would write where it may not. The managed entry, whose flags
+/// say read-only, serves it; tvm-ffi and torch fall back to it, or to `__dlpack__`, on
+/// BufferError (docs/design.md, "Read-only").
 pub fn dltensor_from_py(py: Python<'_>, object: *mut PyObject, out: *mut DLTensor) -> Result<c_int> {
     let (tensor, out) = checked_args(py, object, out)?;
+    if tensor.is_readonly() {
+        return Err(Error::buffer(
+            "a read-only dlpx.Tensor has no view: a DLTensor cannot say read-only (use managed_tensor_from_py_object_no_sync, whose flags do)",
+        ));
+    }
     // SAFETY: `out` is non-NULL and writable by the caller's contract.
     unsafe { out.as_ptr().write(*tensor.dl_tensor()) };
     Ok(0)

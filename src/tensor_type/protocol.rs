@@ -15,19 +15,21 @@ use crate::devices;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-pub(super) const DLPACK_DOC: &CStr = c"__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+pub(super) const DLPACK_DOC: &CStr = c"__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None, read_only=False)
 
 Exports the tensor as a DLPack capsule: 'dltensor_versioned' (DLPack 1.3) when max_version
 has major >= 1, the legacy 'dltensor' otherwise. dl_device=(1, 0) asks for CPU memory;
 copy=True always copies (the capsule then carries DLPACK_FLAG_BITMASK_IS_COPIED), copy=False
 never does and raises BufferError when a copy would be needed. On host memory, stream must be
 None (or -1); on CUDA, None/1 (legacy default), 2 (per-thread default), a CUstream, or -1 (no
-synchronisation): the consumer's stream then waits on an event recorded on dlpx's stream.";
-static NAMES: args::Names = args::Names::new(&[c"stream", c"max_version", c"dl_device", c"copy"]);
+synchronisation): the consumer's stream then waits on an event recorded on dlpx's stream.
+read_only=True marks the capsule DLPACK_FLAG_BITMASK_READ_ONLY (the consumer must not write;
+a versioned capsule is needed to say it), as torch's does; a read-only tensor is always so.";
+static NAMES: args::Names = args::Names::new(&[c"stream", c"max_version", c"dl_device", c"copy", c"read_only"]);
 
 /// `dlpx.Tensor.__dlpack__`.
 pub(super) fn dlpack(py: Python<'_>, object: *mut PyObject, args: FastArgs<'_>) -> Result<*mut PyObject> {
-    let [stream, max_version, dl_device, copy] = args.parse(py, &NAMES, 0)?;
+    let [stream, max_version, dl_device, copy, read_only] = args.parse(py, &NAMES, 0)?;
     let tensor = this(py, object)?;
     let device = tensor.dl_tensor().device;
     let versioned = match args::is_none(py, max_version) {
@@ -45,6 +47,17 @@ pub(super) fn dlpack(py: Python<'_>, object: *mut PyObject, args: FastArgs<'_>) 
         }
     };
     let copy = args::optional_bool(py, copy, "copy")?;
+    // torch's spelling: True or False (None is refused there too), False when absent.
+    let read_only = match read_only {
+        absent if absent.is_null() || absent == py.false_ => false,
+        flag if flag == py.true_ => true,
+        _ => return Err(Error::type_error("read_only must be True or False")),
+    };
+    if read_only && !versioned {
+        return Err(Error::buffer(
+            "read_only=True needs a versioned capsule to say so: pass max_version=(1, 0) or later",
+        ));
+    }
     // A request for another device is refused by export_for below; the stream only means
     // something for the device the capsule will describe.
     let stream = if args::is_none(py, stream) { None } else { Some(args::int_value(py, stream, "stream")?) };
@@ -62,8 +75,9 @@ pub(super) fn dlpack(py: Python<'_>, object: *mut PyObject, args: FastArgs<'_>) 
     // the memory's free (no later use of its stream handle, which it may destroy).
     let consumer = consumer.map(|stream| (device, stream));
     let copied_flag = if copied { DLPACK_FLAG_BITMASK_IS_COPIED } else { 0 };
+    let read_only_flag = if read_only { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 };
     if versioned {
-        capsule::versioned(py, exported.export_versioned_to(copied_flag, consumer)?)
+        capsule::versioned(py, exported.export_versioned_to(copied_flag | read_only_flag, consumer)?)
     } else {
         if exported.flags() & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0 && exported.dl_tensor().dtype.bits < 8 {
             return Err(Error::buffer(

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import dlpx
+from dlpx.conform import abi
 from protocol_views import OnlyArrayInterface
 
 
@@ -241,9 +242,7 @@ def test_references_come_back(make):
 def test_the_kernel_api_takes_every_protocol():
     lib = ctypes.PyDLL(dlpx.library_path())
 
-    class View(ctypes.Structure):
-        _fields_ = [("tensor", ctypes.c_byte * 48), ("owner", ctypes.c_void_p)]
-
+    View = abi.DlpxTensorView
     lib.dlpx_view_of.argtypes = [ctypes.py_object, ctypes.POINTER(View)]
     lib.dlpx_view_release.argtypes = [ctypes.POINTER(View)]
     lib.dlpx_import.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p)]

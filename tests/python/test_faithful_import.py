@@ -26,8 +26,7 @@ _LIB.dlpx_import.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p)]
 _LIB.dlpx_import.restype = ctypes.c_int
 
 
-class View(ctypes.Structure):
-    _fields_ = [("tensor", abi.DLTensor), ("owner", ctypes.c_void_p)]
+View = abi.DlpxTensorView
 
 
 _LIB.dlpx_view_of.argtypes = [ctypes.py_object, ctypes.POINTER(View)]
