@@ -10,19 +10,18 @@ publishes that table, so dlpx's kernel API and ``from_dlpack`` take the table pa
 import ctypes
 import functools
 import os
-import shlex
-import subprocess
 import sysconfig
 import tempfile
 from ctypes import c_int, c_int32, c_int64, c_uint32, c_uint64, c_void_p
 
 import pytest
 
+import c_build
 from dlpx.conform import abi
 from dlpx.conform.reference import row_major_strides
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DLPACK_INCLUDE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "include", "dlpx")
+DLPACK_INCLUDE = os.path.join(c_build.INCLUDE, "dlpx")  # hostile_producer.c includes "dlpack.h"
 
 DIMS = 80  # HP_DIMS in the C source
 
@@ -91,19 +90,14 @@ def spec(
 
 
 def _compile(out_dir):
-    compiler = shlex.split(sysconfig.get_config_var("CC") or "cc")
     library = os.path.join(out_dir, "libhostile_producer.so")
-    command = [
-        *compiler, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror",
-        f"-I{sysconfig.get_paths()['include']}", f"-I{DLPACK_INCLUDE}",
-        os.path.join(HERE, "hostile_producer.c"), "-o", library,
-    ]  # fmt: skip
+    flags = ["-shared", "-fPIC", "-O1", f"-I{sysconfig.get_paths()['include']}", f"-I{DLPACK_INCLUDE}"]
     try:
-        done = subprocess.run(command, capture_output=True, text=True)
-    except FileNotFoundError as e:
-        return None, f"no C compiler ({e})"
+        done = c_build.build("c", [os.path.join(HERE, "hostile_producer.c")], library, flags, standard=False)
+    except c_build.NoCompiler as e:
+        return None, str(e)
     if done.returncode != 0:
-        return None, f"{' '.join(command)} failed:\n{done.stderr}"
+        return None, c_build.failure(done)
     return library, None
 
 

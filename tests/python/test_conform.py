@@ -1,5 +1,6 @@
 """The conformance kit (python -m dlpx.conform): dlpx passes its own checks, the checks can
-fail (a deliberately broken producer and consumer are caught), the CLI's exit codes and JSON."""
+fail (a deliberately broken producer and consumer are caught), the CLI's exit codes (0, 1, and
+2 for what does not exist or cannot be loaded here) and JSON."""
 
 import json
 import os
@@ -111,23 +112,49 @@ def test_reference_capsule_deletes_once_unless_consumed():
     assert kept.deleter_calls == 1
 
 
-def _cli(*args):
+def _python(*args):
     # The child must import conform_broken_producer from this directory, as conftest lets us.
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "dlpx.conform", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def _cli(*args):
+    return _python("-m", "dlpx.conform", *args)
 
 
 def test_cli_exit_zero_for_dlpx_and_json_shape():
-    done = _cli("dlpx", "cupy", "--json")
+    done = _cli("dlpx", "--json")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["ok"] is True
-    by_name = {lib["library"]: lib for lib in report["libraries"]}
-    assert by_name["cupy"]["producer"][0]["status"] == "skip"  # not installed: a skip, not a crash
-    check = by_name["dlpx"]["producer"][0]
+    [library] = report["libraries"]
+    check = library["producer"][0]
     assert set(check) == {"name", "status", "required", "detail", "clause"}
     assert set(check["clause"]) == {"file", "section", "quote"}
+
+
+@pytest.mark.parametrize("typo, named", [
+    (["nunpy"], "unknown library 'nunpy'"),
+    (["--producer", "numpy:nosuchfn"], "module 'numpy' has no function 'nosuchfn'"),
+    (["--producer", "nosuchmod:fn"], "cannot import module 'nosuchmod'"),
+])  # fmt: skip
+def test_cli_exit_two_naming_what_does_not_exist(typo, named):
+    # Beside a library that conforms: one typo is enough to make the run no verdict.
+    done = _cli("dlpx", *typo)
+    assert done.returncode == 2, f"status {done.returncode} for a typo; stdout:\n{done.stdout[-2000:]}"
+    assert done.stderr.splitlines() == [done.stderr.strip()] and named in done.stderr, done.stderr
+    assert done.stdout == "", done.stdout[-2000:]  # no table: nothing reads as a verdict
+
+
+def test_cli_exit_two_when_a_built_in_library_s_peer_is_missing():
+    # cupy made unimportable whatever this machine has (None in sys.modules): a library whose
+    # peer is missing was not checked, which is no verdict either.
+    code = "import sys; sys.modules['cupy'] = None; from dlpx.conform.__main__ import main; sys.exit(main(['dlpx', 'cupy']))"
+    done = _python("-c", code)
+    assert done.returncode == 2, f"status {done.returncode}; stdout:\n{done.stdout[-2000:]}"
+    assert done.stderr.startswith("dlpx: conform: cupy: not usable here (ModuleNotFoundError"), done.stderr
+    assert done.stdout == "", done.stdout[-2000:]  # no table: nothing reads as a verdict
 
 
 def test_cli_exit_one_when_a_required_check_fails():
@@ -140,7 +167,7 @@ def test_cli_exit_one_when_a_required_check_fails():
 def test_an_object_that_speaks_only_an_older_protocol_gets_that_protocol_s_checks(library):
     from dlpx.conform.report import run_library
 
-    run = run_library(library)
+    run = run_library(load(library))
     names = {c.name for c in run["producer"]}
     assert {"protocol.no_dlpack", "layout.non_contiguous", "read_only.kept", "lifetime.exporter_held"} <= names
     assert not any(n.startswith("dlpack.") or n.startswith("capsule.") for n in names)

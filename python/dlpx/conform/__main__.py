@@ -1,4 +1,10 @@
-"""python -m dlpx.conform LIB [LIB ...] [--producer module:function ...] [--json]"""
+"""python -m dlpx.conform LIB [LIB ...] [--producer module:function ...] [--json]
+
+Exit status: 0 every required check passed; 1 a required check failed; 2 nothing was checked: a
+library, module or function that does not exist, or a built-in library whose peer is not usable
+here (one line each on stderr), or a bad command line (argparse's own 2). A CI job that names a
+typo fails instead of passing on an empty run.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,9 @@ import argparse
 import os
 import sys
 
-from .libraries import BUILTIN
+from .libraries import BUILTIN, Unavailable, load
+
+NOT_CHECKED = 2
 
 
 def main(argv=None) -> int:
@@ -19,9 +27,19 @@ def main(argv=None) -> int:
     if not specs:
         parser.error("name at least one library or --producer")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the checks are CPU checks; no accelerator probing
+    libraries, missing = [], []
+    for spec in specs:
+        try:
+            libraries.append(load(spec))
+        except Unavailable as exc:
+            missing.append(str(exc))
+    if missing:  # before any check runs: a partial run must not read as a verdict
+        for why in missing:
+            print(f"dlpx: conform: {why}", file=sys.stderr)
+        return NOT_CHECKED
     from .report import all_ok, as_json, as_text, run_library
 
-    runs = [run_library(spec) for spec in specs]
+    runs = [run_library(library) for library in libraries]
     print(as_json(runs) if args.json else as_text(runs))
     return 0 if all_ok(runs) else 1
 

@@ -26,7 +26,9 @@ class Library:
 
 
 class Unavailable(Exception):
-    """The library is not importable here: its checks are skipped."""
+    """A spec that cannot be checked here: an unknown library, a module or function that does not
+    exist, or a built-in library whose peer is not installed (cupy: or sees no GPU). The CLI
+    prints the message, one line, and exits with status 2: nothing was checked, so nothing conforms."""
 
 
 def _numpy():
@@ -163,18 +165,35 @@ BUILTIN = {
 
 
 def load(spec: str) -> Library:
-    """A built-in name or ``module:function``; raises Unavailable when it cannot be loaded."""
-    try:
-        if spec in BUILTIN:
+    """A built-in name or ``module:function``; raises Unavailable naming what was not found."""
+    if spec in BUILTIN:
+        try:
             library = BUILTIN[spec]()
-        elif ":" in spec:
-            module, _, function = spec.partition(":")
-            library = Library(spec, getattr(importlib.import_module(module), function))
-        else:
-            raise Unavailable(f"unknown library {spec!r} (built-in: {', '.join(BUILTIN)}; or module:function)")
-    except Unavailable:
-        raise
-    except Exception as exc:  # noqa: BLE001 - ImportError, a missing GPU, a missing attribute
-        raise Unavailable(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:120]) from exc
+        except Exception as exc:  # noqa: BLE001 - ImportError, a missing GPU: the peer, not the kit
+            raise Unavailable(f"{spec}: not usable here ({_first_line(exc)})") from exc
+    elif ":" in spec:
+        library = Library(spec, _function(spec))
+    else:
+        raise Unavailable(f"unknown library {spec!r} (built-in: {', '.join(BUILTIN)}; or module:function)")
     library.spec = spec
     return library
+
+
+def _function(spec: str) -> Callable:
+    """The function ``module:function`` names; Unavailable when the module or the name is not there."""
+    module_name, _, name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - ModuleNotFoundError, or whatever the module's import raises
+        raise Unavailable(f"{spec}: cannot import module {module_name!r} ({_first_line(exc)})") from exc
+    function = getattr(module, name, None)
+    if function is None:
+        raise Unavailable(f"{spec}: module {module_name!r} has no function {name!r}")
+    if not callable(function):
+        raise Unavailable(f"{spec}: {module_name}.{name} is not a function ({type(function).__name__})")
+    return function
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:120]
