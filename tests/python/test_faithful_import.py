@@ -26,7 +26,7 @@ _LIB.dlpx_import.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p)]
 _LIB.dlpx_import.restype = ctypes.c_int
 
 
-View = abi.DlpxTensorView
+from dlpx.conform.abi import DlpxTensorView as View  # noqa: E402  (dlpx.h's struct, read once)
 
 
 _LIB.dlpx_view_of.argtypes = [ctypes.py_object, ctypes.POINTER(View)]
