@@ -79,7 +79,7 @@ if "allocator" in wanted:
     Allocator = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p)
     allocate = Allocator(api[2])
     shape = (ctypes.c_int64 * 1)(16)
-    proto = DLTensor(None, DLDevice(1, 0), 1, DLDataType(2, 32, 1), ctypes.addressof(shape), None, 0)
+    proto = DLTensor(None, DLDevice(1, 0), 1, DLDataType(2, 32, 1), shape, None, 0)
     out = ctypes.c_void_p()
     Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
     def allocate_and_delete():
