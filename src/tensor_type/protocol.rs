@@ -15,7 +15,9 @@ use crate::devices;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-pub(super) const DLPACK_DOC: &CStr = c"__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+pub(super) const DLPACK_DOC: &CStr =
+    c"__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)
+--
 
 Exports the tensor as a DLPack capsule: 'dltensor_versioned' (DLPack 1.3) when max_version
 has major >= 1, the legacy 'dltensor' otherwise. dl_device=(1, 0) asks for CPU memory;

@@ -103,7 +103,10 @@ unsafe extern "C" fn tensor_new(ty: *mut PyTypeObject, args: *mut PyObject, kwar
     })
 }
 
-const DOC: &CStr = c"A tensor that dlpx carries between frameworks through DLPack.
+const DOC: &CStr = c"Tensor(source, /)
+--
+
+A tensor that dlpx carries between frameworks through DLPack.
 
 dlpx.Tensor does no arithmetic: it owns (or shares) memory, describes it, and exchanges it
 through __dlpack__ and the C exchange table published on the type as
@@ -113,7 +116,7 @@ dlpx.Tensor(obj) is the same as dlpx.from_dlpack(obj).";
 static METHODS: CStatic<[PyMethodDef; 4]> = CStatic::new([
     method_def!("__dlpack__", fastcall protocol::dlpack, protocol::DLPACK_DOC),
     method_def!("__array__", fastcall array_interfaces::array, array_interfaces::ARRAY_DOC),
-    method_def!("__dlpack_device__", noargs protocol::dlpack_device, c"__dlpack_device__() -> (device_type, device_id) as DLPack integers."),
+    method_def!("__dlpack_device__", noargs protocol::dlpack_device, c"__dlpack_device__($self, /)\n--\n\nThe device as DLPack integers: (device_type, device_id)."),
     PyMethodDef::zeroed(),
 ]);
 static GETSET: CStatic<[PyGetSetDef; 15]> = CStatic::new([
