@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from . import _native
 
-KDL_CUDA = 2
+_KDL_CUDA = 2
 
 __all__ = [
     "stream",
@@ -50,12 +50,12 @@ def _handle(stream: Any) -> int:
 
 def current_stream(device: int = 0) -> int:
     """This thread's current stream on ``cuda:device`` as a handle (0: the legacy default)."""
-    return _native._current_stream(KDL_CUDA, device)
+    return _native._current_stream(_KDL_CUDA, device)
 
 
 def set_current_stream(stream: Any, device: int = 0) -> int:
     """Makes ``stream`` this thread's current stream on ``cuda:device``; returns the previous handle."""
-    return _native._set_current_stream(KDL_CUDA, device, _handle(stream))
+    return _native._set_current_stream(_KDL_CUDA, device, _handle(stream))
 
 
 def _device_of(stream: Any, device: Any) -> int:
@@ -81,7 +81,7 @@ def stream(stream: Any, device: Any = None) -> Iterator[int]:
     try:
         yield _handle(stream)
     finally:
-        _native._set_current_stream(KDL_CUDA, device, previous)
+        _native._set_current_stream(_KDL_CUDA, device, previous)
 
 
 def record_stream(tensor: Any, stream: Any, device: Any = None) -> None:
@@ -126,3 +126,8 @@ def memory_stats(device: Any = 0) -> dict:
 def is_available() -> bool:
     """Whether a CUDA driver can be loaded in this process (it says nothing of devices)."""
     return _native._cuda_driver_present()
+
+
+def __dir__() -> "list[str]":
+    """The public API alone (``__all__``)."""
+    return sorted(__all__)

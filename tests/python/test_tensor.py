@@ -1,5 +1,5 @@
 """dlpx.Tensor and dlpx.empty: shapes, dtypes, devices, every property, repr, construction,
-subclassing, and the errors of dlpx.empty."""
+subclassing, the errors of dlpx.empty, and the module's public names."""
 
 import collections
 import math
@@ -380,3 +380,13 @@ def test_module_metadata():
     assert dlpx._native.Tensor is dlpx.Tensor
     for name in dlpx.__all__:
         assert hasattr(dlpx, name), name
+
+
+@pytest.mark.parametrize("module", [dlpx, dlpx.cuda], ids=["dlpx", "dlpx.cuda"])
+def test_dir_lists_the_public_api_alone(module):
+    assert dir(module) == sorted(module.__all__)
+    for helper in ("os", "sys", "ExtensionFileLoader", "_load_native", "_native", "annotations", "contextmanager"):
+        assert helper not in dir(module)
+    namespace = {}
+    exec(f"from {module.__name__} import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(module.__all__)
