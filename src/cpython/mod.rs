@@ -149,6 +149,7 @@ python_api! {
         PyMemoryView_FromObject: fn(*mut PyObject) -> *mut PyObject;
         PyBuffer_ToContiguous: fn(*mut c_void, *const buffer::PyBuffer, Py_ssize_t, c_char) -> c_int;
         PyObject_Init: fn(*mut PyObject, *mut PyTypeObject) -> *mut PyObject;
+        PyObject_ClearWeakRefs: fn(*mut PyObject) -> ();
         PyDict_GetItemWithError: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
         PyUnicode_AsUTF8AndSize: fn(*mut PyObject, *mut Py_ssize_t) -> *const c_char;
     }
