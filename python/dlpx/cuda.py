@@ -98,7 +98,8 @@ def record_stream(tensor: Any, stream: Any, device: Any = None) -> None:
 
 def empty_cache() -> None:
     """Gives the CUDA memory dlpx keeps for reuse (the block cache's idle blocks, device memory
-    pools, finished pinned blocks) back to the driver; memory in use is kept."""
+    pools, finished pinned blocks) back to the driver; memory in use is kept. Without a CUDA
+    driver dlpx keeps none, and this does nothing (as ``torch.cuda.empty_cache()``)."""
     _native._empty_cache()
 
 
@@ -110,7 +111,8 @@ def memory_stats(device: Any = 0) -> dict:
     ``num_device_alloc``, ``num_device_free``, ``num_alloc_retries``, ``num_ooms``,
     ``num_sync_all_streams``; and dlpx's own: ``cached_bytes.all.current`` (idle cached bytes),
     ``cache_limit_bytes`` (``DLPX_CUDA_CACHE_BYTES``), ``num_cache_hits``, ``num_cache_misses``,
-    ``num_fenced_frees``, ``fenced_blocks.all.current``. Bytes count whole cached blocks."""
+    ``num_fenced_frees``, ``fenced_blocks.all.current``. Bytes count whole cached blocks.
+    Without a CUDA driver, ``{}`` (as ``torch.cuda.memory_stats()`` without CUDA)."""
     if isinstance(device, str):
         name, _, index = device.partition(":")
         if name != "cuda" or not index.isdigit():
