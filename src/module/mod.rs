@@ -59,6 +59,7 @@ pub fn init(own: &'static DLPackExchangeAPI) -> *mut PyObject {
         // SAFETY: CPython's import machinery calls PyInit with the GIL held.
         let py = unsafe { Python::assume_attached()? };
         install_gil_release();
+        producers::warn_of_unknown_names(py)?;
         let module = crate::cpython::create_module(py, DEF.get())?;
         let ty = tensor_type::create_type(py, own, |py, x| producers::import(py, x, Request::PLAIN))?;
         add(py, &module, c"Tensor", ty)?;
