@@ -18,7 +18,7 @@ from ._device import Device
 
 __all__ = [
     "Tensor", "Device", "empty", "from_dlpack", "exchange_api_of", "exchange_api_info", "library_path", "cuda",
-    "__version__",
+    "__version__", "DLPACK_VERSION",
 ]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,3 +64,8 @@ __version__ = _native.__version__
 DLPACK_VERSION = _native.DLPACK_VERSION
 
 from . import cuda  # noqa: E402  (needs _native)
+
+
+def __dir__() -> "list[str]":
+    """The public API alone (``__all__``): not the helpers this module imports or defines."""
+    return sorted(__all__)

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from . import _native
 
-KDL_CUDA = 2
+_KDL_CUDA = 2
 
 __all__ = [
     "stream",
@@ -50,12 +50,12 @@ def _handle(stream: Any) -> int:
 
 def current_stream(device: int = 0) -> int:
     """This thread's current stream on ``cuda:device`` as a handle (0: the legacy default)."""
-    return _native._current_stream(KDL_CUDA, device)
+    return _native._current_stream(_KDL_CUDA, device)
 
 
 def set_current_stream(stream: Any, device: int = 0) -> int:
     """Makes ``stream`` this thread's current stream on ``cuda:device``; returns the previous handle."""
-    return _native._set_current_stream(KDL_CUDA, device, _handle(stream))
+    return _native._set_current_stream(_KDL_CUDA, device, _handle(stream))
 
 
 def _device_of(stream: Any, device: Any) -> int:
@@ -81,7 +81,7 @@ def stream(stream: Any, device: Any = None) -> Iterator[int]:
     try:
         yield _handle(stream)
     finally:
-        _native._set_current_stream(KDL_CUDA, device, previous)
+        _native._set_current_stream(_KDL_CUDA, device, previous)
 
 
 def record_stream(tensor: Any, stream: Any, device: Any = None) -> None:
@@ -98,7 +98,8 @@ def record_stream(tensor: Any, stream: Any, device: Any = None) -> None:
 
 def empty_cache() -> None:
     """Gives the CUDA memory dlpx keeps for reuse (the block cache's idle blocks, device memory
-    pools, finished pinned blocks) back to the driver; memory in use is kept."""
+    pools, finished pinned blocks) back to the driver; memory in use is kept. Without a CUDA
+    driver dlpx keeps none, and this does nothing (as ``torch.cuda.empty_cache()``)."""
     _native._empty_cache()
 
 
@@ -110,7 +111,8 @@ def memory_stats(device: Any = 0) -> dict:
     ``num_device_alloc``, ``num_device_free``, ``num_alloc_retries``, ``num_ooms``,
     ``num_sync_all_streams``; and dlpx's own: ``cached_bytes.all.current`` (idle cached bytes),
     ``cache_limit_bytes`` (``DLPX_CUDA_CACHE_BYTES``), ``num_cache_hits``, ``num_cache_misses``,
-    ``num_fenced_frees``, ``fenced_blocks.all.current``. Bytes count whole cached blocks."""
+    ``num_fenced_frees``, ``fenced_blocks.all.current``. Bytes count whole cached blocks.
+    Without a CUDA driver, ``{}`` (as ``torch.cuda.memory_stats()`` without CUDA)."""
     if isinstance(device, str):
         name, _, index = device.partition(":")
         if name != "cuda" or not index.isdigit():
@@ -126,3 +128,8 @@ def memory_stats(device: Any = 0) -> dict:
 def is_available() -> bool:
     """Whether a CUDA driver can be loaded in this process (it says nothing of devices)."""
     return _native._cuda_driver_present()
+
+
+def __dir__() -> "list[str]":
+    """The public API alone (``__all__``)."""
+    return sorted(__all__)

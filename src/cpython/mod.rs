@@ -34,7 +34,7 @@ pub use objects::{
     Interned, VectorcallMethod, METH_FASTCALL,
 };
 pub use owned::Owned;
-pub use raise::{attribute_error, take_pending, Raise};
+pub use raise::{attribute_error, take_pending, warn, Raise};
 pub use token::Python;
 
 use std::ffi::{c_char, c_int, c_long, c_longlong, c_ulonglong, c_void, CStr, CString};
@@ -149,6 +149,8 @@ python_api! {
         PyMemoryView_FromObject: fn(*mut PyObject) -> *mut PyObject;
         PyBuffer_ToContiguous: fn(*mut c_void, *const buffer::PyBuffer, Py_ssize_t, c_char) -> c_int;
         PyObject_Init: fn(*mut PyObject, *mut PyTypeObject) -> *mut PyObject;
+        PyObject_ClearWeakRefs: fn(*mut PyObject) -> ();
+        PyErr_WarnEx: fn(*mut PyObject, *const c_char, Py_ssize_t) -> c_int;
         PyDict_GetItemWithError: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
         PyUnicode_AsUTF8AndSize: fn(*mut PyObject, *mut Py_ssize_t) -> *const c_char;
     }

@@ -1,7 +1,7 @@
 //! The Python channel: an error becomes the current Python exception, and a pending Python
-//! exception becomes an `Error` for the other channels.
+//! exception becomes an `Error` for the other channels; a warning goes to `warnings`.
 
-use crate::error::{set_last_error, Channel, Error, ErrorKind};
+use crate::error::{set_last_error, Channel, Error, ErrorKind, Result};
 
 use super::{api, Owned, Python};
 
@@ -64,4 +64,17 @@ pub fn attribute_error(py: Python<'_>, message: &str) -> Error {
     // SAFETY: the symbol is a `PyObject*` variable the interpreter initialised; GIL held.
     unsafe { (py.PyErr_SetString)(*class.cast::<*mut super::PyObject>(), text.as_ptr()) };
     Error::python_pending()
+}
+
+/// Warns with `message` (complete, `dlpx:` and all) as `warnings.warn(message)` does: a
+/// UserWarning from the calling Python frame, shown or not as the warning filters say. An `Err`
+/// (the exception pending) where the filters make it an error.
+pub fn warn(py: Python<'_>, message: &str) -> Result<()> {
+    let class = super::lookup("PyExc_UserWarning\0").map_err(|_| Error::runtime(message.to_string()))?;
+    let text = std::ffi::CString::new(message).map_err(|_| Error::runtime(message.to_string()))?;
+    // SAFETY: the symbol is a `PyObject*` variable the interpreter initialised; GIL held.
+    match unsafe { (py.PyErr_WarnEx)(*class.cast::<*mut super::PyObject>(), text.as_ptr(), 1) } {
+        0 => Ok(()),
+        _ => Err(Error::python_pending()),
+    }
 }

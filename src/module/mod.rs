@@ -25,18 +25,18 @@ const MODULE_DOC: &CStr = c"Native core of dlpx (libdlpx.so loaded as a Python e
 
 // The module's definition: CPython keeps (and initialises) it for the life of the process.
 static METHODS: CStatic<[PyMethodDef; 13]> = CStatic::new([
-    method_def!("empty", fastcall tensors::empty, c"empty(shape, dtype='float32', device='cpu') -> Tensor\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
-    method_def!("from_dlpack", fastcall tensors::from_dlpack, c"from_dlpack(x, /, *, device=None, copy=None) -> Tensor\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
-    method_def!("exchange_api_of", one tables::exchange_api_of, c"exchange_api_of(type_or_object) -> PyCapsule\n\nThe DLPackExchangeAPI a C kernel uses for objects of this type: its own, or dlpx's synthetic one (a PyCapsule named 'dlpack_exchange_api')."),
-    method_def!("_row_of", one tables::row_of, c"_row_of(type_or_object) -> str\n\nThe name of the importer row that reads objects of this type."),
-    method_def!("exchange_api_info", one tables::exchange_api_info, c"exchange_api_info(type_or_object) -> dict | None\n\nThe exchange table a type publishes: version, the prev_api chain, which entries are set."),
-    method_def!("_set_device_class", one device_class::set_device_class, c"Registers the class that Tensor.device returns."),
-    method_def!("_set_current_stream" as "set_current_stream", fastcall streams::set_current_stream, c"_set_current_stream(device_type, device_id, handle) -> previous handle"),
-    method_def!("_record_stream" as "record_stream", fastcall streams::record_stream, c"_record_stream(tensor, device_id, handle)"),
-    method_def!("_empty_cache" as "empty_cache", noargs streams::empty_cache, c"_empty_cache()"),
-    method_def!("_cuda_memory_stats" as "memory_stats", one streams::cuda_memory_stats, c"_cuda_memory_stats(device_id) -> dict"),
-    method_def!("_current_stream" as "current_stream", fastcall streams::current_stream, c"_current_stream(device_type, device_id) -> handle (0: default)"),
-    method_def!("_cuda_driver_present" as "cuda_driver_present", noargs streams::cuda_driver_present, c"Whether libcuda can be loaded in this process."),
+    method_def!("empty", fastcall tensors::empty, c"empty($module, /, shape, dtype='float32', device='cpu')\n--\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
+    method_def!("from_dlpack", fastcall tensors::from_dlpack, c"from_dlpack($module, x, /, *, device=None, copy=None)\n--\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
+    method_def!("exchange_api_of", one tables::exchange_api_of, c"exchange_api_of($module, type_or_object, /)\n--\n\nThe DLPackExchangeAPI a C kernel uses for objects of this type: its own, or dlpx's synthetic one (a PyCapsule named 'dlpack_exchange_api')."),
+    method_def!("_row_of", one tables::row_of, c"_row_of($module, type_or_object, /)\n--\n\nThe name of the importer row that reads objects of this type."),
+    method_def!("exchange_api_info", one tables::exchange_api_info, c"exchange_api_info($module, type_or_object, /)\n--\n\nThe exchange table a type publishes (a dict: version, the prev_api chain, which entries are set), or None."),
+    method_def!("_set_device_class", one device_class::set_device_class, c"_set_device_class($module, cls, /)\n--\n\nRegisters the class that Tensor.device returns."),
+    method_def!("_set_current_stream" as "set_current_stream", fastcall streams::set_current_stream, c"_set_current_stream($module, device_type, device_id, stream=None, /)\n--\n\nMakes the stream handle current for this thread on the device; returns the previous handle."),
+    method_def!("_record_stream" as "record_stream", fastcall streams::record_stream, c"_record_stream($module, tensor, device_id, stream, /)\n--\n\nSee dlpx.cuda.record_stream."),
+    method_def!("_empty_cache" as "empty_cache", noargs streams::empty_cache, c"_empty_cache($module, /)\n--\n\nSee dlpx.cuda.empty_cache."),
+    method_def!("_cuda_memory_stats" as "memory_stats", one streams::cuda_memory_stats, c"_cuda_memory_stats($module, device_id, /)\n--\n\nSee dlpx.cuda.memory_stats."),
+    method_def!("_current_stream" as "current_stream", fastcall streams::current_stream, c"_current_stream($module, device_type, device_id, /)\n--\n\nThis thread's current stream handle on the device (0: the default stream)."),
+    method_def!("_cuda_driver_present" as "cuda_driver_present", noargs streams::cuda_driver_present, c"_cuda_driver_present($module, /)\n--\n\nWhether libcuda can be loaded in this process."),
     PyMethodDef::zeroed(),
 ]);
 static DEF: CStatic<PyModuleDef> = CStatic::new(PyModuleDef {
@@ -59,6 +59,7 @@ pub fn init(own: &'static DLPackExchangeAPI) -> *mut PyObject {
         // SAFETY: CPython's import machinery calls PyInit with the GIL held.
         let py = unsafe { Python::assume_attached()? };
         install_gil_release();
+        producers::warn_of_unknown_names(py)?;
         let module = crate::cpython::create_module(py, DEF.get())?;
         let ty = tensor_type::create_type(py, own, |py, x| producers::import(py, x, Request::PLAIN))?;
         add(py, &module, c"Tensor", ty)?;

@@ -63,13 +63,18 @@ pub(super) fn record_stream(py: Python<'_>, _module: *mut PyObject, args: FastAr
     Ok(py.new_none())
 }
 
-/// `_empty_cache()`: the memory dlpx keeps for reuse goes back to the driver.
+/// `_empty_cache()`: the memory dlpx keeps for reuse goes back to the driver. Without a driver
+/// dlpx keeps none, and there is nothing to do (as `torch.cuda.empty_cache()` does nothing; C's
+/// `dlpx_cuda_empty_cache` says "CUDA driver not found").
 pub(super) fn empty_cache(py: Python<'_>, _module: *mut PyObject) -> Result<*mut PyObject> {
-    devices::empty_cache()?;
+    if devices::driver_present() {
+        devices::empty_cache()?;
+    }
     Ok(py.new_none())
 }
 
-/// `_cuda_memory_stats(device_id) -> dict`: see `dlpx.cuda.memory_stats`.
+/// `_cuda_memory_stats(device_id) -> dict`: see `dlpx.cuda.memory_stats`. Without a driver, an
+/// empty dict, as `torch.cuda.memory_stats()` answers without CUDA.
 pub(super) fn cuda_memory_stats(
     py: Python<'_>,
     _module: *mut PyObject,
@@ -77,8 +82,11 @@ pub(super) fn cuda_memory_stats(
 ) -> Result<*mut PyObject> {
     let device_id = args::int_value(py, device_id, "device")?;
     let device_id = i32::try_from(device_id).map_err(|_| Error::value(format!("device {device_id} is invalid")))?;
-    let stats = devices::memory_stats(DLDevice { device_type: DeviceType::CUDA, device_id })?;
     let dict = Owned::new(py, py.new_dict()?)?;
+    if !devices::driver_present() {
+        return Ok(dict.into_ptr());
+    }
+    let stats = devices::memory_stats(DLDevice { device_type: DeviceType::CUDA, device_id })?;
     for (name, value) in stats.entries() {
         super::tables::set(py, &dict, name, py.new_uint(value)?)?;
     }

@@ -3,6 +3,7 @@
 //! version, and an off switch.
 
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::Reading;
 use crate::abi::*;
@@ -164,6 +165,41 @@ unsafe fn same_description(a: &DLTensor, b: &DLTensor) -> bool {
 /// Whether the environment variable names `row` (or `all`).
 pub fn named(variable: &str, row: &str) -> bool {
     std::env::var(variable).is_ok_and(|names| names.split(',').map(str::trim).any(|n| n == row || n == "all"))
+}
+
+/// The names a switch answers to: its rows' (`switchable_rows`), and `all`.
+fn known(variable: &str) -> Vec<&'static str> {
+    super::switchable_rows(variable == OFF_VARIABLE).chain(["all"]).collect()
+}
+
+/// Warns, once a process (when dlpx is imported), of each switch that names what it does not
+/// know: a misspelt row would otherwise be ignored without a word.
+pub fn warn_of_unknown_names(py: Python<'_>) -> Result<()> {
+    static CHECKED: AtomicBool = AtomicBool::new(false);
+    if CHECKED.swap(true, Ordering::Relaxed) {
+        return Ok(());
+    }
+    for variable in [OFF_VARIABLE, VERIFY_VARIABLE] {
+        let Ok(names) = std::env::var(variable) else { continue };
+        let known = known(variable);
+        let unknown: Vec<String> = names
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && !known.contains(n))
+            .map(|n| format!("'{n}'"))
+            .collect();
+        if !unknown.is_empty() {
+            crate::cpython::warn(
+                py,
+                &format!(
+                    "dlpx: {variable} names {}, which it does not know (ignored); it knows {}",
+                    unknown.join(", "),
+                    known.join(", ")
+                ),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether `version` is one of `tested`: equal, or the same release followed by more parts

@@ -34,7 +34,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 pub use cache::{entry_of, entry_of_type, row_name, table_of};
 pub use faithful::{Suspect, Suspicion};
-pub use guard::Guard;
+pub use guard::{warn_of_unknown_names, Guard};
 pub use read::{import, managed, view, view_in_place};
 pub use reading::Reading;
 pub use table::published_head;
@@ -61,6 +61,12 @@ pub static ROWS: [&Row; 12] = [
     &array_interface::ROW,
     &buffer_protocol::ROW,
 ];
+
+/// The rows a guard's switch names (`DLPX_DIRECT_OFF` when `off`, else `DLPX_DIRECT_VERIFY`):
+/// every row with a guard, and for the off switch torch's, whose native checks it turns off.
+pub(crate) fn switchable_rows(off: bool) -> impl Iterator<Item = &'static str> {
+    ROWS.iter().filter(|row| row.guard.is_some()).map(|row| row.name).chain(off.then_some(torch::ROW.name))
+}
 
 /// Whether `ty` (or a base) has the attribute `name`: how a row for a protocol claims a type.
 pub(crate) fn type_has(py: Python<'_>, ty: *mut PyTypeObject, name: &std::ffi::CStr) -> bool {

@@ -188,7 +188,7 @@ fn at_tensor(object: *mut PyObject) -> *const c_void {
 
 #[cold]
 fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> Option<Native> {
-    if super::guard::named(super::guard::OFF_VARIABLE, "torch") {
+    if super::guard::named(super::guard::OFF_VARIABLE, ROW.name) {
         return None;
     }
     let cdata = crate::cpython::attribute(py, object, c"_cdata")?;

@@ -101,7 +101,8 @@ fn describe(py: Python<'_>, tensor: &Tensor, stream: Option<Option<i64>>) -> Res
     Ok(dict.into_ptr())
 }
 
-pub(super) const ARRAY_DOC: &CStr = c"__array__(dtype=None, copy=None) -> numpy.ndarray
+pub(super) const ARRAY_DOC: &CStr = c"__array__($self, /, dtype=None, copy=None)
+--
 
 numpy 2's protocol: the tensor's host memory in place (a view that keeps the tensor alive),
 converted to dtype when one is given; copy=True always copies, copy=False raises ValueError

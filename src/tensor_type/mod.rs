@@ -1,11 +1,12 @@
 //! The `dlpx.Tensor` object: its layout over a [`Tensor`], the type object once created, and
 //! the three PyObject entries of dlpx's exchange table. The type's slots are in `type_spec`,
-//! its properties in `getters`, `__dlpack__` in `protocol`, the `dlpx.Device` class in
-//! `device_class`. The type is below the importer: its constructor, `dlpx.Tensor(x)`, is the
-//! importer handed down when the module creates the type (`create_type`).
+//! its properties in `getters`, `__dlpack__` in `protocol`, `copy.copy` in `copies`, the
+//! `dlpx.Device` class in `device_class`. The type is below the importer: its constructor,
+//! `dlpx.Tensor(x)`, is the importer handed down when the module creates the type (`create_type`).
 
 mod array_interfaces;
 mod buffer;
+mod copies;
 pub mod device_class;
 mod getters;
 mod kept_view;
@@ -36,12 +37,20 @@ struct PyTensor {
     tensor: MaybeUninit<Tensor>,
     /// The buffer view, kept once worked out (`kept_view`).
     kept_view: kept_view::KeptView,
+    /// The weak references to the object (CPython's list; the type's `__weaklistoffset__`):
+    /// NULL until `weakref.ref(t)`, emptied by the deallocation, written NULL by `init`.
+    weaklist: *mut PyObject,
 }
 
 impl PyTensor {
     /// The object's size: the header, then the fields.
     pub(super) fn basicsize() -> usize {
         crate::cpython::layout::head() + std::mem::size_of::<PyTensor>()
+    }
+
+    /// Where the weak reference list lies from the object's start (`tp_weaklistoffset`).
+    pub(super) fn weaklist_offset() -> usize {
+        crate::cpython::layout::head() + std::mem::offset_of!(PyTensor, weaklist)
     }
 
     #[inline(always)]
@@ -60,15 +69,28 @@ impl PyTensor {
 
     /// # Safety
     /// `object` is a new instance nobody else sees yet (from tp_alloc, zeroed, or from the
-    /// freelist, `ready` 0): every field is written here, none read.
+    /// freelist, `ready` 0): every field is written here, none read. Nobody can hold a weak
+    /// reference to it yet, so its list starts empty whatever an earlier life left there.
     unsafe fn init(object: *mut PyObject, tensor: Tensor) {
         let this = PyTensor::of(object);
         // SAFETY: per the contract; written without reading (or dropping) what was there.
         unsafe {
             ptr::addr_of_mut!((*this).tensor).write(MaybeUninit::new(tensor));
             ptr::addr_of_mut!((*this).kept_view).write(kept_view::KeptView::new());
+            ptr::addr_of_mut!((*this).weaklist).write(ptr::null_mut());
             (*this).ready = 1;
         }
+    }
+
+    /// Whether weak references to the object may exist: its list is not empty, or, on a
+    /// free-threaded build, always (another thread's `weakref.ref` writes the list under the
+    /// object's lock, so a dying object's list is read by CPython alone, as its own types do).
+    ///
+    /// # Safety
+    /// `object` is an instance of dlpx.Tensor or a subclass being deallocated.
+    unsafe fn may_have_weakrefs(object: *mut PyObject) -> bool {
+        // SAFETY: per the contract; on a GIL build the GIL orders the list's writes before this.
+        crate::cpython::layout::free_threaded() || unsafe { !(*PyTensor::of(object)).weaklist.is_null() }
     }
 
     /// # Safety

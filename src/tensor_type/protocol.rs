@@ -15,7 +15,9 @@ use crate::devices;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-pub(super) const DLPACK_DOC: &CStr = c"__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None, read_only=False)
+pub(super) const DLPACK_DOC: &CStr =
+    c"__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None, read_only=False)
+--
 
 Exports the tensor as a DLPack capsule: 'dltensor_versioned' (DLPack 1.3) when max_version
 has major >= 1, the legacy 'dltensor' otherwise. dl_device=(1, 0) asks for CPU memory;
@@ -79,14 +81,20 @@ pub(super) fn dlpack(py: Python<'_>, object: *mut PyObject, args: FastArgs<'_>) 
     if versioned {
         capsule::versioned(py, exported.export_versioned_to(copied_flag | read_only_flag, consumer)?)
     } else {
+        // No max_version asks for a legacy capsule: jax.numpy.from_dlpack asks that way, and its
+        // users cannot pass one, so each refusal says what such a caller can do.
         if exported.flags() & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0 && exported.dl_tensor().dtype.bits < 8 {
             return Err(Error::buffer(
-                "a padded sub-byte tensor needs a versioned capsule to say so: pass max_version=(1, 0) or later",
+                "the tensor is of a padded sub-byte dtype, which a legacy capsule (asked for without \
+                 max_version, as jax.numpy.from_dlpack asks) cannot say: only a consumer that passes \
+                 max_version=(1, 0) or later can take it",
             ));
         }
         if exported.is_readonly() {
             return Err(Error::buffer(
-                "a read-only tensor needs a versioned capsule to say so: pass max_version=(1, 0) or later",
+                "the tensor is read-only, which a legacy capsule (asked for without max_version, as \
+                 jax.numpy.from_dlpack asks) cannot say: hand such a consumer a writable copy, \
+                 dlpx.from_dlpack(tensor, copy=True), or pass max_version=(1, 0) or later",
             ));
         }
         capsule::legacy(py, exported.export_legacy_to(consumer)?)

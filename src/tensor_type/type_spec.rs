@@ -6,9 +6,9 @@ use std::ffi::{c_int, c_void, CStr};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use pyo3_ffi::{PyGetSetDef, PyMethodDef, PyObject, PyTypeObject, PyType_Slot, PyType_Spec};
+use pyo3_ffi::{PyGetSetDef, PyMemberDef, PyMethodDef, PyObject, PyTypeObject, PyType_Slot, PyType_Spec, Py_ssize_t};
 
-use super::{array_interfaces, buffer, getters, protocol, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
+use super::{array_interfaces, buffer, copies, getters, protocol, tensor_type, PyTensor, OWN_TABLE, TENSOR_TYPE};
 use crate::abi::*;
 use crate::cpython::buffer::{GetBufferFn, ReleaseBufferFn, PY_BF_GETBUFFER, PY_BF_RELEASEBUFFER};
 use crate::cpython::{type_of, CStatic, ExceptionGuard, Freelist, Owned, Python, Raise};
@@ -58,6 +58,16 @@ unsafe extern "C" fn tensor_dealloc(object: *mut PyObject) {
     // (sub)type; a module that created the type means an interpreter is running.
     let Ok(py) = (unsafe { Python::assume_attached() }) else { return };
     let ty = type_of(py, object);
+    // Weak references die first, while the object is whole: their callbacks get the dead
+    // reference, never the object. CPython empties the list, so a kept object starts its next
+    // life with none (`PyTensor::init` writes it empty all the same). A subclass's deallocation
+    // leaves the list to this one: the base has it.
+    // SAFETY: an instance of our (sub)type being deallocated, its count 0; GIL held.
+    unsafe {
+        if PyTensor::may_have_weakrefs(object) {
+            (py.PyObject_ClearWeakRefs)(object);
+        }
+    }
     // SAFETY: the object is being deallocated; nobody reads it afterwards.
     let tensor = unsafe { PyTensor::take(object) };
     // Dropping may run a producer's deleter; it must not unwind into CPython.
@@ -103,18 +113,37 @@ unsafe extern "C" fn tensor_new(ty: *mut PyTypeObject, args: *mut PyObject, kwar
     })
 }
 
-const DOC: &CStr = c"A tensor that dlpx carries between frameworks through DLPack.
+const DOC: &CStr = c"Tensor(source, /)
+--
+
+A tensor that dlpx carries between frameworks through DLPack.
 
 dlpx.Tensor does no arithmetic: it owns (or shares) memory, describes it, and exchanges it
 through __dlpack__ and the C exchange table published on the type as
 __dlpack_c_exchange_api__. Make one with dlpx.empty(...) or dlpx.from_dlpack(obj);
 dlpx.Tensor(obj) is the same as dlpx.from_dlpack(obj).";
 
-static METHODS: CStatic<[PyMethodDef; 4]> = CStatic::new([
+static METHODS: CStatic<[PyMethodDef; 6]> = CStatic::new([
     method_def!("__dlpack__", fastcall protocol::dlpack, protocol::DLPACK_DOC),
     method_def!("__array__", fastcall array_interfaces::array, array_interfaces::ARRAY_DOC),
-    method_def!("__dlpack_device__", noargs protocol::dlpack_device, c"__dlpack_device__() -> (device_type, device_id) as DLPack integers."),
+    method_def!("__dlpack_device__", noargs protocol::dlpack_device, c"__dlpack_device__($self, /)\n--\n\nThe device as DLPack integers: (device_type, device_id)."),
+    method_def!("__copy__" as "dlpx.Tensor.__copy__", noargs copies::copy, copies::COPY_DOC),
+    method_def!("__deepcopy__" as "dlpx.Tensor.__deepcopy__", one copies::deepcopy, copies::DEEPCOPY_DOC),
     PyMethodDef::zeroed(),
+]);
+/// `__weaklistoffset__`, the stable ABI's way to give a type weak references (3.9 and later; 3.12's
+/// `Py_TPFLAGS_MANAGED_WEAKREF` is not in the limited API): PyType_FromSpec reads the offset
+/// (`PyTensor::weaklist_offset()`, set in `create_type`) into `tp_weaklistoffset` and drops the
+/// member, so the type grows no attribute.
+static MEMBERS: CStatic<[PyMemberDef; 2]> = CStatic::new([
+    PyMemberDef {
+        name: c"__weaklistoffset__".as_ptr(),
+        type_code: pyo3_ffi::Py_T_PYSSIZET,
+        offset: 0,
+        flags: pyo3_ffi::Py_READONLY,
+        doc: ptr::null(),
+    },
+    PyMemberDef { name: ptr::null(), type_code: 0, offset: 0, flags: 0, doc: ptr::null() },
 ]);
 static GETSET: CStatic<[PyGetSetDef; 15]> = CStatic::new([
     getset_def!("shape" as "dlpx.Tensor.get_shape", getters::shape, c"Extents of each dimension, a tuple of ints."),
@@ -133,7 +162,7 @@ static GETSET: CStatic<[PyGetSetDef; 15]> = CStatic::new([
     getset_def!("__cuda_array_interface__" as "dlpx.Tensor.__cuda_array_interface__", array_interfaces::cuda_array_interface, c"The CUDA array interface (version 3, with the stream to synchronise with) of CUDA memory; absent for host memory."),
     PyGetSetDef { name: ptr::null(), get: None, set: None, doc: ptr::null(), closure: ptr::null_mut() },
 ]);
-static SLOTS: CStatic<[PyType_Slot; 9]> = CStatic::new([
+static SLOTS: CStatic<[PyType_Slot; 10]> = CStatic::new([
     PyType_Slot { slot: pyo3_ffi::Py_tp_dealloc, pfunc: tensor_dealloc as *mut c_void },
     PyType_Slot { slot: pyo3_ffi::Py_tp_new, pfunc: tensor_new as *mut c_void },
     PyType_Slot {
@@ -143,6 +172,7 @@ static SLOTS: CStatic<[PyType_Slot; 9]> = CStatic::new([
     PyType_Slot { slot: pyo3_ffi::Py_tp_doc, pfunc: DOC.as_ptr() as *mut c_void },
     PyType_Slot { slot: pyo3_ffi::Py_tp_getset, pfunc: GETSET.get().cast() },
     PyType_Slot { slot: pyo3_ffi::Py_tp_methods, pfunc: METHODS.get().cast() },
+    PyType_Slot { slot: pyo3_ffi::Py_tp_members, pfunc: MEMBERS.get().cast() },
     PyType_Slot { slot: PY_BF_GETBUFFER, pfunc: buffer::get_buffer as GetBufferFn as *mut c_void },
     PyType_Slot { slot: PY_BF_RELEASEBUFFER, pfunc: buffer::release_buffer as ReleaseBufferFn as *mut c_void },
     PyType_Slot { slot: 0, pfunc: ptr::null_mut() },
@@ -171,6 +201,7 @@ pub fn create_type(py: Python<'_>, own: &'static DLPackExchangeAPI, import: Impo
     // here, before CPython reads it, and the type is created once.
     let ty = Owned::new(py, unsafe {
         (*SPEC.get()).basicsize = PyTensor::basicsize() as c_int;
+        (*MEMBERS.get())[0].offset = PyTensor::weaklist_offset() as Py_ssize_t;
         (py.PyType_FromSpecWithBases)(SPEC.get(), ptr::null_mut())
     })?;
     publish_exchange_api(py, ty.as_ptr())?;

@@ -114,11 +114,27 @@ def test_without_a_driver_cuda_allocation_is_a_runtime_error(device, shape):
 
 
 @needs_no_driver
-def test_without_a_driver_memory_stats_and_empty_cache_are_runtime_errors():
-    with pytest.raises(RuntimeError, match=r"^dlpx: memory_stats: CUDA driver not found"):
-        dlpx.cuda.memory_stats(0)
-    with pytest.raises(RuntimeError, match=r"^dlpx: empty_cache: CUDA driver not found"):
-        dlpx.cuda.empty_cache()
+def test_without_a_driver_empty_cache_does_nothing_as_torch_s_does():
+    assert dlpx.cuda.empty_cache() is None
+    if torch is not None and not torch.cuda.is_available():
+        assert torch.cuda.empty_cache() is None
+
+
+@needs_no_driver
+@pytest.mark.parametrize("device", [0, 1, "cuda:0", "cuda:3"])
+def test_without_a_driver_memory_stats_is_empty_as_torch_s_is(device):
+    assert dlpx.cuda.memory_stats(device) == {}
+    assert dlpx.cuda.memory_stats() == {}
+    if torch is not None and not torch.cuda.is_available():
+        assert dict(torch.cuda.memory_stats(device)) == dlpx.cuda.memory_stats(device)
+
+
+@needs_no_driver
+def test_without_a_driver_memory_stats_still_refuses_what_is_no_cuda_device():
+    with pytest.raises(ValueError, match=r"^dlpx: memory_stats: expected a CUDA device"):
+        dlpx.cuda.memory_stats("cpu")
+    with pytest.raises(TypeError, match=r"^dlpx: memory_stats: expected a device index"):
+        dlpx.cuda.memory_stats(1.5)
 
 
 @needs_no_driver

@@ -104,9 +104,11 @@ def test_a_readonly_dlpx_tensor_is_refused_to_a_legacy_consumer_like_jax():
     a = np.arange(3.0)
     a.flags.writeable = False
     d = dlpx.from_dlpack(a)
-    with pytest.raises(BufferError, match=r"^dlpx: __dlpack__: .*read-only"):
+    with pytest.raises(BufferError, match=r"^dlpx: __dlpack__: .*read-only") as refusal:
         jnp.from_dlpack(d)
-    # Its writable copy travels.
+    # It says what a jax user can do (jax.numpy.from_dlpack takes no max_version): its writable copy travels.
+    assert "jax.numpy.from_dlpack" in str(refusal.value)
+    assert "dlpx.from_dlpack(tensor, copy=True)" in str(refusal.value)
     assert jnp.from_dlpack(dlpx.from_dlpack(d, copy=True)).tolist() == [0.0, 1.0, 2.0]
 
 

@@ -1,9 +1,10 @@
 """One importer seam (docs/design.md, "Producers: one seam"): every type gets a row, found once;
 `dlpx.exchange_api_of` / `dlpx_exchange_api_of` give any type's table — its own, or dlpx's
 synthetic one, a DLPackExchangeAPI a C kernel uses like any other — and every direct read has a
-guard: tested versions, a first-use check on the others, an off switch."""
+guard: tested versions, a first-use check on the others, an off switch (whose misspelt names warn)."""
 
 import ctypes
+import json
 import os
 import subprocess
 import sys
@@ -218,3 +219,47 @@ def test_the_off_switch_sends_every_object_to_dlpack():
     assert dlpack_calls({"DLPX_DIRECT_OFF": "array_api_strict"}) == 5
     assert dlpack_calls({"DLPX_DIRECT_OFF": "numpy,all"}) == 5
     assert dlpack_calls({"DLPX_DIRECT_OFF": "numpy"}) == 0  # another row's switch
+
+
+SWITCH_WARNINGS = textwrap.dedent("""
+    import json, warnings
+    import numpy as np
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import dlpx
+        dlpx.from_dlpack(np.zeros(2))  # the switches are read now; the names were checked at import
+        import importlib
+        importlib.reload(dlpx)
+    print(json.dumps([(w.category.__name__, str(w.message)) for w in caught]))
+""")
+
+
+def switch_warnings(env):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DLPX_DIRECT")} | env
+    result = subprocess.run([sys.executable, "-c", SWITCH_WARNINGS], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_a_switch_that_names_an_unknown_row_warns_once_naming_it_and_the_known_ones():
+    [(category, message)] = switch_warnings({"DLPX_DIRECT_OFF": "nmupy, jax"})
+    assert category == "UserWarning"
+    assert message == ("dlpx: DLPX_DIRECT_OFF names 'nmupy', which it does not know (ignored); "
+                       "it knows numpy, tvm_ffi, jax, array_api_strict, torch, all")
+
+
+def test_torch_s_native_checks_have_an_off_switch_and_no_first_use_check():
+    assert switch_warnings({"DLPX_DIRECT_OFF": "torch"}) == []
+    [(_, message)] = switch_warnings({"DLPX_DIRECT_VERIFY": "torch,numpy,tvm-ffi"})
+    assert message.startswith("dlpx: DLPX_DIRECT_VERIFY names 'torch', 'tvm-ffi', which it does not know")
+    assert message.endswith("it knows numpy, tvm_ffi, jax, array_api_strict, all")
+
+
+@pytest.mark.parametrize("env", [
+    {},
+    {"DLPX_DIRECT_OFF": "all", "DLPX_DIRECT_VERIFY": "all"},
+    {"DLPX_DIRECT_OFF": "numpy, jax,", "DLPX_DIRECT_VERIFY": ""},
+    {"DLPX_DIRECT_VERIFY": "array_api_strict,tvm_ffi"},
+])
+def test_switches_that_name_known_rows_say_nothing(env):
+    assert switch_warnings(env) == []

@@ -1,8 +1,11 @@
 """dlpx.Tensor and dlpx.empty: shapes, dtypes, devices, every property, repr, construction,
-subclassing, and the errors of dlpx.empty."""
+subclassing, weak references, copies, the errors of dlpx.empty, and the module's public names."""
 
 import collections
+import copy
+import gc
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -371,6 +374,100 @@ def test_subclass_inherits_the_exchange_attributes():
     assert Labelled.__c_dlpack_exchange_api__ == dlpx.Tensor.__c_dlpack_exchange_api__
 
 
+# ---- weak references -------------------------------------------------------------------------
+
+
+def test_a_weak_reference_follows_the_tensor_and_its_callback_fires_when_it_dies():
+    t = dlpx.empty((3,))
+    died = []
+    ref = weakref.ref(t, died.append)
+    assert ref() is t and weakref.getweakrefcount(t) == 1
+    del t
+    gc.collect()
+    assert ref() is None and died == [ref]
+
+
+def test_a_weak_value_cache_of_tensors_forgets_the_dead_ones():
+    cache = weakref.WeakValueDictionary()
+    kept = dlpx.from_dlpack(np.arange(3.0))
+    cache["kept"], cache["dropped"] = kept, dlpx.empty((2,))
+    gc.collect()
+    assert list(cache) == ["kept"] and cache["kept"] is kept
+
+
+def test_a_reused_tensor_object_has_no_weak_references_from_its_former_life():
+    # Dead dlpx.Tensors are kept for the next ones (a freelist on GIL builds): each new object's
+    # weak reference list must start empty, and the dead ones' references must stay dead.
+    old = [dlpx.empty((1,)) for _ in range(64)]
+    died = []
+    refs = [weakref.ref(t, died.append) for t in old]
+    del old
+    gc.collect()
+    assert len(died) == 64 and all(r() is None for r in refs)
+    new = [dlpx.from_dlpack(np.zeros(1)) for _ in range(64)]
+    assert all(weakref.getweakrefcount(t) == 0 for t in new)
+    assert all(r() is None for r in refs)
+    again = [weakref.ref(t) for t in new]
+    assert [r() for r in again] == new and len(died) == 64
+
+
+def test_a_subclass_instance_takes_weak_references_and_drops_them_once():
+    t = Labelled(np.ones(2))
+    t.label = "x"
+    died = []
+    ref = weakref.ref(t, died.append)
+    del t
+    gc.collect()
+    assert ref() is None and died == [ref]
+
+
+# ---- copies ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make_copy", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+def test_a_copy_has_the_values_in_memory_of_its_own(make_copy):
+    a = np.arange(6.0).reshape(2, 3)
+    t = dlpx.from_dlpack(a)
+    c = make_copy(t)
+    assert type(c) is dlpx.Tensor and c is not t
+    assert (c.shape, c.dtype, c.device) == (t.shape, t.dtype, t.device)
+    assert c.data_ptr != t.data_ptr
+    np.testing.assert_array_equal(np.from_dlpack(c), a)
+    np.from_dlpack(c)[...] = -1
+    np.testing.assert_array_equal(a, np.arange(6.0).reshape(2, 3))
+
+
+@pytest.mark.parametrize("make_copy", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+def test_a_copy_is_writable_as_numpy_s_copy_of_a_read_only_array_is(make_copy):
+    a = np.arange(4.0)
+    a.flags.writeable = False
+    t = dlpx.from_dlpack(a)
+    assert t.readonly
+    c = make_copy(t)
+    assert c.readonly == (not make_copy(a).flags.writeable) == False  # noqa: E712
+    np.testing.assert_array_equal(np.from_dlpack(c), a)
+
+
+def test_a_copy_of_a_strided_view_is_compact():
+    view = np.arange(12, dtype=np.int32).reshape(3, 4)[:, ::2]
+    c = copy.copy(dlpx.from_dlpack(view))
+    assert c.is_contiguous and c.strides == (2, 1)
+    np.testing.assert_array_equal(np.from_dlpack(c), view)
+
+
+def test_deepcopy_copies_a_tensor_once_however_often_a_structure_holds_it():
+    t = dlpx.empty((2,), "int16")
+    held = {"a": t, "b": [t]}
+    copied = copy.deepcopy(held)
+    assert copied["a"] is copied["b"][0] and copied["a"].data_ptr != t.data_ptr
+
+
+def test_a_copy_of_a_subclass_instance_is_a_plain_tensor():
+    # As dlpx.from_dlpack(x, copy=True) is: the copy is memory, not the subclass's attributes.
+    t = Labelled(np.ones(2))
+    assert type(copy.copy(t)) is dlpx.Tensor
+
+
 # ---- module ---------------------------------------------------------------------------------
 
 
@@ -380,3 +477,13 @@ def test_module_metadata():
     assert dlpx._native.Tensor is dlpx.Tensor
     for name in dlpx.__all__:
         assert hasattr(dlpx, name), name
+
+
+@pytest.mark.parametrize("module", [dlpx, dlpx.cuda], ids=["dlpx", "dlpx.cuda"])
+def test_dir_lists_the_public_api_alone(module):
+    assert dir(module) == sorted(module.__all__)
+    for helper in ("os", "sys", "ExtensionFileLoader", "_load_native", "_native", "annotations", "contextmanager"):
+        assert helper not in dir(module)
+    namespace = {}
+    exec(f"from {module.__name__} import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(module.__all__)
