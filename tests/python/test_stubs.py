@@ -200,6 +200,7 @@ SAMPLES = {
     "max_version": (1, 0),
     "dl_device": (1, 0),
     "copy": None,
+    "read_only": False,
     "memo": {},
 }
 CALLS = [p for p in PUBLIC if p[0].startswith(("dlpx.empty", "dlpx.from_dlpack", "dlpx.exchange", "dlpx.Tensor"))]
