@@ -40,9 +40,10 @@ for version in "${versions[@]}"; do
 assert not sys._is_gil_enabled(), "import dlpx enabled the GIL"
 t = dlpx.from_dlpack(np.arange(4.0))
 print(f"CPython {sys.version.split()[0]}: import dlpx keeps the GIL disabled; {t}")'
-  # The last line, and every failure's name and reason (-rfE) where there is one.
-  (cd tests && DLPX_SIM_CUDA_DIR="$sim" run -m pytest -q -rfE -p no:cacheprovider python \
-     | grep -E '^(FAILED|ERROR) |^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)')
+  # The last line, every failure's name and reason (-rfE) where there is one, and why each skip
+  # skipped (-rs: scripts/test.sh's closing table lists them).
+  (cd tests && DLPX_SIM_CUDA_DIR="$sim" run -m pytest -q -rfEs -p no:cacheprovider python \
+     | grep -E '^(FAILED|ERROR|SKIPPED) |^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)')
   run tests/soak.py --short | grep -E '^soak|FAIL'
   abi=cp${version/./}t
   for wheel in dist/dlpx-*-"$abi"-manylinux*.whl; do

@@ -4,6 +4,7 @@ The suite imports `dlpx` as installed (CI pip-installs it; in-tree runs set DLPX
 PYTHONPATH). `dlpack_abi.py` beside this file is the ctypes reading of the ABI the tests use.
 """
 
+import importlib.metadata
 import os
 import sys
 
@@ -20,9 +21,69 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 import pytest  # noqa: E402
+from packaging.requirements import Requirement  # noqa: E402  (pytest's own dependency)
+from packaging.utils import canonicalize_name  # noqa: E402
 
 import dlpack_abi  # noqa: E402
 import report_tables  # noqa: E402
+
+# DLPX_REQUIRE_ALL_TESTS=1 (scripts/test.sh): every peer tests/requirements.txt lists is installed,
+# and pytest.importorskip of a module one of them provides fails instead of skipping. Other skips
+# stay skips: what CI cannot have (a GPU, numba), and the runs that leave the variable unset (the
+# free-threaded and aarch64 interpreters, which lack some peers' wheels).
+REQUIRE_ALL = bool(os.environ.get("DLPX_REQUIRE_ALL_TESTS"))
+REQUIREMENTS = os.path.join(_HERE, "..", "requirements.txt")
+
+
+def required_distributions():
+    """tests/requirements.txt's distribution names, normalized."""
+    with open(REQUIREMENTS) as f:
+        lines = (line.split("#", 1)[0].strip() for line in f)
+        return {canonicalize_name(Requirement(line).name) for line in lines if line}
+
+
+def requirement_providing(modname):
+    """The tests/requirements.txt distribution that installs `modname`, or None."""
+    top = modname.split(".")[0]
+    # Python 3.10+ maps modules to distributions (PIL to pillow); on 3.9, the module's own name.
+    providers = getattr(importlib.metadata, "packages_distributions", dict)().get(top, [top])
+    required = required_distributions()
+    return next((d for d in providers if canonicalize_name(d) in required), None)
+
+
+_importorskip = pytest.importorskip
+
+
+def importorskip_unless_required(modname, *args, **kwargs):
+    """pytest.importorskip, except that a module of a required peer must import."""
+    __tracebackhide__ = True  # a skip names the test's line, not this one
+    try:
+        return _importorskip(modname, *args, **kwargs)
+    except pytest.skip.Exception as skipped:
+        peer = requirement_providing(modname)
+        if peer is None:
+            raise
+        why = skipped.msg
+    pytest.fail(f"DLPX_REQUIRE_ALL_TESTS=1: {modname} ({peer}, in tests/requirements.txt) does not import here, "
+                f"and a skip would hide that: {why}", pytrace=False)
+
+
+def pytest_configure(config):
+    if not REQUIRE_ALL:
+        return
+    missing = [name for name in sorted(required_distributions()) if not installed(name)]
+    if missing:
+        raise pytest.UsageError(f"DLPX_REQUIRE_ALL_TESTS=1 but {sys.executable} lacks tests/requirements.txt's "
+                                f"{', '.join(missing)}: pip install -r tests/requirements.txt")
+    pytest.importorskip = importorskip_unless_required
+
+
+def installed(distribution):
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def pytest_terminal_summary(terminalreporter):
