@@ -24,13 +24,14 @@ use crate::tensor_type::{self, device_class};
 const MODULE_DOC: &CStr = c"Native core of dlpx (libdlpx.so loaded as a Python extension module).";
 
 // The module's definition: CPython keeps (and initialises) it for the life of the process.
-static METHODS: CStatic<[PyMethodDef; 13]> = CStatic::new([
+static METHODS: CStatic<[PyMethodDef; 14]> = CStatic::new([
     method_def!("empty", fastcall tensors::empty, c"empty(shape, dtype='float32', device='cpu') -> Tensor\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
     method_def!("from_dlpack", fastcall tensors::from_dlpack, c"from_dlpack(x, /, *, device=None, copy=None) -> Tensor\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
     method_def!("exchange_api_of", one tables::exchange_api_of, c"exchange_api_of(type_or_object) -> PyCapsule\n\nThe DLPackExchangeAPI a C kernel uses for objects of this type: its own, or dlpx's synthetic one (a PyCapsule named 'dlpack_exchange_api')."),
     method_def!("_row_of", one tables::row_of, c"_row_of(type_or_object) -> str\n\nThe name of the importer row that reads objects of this type."),
     method_def!("exchange_api_info", one tables::exchange_api_info, c"exchange_api_info(type_or_object) -> dict | None\n\nThe exchange table a type publishes: version, the prev_api chain, which entries are set."),
     method_def!("_set_device_class", one device_class::set_device_class, c"Registers the class that Tensor.device returns."),
+    method_def!("_parse_device" as "Device.parse", one device_class::parse, c"_parse_device(device) -> dlpx.Device\n\nThe device a device argument names (dlpx.Device.parse is this function)."),
     method_def!("_set_current_stream" as "set_current_stream", fastcall streams::set_current_stream, c"_set_current_stream(device_type, device_id, handle) -> previous handle"),
     method_def!("_record_stream" as "record_stream", fastcall streams::record_stream, c"_record_stream(tensor, device_id, handle)"),
     method_def!("_empty_cache" as "empty_cache", noargs streams::empty_cache, c"_empty_cache()"),
