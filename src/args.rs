@@ -1,14 +1,22 @@
 //! Argument parsing for METH_FASTCALL | METH_KEYWORDS functions, without the variadic
-//! `PyArg_ParseTupleAndKeywords` (which Rust cannot call portably through a pointer table).
+//! `PyArg_ParseTupleAndKeywords` (which Rust cannot call portably through a pointer table), and
+//! the arguments' values: integers, shapes, and (in `dtype`, `device`) dtypes and devices as
+//! users spell them.
 
 use std::ffi::CStr;
 use std::marker::PhantomData;
 
 use pyo3_ffi::PyObject;
 
-use crate::cpython::{GilCell, Owned, Python};
+use crate::cpython::{interned_attribute, is_str, shown, GilCell, Interned, Owned, Python};
 use crate::error::{Error, Result};
 use crate::layout::MAX_NDIM;
+
+mod device;
+mod dtype;
+
+pub use device::device;
+pub use dtype::dtype;
 
 /// A function's parameter names, interned once: keyword names at a call site are interned
 /// strings too, so matching is a pointer comparison (string comparison stays the fallback).
@@ -265,4 +273,101 @@ pub fn int_sequence(py: Python<'_>, object: *mut PyObject, name: &str) -> Result
         out.len = n as usize;
         Ok(out)
     }
+}
+
+/// A dtype or device given by name: Some(what the name means, or a ValueError naming it and
+/// listing `forms`) for a str or a subclass, read whole and in place (`uint8\0xyz` is no name);
+/// None for anything else.
+#[inline(always)]
+fn by_name<T>(
+    py: Python<'_>,
+    object: *mut PyObject,
+    what: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+    forms: fn() -> String,
+) -> Option<Result<T>> {
+    if !is_str(py, object) {
+        return None;
+    }
+    Some(match py.with_str(object, what, parse) {
+        Ok(Some(value)) => Ok(value),
+        _ => Err(unknown_name(py, object, what, forms)),
+    })
+}
+
+#[cold]
+fn unknown_name(py: Python<'_>, object: *mut PyObject, what: &str, forms: fn() -> String) -> Error {
+    Error::value(format!("unknown {what} {}; {}", shown(py, object), forms()))
+}
+
+/// `__module__`, asked of types.
+static MODULE: Interned = Interned::new(c"__module__");
+
+/// One peer's objects of one kind (its dtypes, its devices), read without importing the peer:
+/// told from the other peers' by an attribute only they have among them (`mark`), and read by
+/// `read`, which is handed the mark's value.
+struct Peer<T: 'static> {
+    /// The peer, for messages.
+    name: &'static str,
+    /// The first part of its types' `__module__`.
+    package: &'static str,
+    mark: &'static Interned,
+    read: fn(Python<'_>, *mut PyObject, &Owned<'_>) -> Result<T>,
+}
+
+/// What the peer whose object `object` is reads it as; None when no peer's mark is on it. The
+/// peer of the package `object`'s type comes from is asked first: a mark that is missing costs
+/// an AttributeError made and cleared (about a microsecond), and a peer's own object then misses
+/// none. (The package only orders the asking; the marks decide.)
+fn read_peer<T>(py: Python<'_>, object: *mut PyObject, peers: &[Peer<T>]) -> Option<Result<T>> {
+    let ty = crate::cpython::type_of(py, object).cast::<PyObject>();
+    let module = attribute(py, ty, &MODULE);
+    let home = |package: &str| {
+        let module =
+            module.as_ref().map(|module| py.with_str(module.as_ptr(), "", |m| m.split('.').next() == Some(package)));
+        module.is_some_and(|home| home == Ok(true))
+    };
+    let first = peers.iter().position(|peer| home(peer.package));
+    let order = first.into_iter().chain((0..peers.len()).filter(|&i| Some(i) != first));
+    order.map(|i| &peers[i]).find_map(|peer| {
+        let mark = attribute(py, object, peer.mark)?;
+        Some((peer.read)(py, object, &mark))
+    })
+}
+
+/// The peers' names for messages: `tvm_ffi, jax, cupy or torch`.
+fn peer_names<T>(peers: &[Peer<T>]) -> String {
+    let names: Vec<&str> = peers.iter().map(|peer| peer.name).collect();
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, others)) => format!("{} or {last}", others.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// `getattr(object, name)`, or None with no exception left set; `name` interned once.
+fn attribute<'py>(py: Python<'py>, object: *mut PyObject, name: &Interned) -> Option<Owned<'py>> {
+    interned_attribute(py, object, name.get(py).ok()?)
+}
+
+/// `getattr(object, name)` as an integer, or None with no exception left set: a peer's object
+/// read where a missing or odd attribute means "not this form".
+fn int_attribute(py: Python<'_>, object: *mut PyObject, name: &Interned) -> Option<i64> {
+    int_or_none(py, attribute(py, object, name)?.as_ptr())
+}
+
+/// `object` as an integer, or None with no exception left set.
+fn int_or_none(py: Python<'_>, object: *mut PyObject) -> Option<i64> {
+    let int = int_value(py, object, "").ok();
+    if int.is_none() {
+        // SAFETY: GIL held; a failed `__index__` may have left an exception nobody reads.
+        unsafe { (py.PyErr_Clear)() };
+    }
+    int
+}
+
+/// `getattr(object, name)` as a str, or None with no exception left set.
+fn str_attribute(py: Python<'_>, object: *mut PyObject, name: &Interned) -> Option<String> {
+    let value = attribute(py, object, name)?;
+    py.str_value(value.as_ptr(), "").ok()
 }

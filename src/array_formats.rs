@@ -167,20 +167,27 @@ pub fn from_typestr(typestr: &str) -> Result<DLDataType> {
     let (&order, rest) = bytes.split_first().ok_or_else(refuse)?;
     let (&kind, size) = rest.split_first().ok_or_else(refuse)?;
     let size: u8 = std::str::from_utf8(size).ok().and_then(|s| s.parse().ok()).ok_or_else(refuse)?;
-    let code = KINDS.iter().find(|k| k.0 == kind).map(|k| k.1).ok_or_else(refuse)?;
+    let dtype = from_kind(kind, size).ok_or_else(refuse)?;
+    if !matches!(order, b'<' | b'>' | b'|' | b'=') {
+        return Err(refuse());
+    }
+    if size > 1 && !matches!(order, b'=') && order != NATIVE {
+        return Err(Error::buffer(format!("typestr {typestr:?} is not in this machine's byte order")));
+    }
+    Ok(dtype)
+}
+
+/// The dtype of a numpy kind (`b`, `i`, `u`, `f`, `c`) and item size in bytes (a typestr's, a
+/// numpy dtype's `kind` and `itemsize`), where DLPack has one.
+pub fn from_kind(kind: u8, size: u8) -> Option<DLDataType> {
+    let code = KINDS.iter().find(|k| k.0 == kind)?.1;
     let fits = match code {
         DataTypeCode::BOOL => size == 1,
         DataTypeCode::INT | DataTypeCode::UINT => matches!(size, 1 | 2 | 4 | 8),
         DataTypeCode::FLOAT => matches!(size, 2 | 4 | 8),
         _ => matches!(size, 8 | 16),
     };
-    if !fits || !matches!(order, b'<' | b'>' | b'|' | b'=') {
-        return Err(refuse());
-    }
-    if size > 1 && !matches!(order, b'=') && order != NATIVE {
-        return Err(Error::buffer(format!("typestr {typestr:?} is not in this machine's byte order")));
-    }
-    Ok(scalar(code, size * 8))
+    fits.then(|| scalar(code, size * 8))
 }
 
 /// The array interface's `typestr` of `dtype`, if it has one.

@@ -1,7 +1,7 @@
 //! Device names as Python and C++ print them (`cpu:0`, `cuda:1`) and their parsing; the type
 //! names come from the table in `abi/enums.rs`.
 
-use crate::abi::{DLDevice, DeviceType};
+use crate::abi::{name_number, DLDevice, DeviceType};
 
 /// Whether DLPack names this device type (1.3, or its main branch after 1.3).
 pub fn is_known(device_type: DeviceType) -> bool {
@@ -18,6 +18,11 @@ pub fn known_range() -> String {
     format!("{}..={}", values.clone().min().unwrap_or(0), values.max().unwrap_or(0))
 }
 
+/// Every device type name [`parse`] reads, for messages: `cpu, cuda, cuda_host, …`.
+pub fn names() -> String {
+    DeviceType::TABLE.iter().map(|row| row.name).collect::<Vec<_>>().join(", ")
+}
+
 /// `cuda:1`, or `device(type=99):0` for a type DLPack does not name.
 pub fn name(device: DLDevice) -> String {
     match type_name(device.device_type) {
@@ -26,10 +31,11 @@ pub fn name(device: DLDevice) -> String {
     }
 }
 
-/// Parses `cpu`, `cpu:0`, `cuda:1`; None for anything else.
+/// Parses `cpu`, `cpu:0`, `cuda:1`; None for anything else (`cpu:`, `cuda:01`, `cuda:+1`,
+/// `cpu\0xyz`: names are exact).
 pub fn parse(text: &str) -> Option<DLDevice> {
     let (kind, id) = match text.split_once(':') {
-        Some((kind, id)) => (kind, id.parse::<i32>().ok().filter(|&i| i >= 0)?),
+        Some((kind, id)) => (kind, i32::try_from(name_number(id)?).ok()?),
         None => (text, 0),
     };
     let device_type = DeviceType::TABLE.iter().find(|row| row.name == kind)?.value;
@@ -48,6 +54,11 @@ mod tests {
         assert_eq!(parse("cpu"), Some(DLDevice::CPU));
         assert_eq!(parse("gpu:0"), None);
         assert_eq!(parse("cuda:-1"), None);
+        for refused in ["cpu:", "cuda:01", "cuda:+1", "cuda: 1", "cpu\0xyz", "cpu:0\0", ":0", "CPU", "cuda:2147483648"]
+        {
+            assert_eq!(parse(refused), None, "{refused:?}");
+        }
+        assert_eq!(parse("cuda:2147483647").map(|d| d.device_id), Some(i32::MAX));
         assert_eq!(name(DLDevice { device_type: DeviceType(99), device_id: 0 }), "device(type=99):0");
         assert_eq!(parse("tpu_host:0"), Some(DLDevice { device_type: DeviceType::TPU_HOST, device_id: 0 }));
         assert!(is_known(DeviceType::ASCEND) && !is_known(DeviceType(5)));

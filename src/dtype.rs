@@ -1,8 +1,9 @@
-//! Dtypes: what DLPack allows (known code, non-zero bits and lanes, the width a code fixes) and
-//! the names Python and C++ print (`float32`, `bfloat16`, `float8_e4m3fn`, `float32x4`), all
-//! read from the one table in `abi/enums.rs`.
+//! Dtypes: what DLPack allows (known code, non-zero bits and lanes, the width a code fixes), the
+//! names Python and C++ print (`float32`, `bfloat16`, `float8_e4m3fn`, `float32x4`), and the
+//! names dlpx reads, exactly (only the widths the peers name), all from the one table in
+//! `abi/enums.rs`.
 
-use crate::abi::{DLDataType, DataTypeCode, EnumRow};
+use crate::abi::{name_number, DLDataType, DataTypeCode};
 use crate::error::{Error, Result};
 
 /// Rejects dtypes no tensor can have: unknown codes, zero bits or lanes, and bit widths that
@@ -78,28 +79,69 @@ pub fn dtype_name(dtype: DLDataType) -> String {
     }
 }
 
-/// Parses a dtype name produced by [`dtype_name`], lanes suffix included (`float32x4`).
+/// The widths a name gives the codes that fix none (`int8`, `float32`): those the peers name
+/// (numpy, torch, jax and ml_dtypes, tvm_ffi), so that `float33` or `int7` is no name (a
+/// `(code, bits, lanes)` triple still reaches any width [`check`] allows). int1/2/4 and
+/// uint1/2/4 are ml_dtypes' and tvm_ffi's (packed, R6); complex32 is torch's and ml_dtypes' (two
+/// float16); 64 is the width TVM gives an opaque handle.
+const NAMED_WIDTHS: &[(DataTypeCode, &[u8])] = &[
+    (DataTypeCode::INT, &[1, 2, 4, 8, 16, 32, 64]),
+    (DataTypeCode::UINT, &[1, 2, 4, 8, 16, 32, 64]),
+    (DataTypeCode::FLOAT, &[16, 32, 64]),
+    (DataTypeCode::OPAQUE_HANDLE, &[64]),
+    (DataTypeCode::COMPLEX, &[32, 64, 128]),
+];
+
+/// Peers' names for dtypes dlpx prints otherwise: TVM's `handle`, and torch's
+/// `float4_e2m1fn_x2` (two float4 values a byte), which torch hands out as two lanes.
+const ALIASES: &[(&str, DLDataType)] = &[
+    ("handle", DLDataType { code: DataTypeCode::OPAQUE_HANDLE.0, bits: 64, lanes: 1 }),
+    ("float4_e2m1fn_x2", DLDataType { code: DataTypeCode::FLOAT4_E2M1FN.0, bits: 4, lanes: 2 }),
+];
+
+fn named_widths(code: DataTypeCode) -> &'static [u8] {
+    NAMED_WIDTHS.iter().find(|(c, _)| *c == code).map_or(&[], |(_, widths)| widths)
+}
+
+/// Parses a dtype name: one [`dtype_name`] prints for a code that fixes its width or for a
+/// width in `NAMED_WIDTHS`, with an optional `x<lanes>` suffix (`float32x4`), or an alias.
+/// Exact: `float33`, `int08`, `float32x+4` and `uint8\0xyz` are no names.
 pub fn parse_dtype(name: &str) -> Option<DLDataType> {
-    if let Some(dtype) = parse_scalar(name) {
+    if let Some(&(_, dtype)) = ALIASES.iter().find(|(alias, _)| *alias == name) {
         return Some(dtype);
     }
-    let (base, lanes) = name.rsplit_once('x')?;
-    let lanes: u16 = lanes.parse().ok().filter(|&l| l > 1)?;
-    parse_scalar(base).map(|d| DLDataType { lanes, ..d })
+    parse_scalar(name).or_else(|| {
+        let (base, lanes) = name.rsplit_once('x')?;
+        let lanes = u16::try_from(name_number(lanes)?).ok().filter(|&lanes| lanes > 1)?;
+        parse_scalar(base).map(|dtype| DLDataType { lanes, ..dtype })
+    })
 }
 
 fn parse_scalar(name: &str) -> Option<DLDataType> {
-    let scalar = |row: &EnumRow<DataTypeCode>, bits: u8| DLDataType { code: row.value.0, bits, lanes: 1 };
-    if let Some(row) = DataTypeCode::TABLE.iter().find(|row| row.bits != 0 && row.name == name) {
-        return Some(scalar(row, row.bits));
-    }
-    DataTypeCode::TABLE.iter().filter(|row| row.bits == 0).find_map(|row| {
-        let digits = name.strip_prefix(row.name)?;
-        if digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        Some(scalar(row, digits.parse().ok()?))
+    DataTypeCode::TABLE.iter().find_map(|row| {
+        let bits = match row.bits {
+            0 => {
+                let bits = u8::try_from(name_number(name.strip_prefix(row.name)?)?).ok()?;
+                named_widths(row.value).contains(&bits).then_some(bits)?
+            }
+            fixed => (name == row.name).then_some(fixed)?,
+        };
+        Some(DLDataType { code: row.value.0, bits, lanes: 1 })
     })
+}
+
+/// Every dtype name [`parse_dtype`] reads, for messages: `int1/2/4/8/16/32/64, …, bool, …,
+/// handle, float4_e2m1fn_x2` (each but the aliases may end in `x<lanes>`).
+pub fn names() -> String {
+    let rows = DataTypeCode::TABLE.iter().map(|row| match row.bits {
+        0 => {
+            let widths: Vec<String> = named_widths(row.value).iter().map(u8::to_string).collect();
+            format!("{}{}", row.name, widths.join("/"))
+        }
+        _ => row.name.to_string(),
+    });
+    let aliases = ALIASES.iter().map(|(alias, _)| alias.to_string());
+    rows.chain(aliases).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]
@@ -141,6 +183,62 @@ mod tests {
         assert_eq!(parse_dtype("float"), None);
         assert_eq!(parse_dtype("float032"), None);
         assert_eq!(parse_dtype("nonsense"), None);
+    }
+
+    #[test]
+    fn names_are_exact() {
+        for refused in [
+            "float33",
+            "int7",
+            "int255",
+            "uint128",
+            "bfloat15",
+            "float8",
+            "complex63",
+            "handle32",
+            "uint8\0xyz",
+            "float32\0",
+            "int08",
+            "float32x1",
+            "float32x04",
+            "float32x+4",
+            "float32x65536",
+            "float32x",
+            "Float32",
+            " float32",
+            "float32 ",
+            "bool8",
+            "bcomplex64",
+            "handlex2",
+            "+8",
+            "",
+        ] {
+            assert_eq!(parse_dtype(refused), None, "{refused:?}");
+        }
+        assert_eq!(parse_dtype("int4"), Some(dt(0, 4, 1)));
+        assert_eq!(parse_dtype("uint1"), Some(dt(1, 1, 1)));
+        assert_eq!(parse_dtype("complex32"), Some(dt(5, 32, 1)));
+        assert_eq!(parse_dtype("float32x65535"), Some(dt(2, 32, 65535)));
+        assert_eq!(parse_dtype("handle"), Some(dt(3, 64, 1)));
+        assert_eq!(parse_dtype("float4_e2m1fn_x2"), Some(dt(17, 4, 2)));
+    }
+
+    #[test]
+    fn every_listed_name_parses_and_every_free_width_code_has_widths() {
+        for listed in names().split(", ") {
+            let (stem, widths) = listed
+                .split_at(listed.find(|c: char| c.is_ascii_digit() && !listed.contains('_')).unwrap_or(listed.len()));
+            for width in widths.split('/') {
+                let name = format!("{stem}{width}");
+                assert!(parse_dtype(&name).is_some(), "{name}");
+            }
+        }
+        for row in DataTypeCode::TABLE.iter().filter(|row| row.bits == 0) {
+            assert!(!named_widths(row.value).is_empty(), "{}", row.name);
+            for &bits in named_widths(row.value) {
+                assert!(is_valid(dt(row.value.0, bits, 1)), "{}{bits}", row.name);
+            }
+        }
     }
 
     #[test]

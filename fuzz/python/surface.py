@@ -44,9 +44,10 @@ CLEAN = (ValueError, TypeError, OverflowError, BufferError, MemoryError, Runtime
 DIMS = [0, 1, 2, 3, 7, -1, -(2**63), 2**31, 2**62, 2**63 - 1]
 BIG_INTS = [0, 1, 2, 3, -1, 2**31, 2**32, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 10**30]
 DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "uint8", "int64", "bool", "complex64",
-          "float8_e4m3fn", "float4_e2m1fn", "int4", "", "float", "f4", "q"]  # fmt: skip
+          "float8_e4m3fn", "float4_e2m1fn", "int4", "", "float", "f4", "q", "float33", "int7", "uint8\x00xyz",
+          "float32x1", (2, 32, 4)]  # fmt: skip
 DEVICES = ["cpu", "cpu:0", "cpu:1", "cuda", "cuda:0", "cuda:-1", "pinned", "xyz", "", None, (1, 0), (1, 1), (2, 0),
-           (99, 0), (1,), (1, 0, 0), 7]  # fmt: skip
+           (99, 0), (1,), (1, 0, 0), 7, "cpu:", "cpu\x00xyz", "cuda:01", (1, 2**31)]  # fmt: skip
 DLPACK_VALUES = [None, True, False, 0, 1, -1, 2, 2**64, "s", (1, 0), (1, 3), (2, 0), (0, 9), (1, -1), (2**70, 0),
                  (1, 0, 0), (2, 0, 0), (99, 0), ()]  # fmt: skip
 

@@ -53,7 +53,7 @@ def _load_native():
 
 _native = _load_native()
 _native._set_device_class(Device)
-_device._set_names(_native.DEVICE_TYPE_NAMES)
+_device._bind(_native)
 
 Tensor = _native.Tensor
 empty = _native.empty

@@ -17,7 +17,11 @@ __all__ = [
 __version__: str
 DLPACK_VERSION: Tuple[int, int]
 
-_DeviceLike = Union[Device, str, Tuple[int, int]]
+# A device: a Device, "cpu" / "cuda:1", a (type, id) pair, or a peer's device object (torch, jax,
+# cupy, tvm_ffi); a dtype: a DLPack name, a (code, bits, lanes) triple, or a peer's dtype or
+# scalar type (numpy, torch, jax, cupy, ml_dtypes, tvm_ffi). docs/python.md, "Arguments".
+_DeviceLike = Union[Device, str, Tuple[int, int], Any]
+_DTypeLike = Union[str, Tuple[int, int, int], Any]
 
 @disjoint_base
 class Tensor:
@@ -72,7 +76,7 @@ class Tensor:
     def __buffer__(self, flags: int, /) -> memoryview: ...
     def __release_buffer__(self, buffer: memoryview, /) -> None: ...
 
-def empty(shape: Union[int, Tuple[int, ...]], dtype: Union[str, Tuple[int, int, int]] = "float32", device: _DeviceLike = "cpu") -> Tensor: ...
+def empty(shape: Union[int, Tuple[int, ...]], dtype: Optional[_DTypeLike] = "float32", device: Optional[_DeviceLike] = "cpu") -> Tensor: ...
 def from_dlpack(x: Any, /, *, device: Optional[_DeviceLike] = None, copy: Optional[bool] = None) -> Tensor: ...
 def exchange_api_of(type_or_object: Any, /) -> Any: ...  # a PyCapsule named 'dlpack_exchange_api'
 def exchange_api_info(type_or_object: Any, /) -> Optional[Dict[str, Any]]: ...

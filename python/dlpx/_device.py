@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import Any, Callable, NamedTuple, Union
 
-# Filled from the native table (``dlpx._native.DEVICE_TYPE_NAMES``, DLPack's device types as
-# dlpx spells them once) when the package loads the library.
+# Filled from the native library when the package loads it: the names of DLPack's device types
+# as dlpx spells them once (``_native.DEVICE_TYPE_NAMES``), and the one device parser, the one
+# ``dlpx.empty(device=...)`` uses (``_native._parse_device``).
 _NAMES: "dict[int, str]" = {}
-_CODES: "dict[str, int]" = {}
+_parse: "Callable[[Any], Device] | None" = None
 
 
-def _set_names(names: "dict[int, str]") -> None:
-    _NAMES.update(names)
-    _CODES.update({name: code for code, name in names.items()})
+def _bind(native: Any) -> None:
+    global _parse
+    _NAMES.update(native.DEVICE_TYPE_NAMES)
+    _parse = native._parse_device
 
 
 class Device(NamedTuple):
@@ -32,18 +34,20 @@ class Device(NamedTuple):
         return self.device_id
 
     @classmethod
-    def parse(cls, text: str) -> "Device":
-        """'cuda:1' -> Device(2, 1); 'cpu' -> Device(1, 0)."""
-        name, _, index = text.partition(":")
-        if name not in _CODES or (index and not index.isdigit()):
-            raise ValueError(f"dlpx: unknown device '{text}' (expected e.g. 'cpu', 'cuda:0')")
-        return cls(_CODES[name], int(index or 0))
+    def parse(cls, device: "DeviceLike") -> "Device":
+        """The device ``dlpx.empty(device=...)`` reads from ``device``: ``'cuda:1'`` ->
+        ``Device(2, 1)``, ``'cpu'`` -> ``Device(1, 0)``, a ``(device_type, device_id)`` pair, a
+        ``Device``, or a torch, jax, cupy or tvm_ffi device. ValueError for a name or value that
+        is no device (``'cpu:'``, ``'cuda:01'``, ``(99, 0)``), TypeError for anything else."""
+        parsed = _parse(device)
+        return parsed if type(parsed) is cls else cls(*parsed)
 
     def __str__(self) -> str:
         return f"{self.type}:{self.device_id}"
 
     def __repr__(self) -> str:
-        return f"dlpx.Device('{self}')"
+        # An expression that makes it again: eval(repr(d)) == d where dlpx is imported.
+        return f"dlpx.Device({self.device_type}, {self.device_id})"
 
     def __eq__(self, other: object) -> bool:
         # Equal to the pair it is and to its printed name ("cpu:0", or "cpu" for index 0). It
@@ -63,4 +67,6 @@ class Device(NamedTuple):
         return tuple.__hash__(self)
 
 
-DeviceLike = Union[Device, str, "tuple[int, int]"]
+# A device argument's form as a type checker sees it; torch's, jax's, cupy's and tvm_ffi's
+# devices are read too, without their types being named here (dlpx imports none of them).
+DeviceLike = Union[Device, str, "tuple[int, int]", Any]

@@ -52,6 +52,14 @@ pub struct EnumRow<T: 'static> {
     pub in_1_3: bool,
 }
 
+/// The number in a name dlpx reads (`int8`'s 8, `cuda:1`'s 1, `float32x4`'s 4): ASCII digits,
+/// no sign, no leading zero, at most `u32::MAX`; None for anything else. Names are exact, so
+/// `cuda:01`, `cuda:+1` and `cuda:` are no names.
+pub fn name_number(text: &str) -> Option<u32> {
+    let plain = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
+    plain.then(|| text.parse().ok()).flatten()
+}
+
 /// Makes each enumeration a newtype over its integer (unknown values are legal input), with a
 /// constant per value and its table of rows.
 macro_rules! dlpack_enums {

@@ -30,14 +30,14 @@ pub use gil::{without_gil, ExceptionGuard};
 pub use module_def::create_module;
 pub use objects::{
     attribute, fastcall_as_cfunction, immortalise_if_free_threaded, imported_module, int_tuple, interned,
-    interned_attribute, is_type, type_name, type_of, type_of_unchecked, vectorcall_method, CStatic, FastCallKeywords,
-    Interned, VectorcallMethod, METH_FASTCALL,
+    interned_attribute, is_str, is_tuple, is_type, shown, type_name, type_of, type_of_unchecked, vectorcall_method,
+    CStatic, FastCallKeywords, Interned, VectorcallMethod, METH_FASTCALL,
 };
 pub use owned::Owned;
 pub use raise::{attribute_error, take_pending, warn, Raise};
 pub use token::Python;
 
-use std::ffi::{c_char, c_int, c_long, c_longlong, c_ulonglong, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_long, c_longlong, c_ulonglong, c_void, CString};
 
 use once_cell::sync::OnceCell;
 pub use pyo3_ffi::{PyMethodDef, PyModuleDef, PyObject, PyTypeObject, PyType_Slot, PyType_Spec, Py_ssize_t};
@@ -124,13 +124,12 @@ python_api! {
         PyDict_Size: fn(*mut PyObject) -> Py_ssize_t;
         PyDict_GetItemString: fn(*mut PyObject, *const c_char) -> *mut PyObject;
         PyUnicode_FromStringAndSize: fn(*const c_char, Py_ssize_t) -> *mut PyObject;
-        PyUnicode_AsUTF8String: fn(*mut PyObject) -> *mut PyObject;
-        PyBytes_AsString: fn(*mut PyObject) -> *mut c_char;
         PyObject_GetAttrString: fn(*mut PyObject, *const c_char) -> *mut PyObject;
         PyObject_SetAttrString: fn(*mut PyObject, *const c_char, *mut PyObject) -> c_int;
         PyObject_Call: fn(*mut PyObject, *mut PyObject, *mut PyObject) -> *mut PyObject;
         PyObject_CallObject: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
         PyObject_Str: fn(*mut PyObject) -> *mut PyObject;
+        PyObject_Repr: fn(*mut PyObject) -> *mut PyObject;
         PyIndex_Check: fn(*mut PyObject) -> c_int;
         PyNumber_Index: fn(*mut PyObject) -> *mut PyObject;
         PyModule_Create2: fn(*mut PyModuleDef, c_int) -> *mut PyObject;
@@ -304,19 +303,9 @@ impl Api {
         self.check(s)
     }
 
-    /// A Rust copy of a `str`, or a TypeError naming `what`.
+    /// A Rust copy of a `str` (all of it: an embedded NUL is kept), or a TypeError naming `what`.
     pub fn str_value(&self, object: *mut PyObject, what: &str) -> Result<String> {
-        // SAFETY: `object` is a live reference held by the caller.
-        let bytes = unsafe { (self.PyUnicode_AsUTF8String)(object) };
-        if bytes.is_null() {
-            // SAFETY: GIL held; the failed conversion left an exception we replace.
-            unsafe { (self.PyErr_Clear)() };
-            return Err(Error::type_error(format!("{what}: expected a str")));
-        }
-        // SAFETY: `bytes` is a live bytes object; its buffer is NUL-terminated.
-        let text = unsafe { CStr::from_ptr((self.PyBytes_AsString)(bytes)) }.to_string_lossy().into_owned();
-        self.decref(bytes);
-        Ok(text)
+        self.with_str(object, what, str::to_owned)
     }
 
     /// `f` of the text of the str `object`, read in place (no copy; CPython keeps a str's UTF-8),

@@ -52,9 +52,37 @@ pub fn type_of(_py: Python<'_>, object: *mut PyObject) -> *mut PyTypeObject {
 
 /// Whether `object` is a type (of any metaclass: Py_TPFLAGS_TYPE_SUBCLASS).
 pub fn is_type(py: Python<'_>, object: *mut PyObject) -> bool {
-    const TYPE_SUBCLASS: std::ffi::c_ulong = 1 << 31;
+    has_type_flag(py, object, 1 << 31)
+}
+
+/// Whether `object` is a str or an instance of a subclass (Py_TPFLAGS_UNICODE_SUBCLASS).
+pub fn is_str(py: Python<'_>, object: *mut PyObject) -> bool {
+    has_type_flag(py, object, 1 << 28)
+}
+
+/// Whether `object` is a tuple or an instance of a subclass (Py_TPFLAGS_TUPLE_SUBCLASS).
+pub fn is_tuple(py: Python<'_>, object: *mut PyObject) -> bool {
+    has_type_flag(py, object, 1 << 26)
+}
+
+fn has_type_flag(py: Python<'_>, object: *mut PyObject, flag: std::ffi::c_ulong) -> bool {
     // SAFETY: the token proves the GIL is held; a live object has a live type.
-    unsafe { (py.PyType_GetFlags)(type_of(py, object)) & TYPE_SUBCLASS != 0 }
+    unsafe { (py.PyType_GetFlags)(type_of(py, object)) & flag != 0 }
+}
+
+/// `repr(object)` for a message, cut to 80 characters; the type's name where `__repr__` fails.
+pub fn shown(py: Python<'_>, object: *mut PyObject) -> String {
+    // SAFETY: GIL held; `object` is live; the new reference is released by `Owned`.
+    let text = Owned::new(py, unsafe { (py.PyObject_Repr)(object) }).and_then(|r| py.str_value(r.as_ptr(), "repr"));
+    match text {
+        Ok(text) if text.chars().count() > 80 => format!("{}...", text.chars().take(77).collect::<String>()),
+        Ok(text) => text,
+        Err(_) => {
+            // SAFETY: GIL held; the failed repr left an exception nobody else reads.
+            unsafe { (py.PyErr_Clear)() };
+            format!("a {}", type_name(py, object))
+        }
+    }
 }
 
 /// [`type_of`] for a caller that holds the GIL without a token at hand (a hot C entry point).

@@ -9,7 +9,7 @@ use crate::cpython::Python;
 use crate::error::{Error, Result};
 use crate::producers::{self, Request};
 use crate::tensor::Tensor;
-use crate::tensor_type::{self, device_class::parse_device};
+use crate::tensor_type;
 
 static EMPTY_NAMES: Names = Names::new(&[c"shape", c"dtype", c"device"]);
 static FROM_DLPACK_NAMES: Names = Names::with_positional_only(&[c"x", c"device", c"copy"], 1);
@@ -22,22 +22,9 @@ pub(super) fn empty(py: Python<'_>, _module: *mut PyObject, args: FastArgs<'_>) 
     }
     let shape = args::int_sequence(py, shape, "shape")?;
     let dtype =
-        if args::is_none(py, dtype) { DLDataType { code: 2, bits: 32, lanes: 1 } } else { parse_dtype(py, dtype)? };
-    let device = if args::is_none(py, device) { DLDevice::CPU } else { parse_device(py, device)? };
+        if args::is_none(py, dtype) { DLDataType { code: 2, bits: 32, lanes: 1 } } else { args::dtype(py, dtype)? };
+    let device = if args::is_none(py, device) { DLDevice::CPU } else { args::device(py, device)? };
     tensor_type::wrap(py, Tensor::empty(&shape, dtype, device)?)
-}
-
-fn parse_dtype(py: Python<'_>, object: *mut PyObject) -> Result<DLDataType> {
-    if let Ok(name) = py.str_value(object, "empty") {
-        return crate::dtype::parse_dtype(&name).ok_or_else(|| Error::value(format!("unknown dtype '{name}'")));
-    }
-    let raw = args::int_sequence(py, object, "dtype")?;
-    match raw[..] {
-        [code, bits, lanes] if (0..256).contains(&code) && (0..256).contains(&bits) && (0..65536).contains(&lanes) => {
-            Ok(DLDataType { code: code as u8, bits: bits as u8, lanes: lanes as u16 })
-        }
-        _ => Err(Error::value("dtype must be a name such as 'float32' or a (code, bits, lanes) triple")),
-    }
 }
 
 /// `from_dlpack(x, /, *, device=None, copy=None)`: the producer seam's import, wrapped.
@@ -50,7 +37,7 @@ pub(super) fn from_dlpack(py: Python<'_>, _module: *mut PyObject, args: FastArgs
     if x.is_null() {
         return Err(Error::type_error("missing required argument 'x'"));
     }
-    let device = if args::is_none(py, device) { None } else { Some(parse_device(py, device)?) };
+    let device = if args::is_none(py, device) { None } else { Some(args::device(py, device)?) };
     let copy = args::optional_bool(py, copy, "copy")?;
     tensor_type::wrap(py, producers::import(py, x, Request { device, copy })?)
 }

@@ -1,4 +1,4 @@
-//! `dlpx.Device`: the class the Python package registers, and device arguments.
+//! `dlpx.Device`: the class the Python package registers, and its `parse`.
 
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -8,7 +8,7 @@ use pyo3_ffi::PyObject;
 use crate::abi::*;
 use crate::args;
 use crate::cpython::{int_tuple, Owned, Python};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The `dlpx.Device` class, registered by the Python package (a NamedTuple of two ints).
 static DEVICE_CLASS: AtomicPtr<PyObject> = AtomicPtr::new(ptr::null_mut());
@@ -24,17 +24,12 @@ pub fn make_device(py: Python<'_>, device: DLDevice) -> Result<*mut PyObject> {
     py.check(unsafe { (py.PyObject_CallObject)(class, pair.as_ptr()) })
 }
 
-/// A device argument: `"cpu"`, `"cuda:1"`, a `(type, id)` pair (a `dlpx.Device` is one).
-pub fn parse_device(py: Python<'_>, object: *mut PyObject) -> Result<DLDevice> {
-    if let Ok(text) = py.str_value(object, "device") {
-        return crate::device_names::parse(&text)
-            .ok_or_else(|| Error::value(format!("unknown device '{text}' (expected e.g. 'cpu', 'cuda:0')")));
-    }
-    let (t, id) = args::int_pair(py, object, "device")?;
-    match (i32::try_from(t), i32::try_from(id)) {
-        (Ok(t), Ok(id)) if id >= 0 => Ok(DLDevice { device_type: DeviceType(t), device_id: id }),
-        _ => Err(Error::value(format!("invalid device ({t}, {id})"))),
-    }
+/// `_parse_device(device)` of the module, which the package's `Device.parse` is: the device an
+/// `empty(device=...)` or `from_dlpack(device=...)` argument names, as a `dlpx.Device`. The one
+/// parser is Rust's (`args::device`) and Python calls it, not the reverse: `empty` then reads
+/// its argument with no call into Python, where a Python parser would cost it a call a tensor.
+pub fn parse(py: Python<'_>, _module: *mut PyObject, device: *mut PyObject) -> Result<*mut PyObject> {
+    make_device(py, args::device(py, device)?)
 }
 
 /// `_set_device_class(cls)` of the module: registers the class `Tensor.device` returns.

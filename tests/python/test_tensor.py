@@ -194,7 +194,8 @@ def test_device_object_describes_itself():
     assert (device.device_type, device.device_id) == (1, 0)
     assert device.type == "cpu"
     assert device.index == 0
-    assert repr(device) == "dlpx.Device('cpu:0')"
+    assert repr(device) == "dlpx.Device(1, 0)"
+    assert eval(repr(device), {"dlpx": dlpx}) == device
     assert hash(device) == hash((1, 0))
     assert device != "cuda:0"
     assert device != "not a device"
