@@ -39,6 +39,8 @@ class Device(NamedTuple):
         ``Device(2, 1)``, ``'cpu'`` -> ``Device(1, 0)``, a ``(device_type, device_id)`` pair, a
         ``Device``, or a torch, jax, cupy or tvm_ffi device. ValueError for a name or value that
         is no device (``'cpu:'``, ``'cuda:01'``, ``(99, 0)``), TypeError for anything else."""
+        if _parse is None:  # only before the package has loaded its native library
+            raise RuntimeError("dlpx.Device.parse: dlpx's native library is not loaded")
         parsed = _parse(device)
         return parsed if type(parsed) is cls else cls(*parsed)
 
