@@ -165,10 +165,45 @@ const MAX_REACH_BITS: u128 = isize::MAX as u128 * 8;
 /// or whose share of the reach, does not fit. A producer's strides are read as hostile: a
 /// wrapped product would let an index land anywhere (docs/design.md, "Hostile input").
 ///
-/// A tensor with a zero extent addresses nothing: only its strides' byte sizes are checked, so
-/// that every byte stride dlpx derives (the buffer protocol, the array interfaces) fits.
-#[inline]
+/// A tensor with a zero extent addresses nothing (its reach is 0 both ways): only its strides'
+/// byte sizes are checked, so that every byte stride dlpx derives (the buffer protocol, the array
+/// interfaces) fits. Extents are not negative (`numel` refuses those first).
+#[inline(always)]
 pub fn reach(shape: &[i64], strides: &[i64], bits: u64) -> std::result::Result<Reach, usize> {
+    // Every import runs this: whole-byte items in u64 with overflow flags (a multiply and a
+    // jump per product), and the exact reckoning in bits only where that cannot decide.
+    match bits % 8 == 0 {
+        true => reach_in_bytes(shape, strides, bits / 8).map_or_else(|| reach_in_bits(shape, strides, bits), Ok),
+        false => reach_in_bits(shape, strides, bits),
+    }
+}
+
+/// [`reach`] of whole-byte items in u64: None where a product or sum overflows or a value passes
+/// `isize::MAX`, for [`reach_in_bits`] to decide (and to name the dimension). Agrees with it
+/// wherever it answers (`reach_in_bytes_agrees_with_reach_in_bits`).
+#[inline(always)]
+fn reach_in_bytes(shape: &[i64], strides: &[i64], item: u64) -> Option<Reach> {
+    let (mut below, mut above, mut steps, mut empty) = (0u64, item, 0u64, false);
+    for (&extent, &stride) in shape.iter().zip(strides) {
+        let step = stride.unsigned_abs().checked_mul(item)?;
+        steps |= step;
+        empty |= extent == 0;
+        let span = (extent.max(1) as u64 - 1).checked_mul(step)?;
+        let side = if stride < 0 { &mut below } else { &mut above };
+        *side = side.checked_add(span)?;
+    }
+    // Any value past isize::MAX has its top bit set, and so has their union.
+    if (steps | below | above) > isize::MAX as u64 {
+        return None;
+    }
+    Some(if empty { Reach { below: 0, above: 0 } } else { Reach { below, above } })
+}
+
+/// [`reach`] reckoned exactly, in bits.
+#[cold]
+fn reach_in_bits(shape: &[i64], strides: &[i64], bits: u64) -> std::result::Result<Reach, usize> {
+    // Every product below is u64 × u64 widened to u128 (one `mul`), or a u128 under 2^67 times
+    // `bits` (under 2^24): none overflows, so none needs u128's checked multiply (a library call).
     let empty = shape.contains(&0);
     let (mut below, mut above) = (0u128, bits as u128);
     for (dim, (&extent, &stride)) in shape.iter().zip(strides).enumerate() {
@@ -179,19 +214,22 @@ pub fn reach(shape: &[i64], strides: &[i64], bits: u64) -> std::result::Result<R
         if empty || extent <= 1 {
             continue;
         }
-        // (extent - 1) < 2^63 and step <= 2^66: the product fits in u128 unless it is far over.
-        let span = match (extent as u128 - 1).checked_mul(step) {
-            Some(span) if span <= MAX_REACH_BITS => span,
-            _ => return Err(dim),
-        };
+        let items = (extent as u64 - 1) as u128 * stride.unsigned_abs() as u128;
+        // `bits` >= 1: more items than the limit has bits is past it whatever their size.
+        if items > MAX_REACH_BITS {
+            return Err(dim);
+        }
         let side = if stride < 0 { &mut below } else { &mut above };
-        *side += span;
+        *side += items * bits as u128;
         if *side > MAX_REACH_BITS {
             return Err(dim);
         }
     }
-    let bytes = |bits: u128| bits.div_ceil(8) as u64;
-    Ok(Reach { below: bytes(below), above: if empty { 0 } else { bytes(above) } })
+    let bytes = |bits: u128| ((bits + 7) >> 3) as u64;
+    Ok(match empty {
+        true => Reach { below: 0, above: 0 },
+        false => Reach { below: bytes(below), above: bytes(above) },
+    })
 }
 
 /// Whether every address `reach` spans around `data + byte_offset` exists: none below zero, none
@@ -294,6 +332,44 @@ mod tests {
         assert!(!addresses_fit(at(0x1000), u64::MAX - 0x800, up), "byte_offset wraps");
         assert!(!addresses_fit(at(0x1000), 0, Reach { below: 0x2000, above: 4 }), "below address 0");
         assert!(addresses_fit(at(0x1000), 0x1000, Reach { below: 0x2000, above: 4 }));
+    }
+
+    #[test]
+    fn reach_in_bytes_agrees_with_reach_in_bits() {
+        // xorshift: the same cases every run. Extents and strides near the edges where products
+        // and sums overflow, and small ones; items of 1 to 16 bytes.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let pick = |r: u64| -> i64 {
+            match r % 6 {
+                0 => (r >> 8) as i64 % 5,
+                1 => 1 << ((r >> 8) % 63),
+                2 => -(1i64 << ((r >> 8) % 63)),
+                3 => i64::MAX - (r >> 8) as i64 % 3,
+                4 => i64::MIN + (r >> 8) as i64 % 3,
+                _ => (r >> 8) as i64 % 4096 - 2048,
+            }
+        };
+        let (mut answered, mut cases) = (0, 0);
+        for _ in 0..200_000 {
+            let ndim = (next() % 4) as usize;
+            let shape: Vec<i64> = (0..ndim).map(|_| pick(next()).max(0)).collect();
+            let strides: Vec<i64> = (0..ndim).map(|_| pick(next())).collect();
+            let item = 1u64 << (next() % 5);
+            let exact = reach_in_bits(&shape, &strides, item * 8);
+            if let Some(fast) = reach_in_bytes(&shape, &strides, item) {
+                assert_eq!(Ok(fast), exact, "shape {shape:?} strides {strides:?} item {item}");
+                answered += 1;
+            }
+            assert_eq!(reach(&shape, &strides, item * 8), exact);
+            cases += 1;
+        }
+        assert!(answered > cases / 4, "the fast reckoning answers the common cases ({answered} of {cases})");
     }
 
     #[test]

@@ -94,7 +94,7 @@ pub unsafe fn is_sound(dl: &DLTensor, flags: u64) -> bool {
     }
     numel.checked_mul(bits).is_some()
         && (numel == 0 || !dl.data.is_null())
-        && layout::reach(shape, strides, bits).is_ok_and(|r| numel == 0 || addresses_fit(dl, r))
+        && layout::reach(shape, strides, bits).is_ok_and(|r| r.above == 0 || addresses_fit(dl, r))
 }
 
 /// Whether the addresses `reach` spans around `dl`'s first element exist.
@@ -106,9 +106,12 @@ fn addresses_fit(dl: &DLTensor, reach: layout::Reach) -> bool {
 /// Refuses strides whose byte offsets overflow, or a reach that wraps the address space: an
 /// index computed from them would land outside the tensor (issue: `strides=(2**61, 1)` read
 /// through a wrapped byte stride).
-fn check_reach(dl: &DLTensor, shape: &[i64], strides: &[i64], numel: u64, bits: u64) -> Result<()> {
-    let reach = layout::reach(shape, strides, bits).map_err(|dim| layout::overflowing_strides(shape, strides, dim, bits))?;
-    if numel > 0 && !addresses_fit(dl, reach) {
+#[inline(always)]
+fn check_reach(dl: &DLTensor, shape: &[i64], strides: &[i64], bits: u64) -> Result<()> {
+    let reach =
+        layout::reach(shape, strides, bits).map_err(|dim| layout::overflowing_strides(shape, strides, dim, bits))?;
+    // An empty tensor (no bytes above its first element: it has none) addresses nothing.
+    if reach.above > 0 && !addresses_fit(dl, reach) {
         return Err(layout::wrapping_addresses(dl.data, dl.byte_offset, reach));
     }
     Ok(())
@@ -151,14 +154,14 @@ unsafe fn check_fully(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
     }
     let bits = layout::element_bits(dl.dtype, flags);
     if ndim == 0 || !dl.strides.is_null() {
-        check_reach(dl, shape, dims(dl.strides, dl.ndim), numel, bits)?;
+        check_reach(dl, shape, dims(dl.strides, dl.ndim), bits)?;
         return Ok(None);
     }
     let mut owned = vec![0i64; 2 * ndim].into_boxed_slice();
     owned[..ndim].copy_from_slice(shape);
     let (shape_part, strides_part) = owned.split_at_mut(ndim);
     layout::compact_strides(shape_part, strides_part);
-    check_reach(dl, shape_part, strides_part, numel, bits)?;
+    check_reach(dl, shape_part, strides_part, bits)?;
     Ok(Some(owned))
 }
 
@@ -166,10 +169,10 @@ unsafe fn check_fully(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
 /// own, which `as_strided` lets say anything) whose strides overflow or whose reach wraps: the
 /// check [`check_imported`] makes of a producer's tensor, for the rows that build their own.
 /// `shape` and `strides` are the ones the made tensor will carry.
+/// Their extents are not negative (the rows read them so).
+#[inline(always)]
 pub fn check_made(dl: &DLTensor, shape: &[i64], strides: &[i64], flags: u64) -> Result<()> {
-    let bits = layout::element_bits(dl.dtype, flags);
-    let numel = layout::numel(shape).map_err(Error::into_buffer_error)?;
-    check_reach(dl, shape, strides, numel, bits)
+    check_reach(dl, shape, strides, layout::element_bits(dl.dtype, flags))
 }
 
 #[cfg(test)]

@@ -90,12 +90,16 @@ impl<'py> HeldView<'py> {
     /// A managed tensor of `tensor` (its `shape` and `strides` are ignored: the first `2 × ndim`
     /// of [`HeldView::parts`]' dimensions give them) that owns the view and releases it when
     /// deleted, with the core's room in front of it (a reading `Made`).
+    /// A layout whose byte offsets overflow is refused (`validate::check_made`), the view released.
     ///
     /// # Safety
     /// `tensor.data` points into the view's memory; `tensor.ndim <= MAX_NDIM` and its dimensions
     /// were written to [`HeldView::parts`]' dimensions.
-    /// A layout whose byte offsets overflow is refused (`validate::check_made`), the view released.
-    pub unsafe fn into_managed(mut self, tensor: DLTensor, readonly: bool) -> Result<NonNull<DLManagedTensorVersioned>> {
+    pub unsafe fn into_managed(
+        mut self,
+        tensor: DLTensor,
+        readonly: bool,
+    ) -> Result<NonNull<DLManagedTensorVersioned>> {
         let ndim = tensor.ndim as usize;
         debug_assert!(ndim <= MAX_NDIM);
         let shape = self.parts().1.as_mut_ptr();
