@@ -107,7 +107,8 @@ fn addresses_fit(dl: &DLTensor, reach: layout::Reach) -> bool {
 /// index computed from them would land outside the tensor (issue: `strides=(2**61, 1)` read
 /// through a wrapped byte stride).
 fn check_reach(dl: &DLTensor, shape: &[i64], strides: &[i64], numel: u64, bits: u64) -> Result<()> {
-    let reach = layout::reach(shape, strides, bits).map_err(|dim| layout::overflowing_strides(shape, strides, dim, bits))?;
+    let reach =
+        layout::reach(shape, strides, bits).map_err(|dim| layout::overflowing_strides(shape, strides, dim, bits))?;
     if numel > 0 && !addresses_fit(dl, reach) {
         return Err(layout::wrapping_addresses(dl.data, dl.byte_offset, reach));
     }

@@ -356,6 +356,18 @@ int dlpx_view_of(void *py_object,
                  DlpxTensorView *out);
 
 /**
+ * `dlpx_view_of` for a tensor the kernel only reads: `out->flags` always says READ_ONLY, and a
+ * producer with a read-only export gives that one — torch's const table (torch 2.15 and later),
+ * which leaves a copy-on-write tensor's storage shared where `dlpx_view_of` would have torch
+ * materialise it. Pair with `dlpx_view_release(out)`. Returns 0, or -1 with a Python exception
+ * set (then `out` needs no release).
+ *
+ * # Safety
+ * As for `dlpx_view_of`; the kernel never writes through the view.
+ */
+int dlpx_read_view_of(void *py_object, DlpxTensorView *out);
+
+/**
  * Releases what `dlpx_view_of` took (nothing for non-owning views). Idempotent; NULL is allowed.
  * A Python exception pending on this thread survives the release.
  *
