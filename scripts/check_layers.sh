@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bottom="src/abi/*.rs src/error.rs src/dtype.rs src/array_formats.rs src/layout.rs src/device_names.rs src/chain.rs src/validate.rs"
+bottom="src/abi/*.rs src/error/*.rs src/dtype.rs src/array_formats.rs src/layout.rs src/device_names.rs src/chain.rs src/validate.rs"
 leaf="src/cpython/*.rs"
 core="src/memory/*.rs src/memory/cuda/*.rs src/devices/*.rs src/stream.rs src/allocation/*.rs src/tensor/*.rs src/legacy.rs src/copy.rs"
 python="src/args.rs src/capsule.rs src/shell.rs src/tensor_type/*.rs src/producers/*.rs src/module/*.rs"

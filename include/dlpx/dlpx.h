@@ -240,7 +240,9 @@ const char *dlpx_last_error(void);
 /**
  * The kind of the last error on the calling thread, named after the Python exception it maps
  * to ("ValueError", "MemoryError", "TypeError", "BufferError", "NotImplementedError",
- * "RuntimeError"), or NULL if none. Static storage.
+ * "RuntimeError"; a kernel library's "OSError" and "ImportError", and the kinds a kernel
+ * reports: "IndexError", "KeyError", "OverflowError", "ZeroDivisionError"), or NULL if none.
+ * Static storage.
  */
 const char *dlpx_last_error_kind(void);
 

@@ -58,7 +58,7 @@ macro_rules! python_api {
             $(pub $fname: unsafe extern "C" fn($($arg),*) -> $ret,)*
             $(pub $dname: *mut PyObject,)*
             /// `PyExc_<name>` for each of `ErrorKind::exceptions()`, in that order.
-            exceptions: [*mut PyObject; 6],
+            exceptions: [*mut PyObject; crate::error::EXCEPTION_COUNT],
         }
 
         impl Api {
@@ -170,8 +170,8 @@ unsafe impl Send for Api {}
 unsafe impl Sync for Api {}
 
 /// The exception classes, named once in `ErrorKind`: each is a `PyObject*` variable.
-fn resolve_exceptions() -> std::result::Result<[*mut PyObject; 6], &'static str> {
-    let mut classes = [std::ptr::null_mut(); 6];
+fn resolve_exceptions() -> std::result::Result<[*mut PyObject; crate::error::EXCEPTION_COUNT], &'static str> {
+    let mut classes = [std::ptr::null_mut(); crate::error::EXCEPTION_COUNT];
     for ((_, name), slot) in ErrorKind::exceptions().zip(classes.iter_mut()) {
         let symbol = CString::new(format!("PyExc_{}", name.to_str().unwrap_or_default())).map_err(|_| "PyExc_?")?;
         // SAFETY: dlsym with a NUL-terminated name.
