@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 bottom="src/abi/*.rs src/error/*.rs src/dtype.rs src/array_formats.rs src/layout.rs src/device_names.rs src/chain.rs src/validate.rs"
 leaf="src/cpython/*.rs"
-core="src/memory/*.rs src/memory/cuda/*.rs src/devices/*.rs src/stream.rs src/allocation/*.rs src/tensor/*.rs src/legacy.rs src/copy.rs"
+core="src/memory/*.rs src/memory/cuda/*.rs src/devices/*.rs src/stream.rs src/allocation/*.rs src/tensor/*.rs src/legacy.rs src/copy.rs src/kernels/*.rs src/kernels/signature/*.rs"
 python="src/args.rs src/capsule.rs src/shell.rs src/tensor_type/*.rs src/producers/*.rs src/module/*.rs"
 below_the_seam="src/args.rs src/capsule.rs src/shell.rs src/tensor_type/*.rs"
 

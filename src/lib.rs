@@ -23,6 +23,7 @@ pub mod cpython;
 pub mod allocation;
 pub mod copy;
 pub mod devices;
+pub mod kernels;
 pub mod legacy;
 pub mod memory;
 pub mod stream;
