@@ -37,6 +37,8 @@ pub mod args;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub mod capsule;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub mod kernel_loader;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub mod module;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub mod producers;

@@ -1,3 +1,5 @@
+import os
+import types
 from typing import Any, Optional, Tuple, Union
 
 from ._device import Device as Device
@@ -52,3 +54,4 @@ def from_dlpack(x: Any, /, *, device: Optional[DeviceLike] = None, copy: Optiona
 def exchange_api_of(type_or_object: Any) -> Any: ...  # a PyCapsule named 'dlpack_exchange_api'
 def exchange_api_info(type_or_object: Any) -> Optional[dict]: ...
 def library_path() -> str: ...
+def load_library(path: Union[str, "os.PathLike[str]"]) -> types.ModuleType: ...

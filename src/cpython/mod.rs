@@ -26,7 +26,7 @@ mod token;
 
 pub use cells::{racing_copy, FreeThreadedLock, GilCell, GilVar, SeqLock};
 pub use freelist::Freelist;
-pub use gil::{without_gil, ExceptionGuard};
+pub use gil::{released, without_gil, ExceptionGuard};
 pub use module_def::create_module;
 pub use objects::{
     attribute, fastcall_as_cfunction, immortalise_if_free_threaded, imported_module, int_tuple, interned,
@@ -151,6 +151,10 @@ python_api! {
         PyObject_Init: fn(*mut PyObject, *mut PyTypeObject) -> *mut PyObject;
         PyDict_GetItemWithError: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
         PyUnicode_AsUTF8AndSize: fn(*mut PyObject, *mut Py_ssize_t) -> *const c_char;
+        PyFloat_AsDouble: fn(*mut PyObject) -> f64;
+        PyFloat_FromDouble: fn(f64) -> *mut PyObject;
+        PyModule_New: fn(*const c_char) -> *mut PyObject;
+        PyCFunction_NewEx: fn(*mut PyMethodDef, *mut PyObject, *mut PyObject) -> *mut PyObject;
     }
     data {
         none: "_Py_NoneStruct";
@@ -160,6 +164,8 @@ python_api! {
         bool_type: "PyBool_Type";
         long_type: "PyLong_Type";
         tuple_type: "PyTuple_Type";
+        float_type: "PyFloat_Type";
+        unicode_type: "PyUnicode_Type";
     }
 }
 
