@@ -13,7 +13,7 @@ use crate::args::{self, FastArgs};
 use crate::cpython::{type_name, type_of, ExceptionGuard, Python};
 use crate::error::{Error, Result};
 use crate::kernels::bind::{bind, Source};
-use crate::kernels::signature::{Param, Type};
+use crate::kernels::signature::{Param, Type, MAX_PARAMETERS};
 use crate::kernels::{Kernel, Value};
 use crate::producers::{self, Entry};
 
@@ -30,34 +30,38 @@ pub struct Arguments<'py> {
 }
 
 impl<'py> Arguments<'py> {
+    /// No arguments yet (made where it stays: the lists are a kilobyte, and moving them would
+    /// cost a nop kernel a fifth of its time).
+    #[inline(always)]
+    pub fn new(py: Python<'py>) -> Self {
+        Arguments { py, values: Inline::new(), owners: Inline::new(), like: None }
+    }
+
     /// The call's arguments bound to `kernel`'s parameters, whose names are `names` (interned),
     /// converted. TypeErrors name the parameter (the caller names the kernel).
-    pub fn bind(py: Python<'py>, kernel: &'static Kernel, names: &[usize], args: FastArgs<'py>) -> Result<Self> {
+    #[inline(always)]
+    pub fn bind(&mut self, kernel: &'static Kernel, names: &[usize], args: FastArgs<'py>) -> Result<()> {
         let signature = &kernel.signature;
         let positional = args.positional();
-        let mut keywords = [0usize; crate::kernels::signature::MAX_PARAMETERS];
         let keyword_names = args.keyword_names();
-        // SAFETY: GIL held; `keyword_names` is NULL or the call's tuple of str.
-        let count = if keyword_names.is_null() { 0 } else { (unsafe { (py.PyTuple_Size)(keyword_names) }) as usize };
-        if count > keywords.len() {
-            return Err(Error::type_error("more keyword arguments than the kernel has parameters"));
-        }
-        for (k, slot) in keywords.iter_mut().enumerate().take(count) {
-            // SAFETY: k < len(keyword_names); the item is borrowed from the tuple.
-            *slot = parameter(py, kernel, names, unsafe { (py.PyTuple_GetItem)(keyword_names, k as _) })?;
-        }
-        let mut this = Arguments { py, values: Inline::new(), owners: Inline::new(), like: None };
-        bind(signature, positional.len(), &keywords[..count], |p, source| {
+        let matched;
+        let keywords: &[usize] = match keyword_names.is_null() {
+            true => &[],
+            false => {
+                matched = keyword_parameters(self.py, kernel, names, keyword_names)?;
+                &matched.0[..matched.1]
+            }
+        };
+        bind(signature, positional.len(), keywords, |p, source| {
             let param = &signature.params[p];
             let value = match source {
                 Source::Default(default) => Value::of_default(default),
-                Source::Positional(i) => this.convert(param, positional[i])?,
-                Source::Keyword(k) => this.convert(param, args.keyword_value(k))?,
+                Source::Positional(i) => self.convert(param, positional[i])?,
+                Source::Keyword(k) => self.convert(param, args.keyword_value(k))?,
             };
-            this.values.push(value);
+            self.values.push(value);
             Ok(())
-        })?;
-        Ok(this)
+        })
     }
 
     /// The flattened arguments, in the kernel's order.
@@ -120,6 +124,27 @@ impl<'py> Arguments<'py> {
         }
         Ok(Value::Tensor(view, flags))
     }
+}
+
+/// The parameter each keyword of a call names (`keyword_names`, a tuple of str), and how many.
+#[cold]
+fn keyword_parameters(
+    py: Python<'_>,
+    kernel: &Kernel,
+    names: &[usize],
+    keyword_names: *mut PyObject,
+) -> Result<([usize; MAX_PARAMETERS], usize)> {
+    // SAFETY: GIL held; the call's tuple of str.
+    let count = (unsafe { (py.PyTuple_Size)(keyword_names) }) as usize;
+    if count > MAX_PARAMETERS {
+        return Err(Error::type_error("more keyword arguments than the kernel has parameters"));
+    }
+    let mut keywords = [0usize; MAX_PARAMETERS];
+    for (k, slot) in keywords.iter_mut().enumerate().take(count) {
+        // SAFETY: k < len(keyword_names); the item is borrowed from the tuple.
+        *slot = parameter(py, kernel, names, unsafe { (py.PyTuple_GetItem)(keyword_names, k as _) })?;
+    }
+    Ok((keywords, count))
 }
 
 /// The index of the parameter a keyword names (by address: a call site's keywords are interned

@@ -102,19 +102,24 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
     // the function does, all of this call.
     let object = unsafe { &*(py.PyCapsule_GetPointer)(this, ptr::null()).cast::<KernelObject>() };
     let kernel = object.kernel;
-    let arguments = Arguments::bind(py, kernel, &object.names, args).map_err(|err| err.at(kernel.name))?;
-    let table = arguments.like.map(|entry| entry.table).or_else(crate::tensor_type::own_table);
-    let stream = |device: DLDevice| stream_of(table, device);
-    let allocator = table.and_then(|t| t.managed_tensor_allocator);
-    let call = Call::new(kernel, arguments.values(), Environment { allocator, stream: &stream });
-    let returned = call.run(|run| match kernel.short {
-        true => run(),
-        // SAFETY: the kernel touches no Python object: its arguments were converted above, and
-        // what it asks of the call (the allocator, the stream) takes the GIL where it needs it.
-        false => unsafe { released(py, run) },
-    });
-    let like = arguments.like;
-    drop(arguments); // the views, released before anything is raised or made
+    // The arguments stay where they are made, and are released (dropped) at the end of this
+    // block, before anything is raised or made.
+    let (like, returned) = {
+        let mut arguments = Arguments::new(py);
+        arguments.bind(kernel, &object.names, args).map_err(|err| err.at(kernel.name))?;
+        let table = arguments.like.map(|entry| entry.table).or_else(crate::tensor_type::own_table);
+        let stream = |device: DLDevice| stream_of(table, device);
+        let allocator = table.and_then(|t| t.managed_tensor_allocator);
+        let mut call = Call::new(kernel, arguments.values(), Environment { allocator, stream: &stream });
+        let returned = call.run(|run| match kernel.short {
+            true => run(),
+            // SAFETY: the kernel touches no Python object: its arguments were converted above,
+            // and what it asks of the call (the allocator, the stream) takes the GIL where it
+            // needs it.
+            false => unsafe { released(py, run) },
+        });
+        (arguments.like, returned)
+    };
     results::to_py(py, like, returned?)
 }
 

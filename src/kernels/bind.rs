@@ -28,6 +28,11 @@ pub fn bind<'s>(
 ) -> Result<()> {
     let fixed = signature.positional();
     let variadic = signature.variadic();
+    if keywords.is_empty() && signature.filled_by(positional) {
+        // The common call: each parameter gets the argument at its place, `*name` the rest.
+        return (0..positional)
+            .try_for_each(|i| take(variadic.filter(|_| i >= fixed).unwrap_or(i), Source::Positional(i)));
+    }
     if variadic.is_none() && positional > fixed {
         let s = if fixed == 1 { "" } else { "s" };
         return Err(Error::type_error(format!("takes at most {fixed} positional argument{s} ({positional} given)")));

@@ -41,9 +41,9 @@ impl<'a> Call<'a> {
 
     /// Runs the kernel on this call (through `run`, which may release the GIL around it) and
     /// gives its results, or its error, named after the kernel.
-    pub fn run(mut self, run: impl FnOnce(&mut dyn FnMut() -> i32) -> i32) -> Result<Vec<Returned>> {
+    pub fn run(&mut self, run: impl FnOnce(&mut dyn FnMut() -> i32) -> i32) -> Result<Vec<Returned>> {
         let function = self.kernel.function;
-        let this = (&mut self as *mut Call<'a>).cast::<c_void>();
+        let this = (self as *mut Call<'a>).cast::<c_void>();
         // SAFETY: the kernel's function gets the call it was exported to take; the call lives
         // across it and no Rust reference to it is used meanwhile.
         let status = run(&mut || unsafe { function(this) });
@@ -53,7 +53,7 @@ impl<'a> Call<'a> {
     /// The results of a kernel that returned `status`: its error when it reported one or a
     /// request failed (whatever it returned then), a RuntimeError when it returned non-zero
     /// without one.
-    fn finish(mut self, status: i32) -> Result<Vec<Returned>> {
+    fn finish(&mut self, status: i32) -> Result<Vec<Returned>> {
         if let Some(error) = self.error.take() {
             return Err(error);
         }
@@ -186,6 +186,9 @@ impl<'a> Call<'a> {
 
 impl Drop for Call<'_> {
     fn drop(&mut self) {
+        if self.outputs.is_empty() && self.results.is_empty() {
+            return;
+        }
         for managed in self.outputs.drain(..) {
             // SAFETY: outputs the call owns, never handed out; each is deleted once.
             unsafe { crate::tensor::delete_managed(managed) };

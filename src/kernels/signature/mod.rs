@@ -13,6 +13,8 @@ mod types;
 
 pub use types::*;
 
+use types::Shape;
+
 use text::{is_identifier, Raw, Scanner};
 use types::error;
 
@@ -44,6 +46,7 @@ pub fn parse(text: &str) -> Result<Signature, SignatureError> {
     let params = raw.iter().map(Raw::typed).collect::<Result<Vec<_>, _>>()?;
     check(&params)?;
     let (text_signature, typed) = spell(name, &params, &raw, returns);
+    let shape = Shape::of(&params);
     Ok(Signature {
         name: name.to_string(),
         params,
@@ -51,6 +54,7 @@ pub fn parse(text: &str) -> Result<Signature, SignatureError> {
         doc: doc.to_string(),
         text_signature,
         typed,
+        shape,
     })
 }
 

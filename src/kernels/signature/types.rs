@@ -75,17 +75,50 @@ pub struct Signature {
     pub text_signature: String,
     /// The whole signature line, typed (`add(a: tensor, b: tensor, alpha: float = 1.0) -> tensor`).
     pub typed: String,
+    /// What binding asks on every call, worked out once: how many parameters are passed by
+    /// position before the variadic one, its index, and whether any is keyword-only.
+    pub(super) shape: Shape,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub(super) struct Shape {
+    pub(super) positional: usize,
+    pub(super) variadic: Option<usize>,
+    pub(super) keyword_only: bool,
+}
+
+impl Shape {
+    pub(super) fn of(params: &[Param]) -> Shape {
+        Shape {
+            positional: params.iter().take_while(|p| p.kind == Kind::Positional).count(),
+            variadic: params.iter().position(|p| p.kind == Kind::Variadic),
+            keyword_only: params.iter().any(|p| p.kind == Kind::KeywordOnly),
+        }
+    }
 }
 
 impl Signature {
     /// How many parameters are passed by position before the variadic one (or all of them).
+    #[inline]
     pub fn positional(&self) -> usize {
-        self.params.iter().take_while(|p| p.kind == Kind::Positional).count()
+        self.shape.positional
     }
 
     /// The index of the `*name` parameter, if any.
+    #[inline]
     pub fn variadic(&self) -> Option<usize> {
-        self.params.iter().position(|p| p.kind == Kind::Variadic)
+        self.shape.variadic
+    }
+
+    /// Whether `count` positional arguments alone fill every parameter, each with one (`add(a,
+    /// b)`, `nop(*xs)`): the call binds without looking at a default or a keyword.
+    #[inline]
+    pub fn filled_by(&self, count: usize) -> bool {
+        !self.shape.keyword_only
+            && match self.shape.variadic {
+                Some(_) => count >= self.shape.positional,
+                None => count == self.shape.positional,
+            }
     }
 
     /// The parameter a flattened argument belongs to: the fixed ones, then `count - fixed`
