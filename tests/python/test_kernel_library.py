@@ -343,8 +343,11 @@ def test_a_kernel_runs_without_the_gil_unless_it_is_short(cases):
         held = longest_pause_while(cases.sleep_held, 400)
     finally:
         sys.setswitchinterval(switch)
-    assert held > 0.3, f"a short kernel keeps the GIL: this thread waited at most {held:.3f} s"
     assert released < 0.2, f"a kernel releases the GIL: this thread waited {released:.3f} s"
+    # The control: the same measurement sees a short kernel hold the GIL (so the one above can
+    # fail). Free-threaded CPython, the GIL disabled, runs other threads beside a short one too.
+    if getattr(sys, "_is_gil_enabled", lambda: True)():
+        assert held > 0.3, f"a short kernel keeps the GIL: this thread waited at most {held:.3f} s"
 
 
 # ---- nothing lost ------------------------------------------------------------------------------
