@@ -206,11 +206,13 @@ fn main() {
         .write_to_file(out.join("dlpack.h"));
 
     // One module per kind of export, in this order in the header.
-    let exports =
-        ["exchange", "library", "errors", "streams", "allocator", "kernel"].map(|m| format!("src/exports/{m}.rs"));
-    let mut dlpx = common("src/exports/, src/memory/cuda/stats.rs");
+    let exports = ["exchange", "library", "errors", "streams", "allocator", "kernel", "call", "kernel_library"]
+        .map(|m| format!("src/exports/{m}.rs"));
+    let mut dlpx = common("src/exports/, src/memory/cuda/stats.rs, src/kernels/value.rs");
     dlpx.include_guard = Some("DLPX_DLPX_H".to_string());
     dlpx.no_includes = true;
+    dlpx.sys_includes = vec!["stdbool.h".to_string()];
+    dlpx.usize_is_size_t = true;
     dlpx.includes = vec!["dlpack.h".to_string()];
     dlpx.after_includes = Some(format!("{DLPX_PRELUDE}\n\n{}", names.trim_end()));
     dlpx.export.exclude = ABI_ITEMS.iter().map(|s| s.to_string()).collect();
@@ -219,6 +221,7 @@ fn main() {
     dlpx.export.rename.insert("DeviceType".into(), "DLDeviceType".into());
     let dlpx = exports.iter().fold(cbindgen::Builder::new().with_config(dlpx), |builder, path| builder.with_src(path));
     dlpx.with_src("src/memory/cuda/stats.rs")
+        .with_src("src/kernels/value.rs")
         .with_src("src/abi/mod.rs")
         .generate()
         .expect("generate dlpx.h")

@@ -11,17 +11,8 @@
 #include "dlpx/dlpx.h"
 #include "test_util.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-/* The MemoryError case asks for 2^59 bytes: under AddressSanitizer that must come back as a
- * failed allocation, not abort the process. Read by ASan only when it is linked in. */
-const char *__asan_default_options(void);
-__attribute__((used)) const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
-#ifdef __cplusplus
-}
-#endif
-
+/* The MemoryError case asks for 2^59 bytes. */
+TEST_HUGE_ALLOCATIONS_MAY_FAIL
 
 /* One bad input: the prototype (or NULL), whether `out` is NULL, and what must be reported. */
 struct bad_case {

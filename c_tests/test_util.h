@@ -59,6 +59,19 @@ static inline void record_error(void *error_ctx, const char *kind, const char *m
   snprintf(rec->message, sizeof rec->message, "%s", message != NULL ? message : "(null)");
 }
 
+/* At file scope in a test that asks for more memory than exists (a MemoryError case): under
+ * AddressSanitizer such an allocation must come back as a failure, not abort the process. Read
+ * by ASan only when it is linked in. */
+#ifdef __cplusplus
+#define TEST_HUGE_ALLOCATIONS_MAY_FAIL                                                                       \
+  extern "C" const char *__asan_default_options(void);                                                   \
+  extern "C" __attribute__((used)) const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#else
+#define TEST_HUGE_ALLOCATIONS_MAY_FAIL                    \
+  const char *__asan_default_options(void);               \
+  __attribute__((used)) const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#endif
+
 /* An allocator prototype: a compact tensor of `ndim` extents in `shape`, one lane of
  * (`code`, `bits`), on (`device_type`, `device_id`). Needs dlpack.h (through dlpx.h) first. */
 #ifdef DLPACK_DLPACK_H_

@@ -56,6 +56,7 @@ def where(flag):
     return subprocess.run([sys.executable, "-m", "dlpx", flag], capture_output=True, text=True, check=True).stdout.strip()
 
 for path in (os.path.join(where("--cmakedir"), "dlpxConfig.cmake"), os.path.join(where("--includedir"), "dlpx", "dlpx.hpp"),
+             os.path.join(where("--includedir"), "dlpx", "kernel.h"),
              os.path.join(where("--libdir"), "pkgconfig", "dlpx.pc")):
     assert os.path.isfile(path), f"missing from the wheel: {path}"
 

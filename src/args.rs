@@ -95,6 +95,30 @@ impl<'py> FastArgs<'py> {
         (self.nargs == 1 && self.kwnames.is_null()).then(|| unsafe { *self.args })
     }
 
+    /// The positional arguments.
+    #[inline(always)]
+    pub fn positional(self) -> &'py [*mut PyObject] {
+        match self.nargs {
+            0 => &[],
+            // SAFETY: `nargs` borrowed references, by the convention, live for the call.
+            n => unsafe { std::slice::from_raw_parts(self.args, n as usize) },
+        }
+    }
+
+    /// The keyword arguments' names (a tuple of str), or NULL when there are none.
+    #[inline(always)]
+    pub fn keyword_names(self) -> *mut PyObject {
+        self.kwnames
+    }
+
+    /// The value of keyword argument `k` (an index into `keyword_names`).
+    #[inline(always)]
+    pub fn keyword_value(self, k: usize) -> *mut PyObject {
+        // SAFETY: the keyword values follow the positional ones, one per name; the caller's
+        // index is below len(kwnames).
+        unsafe { *self.args.add(self.nargs as usize + k) }
+    }
+
     /// A borrowed reference to the argument named `names[i]` at `[i]` (NULL when absent); the
     /// first `positional` names may be passed by position.
     pub fn parse<const N: usize>(

@@ -23,6 +23,7 @@ pub mod cpython;
 pub mod allocation;
 pub mod copy;
 pub mod devices;
+pub mod kernels;
 pub mod legacy;
 pub mod memory;
 pub mod stream;
@@ -35,6 +36,8 @@ pub mod tensor;
 pub mod args;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub mod capsule;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub mod kernel_loader;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub mod module;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]

@@ -14,6 +14,8 @@ flags=$(PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --cflags --libs 
 echo "flags: $flags"
 cc -std=c11 -Wall -Wextra -Werror "$src/consumer.c" $flags -o "$work/consumer_pc"
 "$work/consumer_pc"
+echo "== the installed headers include the kernel ABI"
+test -f "$work/prefix/include/dlpx/kernel.h"
 echo "== the installed layout has the SONAME link"
 ls -l "$work/prefix/lib/" | grep libdlpx
 test -e "$work/prefix/lib/libdlpx.so.0" && test -L "$work/prefix/lib/libdlpx.so"

@@ -17,8 +17,8 @@ from . import _device
 from ._device import Device
 
 __all__ = [
-    "Tensor", "Device", "empty", "from_dlpack", "exchange_api_of", "exchange_api_info", "library_path", "cuda",
-    "__version__", "DLPACK_VERSION",
+    "Tensor", "Device", "empty", "from_dlpack", "exchange_api_of", "exchange_api_info", "library_path", "load_library",
+    "cuda", "__version__", "DLPACK_VERSION",
 ]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,6 +61,16 @@ from_dlpack = _native.from_dlpack
 exchange_api_of = _native.exchange_api_of
 exchange_api_info = _native.exchange_api_info
 __version__ = _native.__version__
+
+
+def load_library(path):
+    """The kernel library at ``path`` (a shared library built with ``<dlpx/kernel.h>``): a module
+    with one function per kernel, which takes tensors of every framework dlpx reads and returns
+    outputs as the type of its first tensor argument (docs/kernels.md, "Kernel libraries").
+    Loaded once for the process: the same library, by any path, gives the same module. OSError
+    when the path is no loadable library, ImportError when it holds no dlpx kernels or kernels
+    of a newer kernel ABI."""
+    return _native.load_library(os.fspath(path))
 DLPACK_VERSION = _native.DLPACK_VERSION
 
 from . import cuda  # noqa: E402  (needs _native)

@@ -1,3 +1,5 @@
+import os
+import types
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from numpy.typing import NDArray
@@ -10,8 +12,8 @@ from ._device import Device as Device
 # default) and property here to the built module, and scripts/check_stubs.sh runs mypy's stubtest.
 
 __all__ = [
-    "Tensor", "Device", "empty", "from_dlpack", "exchange_api_of", "exchange_api_info", "library_path", "cuda",
-    "__version__", "DLPACK_VERSION",
+    "Tensor", "Device", "empty", "from_dlpack", "exchange_api_of", "exchange_api_info", "library_path", "load_library",
+    "cuda", "__version__", "DLPACK_VERSION",
 ]
 
 __version__: str
@@ -82,3 +84,4 @@ def exchange_api_of(type_or_object: Any, /) -> Any: ...  # a PyCapsule named 'dl
 def exchange_api_info(type_or_object: Any, /) -> Optional[Dict[str, Any]]: ...
 def library_path() -> str: ...
 def __dir__() -> List[str]: ...
+def load_library(path: Union[str, "os.PathLike[str]"]) -> types.ModuleType: ...

@@ -55,7 +55,24 @@ pub(super) fn finalizing() -> bool {
 /// Whatever `f` waits for must never wait for the GIL: a `OnceCell` initialised inside `f` is
 /// entered only through `without_gil` by GIL holders, so none of them blocks on it holding the GIL.
 pub fn without_gil<T>(f: impl FnOnce() -> T) -> T {
-    /// Takes the GIL back on drop, so a panic inside `f` leaves the thread as it found it.
+    let Ok(api) = api() else { return f() };
+    if !holds_gil(api) {
+        return f();
+    }
+    // SAFETY: this thread holds the GIL (checked), for all of `released`; `f` touches no Python
+    // object, by this function's contract.
+    unsafe { released(Python::assume_attached_to(api), f) }
+}
+
+/// Runs `f` with the GIL, which the token proves this thread holds, released (a kernel that
+/// touches no Python object); taken back before it returns, also when `f` panics. While the
+/// interpreter shuts down, the GIL is kept (taking it back then can end the thread).
+///
+/// # Safety
+/// `f` touches nothing only a GIL holder may (no `Python` token is used inside it).
+#[inline]
+pub unsafe fn released<T>(py: Python<'_>, f: impl FnOnce() -> T) -> T {
+    /// Takes the GIL back on drop.
     struct Released(&'static Api, *mut c_void);
     impl Drop for Released {
         fn drop(&mut self) {
@@ -63,14 +80,12 @@ pub fn without_gil<T>(f: impl FnOnce() -> T) -> T {
             unsafe { (self.0.PyEval_RestoreThread)(self.1) };
         }
     }
-    let Ok(py) = api() else { return f() };
-    if !holds_gil(py) || finalizing() {
-        // While the interpreter shuts down, taking the GIL back can end this thread
-        // (pthread_exit through Rust frames): keep it instead.
+    if finalizing() {
         return f();
     }
-    // SAFETY: this thread holds the GIL; it is taken back by `Released`.
-    let _released = Released(py, unsafe { (py.PyEval_SaveThread)() });
+    let api = super::api_of(py);
+    // SAFETY: the token proves this thread holds the GIL; it is taken back by `Released`.
+    let _released = Released(api, unsafe { (api.PyEval_SaveThread)() });
     f()
 }
 

@@ -26,7 +26,7 @@ mod token;
 
 pub use cells::{racing_copy, FreeThreadedLock, GilCell, GilVar, SeqLock};
 pub use freelist::Freelist;
-pub use gil::{without_gil, ExceptionGuard};
+pub use gil::{released, without_gil, ExceptionGuard};
 pub use module_def::create_module;
 pub use objects::{
     attribute, fastcall_as_cfunction, immortalise_if_free_threaded, imported_module, int_tuple, interned,
@@ -58,7 +58,7 @@ macro_rules! python_api {
             $(pub $fname: unsafe extern "C" fn($($arg),*) -> $ret,)*
             $(pub $dname: *mut PyObject,)*
             /// `PyExc_<name>` for each of `ErrorKind::exceptions()`, in that order.
-            exceptions: [*mut PyObject; 6],
+            exceptions: [*mut PyObject; crate::error::EXCEPTION_COUNT],
         }
 
         impl Api {
@@ -152,6 +152,10 @@ python_api! {
         PyErr_WarnEx: fn(*mut PyObject, *const c_char, Py_ssize_t) -> c_int;
         PyDict_GetItemWithError: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
         PyUnicode_AsUTF8AndSize: fn(*mut PyObject, *mut Py_ssize_t) -> *const c_char;
+        PyFloat_AsDouble: fn(*mut PyObject) -> f64;
+        PyFloat_FromDouble: fn(f64) -> *mut PyObject;
+        PyModule_New: fn(*const c_char) -> *mut PyObject;
+        PyCFunction_NewEx: fn(*mut PyMethodDef, *mut PyObject, *mut PyObject) -> *mut PyObject;
     }
     data {
         none: "_Py_NoneStruct";
@@ -161,6 +165,8 @@ python_api! {
         bool_type: "PyBool_Type";
         long_type: "PyLong_Type";
         tuple_type: "PyTuple_Type";
+        float_type: "PyFloat_Type";
+        unicode_type: "PyUnicode_Type";
     }
 }
 
@@ -171,8 +177,8 @@ unsafe impl Send for Api {}
 unsafe impl Sync for Api {}
 
 /// The exception classes, named once in `ErrorKind`: each is a `PyObject*` variable.
-fn resolve_exceptions() -> std::result::Result<[*mut PyObject; 6], &'static str> {
-    let mut classes = [std::ptr::null_mut(); 6];
+fn resolve_exceptions() -> std::result::Result<[*mut PyObject; crate::error::EXCEPTION_COUNT], &'static str> {
+    let mut classes = [std::ptr::null_mut(); crate::error::EXCEPTION_COUNT];
     for ((_, name), slot) in ErrorKind::exceptions().zip(classes.iter_mut()) {
         let symbol = CString::new(format!("PyExc_{}", name.to_str().unwrap_or_default())).map_err(|_| "PyExc_?")?;
         // SAFETY: dlsym with a NUL-terminated name.

@@ -1,7 +1,7 @@
 //! The C side of dlpx's errors (docs/design.md, "Errors"): the calling thread's last error, and a
 //! ready `SetError` that raises it in Python.
 
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void};
 
 use crate::cpython::{Python, Raise};
 use crate::error::{self, boundary, Channel, Error, ErrorKind, LastError};
@@ -15,7 +15,9 @@ pub extern "C" fn dlpx_last_error() -> *const c_char {
 
 /// The kind of the last error on the calling thread, named after the Python exception it maps
 /// to ("ValueError", "MemoryError", "TypeError", "BufferError", "NotImplementedError",
-/// "RuntimeError"), or NULL if none. Static storage.
+/// "RuntimeError"; a kernel library's "OSError" and "ImportError", and the kinds a kernel
+/// reports: "IndexError", "KeyError", "OverflowError", "ZeroDivisionError"), or NULL if none.
+/// Static storage.
 #[no_mangle]
 pub extern "C" fn dlpx_last_error_kind() -> *const c_char {
     error::last_error_kind_ptr()
@@ -37,17 +39,10 @@ pub extern "C" fn dlpx_clear_last_error() {
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *const c_char, message: *const c_char) {
     boundary(LastError, "set_error_python", || {
-        // SAFETY: NUL-terminated strings from the allocator, or NULL (handled).
-        let text = |p: *const c_char| {
-            if p.is_null() {
-                String::new()
-            } else {
-                // SAFETY: non-NULL and NUL-terminated, by this function's contract.
-                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-            }
-        };
-        let kind = ErrorKind::from_name(&text(kind)).unwrap_or(ErrorKind::RuntimeError);
-        let err = Error::verbatim(kind, text(message));
+        // SAFETY: NUL-terminated strings from the allocator, or NULL, by the contract.
+        let (kind, message) = unsafe { (error::c_text(kind), error::c_text(message)) };
+        let kind = ErrorKind::from_name(&kind).unwrap_or(ErrorKind::RuntimeError);
+        let err = Error::verbatim(kind, message);
         if Python::with_gil(|_| Raise.deliver(&err)).is_none() {
             error::set_last_error(&err);
         }

@@ -4,6 +4,7 @@
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::discovered::Discovered;
+use super::home::Home;
 use super::{numpy, synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{attribute, imported_module, interned_attribute, Interned, Owned, Python};
@@ -13,9 +14,11 @@ pub static ROW: Row = Row {
     synthetic: Some(&TABLE),
     guard: Some(&GUARD),
     suspect: None,
+    home: Some(&HOME),
     producer: &ArrayApiStrict,
 };
 struct ArrayApiStrict;
+static HOME: Home = Home::new(c"array_api_strict");
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 static GUARD: Guard = Guard::new("array_api_strict", c"array_api_strict", &["2.6"]);
 

@@ -16,8 +16,14 @@ use crate::cpython::buffer::PYBUF_RECORDS_RO;
 use crate::cpython::Python;
 use crate::error::{Error, Result};
 
-pub static ROW: Row =
-    Row { name: "array_interface", synthetic: Some(&TABLE), guard: None, suspect: None, producer: &ArrayInterface };
+pub static ROW: Row = Row {
+    name: "array_interface",
+    synthetic: Some(&TABLE),
+    guard: None,
+    suspect: None,
+    home: None,
+    producer: &ArrayInterface,
+};
 struct ArrayInterface;
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 

@@ -22,7 +22,7 @@ use crate::layout::{self, MAX_NDIM};
 use crate::tensor::Tensor;
 
 pub static ROW: Row =
-    Row { name: "buffer", synthetic: Some(&TABLE), guard: None, suspect: None, producer: &BufferProtocol };
+    Row { name: "buffer", synthetic: Some(&TABLE), guard: None, suspect: None, home: None, producer: &BufferProtocol };
 struct BufferProtocol;
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 

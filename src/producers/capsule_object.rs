@@ -9,7 +9,7 @@ use crate::abi::*;
 use crate::cpython::{Owned, Python};
 
 pub static ROW: Row =
-    Row { name: "capsule", synthetic: Some(&TABLE), guard: None, suspect: None, producer: &CapsuleObject };
+    Row { name: "capsule", synthetic: Some(&TABLE), guard: None, suspect: None, home: None, producer: &CapsuleObject };
 struct CapsuleObject;
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 

@@ -24,6 +24,7 @@ pub static ROW: Row = Row {
     synthetic: Some(&TABLE),
     guard: None,
     suspect: None,
+    home: None,
     producer: &CudaArrayInterface,
 };
 struct CudaArrayInterface;

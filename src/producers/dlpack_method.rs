@@ -15,7 +15,8 @@ use crate::capsule;
 use crate::cpython::{int_tuple, type_name, Owned, Python};
 use crate::error::{Error, ErrorKind, Result};
 
-pub static ROW: Row = Row { name: "dlpack", synthetic: Some(&TABLE), guard: None, suspect: None, producer: &Dlpack };
+pub static ROW: Row =
+    Row { name: "dlpack", synthetic: Some(&TABLE), guard: None, suspect: None, home: None, producer: &Dlpack };
 struct Dlpack;
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 

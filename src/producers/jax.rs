@@ -6,12 +6,15 @@ use std::ptr::{self};
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::discovered::Discovered;
+use super::home::Home;
 use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{attribute, interned_attribute, type_of, vectorcall_method, Interned, Owned, Python};
 
-pub static ROW: Row = Row { name: "jax", synthetic: Some(&TABLE), guard: Some(&GUARD), suspect: None, producer: &Jax };
+pub static ROW: Row =
+    Row { name: "jax", synthetic: Some(&TABLE), guard: Some(&GUARD), suspect: None, home: Some(&HOME), producer: &Jax };
 struct Jax;
+static HOME: Home = Home::new(c"jax.numpy");
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 static GUARD: Guard = Guard::new("jax", c"jaxlib", &["0.10"]);
 

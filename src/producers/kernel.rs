@@ -71,12 +71,16 @@ pub fn to_py_like(
 /// The current work stream of `like`'s framework on a device: its table's `current_work_stream`
 /// (dlpx's own registry for dlpx's tables, which report to `dlpx_last_error`, not Python).
 pub fn current_stream_of(py: Python<'_>, like: *mut PyObject, device: DLDevice) -> Result<*mut c_void> {
-    let api = allocator_table_of(py, like)?;
+    current_stream_in(py, allocator_table_of(py, like)?, device)
+}
+
+/// The current work stream `api`'s framework reports for a device.
+pub fn current_stream_in(py: Python<'_>, api: &DLPackExchangeAPI, device: DLDevice) -> Result<*mut c_void> {
+    let _ = py; // the table's contract: the GIL held
     let Some(stream) = api.current_work_stream else {
         return Err(Error::buffer("the table has no current_work_stream"));
     };
-    type Entry = unsafe extern "C" fn(DeviceType, i32, *mut *mut c_void) -> std::ffi::c_int;
-    if std::ptr::fn_addr_eq(stream, crate::stream::current_work_stream_entry as Entry) {
+    if is_dlpx_stream(api) {
         return Ok(crate::stream::current(device));
     }
     let mut out: *mut c_void = ptr::null_mut();
@@ -85,4 +89,10 @@ pub fn current_stream_of(py: Python<'_>, like: *mut PyObject, device: DLDevice) 
         0 => Ok(out),
         _ => Err(Error::python_pending()),
     }
+}
+
+/// Whether `api`'s `current_work_stream` is dlpx's own, which needs no GIL.
+pub fn is_dlpx_stream(api: &DLPackExchangeAPI) -> bool {
+    type Entry = unsafe extern "C" fn(DeviceType, i32, *mut *mut c_void) -> std::ffi::c_int;
+    api.current_work_stream.is_some_and(|s| std::ptr::fn_addr_eq(s, crate::stream::current_work_stream_entry as Entry))
 }

@@ -16,6 +16,7 @@ mod faithful;
 mod guard;
 mod held;
 mod held_buffer;
+mod home;
 mod interface_dict;
 mod jax;
 pub mod kernel;
@@ -35,6 +36,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 pub use cache::{entry_of, entry_of_type, row_name, table_of};
 pub use faithful::{Suspect, Suspicion};
 pub use guard::{warn_of_unknown_names, Guard};
+pub use home::to_py_like;
 pub use read::{import, managed, view, view_in_place};
 pub use reading::Reading;
 pub use table::published_head;
@@ -148,6 +150,9 @@ pub struct Row {
     /// What the row's read lets through that the producer's own `__dlpack__` checks
     /// (docs/design.md, "Faithful import"); None for rows that read through those checks.
     pub suspect: Option<&'static dyn Suspect>,
+    /// The way back to the producer's type for a row without a table of its own (its
+    /// `from_dlpack`; `home`): a kernel's outputs come back as the caller's type.
+    pub home: Option<&'static home::Home>,
     /// How it reads.
     pub producer: &'static dyn Producer,
 }

@@ -9,15 +9,23 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::discovered::Discovered;
 use super::held::{self, Reference};
+use super::home::Home;
 use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{layout, type_of, Owned, Python};
 use crate::error::Result;
 use crate::layout::MAX_NDIM;
 
-pub static ROW: Row =
-    Row { name: "numpy", synthetic: Some(&TABLE), guard: Some(&GUARD), suspect: None, producer: &Numpy };
+pub static ROW: Row = Row {
+    name: "numpy",
+    synthetic: Some(&TABLE),
+    guard: Some(&GUARD),
+    suspect: None,
+    home: Some(&HOME),
+    producer: &Numpy,
+};
 struct Numpy;
+static HOME: Home = Home::new(c"numpy");
 static TABLE: DLPackExchangeAPI = synthetic::table(false);
 static GUARD: Guard = Guard::new("numpy", c"numpy", &["2.4", "2.5"]);
 

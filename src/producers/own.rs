@@ -7,7 +7,7 @@ use crate::abi::*;
 use crate::cpython::Python;
 use crate::tensor_type::{self, own_table, tensor_of};
 
-pub static ROW: Row = Row { name: "dlpx", synthetic: None, guard: None, suspect: None, producer: &Own };
+pub static ROW: Row = Row { name: "dlpx", synthetic: None, guard: None, suspect: None, home: None, producer: &Own };
 struct Own;
 
 /// The entry of an exact `dlpx.Tensor`, answered before the cache is asked.

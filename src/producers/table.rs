@@ -10,7 +10,7 @@ use crate::abi::*;
 use crate::cpython::{Owned, Python};
 use crate::error::{Error, Result};
 
-pub static ROW: Row = Row { name: "table", synthetic: None, guard: None, suspect: None, producer: &Table };
+pub static ROW: Row = Row { name: "table", synthetic: None, guard: None, suspect: None, home: None, producer: &Table };
 struct Table;
 
 impl Producer for Table {

@@ -12,7 +12,8 @@ use crate::abi::*;
 use crate::cpython::{imported_module, vectorcall_method, GilVar, Interned, Owned, Python};
 use crate::error::{Error, Result};
 
-pub static ROW: Row = Row { name: "torch", synthetic: None, guard: None, suspect: Some(&Torch), producer: &Torch };
+pub static ROW: Row =
+    Row { name: "torch", synthetic: None, guard: None, suspect: Some(&Torch), home: None, producer: &Torch };
 struct Torch;
 
 /// The table `torch.Tensor` publishes, once a type publishing one was seen with torch imported.

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::discovered::Discovered;
+use super::home::Home;
 use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{type_of, vectorcall_method, ExceptionGuard, Interned, Owned, Python};
@@ -16,9 +17,16 @@ use crate::error::{guard, Error, Result};
 use crate::memory::cpu;
 use crate::tensor::MANAGED_BLOCK;
 
-pub static ROW: Row =
-    Row { name: "tvm_ffi", synthetic: Some(&TABLE), guard: Some(&GUARD), suspect: None, producer: &TvmFfi };
+pub static ROW: Row = Row {
+    name: "tvm_ffi",
+    synthetic: Some(&TABLE),
+    guard: Some(&GUARD),
+    suspect: None,
+    home: Some(&HOME),
+    producer: &TvmFfi,
+};
 struct TvmFfi;
+static HOME: Home = Home::new(c"tvm_ffi");
 static TABLE: DLPackExchangeAPI = synthetic::table(true);
 static GUARD: Guard = Guard::new("tvm_ffi", c"tvm_ffi", &["0.1.15"]);
 

@@ -13,6 +13,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def build_example(directory, module_name, tmp_path_factory, cmake_args=()):
+    build = configure_and_build(directory, tmp_path_factory, [f"-DPython3_EXECUTABLE={sys.executable}", *cmake_args])
+    [path] = [os.path.join(build, f) for f in os.listdir(build) if f.startswith(module_name) and f.endswith(".so")]
+    return load_module(module_name, path)
+
+
+def configure_and_build(directory, tmp_path_factory, cmake_args=()):
+    """examples/<directory> configured and built out of tree; the build directory."""
     # A source checkout run in place has no CMake package: `--cmakedir` says so and exits 1.
     out = subprocess.run([sys.executable, "-m", "dlpx", "--cmakedir"], capture_output=True, text=True)
     cmake_dir = out.stdout.strip()
@@ -24,13 +31,12 @@ def build_example(directory, module_name, tmp_path_factory, cmake_args=()):
     build = tmp_path_factory.mktemp(directory)
     configure = [
         "cmake", "-S", os.path.join(REPO, "examples", directory), "-B", str(build), f"-Ddlpx_DIR={cmake_dir}",
-        f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release", "-DDLPX_WERROR=ON", *cmake_args,
+        "-DCMAKE_BUILD_TYPE=Release", "-DDLPX_WERROR=ON", *cmake_args,
     ]
     for command in (configure, ["cmake", "--build", str(build)]):
         done = subprocess.run(command, capture_output=True, text=True)
         assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}"
-    [path] = [os.path.join(build, f) for f in os.listdir(build) if f.startswith(module_name) and f.endswith(".so")]
-    return load_module(module_name, path)
+    return str(build)
 
 
 def load_module(module_name, path):

@@ -12,6 +12,7 @@ import pytest
 import dlpx
 from dlpack_abi import Producer
 from examples_build import build_example
+from tensor_makers import make_jax, make_torch, make_tvm_ffi
 
 
 
@@ -22,26 +23,6 @@ def demo(tmp_path_factory):
 
 def test_the_extension_shares_dlpx_s_one_library(demo):
     assert demo.table_address() == dlpx._native._exchange_api_address
-
-
-def make_torch(values, dtype):
-    import torch
-
-    return torch.tensor(values, dtype=getattr(torch, dtype))
-
-
-def make_jax(values, dtype):
-    import jax.numpy as jnp
-
-    if dtype.endswith("64"):
-        pytest.skip("jax has no 64-bit dtypes unless jax_enable_x64 is set")
-    return jnp.asarray(values, dtype=dtype)
-
-
-def make_tvm_ffi(values, dtype):
-    import tvm_ffi
-
-    return tvm_ffi.from_dlpack(np.asarray(values, dtype=dtype))
 
 
 FRAMEWORKS = {

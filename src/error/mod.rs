@@ -6,66 +6,15 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::abi::SetErrorFn;
 
-/// What went wrong, named after the Python exception a Python caller sees.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
-    MemoryError,
-    ValueError,
-    TypeError,
-    BufferError,
-    NotImplementedError,
-    RuntimeError,
-    /// A Python exception is already set on this thread (a CPython call failed): the Python
-    /// channel leaves it in place; other channels must take it first (`cpython::take_pending`).
-    PythonPending,
-}
+mod kind;
 
-/// The kinds that are Python exceptions, with their names: the one place they are spelled.
-const EXCEPTIONS: [(ErrorKind, &CStr); 6] = [
-    (ErrorKind::MemoryError, c"MemoryError"),
-    (ErrorKind::ValueError, c"ValueError"),
-    (ErrorKind::TypeError, c"TypeError"),
-    (ErrorKind::BufferError, c"BufferError"),
-    (ErrorKind::NotImplementedError, c"NotImplementedError"),
-    (ErrorKind::RuntimeError, c"RuntimeError"),
-];
-
-impl ErrorKind {
-    /// Every kind a caller can be told about, in a fixed order (`exception_index` indexes it).
-    pub fn exceptions() -> impl Iterator<Item = (ErrorKind, &'static CStr)> {
-        EXCEPTIONS.into_iter()
-    }
-
-    /// The Python exception's name; a pending exception reads as RuntimeError where it could not
-    /// be taken.
-    pub fn name(self) -> &'static CStr {
-        EXCEPTIONS[self.exception_index()].1
-    }
-
-    /// The position of this kind's exception in [`ErrorKind::exceptions`].
-    pub fn exception_index(self) -> usize {
-        match self {
-            ErrorKind::PythonPending => EXCEPTIONS.len() - 1,
-            kind => kind as usize,
-        }
-    }
-
-    /// The kind a Python exception name stands for; None for names dlpx does not map.
-    pub fn from_name(name: &str) -> Option<ErrorKind> {
-        EXCEPTIONS.iter().find(|(_, n)| n.to_bytes() == name.as_bytes()).map(|(kind, _)| *kind)
-    }
-}
-
-const _: () = {
-    // `exception_index` relies on the declaration order matching the table.
-    assert!(ErrorKind::MemoryError as usize == 0 && ErrorKind::RuntimeError as usize == 5);
-};
+pub use kind::{ErrorKind, EXCEPTION_COUNT};
 
 /// Where the message's entry-point prefix comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -202,6 +151,19 @@ impl fmt::Display for Error {
 
 thread_local! {
     static LAST_ERROR: RefCell<Option<(ErrorKind, CString)>> = const { RefCell::new(None) };
+}
+
+/// A C string a caller handed in for a message (an error's kind or text), lossy UTF-8; NULL reads
+/// as empty.
+///
+/// # Safety
+/// `text` is NULL or NUL-terminated, valid for the call.
+pub unsafe fn c_text(text: *const c_char) -> String {
+    match text.is_null() {
+        true => String::new(),
+        // SAFETY: non-NULL and NUL-terminated, by the contract.
+        false => unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned(),
+    }
 }
 
 /// Stores `err` as this thread's last error (what `dlpx_last_error()` returns). While the thread
@@ -343,6 +305,7 @@ fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::CStr;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
@@ -352,16 +315,6 @@ mod tests {
         assert_eq!(err.clone().at("outer").message(), err.message(), "an inner entry point wins");
         assert_eq!(Error::verbatim(ErrorKind::TypeError, "torch: bad".into()).at("x").message(), "torch: bad");
         assert_eq!(Error::null("out").message(), "dlpx: out is NULL");
-    }
-
-    #[test]
-    fn kinds_and_names_are_one_table() {
-        for (kind, name) in ErrorKind::exceptions() {
-            assert_eq!(kind.name(), name);
-            assert_eq!(ErrorKind::from_name(name.to_str().unwrap()), Some(kind));
-        }
-        assert_eq!(ErrorKind::from_name("KeyError"), None);
-        assert_eq!(ErrorKind::PythonPending.name(), c"RuntimeError");
     }
 
     #[test]

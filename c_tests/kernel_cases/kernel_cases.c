@@ -1,0 +1,194 @@
+/*
+ * The kernels dlpx's tests call through both callers (c_tests/test_kernel_library.c from C,
+ * tests/python/test_kernel_library.py from Python): each pins one rule of the kernel ABI
+ * (include/dlpx/kernel.h), its bad paths most of all. The example library
+ * (examples/kernel_library) holds the kernels a user writes.
+ */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "dlpx/kernel.h"
+
+/* scalars(n, x=1.0, *, flag=True, text="abc") -> (n + 1, 2 x, not flag, len(text)). */
+static int scalars(DlpxCall *call) {
+  int64_t n;
+  double x;
+  bool flag;
+  const char *text;
+  size_t size;
+  if (dlpx_call_int(call, 0, &n) || dlpx_call_float(call, 1, &x) || dlpx_call_bool(call, 2, &flag) ||
+      dlpx_call_str(call, 3, &text, &size))
+    return -1;
+  if (dlpx_call_return_int(call, n + 1) || dlpx_call_return_float(call, 2 * x) || dlpx_call_return_bool(call, !flag) ||
+      dlpx_call_return_int(call, (int64_t)size))
+    return -1;
+  return 0;
+}
+DLPX_EXPORT_KERNEL(scalars, scalars, "scalars(n: int, x=1.0, *, flag=True, text=\"abc\") -> tuple: n + 1, 2 x, not flag, len(text).")
+
+/* kinds(*values) -> the DLPX_VALUE_* kind of each argument, and their count first. */
+static int describe(DlpxCall *call) {
+  int32_t n = dlpx_call_argument_count(call);
+  if (dlpx_call_return_int(call, n)) return -1;
+  for (int32_t i = 0; i < n; ++i)
+    if (dlpx_call_return_int(call, dlpx_call_argument_kind(call, i))) return -1;
+  return 0;
+}
+DLPX_EXPORT_KERNEL(describe, describe, "describe(a, bias=None, *, scale: float | None = None) -> tuple: the count, then each kind.")
+
+/* flags(a) -> a's DLPack flags (READ_ONLY for bytes, read-only arrays). */
+static int flags(DlpxCall *call) {
+  const DLTensor *a;
+  uint64_t flags;
+  if (dlpx_call_tensor(call, 0, &a, &flags)) return -1;
+  return dlpx_call_return_int(call, (int64_t)flags);
+}
+DLPX_EXPORT_KERNEL_SHORT(flags, flags, "flags(a) -> int: a's DLPack flags.")
+
+/* Asks for argument 9 of 1 (an IndexError); returns its -1. */
+static int ninth(DlpxCall *call) {
+  const DLTensor *t;
+  return dlpx_call_tensor(call, 9, &t, NULL);
+}
+DLPX_EXPORT_KERNEL(ninth, ninth, "ninth(a): asks for argument 9.")
+
+/* Asks for argument 9, ignores the failure and returns 0: the error still stands. */
+static int ninth_ignored(DlpxCall *call) {
+  (void)dlpx_call_argument_kind(call, 9);
+  return 0;
+}
+DLPX_EXPORT_KERNEL(ninth_ignored, ninth_ignored, "ninth_ignored(a): asks for argument 9, ignores the failure.")
+
+/* Reads a tensor as an int: a TypeError naming the parameter. */
+static int wrong_kind(DlpxCall *call) {
+  int64_t n;
+  return dlpx_call_int(call, 0, &n);
+}
+DLPX_EXPORT_KERNEL(wrong_kind, wrong_kind, "wrong_kind(a): reads a tensor as an int.")
+
+/* Returns -1 without saying why: a RuntimeError. */
+static int silent(DlpxCall *call) {
+  (void)call;
+  return -1;
+}
+DLPX_EXPORT_KERNEL(silent, silent, "silent(): fails without reporting.")
+
+/* raise_(kind: str, message: str): reports kind and message. */
+static int raise_(DlpxCall *call) {
+  const char *kind, *message;
+  size_t kind_size, message_size;
+  char k[64], m[256];
+  if (dlpx_call_str(call, 0, &kind, &kind_size) || dlpx_call_str(call, 1, &message, &message_size)) return -1;
+  snprintf(k, sizeof k, "%.*s", (int)kind_size, kind);
+  snprintf(m, sizeof m, "%.*s", (int)message_size, message);
+  return dlpx_call_error(call, k, m);
+}
+DLPX_EXPORT_KERNEL(raise_, raise_, "raise_(kind: str, message: str): reports the error kind(message).")
+
+/* Allocates an output like a, then fails: the call deletes the output. */
+static int allocate_then_fail(DlpxCall *call) {
+  const DLTensor *a;
+  DLTensor *out;
+  if (dlpx_call_tensor(call, 0, &a, NULL)) return -1;
+  if (dlpx_call_allocate(call, a->device, a->dtype, a->ndim, a->shape, &out)) return -1;
+  return dlpx_call_error(call, "ValueError", "failed after allocating");
+}
+DLPX_EXPORT_KERNEL(allocate_then_fail, allocate_then_fail, "allocate_then_fail(a): allocates, then fails.")
+
+/* Allocates an output like a and forgets it: the call deletes it, the result is None. */
+static int allocate_and_drop(DlpxCall *call) {
+  const DLTensor *a;
+  DLTensor *out;
+  if (dlpx_call_tensor(call, 0, &a, NULL)) return -1;
+  return dlpx_call_allocate(call, a->device, a->dtype, a->ndim, a->shape, &out);
+}
+DLPX_EXPORT_KERNEL(allocate_and_drop, allocate_and_drop, "allocate_and_drop(a): allocates and never returns it.")
+
+/* Asks for 2**45 float32s (128 TiB) in a's framework: a MemoryError. */
+static int huge(DlpxCall *call) {
+  const DLTensor *a;
+  DLTensor *out;
+  int64_t shape[1] = {INT64_C(1) << 45};
+  if (dlpx_call_tensor(call, 0, &a, NULL)) return -1;
+  return dlpx_call_allocate(call, a->device, a->dtype, 1, shape, &out);
+}
+DLPX_EXPORT_KERNEL(huge, huge, "huge(a): asks for 128 TiB.")
+
+/* pair(a) -> (a + 1, a * 2) for float32 a, compact or not. */
+static int pair(DlpxCall *call) {
+  const DLTensor *a;
+  DLTensor *plus, *twice;
+  if (dlpx_call_tensor(call, 0, &a, NULL)) return -1;
+  if (a->dtype.code != kDLFloat || a->dtype.bits != 32 || a->ndim != 1)
+    return dlpx_call_error(call, "TypeError", "pair takes a 1-d float32 tensor");
+  if (dlpx_call_allocate(call, a->device, a->dtype, 1, a->shape, &plus) ||
+      dlpx_call_allocate(call, a->device, a->dtype, 1, a->shape, &twice))
+    return -1;
+  const float *x = (const float *)((const char *)a->data + a->byte_offset);
+  for (int64_t i = 0; i < a->shape[0]; ++i) {
+    ((float *)plus->data)[i] = x[i * a->strides[0]] + 1;
+    ((float *)twice->data)[i] = x[i * a->strides[0]] * 2;
+  }
+  return dlpx_call_return_tensor(call, plus) || dlpx_call_return_tensor(call, twice) ? -1 : 0;
+}
+DLPX_EXPORT_KERNEL(pair, pair, "pair(a) -> tuple: a + 1 and 2 a (1-d float32).")
+
+/* Returns its output twice: the second is refused (and the first is not lost). */
+static int return_twice(DlpxCall *call) {
+  const DLTensor *a;
+  DLTensor *out;
+  if (dlpx_call_tensor(call, 0, &a, NULL)) return -1;
+  if (dlpx_call_allocate(call, a->device, a->dtype, a->ndim, a->shape, &out)) return -1;
+  if (dlpx_call_return_tensor(call, out)) return -1;
+  return dlpx_call_return_tensor(call, out);
+}
+DLPX_EXPORT_KERNEL(return_twice, return_twice, "return_twice(a): returns one output twice.")
+
+/* Returns its argument, which it did not allocate: refused. */
+static int return_argument(DlpxCall *call) {
+  const DLTensor *a;
+  if (dlpx_call_tensor(call, 0, &a, NULL)) return -1;
+  return dlpx_call_return_tensor(call, a);
+}
+DLPX_EXPORT_KERNEL(return_argument, return_argument, "return_argument(a): returns its argument.")
+
+/* stream(a) -> whether the caller's stream on a's device is NULL (always, on the CPU). */
+static int stream(DlpxCall *call) {
+  const DLTensor *a;
+  void *s = (void *)1;
+  if (dlpx_call_tensor(call, 0, &a, NULL) || dlpx_call_stream(call, a->device, &s)) return -1;
+  return dlpx_call_return_bool(call, s == NULL);
+}
+DLPX_EXPORT_KERNEL(stream, stream, "stream(a) -> bool: whether the stream on a's device is NULL.")
+
+static void sleep_ms(int64_t ms) {
+  struct timespec t = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+/* Sleeps: without the GIL, another Python thread runs meanwhile. */
+static int sleep_released(DlpxCall *call) {
+  int64_t ms;
+  if (dlpx_call_int(call, 0, &ms)) return -1;
+  sleep_ms(ms);
+  return 0;
+}
+DLPX_EXPORT_KERNEL(sleep_released, sleep_released, "sleep_released(ms: int): sleeps without the GIL.")
+
+/* Sleeps holding the GIL (short: what a short kernel keeps). */
+static int sleep_held(DlpxCall *call) { return sleep_released(call); }
+DLPX_EXPORT_KERNEL_SHORT(sleep_held, sleep_held, "sleep_held(ms: int): sleeps with the GIL held.")
+
+/* nop_released(*tensors): the example's nop, releasing the GIL (what short saves). */
+static int nop_released(DlpxCall *call) {
+  int32_t n = dlpx_call_argument_count(call);
+  for (int32_t i = 0; i < n; ++i) {
+    const DLTensor *t;
+    if (dlpx_call_tensor(call, i, &t, NULL)) return -1;
+  }
+  return 0;
+}
+DLPX_EXPORT_KERNEL(nop_released, nop_released, "nop_released(*tensors): views each tensor, returns None, without the GIL.")

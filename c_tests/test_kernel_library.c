@@ -1,0 +1,225 @@
+/* A kernel library's kernels called from C, with no Python in the process: dlpx_kernel_find and
+ * dlpx_kernel_call over c_tests/kernel_cases (DLTensors and scalars in, managed tensors and
+ * scalars out, dlpx's allocator), every bad path a clean -1 with the kind and the kernel's name
+ * in the message, and nothing lost (the ASan and valgrind variants: every output a failing
+ * kernel allocated is deleted once). kernel.h's structures have the layout the loader reads.
+ *
+ * argv: the kernel_cases library, the newer-ABI one, the one with no kernels, the one with a bad
+ * signature, and a file that is no library. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dlpx/kernel.h"
+#include "test_util.h"
+
+/* `huge` asks for 128 TiB. */
+TEST_HUGE_ALLOCATIONS_MAY_FAIL
+
+static const char *cases_path, *newer_path, *empty_path, *bad_signature_path, *not_a_library;
+
+/* The same numbers src/kernels/export.rs asserts of its mirrors (LP64). */
+static void test_kernel_h_has_the_layout_the_loader_reads(void) {
+  CHECK(DLPX_KERNEL_ABI_VERSION == 1, "version %d", DLPX_KERNEL_ABI_VERSION);
+  CHECK(sizeof(DlpxKernelExport) == 40, "%zu", sizeof(DlpxKernelExport));
+  CHECK(offsetof(DlpxKernelExport, flags) == 4 && offsetof(DlpxKernelExport, name) == 8, "name");
+  CHECK(offsetof(DlpxKernelExport, signature) == 16 && offsetof(DlpxKernelExport, function) == 24, "function");
+  CHECK(offsetof(DlpxKernelExport, next) == 32, "next");
+  CHECK(sizeof(DlpxKernelLibrary) == 16 && offsetof(DlpxKernelLibrary, first) == 8, "record");
+}
+
+static const DlpxKernel *find(const char *name) {
+  const DlpxKernel *kernel = NULL;
+  int rc = dlpx_kernel_find(cases_path, name, &kernel);
+  CHECK(rc == 0 && kernel != NULL, "dlpx_kernel_find(%s): %s", name, test_str(dlpx_last_error()));
+  return kernel;
+}
+
+static DlpxValue value(int32_t kind) {
+  DlpxValue v;
+  memset(&v, 0, sizeof v);
+  v.kind = kind;
+  return v;
+}
+
+static DlpxValue tensor(const DLTensor *t) {
+  DlpxValue v = value(DLPX_VALUE_TENSOR);
+  v.tensor = t;
+  return v;
+}
+
+static DlpxValue str(const char *s) {
+  DlpxValue v = value(DLPX_VALUE_STR);
+  v.str_data = s;
+  v.str_size = strlen(s);
+  return v;
+}
+
+/* Expects dlpx_kernel_call to fail with `kind` and `needle` in the message, no result. */
+static void check_fails(const char *name, const DlpxValue *args, size_t nargs, const char *kind, const char *needle) {
+  DlpxValue results[4];
+  size_t n = 99;
+  int rc = dlpx_kernel_call(find(name), args, nargs, results, 4, &n);
+  CHECK(rc == -1, "%s: rc %d", name, rc);
+  CHECK(n == 99, "%s: nresults written on failure (%zu)", name, n);
+  CHECK(test_streq(dlpx_last_error_kind(), kind), "%s: kind %s, expected %s", name, test_str(dlpx_last_error_kind()),
+        kind);
+  CHECK(test_contains(dlpx_last_error(), needle), "%s: \"%s\" lacks \"%s\"", name, test_str(dlpx_last_error()), needle);
+}
+
+/* A 1-d float32 tensor of 4 values with stride 2 over `data` (8 floats). */
+static DLTensor strided(float *data, int64_t *shape, int64_t *strides) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = 1;
+  t.dtype.code = kDLFloat;
+  t.dtype.bits = 32;
+  t.dtype.lanes = 1;
+  shape[0] = 4;
+  strides[0] = 2;
+  t.shape = shape;
+  t.strides = strides;
+  return t;
+}
+
+static void test_scalars_in_and_out_with_defaults(void) {
+  DlpxValue args[1] = {value(DLPX_VALUE_INT)};
+  args[0].int64 = 41;
+  DlpxValue results[4];
+  size_t n = 0;
+  int rc = dlpx_kernel_call(find("scalars"), args, 1, results, 4, &n);
+  CHECK(rc == 0 && n == 4, "rc %d, n %zu: %s", rc, n, test_str(dlpx_last_error()));
+  if (rc != 0 || n != 4) return;
+  CHECK(results[0].kind == DLPX_VALUE_INT && results[0].int64 == 42, "n + 1: %lld", (long long)results[0].int64);
+  CHECK(results[1].kind == DLPX_VALUE_FLOAT && results[1].float64 == 2.0, "2 x (x defaults to 1.0)");
+  CHECK(results[2].kind == DLPX_VALUE_BOOL && results[2].boolean == false, "not flag (flag defaults to True)");
+  CHECK(results[3].kind == DLPX_VALUE_INT && results[3].int64 == 3, "len(text) (text defaults to \"abc\")");
+  /* An int is taken for a float parameter. */
+  DlpxValue two[2] = {value(DLPX_VALUE_INT), value(DLPX_VALUE_INT)};
+  two[1].int64 = 5;
+  rc = dlpx_kernel_call(find("scalars"), two, 2, results, 4, &n);
+  CHECK(rc == 0 && results[1].float64 == 10.0, "x = 5 as a float: %f", results[1].float64);
+}
+
+static void test_tensor_results_are_the_callers_to_delete(void) {
+  float data[8] = {0, -1, 1, -1, 2, -1, 3, -1};
+  int64_t shape[1], strides[1];
+  DLTensor a = strided(data, shape, strides);
+  DlpxValue args[1] = {tensor(&a)};
+  DlpxValue results[2];
+  size_t n = 0;
+  int rc = dlpx_kernel_call(find("pair"), args, 1, results, 2, &n);
+  CHECK(rc == 0 && n == 2, "rc %d, n %zu: %s", rc, n, test_str(dlpx_last_error()));
+  if (rc != 0 || n != 2) return;
+  for (int r = 0; r < 2; ++r) {
+    DLManagedTensorVersioned *m = results[r].managed;
+    CHECK(results[r].kind == DLPX_VALUE_TENSOR && m != NULL, "result %d", r);
+    CHECK(m->dl_tensor.ndim == 1 && m->dl_tensor.shape[0] == 4, "result %d shape", r);
+    for (int i = 0; i < 4; ++i) {
+      float expected = r == 0 ? (float)i + 1 : (float)i * 2;
+      CHECK(((float *)m->dl_tensor.data)[i] == expected, "result %d [%d]", r, i);
+    }
+    m->deleter(m);
+  }
+}
+
+static void test_kinds_of_optional_and_keyword_only_parameters(void) {
+  float data[8] = {0};
+  int64_t shape[1], strides[1];
+  DLTensor a = strided(data, shape, strides);
+  DlpxValue args[1] = {tensor(&a)};
+  DlpxValue results[4];
+  size_t n = 0;
+  int rc = dlpx_kernel_call(find("describe"), args, 1, results, 4, &n);
+  CHECK(rc == 0 && n == 4, "rc %d, n %zu: %s", rc, n, test_str(dlpx_last_error()));
+  CHECK(results[0].int64 == 3 && results[1].int64 == DLPX_VALUE_TENSOR, "count and a");
+  CHECK(results[2].int64 == DLPX_VALUE_NONE && results[3].int64 == DLPX_VALUE_NONE, "bias and scale default to None");
+  /* A read-only tensor says so. */
+  args[0].flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+  rc = dlpx_kernel_call(find("flags"), args, 1, results, 4, &n);
+  CHECK(rc == 0 && results[0].int64 == (int64_t)DLPACK_FLAG_BITMASK_READ_ONLY, "flags");
+}
+
+static void test_bad_calls_fail_cleanly_and_lose_nothing(void) {
+  float data[8] = {0};
+  int64_t shape[1], strides[1];
+  DLTensor a = strided(data, shape, strides);
+  DlpxValue one[1] = {tensor(&a)};
+  check_fails("ninth", one, 1, "IndexError", "dlpx: ninth: argument 9 asked for; the call has 1");
+  check_fails("ninth_ignored", one, 1, "IndexError", "dlpx: ninth_ignored: argument 9");
+  check_fails("wrong_kind", one, 1, "TypeError", "dlpx: wrong_kind: argument 0 ('a') is a tensor, not an int");
+  check_fails("silent", NULL, 0, "RuntimeError", "dlpx: silent: the kernel returned -1 without reporting");
+  DlpxValue kind_and_message[2] = {str("KeyError"), str("no such key")};
+  check_fails("raise_", kind_and_message, 2, "KeyError", "dlpx: raise_: no such key");
+  kind_and_message[0] = str("LinAlgError");
+  check_fails("raise_", kind_and_message, 2, "RuntimeError", "dlpx: raise_: LinAlgError: no such key");
+  check_fails("allocate_then_fail", one, 1, "ValueError", "dlpx: allocate_then_fail: failed after allocating");
+  check_fails("huge", one, 1, "MemoryError", "dlpx: huge: output: allocator: out of memory");
+  check_fails("return_twice", one, 1, "ValueError", "or returned it twice");
+  check_fails("return_argument", one, 1, "ValueError", "did not allocate");
+  /* Binding: too many, too few, the wrong kind. */
+  DlpxValue two[2] = {tensor(&a), tensor(&a)};
+  check_fails("pair", two, 2, "TypeError", "dlpx: pair: takes at most 1 positional argument (2 given)");
+  check_fails("pair", NULL, 0, "TypeError", "dlpx: pair: missing required argument 'a'");
+  DlpxValue text[1] = {str("a")};
+  check_fails("pair", text, 1, "TypeError", "dlpx: pair: parameter 'a': takes tensor, got value kind 5");
+  /* No room for the results: both outputs are deleted. */
+  DlpxValue results[1];
+  size_t n = 0;
+  int rc = dlpx_kernel_call(find("pair"), one, 1, results, 1, &n);
+  CHECK(rc == -1 && test_contains(dlpx_last_error(), "returned 2 results; results has room for 1"), "%s",
+        test_str(dlpx_last_error()));
+  /* An output allocated and never returned is deleted; the result is none. */
+  rc = dlpx_kernel_call(find("allocate_and_drop"), one, 1, results, 1, &n);
+  CHECK(rc == 0 && n == 0, "allocate_and_drop: rc %d, n %zu", rc, n);
+  /* The CPU has no stream: NULL. */
+  rc = dlpx_kernel_call(find("stream"), one, 1, results, 1, &n);
+  CHECK(rc == 0 && n == 1 && results[0].boolean, "stream");
+}
+
+static void check_find_fails(const char *path, const char *name, const char *kind, const char *needle) {
+  const DlpxKernel *kernel = NULL;
+  int rc = dlpx_kernel_find(path, name, &kernel);
+  CHECK(rc == -1 && kernel == NULL, "%s: rc %d", path, rc);
+  CHECK(test_streq(dlpx_last_error_kind(), kind), "%s: kind %s", path, test_str(dlpx_last_error_kind()));
+  CHECK(test_contains(dlpx_last_error(), needle), "%s: \"%s\" lacks \"%s\"", path, test_str(dlpx_last_error()), needle);
+}
+
+static void test_libraries_that_cannot_serve_are_refused(void) {
+  check_find_fails(not_a_library, "f", "OSError", "dlpx: kernel_find: cannot load");
+  check_find_fails(empty_path, "f", "ImportError", "holds no dlpx kernels");
+  check_find_fails(newer_path, "f", "ImportError", "built for dlpx kernel ABI 2; this libdlpx");
+  check_find_fails(newer_path, "f", "ImportError", "reads kernel ABI 1 and older");
+  check_find_fails(bad_signature_path, "f", "ImportError", "kernel 'f': signature:");
+  check_find_fails(cases_path, "no_such_kernel", "ImportError", "has no kernel 'no_such_kernel'");
+}
+
+static void test_a_library_is_opened_once(void) {
+  const DlpxKernel *a = find("pair"), *b = find("pair");
+  CHECK(a == b, "two finds, two kernels");
+  CHECK(test_starts_with(dlpx_kernel_signature(a), "pair(a: tensor) -> tuple\n\na + 1 and 2 a"), "%s",
+        test_str(dlpx_kernel_signature(a)));
+}
+
+int main(int argc, char **argv) {
+  if (argc != 6) {
+    fprintf(stderr, "usage: %s CASES NEWER_ABI NO_KERNELS BAD_SIGNATURE NOT_A_LIBRARY\n", argv[0]);
+    return 2;
+  }
+  cases_path = argv[1];
+  newer_path = argv[2];
+  empty_path = argv[3];
+  bad_signature_path = argv[4];
+  not_a_library = argv[5];
+  test_kernel_h_has_the_layout_the_loader_reads();
+  test_scalars_in_and_out_with_defaults();
+  test_tensor_results_are_the_callers_to_delete();
+  test_kinds_of_optional_and_keyword_only_parameters();
+  test_bad_calls_fail_cleanly_and_lose_nothing();
+  test_libraries_that_cannot_serve_are_refused();
+  test_a_library_is_opened_once();
+  return test_summary();
+}

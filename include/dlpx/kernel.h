@@ -1,0 +1,142 @@
+/*
+ * dlpx/kernel.h: the kernel ABI. A kernel library is a plain shared library with no Python in
+ * it: it links libdlpx, includes this header, and exports each kernel with one macro. dlpx
+ * loads it (`dlpx.load_library(path)` in Python, `dlpx_kernel_find` in C) and does everything
+ * that touches Python around the call: reading arguments from any framework's objects, the
+ * caller's allocator and stream, returning outputs as the caller's type, raising errors.
+ *
+ *   #include <dlpx/kernel.h>
+ *
+ *   static int scale(DlpxCall *call) {
+ *     const DLTensor *x;
+ *     double alpha;
+ *     DLTensor *out;
+ *     if (dlpx_call_tensor(call, 0, &x, NULL) || dlpx_call_float(call, 1, &alpha)) return -1;
+ *     if (dlpx_call_allocate(call, x->device, x->dtype, x->ndim, x->shape, &out)) return -1;
+ *     ...                                           // compute out = alpha * x
+ *     return dlpx_call_return_tensor(call, out);
+ *   }
+ *   DLPX_EXPORT_KERNEL(scale, scale, "scale(x, alpha=1.0) -> tensor: alpha * x, in x's framework.")
+ *
+ * A kernel is `int fn(DlpxCall *call)`: it returns 0, or -1 after an error was reported
+ * (`dlpx_call_error`, or a `dlpx_call_*` function that failed and returned -1). The `dlpx_call_*`
+ * functions (declared in dlpx.h) are its whole interface to the caller; they need no GIL. A
+ * kernel runs without the GIL unless it is exported with DLPX_EXPORT_KERNEL_SHORT.
+ *
+ * The signature string is `name(parameters) [-> returns] [: doc]`, Python's syntax: a
+ * parameter is `name`, `name: type` or `name=default` (types tensor, int, float, bool, str,
+ * `T | None`; without an annotation the default says it: none → tensor, 1.0 → float, 1 → int,
+ * True → bool, "x" → str, None → optional tensor), `*name` takes any number of tensors, and the
+ * parameters after it (or after a bare `*`) are keyword-only. The kernel reads its arguments by
+ * index, in parameter order, with `*name`'s values where it stands.
+ *
+ * C11 or C++ (any standard dlpx's C API compiles with), GCC or Clang, ELF; no Python.h.
+ */
+#ifndef DLPX_KERNEL_H
+#define DLPX_KERNEL_H
+
+#include <stdint.h>
+
+#include "dlpx.h"
+
+/**
+ * The kernel ABI version this header writes into every export and library record. A loader
+ * refuses a library of a newer version (naming both); every later version keeps the
+ * `abi_version` fields first, where an older loader reads them.
+ */
+#define DLPX_KERNEL_ABI_VERSION 1
+
+/**
+ * `DlpxKernelExport.flags`: the kernel keeps the GIL while it runs. For kernels that return in
+ * well under a microsecond (releasing and taking back the GIL costs about that much); any
+ * longer kernel should let the caller's other Python threads run.
+ */
+#define DLPX_KERNEL_FLAG_SHORT (UINT32_C(1) << 0)
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A kernel: reads its arguments from `call`, returns 0, or -1 with an error reported there. */
+typedef int (*DlpxKernelFunction)(DlpxCall *call);
+
+/**
+ * One exported kernel: what DLPX_EXPORT_KERNEL defines, in the library's static storage.
+ */
+typedef struct DlpxKernelExport {
+  /** DLPX_KERNEL_ABI_VERSION of the kernel.h the export was compiled with. First, always. */
+  uint32_t abi_version;
+  /** DLPX_KERNEL_FLAG_* bits; 0 for a kernel that releases the GIL. */
+  uint32_t flags;
+  /** The kernel's name, a C identifier: the attribute of the loaded library. NUL-terminated. */
+  const char *name;
+  /**
+   * `name(parameters) [-> returns] [: doc]` (above), NUL-terminated, UTF-8. Its name must be
+   * the export's; the loader reads it once, when the library is loaded, and refuses a library
+   * with a signature it cannot read (ImportError naming the kernel).
+   */
+  const char *signature;
+  /** The kernel. Never NULL. */
+  DlpxKernelFunction function;
+  /** The library's next export, or NULL: set by the export's constructor, read by the loader. */
+  const struct DlpxKernelExport *next;
+} DlpxKernelExport;
+
+/**
+ * The library's record: what `dlpx_kernel_library()` returns. One per shared library (the
+ * weak definitions below merge into one), hidden from every other library.
+ */
+typedef struct DlpxKernelLibrary {
+  /** DLPX_KERNEL_ABI_VERSION of the kernel.h the library was built with. First, always. */
+  uint32_t abi_version;
+  /** 0. */
+  uint32_t reserved;
+  /** The last export registered (the list runs from it through `next`); NULL before any. */
+  const DlpxKernelExport *first;
+} DlpxKernelLibrary;
+
+/*
+ * How a library lists its kernels without a table anyone writes by hand: each export's
+ * constructor (run by dlopen, before the loader looks) links it in front of the list in the
+ * library's one record, a weak variable every translation unit defines and the linker merges,
+ * hidden so that no two libraries share it. The loader finds the record through
+ * `dlpx_kernel_library`, weak as well and the one symbol a kernel library exports for dlpx
+ * (default visibility, so -fvisibility=hidden builds keep it). dlsym on the library's own
+ * handle finds its own definition first.
+ */
+__attribute__((weak, visibility("hidden")))
+DlpxKernelLibrary dlpx_kernel_library_record = {DLPX_KERNEL_ABI_VERSION, 0, 0};
+
+__attribute__((weak, visibility("default")))
+const DlpxKernelLibrary *dlpx_kernel_library(void);
+
+__attribute__((weak, visibility("default"), used))
+const DlpxKernelLibrary *dlpx_kernel_library(void) {
+  return &dlpx_kernel_library_record;
+}
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+/**
+ * Exports `function` (a DlpxKernelFunction) as the kernel `name` (an identifier: the attribute
+ * the loaded library gets) with `signature` (a string literal: `"name(a, b) -> tensor: doc"`),
+ * flags as given (DLPX_KERNEL_FLAG_*). At file scope, once per kernel.
+ */
+#define DLPX_EXPORT_KERNEL_WITH_FLAGS(name, function, signature, flags)                          \
+  static DlpxKernelExport dlpx_kernel_export_##name = {DLPX_KERNEL_ABI_VERSION, (flags), #name,  \
+                                                       signature, function, 0};                  \
+  __attribute__((constructor)) static void dlpx_kernel_register_##name(void) {                   \
+    dlpx_kernel_export_##name.next = dlpx_kernel_library_record.first;                           \
+    dlpx_kernel_library_record.first = &dlpx_kernel_export_##name;                               \
+  }
+
+/** Exports a kernel that runs without the GIL (the default: see DLPX_KERNEL_FLAG_SHORT). */
+#define DLPX_EXPORT_KERNEL(name, function, signature) DLPX_EXPORT_KERNEL_WITH_FLAGS(name, function, signature, 0)
+
+/** Exports a kernel that keeps the GIL: one that returns sooner than releasing it would take. */
+#define DLPX_EXPORT_KERNEL_SHORT(name, function, signature) \
+  DLPX_EXPORT_KERNEL_WITH_FLAGS(name, function, signature, DLPX_KERNEL_FLAG_SHORT)
+
+#endif /* DLPX_KERNEL_H */

@@ -1,0 +1,215 @@
+//! A kernel library's kernels called from C, without Python: found by name in a library opened
+//! once for the process (the same registry `dlpx.load_library` uses), called with `DLTensor`s
+//! and scalars in, managed tensors and scalars out. Outputs come from dlpx's allocator; the
+//! stream a kernel asks for is dlpx's current stream of the calling thread.
+
+use std::ffi::{c_char, c_int, CStr};
+use std::ptr;
+
+use crate::abi::*;
+use crate::error::{boundary, Error, LastError, Result};
+use crate::kernels::bind::{bind, Source};
+use crate::kernels::signature::Type;
+use crate::kernels::value::*;
+use crate::kernels::{library, Call, Environment, Kernel, Returned, Value};
+
+/// A kernel of a loaded kernel library; lives for the process. Opaque.
+pub struct DlpxKernel {
+    _opaque: [u8; 0],
+}
+
+/// A kernel's argument or result, for a C caller (`dlpx_kernel_call`). `kind` says which field
+/// holds it; the others are ignored.
+#[repr(C)]
+pub struct DlpxValue {
+    /// `DLPX_VALUE_*`.
+    pub kind: DlpxValueKind,
+    /// A tensor argument's DLPack flags (`DLPACK_FLAG_BITMASK_READ_ONLY`: the kernel must not
+    /// write it); a tensor result's are its managed tensor's.
+    pub flags: u64,
+    /// A tensor argument: borrowed for the call. Its strides must not be NULL.
+    pub tensor: *const DLTensor,
+    /// A tensor result: the caller owns it and calls `managed->deleter(managed)`.
+    pub managed: *mut DLManagedTensorVersioned,
+    /// `DLPX_VALUE_INT`.
+    pub int64: i64,
+    /// `DLPX_VALUE_FLOAT` (an int argument is taken for a float parameter too).
+    pub float64: f64,
+    /// `DLPX_VALUE_BOOL`.
+    pub boolean: bool,
+    /// `DLPX_VALUE_STR`: UTF-8 bytes, `str_size` of them (no NUL needed).
+    pub str_data: *const c_char,
+    pub str_size: usize,
+}
+
+/// Finds the kernel `name` in the kernel library at `path`, opening it if this process has not
+/// (with `dlopen`; it stays loaded, as `dlpx.load_library` keeps it: the same library by any
+/// path is opened once). `*out` lives for the process. Returns 0, or -1 with the message in
+/// `dlpx_last_error()` and its kind in `dlpx_last_error_kind()` (OSError: not a library;
+/// ImportError: no dlpx kernels, a newer kernel ABI, no kernel of that name).
+///
+/// # Safety
+/// `path` and `name` are NUL-terminated; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_kernel_find(
+    path: *const c_char,
+    name: *const c_char,
+    out: *mut *const DlpxKernel,
+) -> c_int {
+    boundary(LastError, "kernel_find", || {
+        let text = |p: *const c_char, what: &'static str| -> Result<String> {
+            if p.is_null() {
+                return Err(Error::null(what));
+            }
+            // SAFETY: non-NULL and NUL-terminated, by the function's contract.
+            Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        };
+        let (path, name) = (text(path, "path")?, text(name, "name")?);
+        if out.is_null() {
+            return Err(Error::null("out"));
+        }
+        let library = library::open(&path)?;
+        let kernel = library.kernel(&name).ok_or_else(|| {
+            let names: Vec<&str> = library.kernels.iter().map(|k| k.name).collect();
+            Error::new(
+                crate::ErrorKind::ImportError,
+                format!("{path} has no kernel '{name}' (it has {})", names.join(", ")),
+            )
+        })?;
+        // SAFETY: non-NULL and writable.
+        unsafe { out.write((kernel as *const Kernel).cast()) };
+        Ok(0)
+    })
+}
+
+/// The kernel's signature with its types, e.g. `add(a: tensor, b: tensor) -> tensor`, and its
+/// doc after a blank line. Static storage; NULL for a NULL kernel.
+///
+/// # Safety
+/// `kernel` is NULL or from `dlpx_kernel_find`.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_kernel_signature(kernel: *const DlpxKernel) -> *const c_char {
+    boundary(LastError, "kernel_signature", || {
+        // SAFETY: a kernel from dlpx_kernel_find (process lifetime), or NULL.
+        let kernel = unsafe { kernel.cast::<Kernel>().as_ref() }.ok_or_else(|| Error::null("kernel"))?;
+        Ok(kernel.described.as_ptr())
+    })
+}
+
+/// Calls `kernel` with `nargs` positional arguments (defaults fill the parameters left out;
+/// a `*name` parameter takes what is left over). Its results are written to `results` (room for
+/// `capacity`), their number to `*nresults`; tensor results are the caller's to delete. Outputs
+/// come from dlpx's allocator; a kernel asking for a stream gets dlpx's current stream of this
+/// thread. Returns 0, or -1 with the message in `dlpx_last_error()` (`dlpx: add: …`, the
+/// kernel's own error or a TypeError naming the parameter) and nothing to delete.
+///
+/// # Safety
+/// `kernel` is from `dlpx_kernel_find`; `args` holds `nargs` values (NULL when 0) whose tensors
+/// and strings are valid for the call; `results` has room for `capacity` values; `nresults` is
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_kernel_call(
+    kernel: *const DlpxKernel,
+    args: *const DlpxValue,
+    nargs: usize,
+    results: *mut DlpxValue,
+    capacity: usize,
+    nresults: *mut usize,
+) -> c_int {
+    boundary(LastError, "kernel_call", || {
+        // SAFETY: a kernel from dlpx_kernel_find (process lifetime), or NULL.
+        let kernel: &'static Kernel =
+            unsafe { kernel.cast::<Kernel>().as_ref() }.ok_or_else(|| Error::null("kernel"))?;
+        if nresults.is_null() || (capacity > 0 && results.is_null()) || (nargs > 0 && args.is_null()) {
+            return Err(Error::null("nresults, results or args"));
+        }
+        // SAFETY: `nargs` values, by the function's contract.
+        let args = if nargs == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(args, nargs) } };
+        let mut values = Vec::with_capacity(nargs.max(kernel.signature.params.len()));
+        bind(&kernel.signature, nargs, &[], |p, source| {
+            let param = &kernel.signature.params[p];
+            let value = match source {
+                Source::Default(default) => Value::of_default(default),
+                Source::Positional(i) => argument(&args[i], param.ty, param.optional)
+                    .map_err(|fact| Error::type_error(format!("parameter '{}': {fact}", param.name)))?,
+                Source::Keyword(_) => unreachable!("C passes no keywords"),
+            };
+            values.push(value);
+            Ok(())
+        })
+        .map_err(|err| err.at(kernel.name))?;
+        let stream = |device| Ok(crate::stream::current(device));
+        let environment = Environment { allocator: Some(crate::allocation::allocator_entry), stream: &stream };
+        let returned = Call::new(kernel, &values, environment).run(|kernel| kernel())?;
+        if returned.len() > capacity {
+            let n = returned.len();
+            returned.into_iter().for_each(Returned::discard);
+            return Err(Error::value(format!("the kernel returned {n} results; results has room for {capacity}"))
+                .at(kernel.name));
+        }
+        let n = returned.len();
+        for (i, result) in returned.into_iter().enumerate() {
+            // SAFETY: i < capacity, by the check above.
+            unsafe { results.add(i).write(result_value(result)) };
+        }
+        // SAFETY: non-NULL, checked above.
+        unsafe { nresults.write(n) };
+        Ok(0)
+    })
+}
+
+/// A C caller's argument for a parameter of type `ty`; why not, otherwise.
+fn argument(value: &DlpxValue, ty: Type, optional: bool) -> std::result::Result<Value, String> {
+    Ok(match (value.kind, ty) {
+        (DLPX_VALUE_NONE, _) if optional => Value::None,
+        (DLPX_VALUE_TENSOR, Type::Tensor) => {
+            // SAFETY: the caller's tensor, valid for the call, or NULL (refused).
+            let tensor = unsafe { value.tensor.as_ref() }.ok_or("its tensor is NULL")?;
+            // SAFETY: a caller's DLTensor whose shape and strides are `ndim` long.
+            if !unsafe { crate::validate::check_view(tensor) }.map_err(|err| err.fact().to_string())? {
+                return Err("its strides are NULL (pass them: DLPack 1.2 and later)".into());
+            }
+            Value::Tensor(*tensor, value.flags)
+        }
+        (DLPX_VALUE_INT, Type::Int) => Value::Int(value.int64),
+        (DLPX_VALUE_INT, Type::Float) => Value::Float(value.int64 as f64),
+        (DLPX_VALUE_FLOAT, Type::Float) => Value::Float(value.float64),
+        (DLPX_VALUE_BOOL, Type::Bool) => Value::Bool(value.boolean),
+        (DLPX_VALUE_STR, Type::Str) => {
+            if value.str_data.is_null() && value.str_size > 0 {
+                return Err("its str_data is NULL".into());
+            }
+            // SAFETY: `str_size` bytes at `str_data`, valid for the call.
+            let bytes = unsafe { std::slice::from_raw_parts(value.str_data.cast::<u8>(), value.str_size) };
+            std::str::from_utf8(bytes).map_err(|_| "its string is not UTF-8".to_string())?;
+            Value::Str(value.str_data.cast(), value.str_size)
+        }
+        (kind, ty) => return Err(format!("takes {}, got value kind {kind}", ty.name())),
+    })
+}
+
+fn result_value(result: Returned) -> DlpxValue {
+    let mut value = DlpxValue {
+        kind: DLPX_VALUE_NONE,
+        flags: 0,
+        tensor: ptr::null(),
+        managed: ptr::null_mut(),
+        int64: 0,
+        float64: 0.0,
+        boolean: false,
+        str_data: ptr::null(),
+        str_size: 0,
+    };
+    match result {
+        Returned::Tensor(managed) => {
+            value.kind = DLPX_VALUE_TENSOR;
+            // SAFETY: a live managed tensor, now the caller's.
+            value.flags = unsafe { managed.as_ref() }.flags;
+            value.managed = managed.as_ptr();
+        }
+        Returned::Int(i) => (value.kind, value.int64) = (DLPX_VALUE_INT, i),
+        Returned::Float(f) => (value.kind, value.float64) = (DLPX_VALUE_FLOAT, f),
+        Returned::Bool(b) => (value.kind, value.boolean) = (DLPX_VALUE_BOOL, b),
+    }
+    value
+}

@@ -1,0 +1,220 @@
+//! A Python call's arguments as a kernel reads them: bound to the kernel's parameters
+//! (`kernels::bind`), each converted with the GIL held — a tensor through the producer seam's
+//! view, as `dlpx_view_of` takes it, a scalar by its parameter's type — and the views released
+//! when the call is done (`Drop`), on every path.
+
+use std::ptr::{self, NonNull};
+
+use pyo3_ffi::PyObject;
+
+use super::inline::Inline;
+use crate::abi::*;
+use crate::args::{self, FastArgs};
+use crate::cpython::{type_name, type_of, ExceptionGuard, Python};
+use crate::error::{Error, Result};
+use crate::kernels::bind::{bind, Source};
+use crate::kernels::signature::{Param, Type, MAX_PARAMETERS};
+use crate::kernels::{Kernel, Value};
+use crate::producers::{self, Entry};
+
+/// Arguments kept on the stack (a call with more spills to the heap).
+const INLINE: usize = 16;
+
+pub struct Arguments<'py> {
+    py: Python<'py>,
+    values: Inline<Value, INLINE>,
+    /// The managed tensors that back views (a row without a non-owning view): released in `Drop`.
+    owners: Inline<NonNull<DLManagedTensorVersioned>, INLINE>,
+    /// The first tensor argument's entry: its framework allocates the outputs and gets them back.
+    pub like: Option<Entry>,
+}
+
+impl<'py> Arguments<'py> {
+    /// No arguments yet (made where it stays: the lists are a kilobyte, and moving them would
+    /// cost a nop kernel a fifth of its time).
+    #[inline(always)]
+    pub fn new(py: Python<'py>) -> Self {
+        Arguments { py, values: Inline::new(), owners: Inline::new(), like: None }
+    }
+
+    /// The call's arguments bound to `kernel`'s parameters, whose names are `names` (interned),
+    /// converted. TypeErrors name the parameter (the caller names the kernel).
+    #[inline(always)]
+    pub fn bind(&mut self, kernel: &'static Kernel, names: &[usize], args: FastArgs<'py>) -> Result<()> {
+        let signature = &kernel.signature;
+        let positional = args.positional();
+        let keyword_names = args.keyword_names();
+        let matched;
+        let keywords: &[usize] = match keyword_names.is_null() {
+            true => &[],
+            false => {
+                matched = keyword_parameters(self.py, kernel, names, keyword_names)?;
+                &matched.0[..matched.1]
+            }
+        };
+        bind(signature, positional.len(), keywords, |p, source| {
+            let param = &signature.params[p];
+            let value = match source {
+                Source::Default(default) => Value::of_default(default),
+                Source::Positional(i) => self.convert(param, positional[i])?,
+                Source::Keyword(k) => self.convert(param, args.keyword_value(k))?,
+            };
+            self.values.push(value);
+            Ok(())
+        })
+    }
+
+    /// The flattened arguments, in the kernel's order.
+    pub fn values(&self) -> &[Value] {
+        self.values.as_slice()
+    }
+
+    /// `object` as `param` takes it.
+    #[inline]
+    fn convert(&mut self, param: &Param, object: *mut PyObject) -> Result<Value> {
+        let py = self.py;
+        if object == py.none {
+            return match param.optional {
+                true => Ok(Value::None),
+                false => Err(wrong_type(py, param, object)),
+            };
+        }
+        match param.ty {
+            Type::Tensor => self.tensor(param, object),
+            Type::Int => match args::int_value(py, object, &param.name) {
+                Ok(value) => Ok(Value::Int(value)),
+                Err(err) if err.kind == crate::ErrorKind::TypeError => Err(wrong_type(py, param, object)),
+                Err(err) => Err(Error::new(err.kind, format!("parameter {}", err.fact()))),
+            },
+            Type::Float => {
+                // SAFETY: GIL held; `object` is live; -1.0 with an exception set is the failure.
+                let value = unsafe { (py.PyFloat_AsDouble)(object) };
+                // SAFETY: GIL held.
+                if value == -1.0 && !unsafe { (py.PyErr_Occurred)() }.is_null() {
+                    // SAFETY: GIL held; the conversion's exception is replaced by ours.
+                    unsafe { (py.PyErr_Clear)() };
+                    return Err(wrong_type(py, param, object));
+                }
+                Ok(Value::Float(value))
+            }
+            Type::Bool if object == py.true_ || object == py.false_ => Ok(Value::Bool(object == py.true_)),
+            Type::Bool => Err(wrong_type(py, param, object)),
+            Type::Str => {
+                // The text stays in the str, which the caller holds for the call.
+                let (data, size) = py
+                    .with_str(object, "", |text| (text.as_ptr(), text.len()))
+                    .map_err(|_| wrong_type(py, param, object))?;
+                Ok(Value::Str(data, size))
+            }
+        }
+    }
+
+    /// A view of `object`, as `dlpx_view_of` takes it; the first one decides the framework.
+    #[inline(always)]
+    fn tensor(&mut self, param: &Param, object: *mut PyObject) -> Result<Value> {
+        let py = self.py;
+        let mut view = EMPTY;
+        let (owner, flags) =
+            producers::view(py, object, &mut view, false).map_err(|err| tensor_error(py, param, object, err))?;
+        if let Some(owner) = NonNull::new(owner) {
+            self.owners.push(owner);
+        }
+        if self.like.is_none() {
+            self.like = Some(producers::entry_of(py, object));
+        }
+        Ok(Value::Tensor(view, flags))
+    }
+}
+
+/// The parameter each keyword of a call names (`keyword_names`, a tuple of str), and how many.
+#[cold]
+fn keyword_parameters(
+    py: Python<'_>,
+    kernel: &Kernel,
+    names: &[usize],
+    keyword_names: *mut PyObject,
+) -> Result<([usize; MAX_PARAMETERS], usize)> {
+    // SAFETY: GIL held; the call's tuple of str.
+    let count = (unsafe { (py.PyTuple_Size)(keyword_names) }) as usize;
+    if count > MAX_PARAMETERS {
+        return Err(Error::type_error("more keyword arguments than the kernel has parameters"));
+    }
+    let mut keywords = [0usize; MAX_PARAMETERS];
+    for (k, slot) in keywords.iter_mut().enumerate().take(count) {
+        // SAFETY: k < len(keyword_names); the item is borrowed from the tuple.
+        *slot = parameter(py, kernel, names, unsafe { (py.PyTuple_GetItem)(keyword_names, k as _) })?;
+    }
+    Ok((keywords, count))
+}
+
+/// The index of the parameter a keyword names (by address: a call site's keywords are interned
+/// strs, as `names` are); a TypeError for a name the kernel has not.
+fn parameter(py: Python<'_>, kernel: &Kernel, names: &[usize], keyword: *mut PyObject) -> Result<usize> {
+    if let Some(p) = names.iter().position(|&n| n == keyword as usize) {
+        return Ok(p);
+    }
+    let text = py.str_value(keyword, "a keyword argument name")?;
+    let params = &kernel.signature.params;
+    params
+        .iter()
+        .position(|p| p.name == text)
+        .ok_or_else(|| Error::type_error(format!("got an unexpected keyword argument '{text}'")))
+}
+
+impl Drop for Arguments<'_> {
+    fn drop(&mut self) {
+        let owners = self.owners.as_slice();
+        if owners.is_empty() {
+            return;
+        }
+        // A deleter may run Python code: an exception an argument's conversion left stays aside.
+        let _guard = ExceptionGuard::save_with_gil(self.py);
+        for &owner in owners.iter().rev() {
+            // SAFETY: a managed tensor the view took, released once, with the GIL held.
+            unsafe { crate::tensor::delete_managed(owner) };
+        }
+    }
+}
+
+const EMPTY: DLTensor = DLTensor {
+    data: ptr::null_mut(),
+    device: DLDevice::CPU,
+    ndim: 0,
+    dtype: DLDataType { code: 0, bits: 0, lanes: 0 },
+    shape: ptr::null_mut(),
+    strides: ptr::null_mut(),
+    byte_offset: 0,
+};
+
+/// "parameter 'b' takes a tensor, got str".
+#[cold]
+fn wrong_type(py: Python<'_>, param: &Param, object: *mut PyObject) -> Error {
+    let optional = if param.optional { " or None" } else { "" };
+    let article = if param.ty == Type::Int { "an" } else { "a" };
+    Error::type_error(format!(
+        "parameter '{}' takes {article} {}{optional}, got {}",
+        param.name,
+        param.ty.name(),
+        type_name(py, object)
+    ))
+}
+
+/// Why `object` is no tensor: a TypeError for what is plainly not one (a str, a number), else the
+/// seam's refusal (a BufferError: a torch tensor that requires grad), naming the parameter; a
+/// producer's own exception passes unchanged.
+#[cold]
+fn tensor_error(py: Python<'_>, param: &Param, object: *mut PyObject, err: Error) -> Error {
+    let ty = type_of(py, object);
+    let scalar = [py.unicode_type, py.long_type, py.float_type, py.bool_type].iter().any(|&t| t.cast() == ty);
+    match (scalar, err.is_python_pending()) {
+        (true, pending) => {
+            if pending {
+                // SAFETY: GIL held; the producer's exception is replaced by ours.
+                unsafe { (py.PyErr_Clear)() };
+            }
+            wrong_type(py, param, object)
+        }
+        (false, true) => err,
+        (false, false) => Error::new(err.kind, format!("parameter '{}': {}", param.name, err.fact())),
+    }
+}

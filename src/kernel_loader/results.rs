@@ -1,0 +1,51 @@
+//! A kernel's results as Python objects (the GIL held): none → None, one → itself, several → a
+//! tuple. A tensor comes back as the caller's type (`producers::to_py_like`: the first tensor
+//! argument's framework); what is not handed over is deleted once.
+
+use pyo3_ffi::PyObject;
+
+use crate::cpython::{Owned, Python};
+use crate::error::Result;
+use crate::kernels::Returned;
+use crate::producers::{self, Entry};
+
+pub fn to_py(py: Python<'_>, like: Option<Entry>, mut returned: Vec<Returned>) -> Result<*mut PyObject> {
+    match returned.len() {
+        0 => Ok(py.new_none()),
+        1 => one(py, like, returned.pop().expect("one result")),
+        n => {
+            // SAFETY: GIL held; a new tuple, whose unset items are NULL until filled.
+            let tuple = Owned::new(py, unsafe { (py.PyTuple_New)(n as _) });
+            let tuple = match tuple {
+                Ok(tuple) => tuple,
+                Err(err) => {
+                    returned.into_iter().for_each(Returned::discard);
+                    return Err(err);
+                }
+            };
+            let mut results = returned.into_iter().enumerate();
+            while let Some((i, result)) = results.next() {
+                match one(py, like, result) {
+                    // SAFETY: GIL held; i < n; the tuple steals the new reference.
+                    Ok(item) => unsafe { (py.PyTuple_SetItem)(tuple.as_ptr(), i as _, item) },
+                    Err(err) => {
+                        results.for_each(|(_, rest)| rest.discard());
+                        return Err(err);
+                    }
+                };
+            }
+            Ok(tuple.into_ptr())
+        }
+    }
+}
+
+/// One result as a new reference; a tensor is given up either way.
+fn one(py: Python<'_>, like: Option<Entry>, result: Returned) -> Result<*mut PyObject> {
+    match result {
+        Returned::Tensor(managed) => producers::to_py_like(py, like, managed),
+        Returned::Int(value) => py.new_int(value),
+        // SAFETY: GIL held.
+        Returned::Float(value) => py.check(unsafe { (py.PyFloat_FromDouble)(value) }),
+        Returned::Bool(value) => py.check(py.new_bool(value)),
+    }
+}

@@ -1,0 +1,212 @@
+//! One call of a kernel: what `DlpxCall*` points to. The kernel reads its arguments here, asks
+//! the caller's framework for outputs and its stream, returns results and reports its error;
+//! the caller then takes the results ([`Call::finish`]). Every output the kernel allocated and
+//! did not return is deleted once, whatever happened (`Drop`).
+//!
+//! The call is used by the one thread that runs the kernel, with or without the GIL: the
+//! environment (allocator, stream) is the caller's to make safe without it.
+
+use std::ffi::{c_char, c_void};
+use std::ptr::{self, NonNull};
+
+use super::library::Kernel;
+use super::value::{Returned, Value};
+use crate::abi::*;
+use crate::error::{c_text, Error, ErrorKind, Result};
+
+/// The caller's framework, as the kernel reaches it.
+pub struct Environment<'a> {
+    /// Its allocator (the first tensor argument's table's; dlpx's otherwise). Called with or
+    /// without the GIL, as DLPack allows.
+    pub allocator: DLPackManagedTensorAllocator,
+    /// Its current stream on a device (not asked for the CPU).
+    pub stream: &'a dyn Fn(DLDevice) -> Result<*mut c_void>,
+}
+
+pub struct Call<'a> {
+    pub kernel: &'static Kernel,
+    arguments: &'a [Value],
+    environment: Environment<'a>,
+    /// Tensors allocated through the call and not returned yet: the call owns them.
+    outputs: Vec<NonNull<DLManagedTensorVersioned>>,
+    results: Vec<Returned>,
+    /// The first error: the kernel's report, or a failed request of the kernel's.
+    error: Option<Error>,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(kernel: &'static Kernel, arguments: &'a [Value], environment: Environment<'a>) -> Self {
+        Call { kernel, arguments, environment, outputs: Vec::new(), results: Vec::new(), error: None }
+    }
+
+    /// Runs the kernel on this call (through `run`, which may release the GIL around it) and
+    /// gives its results, or its error, named after the kernel.
+    pub fn run(&mut self, run: impl FnOnce(&mut dyn FnMut() -> i32) -> i32) -> Result<Vec<Returned>> {
+        let function = self.kernel.function;
+        let this = (self as *mut Call<'a>).cast::<c_void>();
+        // SAFETY: the kernel's function gets the call it was exported to take; the call lives
+        // across it and no Rust reference to it is used meanwhile.
+        let status = run(&mut || unsafe { function(this) });
+        self.finish(status)
+    }
+
+    /// The results of a kernel that returned `status`: its error when it reported one or a
+    /// request failed (whatever it returned then), a RuntimeError when it returned non-zero
+    /// without one.
+    fn finish(&mut self, status: i32) -> Result<Vec<Returned>> {
+        if let Some(error) = self.error.take() {
+            return Err(error);
+        }
+        if status != 0 {
+            return Err(self.named(Error::runtime(format!(
+                "the kernel returned {status} without reporting an error (dlpx_call_error)"
+            ))));
+        }
+        Ok(std::mem::take(&mut self.results))
+    }
+
+    /// `err` named after the kernel: `dlpx: add: …`.
+    fn named(&self, err: Error) -> Error {
+        err.at(self.kernel.name)
+    }
+
+    /// Keeps the first error; a request that fails reports it here as well as returning it.
+    pub fn record(&mut self, err: Error) -> Error {
+        let err = self.named(err);
+        if self.error.is_none() {
+            self.error = Some(err.clone());
+        }
+        err
+    }
+
+    pub fn argument_count(&self) -> usize {
+        self.arguments.len()
+    }
+
+    /// Argument `index`; an IndexError beyond the last one (argument 9 of 3 is an error, never
+    /// a read past the end).
+    pub fn argument(&self, index: i64) -> Result<&Value> {
+        let n = self.arguments.len();
+        usize::try_from(index).ok().and_then(|i| self.arguments.get(i)).ok_or_else(|| {
+            Error::new(
+                ErrorKind::IndexError,
+                format!("argument {index} asked for; the call has {n} (0 to {})", n as i64 - 1),
+            )
+        })
+    }
+
+    /// A TypeError: argument `index` is not of the kind the kernel asked for.
+    pub fn wrong_kind(&self, index: i64, value: &Value, wanted: &str) -> Error {
+        let param = self.kernel.signature.param_of(index as usize, self.arguments.len()).map(|p| p.name.as_str());
+        Error::type_error(format!(
+            "argument {index} ('{}') is {}, not {wanted}",
+            param.unwrap_or("?"),
+            value.kind_name()
+        ))
+    }
+
+    /// Allocates an output in the caller's framework: owned by the call until the kernel
+    /// returns it, deleted with the call otherwise.
+    pub fn allocate(&mut self, device: DLDevice, dtype: DLDataType, shape: &[i64]) -> Result<*mut DLTensor> {
+        let allocator = self
+            .environment
+            .allocator
+            .ok_or_else(|| Error::not_implemented("the caller's framework has no allocator"))?;
+        let mut prototype = DLTensor {
+            data: ptr::null_mut(),
+            device,
+            ndim: shape.len() as i32,
+            dtype,
+            shape: shape.as_ptr().cast_mut(),
+            strides: ptr::null_mut(),
+            byte_offset: 0,
+        };
+        let mut reported: Option<Error> = None;
+        let mut out: *mut DLManagedTensorVersioned = ptr::null_mut();
+        // SAFETY: the allocator's contract: a prototype whose shape is `ndim` long, a writable out,
+        // and a SetError that records into `reported` (no Python: it may run without the GIL).
+        let status = unsafe {
+            allocator(&mut prototype, &mut out, (&mut reported as *mut Option<Error>).cast(), Some(reported_error))
+        };
+        match (status, NonNull::new(out)) {
+            (0, Some(managed)) => {
+                self.outputs.push(managed);
+                // SAFETY: a live managed tensor the call owns.
+                Ok(unsafe { &mut (*managed.as_ptr()).dl_tensor })
+            }
+            (0, None) => Err(Error::runtime("the caller's allocator gave no tensor")),
+            _ => Err(match reported {
+                // The allocator's message says what failed; the call names the kernel.
+                Some(err) => {
+                    let message = err.message();
+                    Error::new(err.kind, format!("output: {}", message.strip_prefix("dlpx: ").unwrap_or(&message)))
+                }
+                None => Error::memory("the caller's allocator failed without saying why"),
+            }),
+        }
+    }
+
+    /// The caller's current stream on `device` (NULL for the CPU, which has none to ask).
+    pub fn stream(&self, device: DLDevice) -> Result<*mut c_void> {
+        match device.device_type == DeviceType::CPU {
+            true => Ok(ptr::null_mut()),
+            false => (self.environment.stream)(device),
+        }
+    }
+
+    /// Returns `output`, a tensor this call allocated, as the next result.
+    pub fn return_tensor(&mut self, output: *const DLTensor) -> Result<()> {
+        // SAFETY: only the address is compared; the outputs are live.
+        let index = self.outputs.iter().position(|m| unsafe { ptr::addr_of!((*m.as_ptr()).dl_tensor) } == output);
+        let Some(index) = index else {
+            return Err(Error::value(
+                "returned a tensor this call did not allocate, or returned it twice (dlpx_call_allocate gives outputs)",
+            ));
+        };
+        let managed = self.outputs.swap_remove(index);
+        self.results.push(Returned::Tensor(managed));
+        Ok(())
+    }
+
+    /// Returns a scalar as the next result.
+    pub fn return_scalar(&mut self, value: Returned) {
+        self.results.push(value);
+    }
+
+    /// The kernel's own error: `kind` a Python exception name (one dlpx does not know arrives as
+    /// RuntimeError, its name kept in the message).
+    pub fn report(&mut self, kind: &str, message: &str) {
+        let err = match ErrorKind::from_name(kind) {
+            Some(kind) => Error::new(kind, message),
+            None => Error::runtime(format!("{kind}: {message}")),
+        };
+        self.record(err);
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if self.outputs.is_empty() && self.results.is_empty() {
+            return;
+        }
+        for managed in self.outputs.drain(..) {
+            // SAFETY: outputs the call owns, never handed out; each is deleted once.
+            unsafe { crate::tensor::delete_managed(managed) };
+        }
+        for result in self.results.drain(..) {
+            result.discard();
+        }
+    }
+}
+
+/// The `SetError` the call gives the allocator: the error goes into the call's slot.
+unsafe extern "C" fn reported_error(context: *mut c_void, kind: *const c_char, message: *const c_char) {
+    crate::error::guard("allocate", || {
+        // SAFETY: the allocator passes NUL-terminated strings (or NULL), valid for the call.
+        let (kind, message) = unsafe { (c_text(kind), c_text(message)) };
+        let kind = ErrorKind::from_name(&kind).unwrap_or(ErrorKind::RuntimeError);
+        // SAFETY: `context` is the `Option<Error>` `Call::allocate` passed, live for the call.
+        let slot = unsafe { &mut *context.cast::<Option<Error>>() };
+        slot.get_or_insert(Error::verbatim(kind, message));
+    });
+}

@@ -1,0 +1,185 @@
+//! Opening a kernel library: `dlopen` once per file, the anchor kernel.h defines, the ABI
+//! version, every export's name and signature read and checked. A library stays loaded for the
+//! process (its functions and strings are `'static` from then on), and opening it again, by any
+//! path, gives the same [`Library`].
+
+use std::ffi::{c_void, CStr, CString};
+use std::sync::Mutex;
+
+use super::export::{Anchor, KernelExport, KernelFunction, ANCHOR, KERNEL_ABI_VERSION, KERNEL_FLAG_SHORT};
+use super::signature::{self, Signature};
+use crate::error::{Error, ErrorKind, Result};
+
+/// One exported kernel.
+pub struct Kernel {
+    /// Its name, as exported (messages start with it: `dlpx: add: …`).
+    pub name: &'static str,
+    pub signature: Signature,
+    /// The typed signature line, a blank line and the doc (`dlpx_kernel_signature`, `__doc__`).
+    pub described: CString,
+    pub function: KernelFunction,
+    /// `DLPX_EXPORT_KERNEL_SHORT`: the call keeps the GIL.
+    pub short: bool,
+}
+
+/// A loaded kernel library.
+pub struct Library {
+    /// The path it was first opened by.
+    pub path: String,
+    /// `dlopen`'s handle: the identity of the file, whatever path names it.
+    handle: usize,
+    /// In the order the library lists them.
+    pub kernels: Vec<Kernel>,
+}
+
+impl Library {
+    pub fn kernel(&self, name: &str) -> Option<&Kernel> {
+        self.kernels.iter().find(|k| k.name == name)
+    }
+}
+
+/// Every library opened, for the process (the `Box`es are never freed: their kernels are
+/// `'static`).
+static LIBRARIES: Mutex<Vec<&'static Library>> = Mutex::new(Vec::new());
+
+/// The kernel library at `path`, opened once for the process. OSError where `dlopen` refuses the
+/// path; ImportError where the library holds no dlpx kernels, or kernels this libdlpx cannot read
+/// (a newer kernel ABI, a bad signature). Errors name the path.
+pub fn open(path: &str) -> Result<&'static Library> {
+    let c_path = CString::new(path).map_err(|_| Error::value(format!("{path:?}: a path with a NUL byte")))?;
+    // No lock is held while the library's constructors run: they may call into dlpx.
+    // SAFETY: a NUL-terminated path; dlopen runs the library's constructors (kernel.h's link the
+    // exports into the library's list).
+    let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        return Err(Error::new(ErrorKind::OSError, format!("cannot load {path}: {}", dl_error())));
+    }
+    if let Some(known) = find(handle) {
+        close(handle); // the first open's reference keeps it loaded
+        return Ok(known);
+    }
+    let kernels = match read(handle, path) {
+        Ok(kernels) => kernels,
+        Err(err) => {
+            close(handle);
+            return Err(err);
+        }
+    };
+    let mut libraries = LIBRARIES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(known) = libraries.iter().find(|l| l.handle == handle as usize) {
+        // Another thread opened it meanwhile.
+        close(handle);
+        return Ok(known);
+    }
+    let library: &'static Library =
+        Box::leak(Box::new(Library { path: path.to_string(), handle: handle as usize, kernels }));
+    libraries.push(library);
+    Ok(library)
+}
+
+fn find(handle: *mut c_void) -> Option<&'static Library> {
+    let libraries = LIBRARIES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    libraries.iter().find(|l| l.handle == handle as usize).copied()
+}
+
+fn close(handle: *mut c_void) {
+    // SAFETY: a handle dlopen returned, closed once for that open.
+    unsafe { libc::dlclose(handle) };
+}
+
+/// `dlerror()`'s message.
+fn dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated message owned by libc.
+    let message = unsafe { libc::dlerror() };
+    match message.is_null() {
+        true => "unknown dlopen error".to_string(),
+        // SAFETY: non-NULL and NUL-terminated.
+        false => unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned(),
+    }
+}
+
+/// The library's kernels, each export read and checked.
+fn read(handle: *mut c_void, path: &str) -> Result<Vec<Kernel>> {
+    let import = |fact: String| Error::new(ErrorKind::ImportError, format!("{path}: {fact}"));
+    // SAFETY: a live handle and a NUL-terminated name.
+    let anchor = unsafe { libc::dlsym(handle, ANCHOR.as_ptr()) };
+    if anchor.is_null() {
+        return Err(import(
+            "holds no dlpx kernels (no dlpx_kernel_library: build it with <dlpx/kernel.h> and DLPX_EXPORT_KERNEL)"
+                .into(),
+        ));
+    }
+    // SAFETY: kernel.h defines the anchor with this type; it returns a pointer to the library's
+    // record, in the library's static storage.
+    let record = unsafe { std::mem::transmute::<*mut c_void, Anchor>(anchor)() };
+    // SAFETY: the record's first field is its ABI version in every version of kernel.h.
+    let version = unsafe { record.as_ref() }.map(|r| r.abi_version);
+    match version {
+        None | Some(0) => return Err(import("its dlpx_kernel_library() returns no record".into())),
+        Some(v) if v > KERNEL_ABI_VERSION => return Err(newer(path, v)),
+        Some(_) => {}
+    }
+    let mut kernels: Vec<Kernel> = Vec::new();
+    // SAFETY: a version-1 record (checked above): `first` heads a NULL-terminated list of exports
+    // in the library's static storage.
+    let mut next = unsafe { (*record).first };
+    while !next.is_null() {
+        // SAFETY: a live export of the library's list.
+        let export = unsafe { &*next };
+        let kernel = kernel_of(export, path)?;
+        if kernels.iter().any(|k| k.name == kernel.name) {
+            return Err(import(format!("two kernels are named '{}'", kernel.name)));
+        }
+        if kernels.len() > 100_000 {
+            return Err(import("its list of kernels does not end".into()));
+        }
+        kernels.push(kernel);
+        next = export.next;
+    }
+    if kernels.is_empty() {
+        return Err(import("holds no dlpx kernels (it includes <dlpx/kernel.h> but exports none)".into()));
+    }
+    // The constructors link each new export in front: the list runs backwards.
+    kernels.reverse();
+    Ok(kernels)
+}
+
+/// A library, or one export of it, built for a kernel ABI newer than this libdlpx reads.
+fn newer(path: &str, version: u32) -> Error {
+    Error::new(
+        ErrorKind::ImportError,
+        format!(
+            "{path} was built for dlpx kernel ABI {version}; this libdlpx ({}) reads kernel ABI {KERNEL_ABI_VERSION} and older: upgrade dlpx",
+            env!("CARGO_PKG_VERSION")
+        ),
+    )
+}
+
+fn kernel_of(export: &KernelExport, path: &str) -> Result<Kernel> {
+    if export.abi_version > KERNEL_ABI_VERSION {
+        return Err(newer(path, export.abi_version));
+    }
+    let import = |fact: String| Error::new(ErrorKind::ImportError, format!("{path}: {fact}"));
+    let text = |p: *const std::ffi::c_char, what: &str| -> Result<&'static str> {
+        if p.is_null() {
+            return Err(import(format!("an export's {what} is NULL")));
+        }
+        // SAFETY: NUL-terminated strings in the library's static storage, which stays loaded
+        // for the process.
+        let text: &'static CStr = unsafe { CStr::from_ptr(p) };
+        text.to_str().map_err(|_| import(format!("an export's {what} is not UTF-8")))
+    };
+    let name = text(export.name, "name")?;
+    let signature = signature::parse(text(export.signature, "signature")?)
+        .map_err(|err| import(format!("kernel '{name}': signature: {err}")))?;
+    if signature.name != name {
+        return Err(import(format!("kernel '{name}': its signature names '{}'", signature.name)));
+    }
+    let function = export.function.ok_or_else(|| import(format!("kernel '{name}': its function is NULL")))?;
+    let described = match signature.doc.is_empty() {
+        true => signature.typed.clone(),
+        false => format!("{}\n\n{}", signature.typed, signature.doc),
+    };
+    let described = CString::new(described).map_err(|_| import(format!("kernel '{name}': a NUL in its doc")))?;
+    Ok(Kernel { name, signature, described, function, short: export.flags & KERNEL_FLAG_SHORT != 0 })
+}

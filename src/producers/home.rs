@@ -1,0 +1,86 @@
+//! The way back: a tensor dlpx holds (a kernel's output) as an object of the producer's own
+//! type. A row whose producer publishes a table uses the table's `to_py` (torch in →
+//! `torch.Tensor` out); a row without one names its producer's `from_dlpack` here, found in the
+//! producer's loaded module once and kept, and gets the `dlpx.Tensor` it would give otherwise
+//! turned into the producer's type by it (numpy in → `numpy.ndarray` out). Rows that name none
+//! (capsules, any `__dlpack__`, the older protocols) give the `dlpx.Tensor`.
+
+use std::ffi::CStr;
+use std::ptr::{self, NonNull};
+
+use pyo3_ffi::PyObject;
+
+use super::discovered::Discovered;
+use super::Entry;
+use crate::abi::*;
+use crate::cpython::{attribute, Owned, Python};
+use crate::error::{Error, Result};
+use crate::tensor_type;
+
+/// A producer's `from_dlpack`, in the module that has it.
+pub struct Home {
+    module: &'static CStr,
+    function: Discovered<NonNull<PyObject>>,
+}
+
+impl Home {
+    pub const fn new(module: &'static CStr) -> Home {
+        Home { module, function: Discovered::new(module, &[]) }
+    }
+
+    /// `module.from_dlpack`, once the module is loaded (kept for the process).
+    fn function(&self, py: Python<'_>) -> Result<NonNull<PyObject>> {
+        let found = self.function.get_or_find(py, |py, module| {
+            attribute(py, module.as_ptr(), c"from_dlpack").and_then(|f| NonNull::new(f.into_ptr()))
+        });
+        found.ok_or_else(|| {
+            Error::runtime(format!(
+                "{}.from_dlpack is not there (is {} imported?)",
+                self.module.to_string_lossy(),
+                self.module.to_string_lossy()
+            ))
+        })
+    }
+}
+
+/// `managed` (owned by the caller, who gives it up here, on success and on failure alike) as an
+/// object of the framework of `like`, the entry of the caller's first tensor argument: its
+/// table's `to_py`, else its producer's `from_dlpack` of a `dlpx.Tensor`, else the
+/// `dlpx.Tensor` (also without `like`).
+pub fn to_py_like(
+    py: Python<'_>,
+    like: Option<Entry>,
+    managed: NonNull<DLManagedTensorVersioned>,
+) -> Result<*mut PyObject> {
+    let table = match like {
+        Some(entry) if entry.row.synthetic.is_none() => entry.table,
+        _ => tensor_type::own_table().ok_or_else(tensor_type::not_initialised)?,
+    };
+    let to_py = table.managed_tensor_to_py_object_no_sync;
+    let mut object: *mut std::ffi::c_void = ptr::null_mut();
+    // SAFETY: the table's contract: the GIL held (the token); `managed` moves only on success.
+    let status = to_py.map_or(-1, |to_py| unsafe { to_py(managed.as_ptr(), &mut object) });
+    if status != 0 {
+        // R4: a failed `to_py` leaves the tensor with the caller, here.
+        // SAFETY: still owned here; deleted once.
+        unsafe { crate::tensor::delete_managed(managed) };
+        return Err(match to_py {
+            Some(_) => Error::python_pending(),
+            None => Error::buffer("the producer's table has no managed_tensor_to_py_object_no_sync"),
+        });
+    }
+    let object = Owned::new(py, object.cast())?;
+    match like.and_then(|entry| entry.row.home) {
+        Some(home) if like.is_some_and(|entry| entry.row.synthetic.is_some()) => {
+            let function = home.function(py)?;
+            // SAFETY: GIL held; a 1-tuple that steals a new reference to the tensor; the call
+            // returns a new reference or NULL with an exception set.
+            unsafe {
+                let args = Owned::new(py, (py.PyTuple_New)(1))?;
+                (py.PyTuple_SetItem)(args.as_ptr(), 0, object.clone_ref().into_ptr());
+                Owned::new(py, (py.PyObject_CallObject)(function.as_ptr(), args.as_ptr())).map(Owned::into_ptr)
+            }
+        }
+        _ => Ok(object.into_ptr()),
+    }
+}
