@@ -47,7 +47,7 @@ def viewed(a) -> dict:
     assert view_of(a, ctypes.byref(view)) == 0
     try:
         info = {k: v for k, v in abi.describe(view.tensor).items() if k in FIELDS}
-        return info | {"read_only": bool(view.owner.contents.flags & abi.FLAG_READ_ONLY)}
+        return info | {"read_only": bool(abi.versioned_at(view.owner).flags & abi.FLAG_READ_ONLY)}
     finally:
         view_release(ctypes.byref(view))
 

@@ -16,10 +16,10 @@ tvm_ffi = pytest.importorskip("tvm_ffi")
 
 import dlpack_abi as abi
 import dlpx
+from dlpx.conform.abi import DlpxTensorView
 
 
-class TensorView(ctypes.Structure):
-    _fields_ = [("tensor", abi.DLTensor), ("owner", ctypes.POINTER(abi.DLManagedTensorVersioned))]
+TensorView = DlpxTensorView  # dlpx.h's struct, read the one way (dlpx.conform.abi)
 
 
 # PyDLL: the GIL stays held across each call, as the kernel API requires.
@@ -48,7 +48,7 @@ def viewed(obj) -> dict:
     assert view_of(obj, ctypes.byref(view)) == 0
     try:
         info = abi.describe(view.tensor)
-        info["flags"] = view.owner.contents.flags if view.owner else None
+        info["flags"] = abi.versioned_at(view.owner).flags if view.owner else None
         return info
     finally:
         view_release(ctypes.byref(view))
@@ -175,7 +175,7 @@ def test_a_table_less_producers_view_is_its_own_tensor_released_once():
     # The owner is the producer's managed tensor itself: its deleter is numpy's, not dlpx's.
     dlpx_owned = TensorView()
     assert view_of(np.zeros(1), ctypes.byref(dlpx_owned)) == 0
-    assert view.owner.contents.deleter != dlpx_owned.owner.contents.deleter
+    assert abi.versioned_at(view.owner).deleter != abi.versioned_at(dlpx_owned.owner).deleter
     view_release(ctypes.byref(dlpx_owned))
     view_release(ctypes.byref(view))
     assert not view.owner

@@ -16,6 +16,7 @@ import pytest
 
 import dlpack_abi as abi
 import dlpx
+from dlpx.conform.abi import DlpxTensorView
 import report_tables
 from faithful_catalogue import cases, raw_bytes
 
@@ -26,7 +27,7 @@ _LIB.dlpx_import.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p)]
 _LIB.dlpx_import.restype = ctypes.c_int
 
 
-View = abi.DlpxTensorView
+View = DlpxTensorView
 
 
 _LIB.dlpx_view_of.argtypes = [ctypes.py_object, ctypes.POINTER(View)]
