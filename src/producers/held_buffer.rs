@@ -95,7 +95,11 @@ impl<'py> HeldView<'py> {
     /// `tensor.data` points into the view's memory; `tensor.ndim <= MAX_NDIM` and its dimensions
     /// were written to [`HeldView::parts`]' dimensions.
     /// A layout whose byte offsets overflow is refused (`validate::check_made`), the view released.
-    pub unsafe fn into_managed(mut self, tensor: DLTensor, readonly: bool) -> Result<NonNull<DLManagedTensorVersioned>> {
+    pub unsafe fn into_managed(
+        mut self,
+        tensor: DLTensor,
+        readonly: bool,
+    ) -> Result<NonNull<DLManagedTensorVersioned>> {
         let ndim = tensor.ndim as usize;
         debug_assert!(ndim <= MAX_NDIM);
         let shape = self.parts().1.as_mut_ptr();

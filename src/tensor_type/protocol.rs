@@ -15,7 +15,8 @@ use crate::devices;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-pub(super) const DLPACK_DOC: &CStr = c"__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None, read_only=False)
+pub(super) const DLPACK_DOC: &CStr =
+    c"__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None, read_only=False)
 
 Exports the tensor as a DLPack capsule: 'dltensor_versioned' (DLPack 1.3) when max_version
 has major >= 1, the legacy 'dltensor' otherwise. dl_device=(1, 0) asks for CPU memory;
