@@ -4,6 +4,7 @@
 
 use std::ffi::CStr;
 
+use super::served::Served;
 use super::Reading;
 use crate::abi::*;
 use crate::cpython::{attribute, imported_module, GilVar, Python};
@@ -35,11 +36,19 @@ pub struct Guard {
     /// Versions the read was tested on (`"2.4"` covers 2.4 and 2.4.x, not 2.40).
     tested: &'static [&'static str],
     state: GilVar<State>,
+    /// The calls the read answered (`dlpx._native._served`).
+    served: Served,
 }
 
 impl Guard {
     pub const fn new(row: &'static str, module: &'static CStr, tested: &'static [&'static str]) -> Guard {
-        Guard { row, module, tested, state: GilVar::new(State::Unknown) }
+        Guard { row, module, tested, state: GilVar::new(State::Unknown), served: Served::of(row) }
+    }
+
+    /// The read answered a call: its reading is handed out.
+    #[inline(always)]
+    pub fn served(&self, py: Python<'_>) {
+        self.served.count(py)
     }
 
     #[inline]
@@ -119,6 +128,9 @@ impl Guard {
         };
         // SAFETY: two live managed tensors of major 1, checked on their way out.
         let agree = unsafe { same_tensor(ours.as_ref(), theirs.as_ref(), legacy) };
+        if agree {
+            self.served(py);
+        }
         self.verdict(py, agree);
         // Agreed, the read is the answer (it knows what a legacy capsule cannot say: whether the
         // array is writable), as it is for every later object.

@@ -23,6 +23,7 @@ mod numpy;
 mod own;
 mod read;
 mod reading;
+mod served;
 mod synthetic;
 mod table;
 mod torch;
@@ -37,6 +38,7 @@ pub use faithful::{Suspect, Suspicion};
 pub use guard::Guard;
 pub use read::{import, managed, view, view_in_place};
 pub use reading::Reading;
+pub use served::{counted, served};
 pub use table::published_head;
 
 use crate::abi::*;

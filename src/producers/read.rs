@@ -126,7 +126,12 @@ fn read<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Result<Rea
         (Reading::Uncovered, _, _) | (_, true, _) | (_, _, Some(_)) => {
             faithful::answer(py, object, entry, ask, first_use, ours, suspicion)
         }
-        _ => Ok(ours),
+        _ => {
+            if let Some(guard) = row.guard {
+                guard.served(py);
+            }
+            Ok(ours)
+        }
     }
 }
 

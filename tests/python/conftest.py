@@ -22,7 +22,24 @@ if _HERE not in sys.path:
 import pytest  # noqa: E402
 
 import dlpack_abi  # noqa: E402
+import direct_reads  # noqa: E402
 import report_tables  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "direct_read(row): the test proves that the row's direct read served its calls "
+        "(direct_reads.py); expected to fail where DLPX_DIRECT_OFF switches the row off")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that proves a direct read serves is expected to fail with that read switched off."""
+    for item in items:
+        for mark in item.iter_markers("direct_read"):
+            row = mark.args[0]
+            if direct_reads.off(row):
+                reason = f"DLPX_DIRECT_OFF switches the {row} direct read off; this test proves it serves"
+                item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 def pytest_terminal_summary(terminalreporter):

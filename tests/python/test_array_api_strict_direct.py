@@ -18,6 +18,7 @@ from array_api_strict._array_object import Array  # noqa: E402
 
 import dlpack_abi as abi  # noqa: E402
 import dlpx  # noqa: E402
+from direct_reads import serves  # noqa: E402
 from test_consumer_fast_paths import TensorView, view_of, view_release  # noqa: E402
 
 ARRAYS = {
@@ -52,11 +53,14 @@ def viewed(a) -> dict:
         view_release(ctypes.byref(view))
 
 
+@pytest.mark.direct_read("array_api_strict")
 @pytest.mark.parametrize("make", ARRAYS.values(), ids=ARRAYS.keys())
 @pytest.mark.parametrize("read", [imported, viewed], ids=["from_dlpack", "view"])
 def test_an_array_is_the_tensor_its_own_export_describes(make, read):
     a = make()
-    assert read(a) == its_own(a)
+    with serves("array_api_strict", calls=1):
+        got = read(a)
+    assert got == its_own(a)
 
 
 class Counting:
@@ -73,6 +77,7 @@ class Counting:
         monkeypatch.setattr(Array, "__dlpack__", counted)
 
 
+@pytest.mark.direct_read("array_api_strict")
 @pytest.mark.parametrize("read", [imported, viewed], ids=["from_dlpack", "view"])
 def test_a_cpu_array_is_read_without_its_dlpack(monkeypatch, read):
     a = xp.arange(8.0)
@@ -91,6 +96,7 @@ def test_an_array_on_a_make_believe_device_gets_its_own_dlpack(monkeypatch, read
     assert counts.calls == 1
 
 
+@pytest.mark.direct_read("array_api_strict")
 def test_an_older_api_version_gets_its_own_refusal_and_a_newer_one_the_path_again(monkeypatch):
     a = xp.arange(4.0)
     dlpx.from_dlpack(a)

@@ -19,6 +19,7 @@ from jax._src.lib import _jax  # noqa: E402
 
 import dlpack_abi as abi  # noqa: E402
 import dlpx  # noqa: E402
+from direct_reads import serves  # noqa: E402
 from test_consumer_fast_paths import TensorView, view_of, view_release  # noqa: E402
 
 ARRAYS = {
@@ -56,11 +57,14 @@ def viewed(x) -> dict:
         view_release(ctypes.byref(view))
 
 
+@pytest.mark.direct_read("jax")
 @pytest.mark.parametrize("make", ARRAYS.values(), ids=ARRAYS.keys())
 @pytest.mark.parametrize("read", [imported, viewed], ids=["from_dlpack", "view"])
 def test_a_jax_array_is_the_tensor_jaxs_own_export_describes(make, read):
     x = make()
-    assert read(x) == jaxs_own(x)
+    with serves("jax", calls=1):
+        got = read(x)
+    assert got == jaxs_own(x)
 
 
 class Counting:
@@ -84,6 +88,7 @@ class Counting:
         monkeypatch.setattr(_jax.ArrayImpl, "__dlpack__", counted_dlpack)
 
 
+@pytest.mark.direct_read("jax")
 @pytest.mark.parametrize("read", [imported, viewed], ids=["from_dlpack", "view"])
 def test_a_one_device_array_is_exported_by_jaxlibs_function_not_by_dlpack(monkeypatch, read):
     x = jnp.arange(8.0)
