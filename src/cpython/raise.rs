@@ -65,3 +65,30 @@ pub fn attribute_error(py: Python<'_>, message: &str) -> Error {
     unsafe { (py.PyErr_SetString)(*class.cast::<*mut super::PyObject>(), text.as_ptr()) };
     Error::python_pending()
 }
+
+/// Issues a RuntimeWarning with `message` (complete, `dlpx:` and all), attributed to the caller's
+/// Python frame. Err where the warnings filter makes it an error (the exception is pending).
+pub fn warn(py: Python<'_>, message: &str) -> crate::error::Result<()> {
+    let Ok(class) = super::lookup("PyExc_RuntimeWarning\0") else { return Err(Error::runtime(message.to_string())) };
+    let Ok(text) = std::ffi::CString::new(message) else { return Err(Error::runtime(message.to_string())) };
+    // SAFETY: the symbol is a `PyObject*` variable the interpreter initialised; GIL held.
+    match unsafe { (py.PyErr_WarnEx)(*class.cast::<*mut super::PyObject>(), text.as_ptr(), 1) } {
+        0 => Ok(()),
+        _ => Err(Error::python_pending()),
+    }
+}
+
+/// The pending exception's text (`str()` of its value), the exception left pending.
+pub fn pending_text(py: Python<'_>) -> String {
+    // SAFETY: the token proves the GIL is held; the fetched references are restored (Restore
+    // steals them), the str made here released.
+    unsafe {
+        let (mut ty, mut value, mut tb) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        (py.PyErr_Fetch)(&mut ty, &mut value, &mut tb);
+        let text = if value.is_null() { None } else { Owned::new(py, (py.PyObject_Str)(value)).ok() };
+        let text = text.and_then(|t| py.str_value(t.as_ptr(), "exception").ok()).unwrap_or_default();
+        (py.PyErr_Clear)();
+        (py.PyErr_Restore)(ty, value, tb);
+        text
+    }
+}

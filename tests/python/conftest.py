@@ -13,6 +13,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # that check (a lying producer turns a read off) run whatever versions are installed
 # (docs/design.md, "A guard per direct read"; test_producer_seam.py covers the tested-version way).
 os.environ.setdefault("DLPX_DIRECT_VERIFY", "all")
+# ... and a check that finds a difference is an error, not a warning and a quiet fallback: a direct
+# read that disagrees with its producer fails the suite (subprocesses inherit it).
+os.environ.setdefault("DLPX_DIRECT_STRICT", "1")
 
 # Make the helper module importable whatever pytest's import mode is.
 _HERE = os.path.dirname(os.path.abspath(__file__))

@@ -4,10 +4,16 @@ and `dlpx_read_view_of`, the row's synthetic table — answers a numpy, tvm_ffi,
 array_api_strict object through that row's read, and a torch tensor's checks through torch's
 native functions, one served call per call (`dlpx._native._served`). These
 fail where a row is switched off or falls back to `__dlpack__`, which the value tests would not
-notice."""
+notice. A first-use check that disagrees is a RuntimeWarning naming
+the producer, its version and the difference (an error under DLPX_DIRECT_STRICT, which the
+suite sets)."""
 
 import ctypes
+import os
+import subprocess
+import sys
 import sysconfig
+import textwrap
 import threading
 
 import numpy as np
@@ -131,3 +137,56 @@ def test_the_count_is_the_processs_under_the_gil_and_the_threads_own_without():
 def test_an_unknown_row_is_a_value_error_naming_the_counted_ones():
     with pytest.raises(ValueError, match=r"^dlpx: _served: no direct read named 'table' is counted \(these are: numpy, tvm_ffi, jax, array_api_strict, torch\)$"):
         served("table")
+
+
+# ---- what a disagreement says (each in a fresh process) ------------------------------------------
+
+
+def fresh(code: str, env: dict) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DLPX_DIRECT")} | env
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+# array_api_strict's `__dlpack__` is Python: it can be made to lie, as a release that changed what
+# it exports would. The first-use check is asked for (its version is a tested one).
+LYING = """
+    import warnings, numpy as np, array_api_strict as xp, dlpx
+    from array_api_strict._array_object import Array
+    other, calls = np.full(4, 7.0), []
+    def lying(self, **kwargs):
+        calls.append(1)
+        return other.__dlpack__(**kwargs)
+    Array.__dlpack__ = lying
+    warnings.simplefilter("always")
+    for _ in range(3):
+        try:
+            print(np.from_dlpack(dlpx.from_dlpack(xp.arange(4.0))).tolist())
+        except RuntimeError as e:
+            print("error:", e)
+    print("served:", dlpx._native._served("array_api_strict"), "calls:", len(calls))
+"""
+
+
+def test_a_disagreement_warns_once_naming_the_producer_its_version_and_the_difference():
+    xp = pytest.importorskip("array_api_strict")
+    result = fresh(LYING, {"DLPX_DIRECT_VERIFY": "array_api_strict"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    # `__dlpack__`'s answer is the answer: once to check, then once for each later import.
+    assert result.stdout.splitlines() == ["[7.0, 7.0, 7.0, 7.0]"] * 3 + ["served: 0 calls: 3"]
+    warnings = [line for line in result.stderr.splitlines() if "RuntimeWarning" in line]
+    assert len(warnings) == 1, result.stderr
+    assert (f"dlpx: the array_api_strict direct read disagrees with array_api_strict {xp.__version__}'s own "
+            "__dlpack__: data 0x") in warnings[0]
+
+
+def test_under_strict_every_object_of_a_read_that_disagrees_is_an_error():
+    pytest.importorskip("array_api_strict")
+    result = fresh(LYING, {"DLPX_DIRECT_VERIFY": "array_api_strict", "DLPX_DIRECT_STRICT": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    # Every import is checked again, and refused again.
+    assert len(lines) == 4 and lines[-1] == "served: 0 calls: 3", result.stdout
+    assert all(line.startswith("error: dlpx: from_dlpack: the array_api_strict direct read disagrees") and
+               line.endswith("(DLPX_DIRECT_STRICT is set)") for line in lines[:3]), result.stdout
+    assert "RuntimeWarning" not in result.stderr
