@@ -183,4 +183,11 @@ pub trait Producer: Sync {
     /// ask the producer for what `ask.request` wants (the `dlpack` row passes it to
     /// `__dlpack__`); the seam serves the rest.
     fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py>;
+
+    /// What stands between an object and a crash in the producer's own `__dlpack__`, checked
+    /// where the row's read is switched off (`DLPX_DIRECT_OFF`) and `__dlpack__` answers: a
+    /// refusal of what it would crash on (tvm_ffi's moved-out wrapper). Nothing by default.
+    fn refuse_before_dlpack(&self, _py: Python<'_>, _object: *mut PyObject) -> Result<()> {
+        Ok(())
+    }
 }

@@ -109,7 +109,7 @@ fn read<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Result<Rea
     let state = row.guard.map_or(State::Trusted, |guard| guard.state(py));
     let ours = match state {
         State::Trusted => row.producer.read(py, object, entry, ask)?,
-        State::Off => Reading::Uncovered,
+        State::Off => row.producer.refuse_before_dlpack(py, object).map(|()| Reading::Uncovered)?,
         // The first-use check holds an owner against the one `__dlpack__` exports.
         State::Unknown | State::Unverified => row.producer.read(py, object, entry, Ask::MANAGED)?,
     };

@@ -4,7 +4,8 @@ and `dlpx_read_view_of`, the row's synthetic table — answers a numpy, tvm_ffi,
 array_api_strict object through that row's read, and a torch tensor's checks through torch's
 native functions, one served call per call (`dlpx._native._served`). These
 fail where a row is switched off or falls back to `__dlpack__`, which the value tests would not
-notice. A first-use check that disagrees is a RuntimeWarning naming
+notice. With a row off, the producer's own crash guards stay: a tvm_ffi wrapper whose handle
+moved out is still a BufferError. A first-use check that disagrees is a RuntimeWarning naming
 the producer, its version and the difference (an error under DLPX_DIRECT_STRICT, which the
 suite sets)."""
 
@@ -139,13 +140,40 @@ def test_an_unknown_row_is_a_value_error_naming_the_counted_ones():
         served("table")
 
 
-# ---- what a disagreement says (each in a fresh process) ------------------------------------------
+# ---- what a row switched off keeps, what a disagreement says (each in a fresh process) ----------
 
 
 def fresh(code: str, env: dict) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DLPX_DIRECT")} | env
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
                           timeout=300)
+
+
+def test_a_moved_out_tvm_ffi_wrapper_is_a_buffer_error_with_the_row_off():
+    # tvm_ffi's own __dlpack__ dereferences the NULL handle: with the read off, the handle check
+    # stays (through tvm_ffi's __chandle__()) and no call reaches it.
+    pytest.importorskip("tvm_ffi")
+    result = fresh(
+        """
+        import ctypes, numpy as np, tvm_ffi, dlpx
+        from dlpx.conform.abi import DlpxTensorView
+        t = tvm_ffi.from_dlpack(np.arange(4, dtype=np.float32))
+        other = tvm_ffi.core.Tensor.__new__(tvm_ffi.core.Tensor)
+        other.__move_handle_from__(t)
+        lib = ctypes.PyDLL(dlpx.library_path())
+        lib.dlpx_view_of.argtypes = [ctypes.py_object, ctypes.POINTER(DlpxTensorView)]
+        for read in (dlpx.from_dlpack, dlpx.Tensor, lambda t: lib.dlpx_view_of(t, ctypes.byref(DlpxTensorView()))):
+            try:
+                read(t)
+            except BufferError as e:
+                print("refused:", e)
+        print("served:", dlpx._native._served("tvm_ffi"))
+        """,
+        {"DLPX_DIRECT_OFF": "tvm_ffi"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("refused: dlpx:") == 3 and result.stdout.count("handle was moved out") == 3
+    assert "served: 0" in result.stdout
 
 
 # array_api_strict's `__dlpack__` is Python: it can be made to lie, as a release that changed what

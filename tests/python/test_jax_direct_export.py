@@ -127,9 +127,11 @@ def test_an_array_deleted_while_its_import_lives_leaves_the_import_valid(read):
 
 
 def fresh(code: str, *args: str, strict: bool = True) -> subprocess.Popen:
-    """`code` in a new interpreter with two CPU devices: the path's state is per process.
-    `strict=False`: a disagreement is the warning users get, not the suite's error."""
+    """`code` in a new interpreter with two CPU devices: the path's state is per process, and
+    starts on whatever rows the suite switched off. `strict=False`: a disagreement is the warning
+    users get, not the suite's error."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env.pop("DLPX_DIRECT_OFF", None)
     if not strict:
         env.pop("DLPX_DIRECT_STRICT", None)
     return subprocess.Popen(
