@@ -31,11 +31,15 @@ def make_torch(values, dtype):
 
 
 def make_jax(values, dtype):
+    import jax
     import jax.numpy as jnp
 
-    if dtype.endswith("64"):
-        pytest.skip("jax has no 64-bit dtypes unless jax_enable_x64 is set")
-    return jnp.asarray(values, dtype=dtype)
+    # jax makes 64-bit types 32-bit unless x64 is on: on only while this array is made (the
+    # array keeps its dtype after).
+    with jax.enable_x64(dtype.endswith("64")):
+        x = jnp.asarray(values, dtype=dtype)
+    assert x.dtype == dtype
+    return x
 
 
 def make_tvm_ffi(values, dtype):
