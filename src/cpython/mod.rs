@@ -34,7 +34,7 @@ pub use objects::{
     CStatic, FastCallKeywords, Interned, VectorcallMethod, METH_FASTCALL,
 };
 pub use owned::Owned;
-pub use raise::{attribute_error, take_pending, warn, Raise};
+pub use raise::{attribute_error, pending_text, take_pending, warn, Raise};
 pub use token::Python;
 
 use std::ffi::{c_char, c_int, c_long, c_longlong, c_ulonglong, c_void, CString};
@@ -92,6 +92,7 @@ python_api! {
         PyErr_Occurred: fn() -> *mut PyObject;
         PyErr_ExceptionMatches: fn(*mut PyObject) -> c_int;
         PyErr_Clear: fn() -> ();
+        PyErr_WarnEx: fn(*mut PyObject, *const c_char, Py_ssize_t) -> c_int;
         PyErr_Fetch: fn(*mut *mut PyObject, *mut *mut PyObject, *mut *mut PyObject) -> ();
         PyErr_Restore: fn(*mut PyObject, *mut PyObject, *mut PyObject) -> ();
         PyType_FromSpecWithBases: fn(*mut PyType_Spec, *mut PyObject) -> *mut PyObject;
@@ -149,7 +150,6 @@ python_api! {
         PyBuffer_ToContiguous: fn(*mut c_void, *const buffer::PyBuffer, Py_ssize_t, c_char) -> c_int;
         PyObject_Init: fn(*mut PyObject, *mut PyTypeObject) -> *mut PyObject;
         PyObject_ClearWeakRefs: fn(*mut PyObject) -> ();
-        PyErr_WarnEx: fn(*mut PyObject, *const c_char, Py_ssize_t) -> c_int;
         PyDict_GetItemWithError: fn(*mut PyObject, *mut PyObject) -> *mut PyObject;
         PyUnicode_AsUTF8AndSize: fn(*mut PyObject, *mut Py_ssize_t) -> *const c_char;
         PyFloat_AsDouble: fn(*mut PyObject) -> f64;

@@ -66,15 +66,31 @@ pub fn attribute_error(py: Python<'_>, message: &str) -> Error {
     Error::python_pending()
 }
 
-/// Warns with `message` (complete, `dlpx:` and all) as `warnings.warn(message)` does: a
-/// UserWarning from the calling Python frame, shown or not as the warning filters say. An `Err`
-/// (the exception pending) where the filters make it an error.
-pub fn warn(py: Python<'_>, message: &str) -> Result<()> {
-    let class = super::lookup("PyExc_UserWarning\0").map_err(|_| Error::runtime(message.to_string()))?;
+/// Warns with `message` (complete, `dlpx:` and all) as `warnings.warn(message, category)` does:
+/// from the calling Python frame, shown or not as the warning filters say. `category` is the
+/// CPython symbol of the warning class (`"PyExc_UserWarning\0"`, `"PyExc_RuntimeWarning\0"`).
+/// An `Err` (the exception pending) where the filters make it an error.
+pub fn warn(py: Python<'_>, category: &'static str, message: &str) -> Result<()> {
+    let class = super::lookup(category).map_err(|_| Error::runtime(message.to_string()))?;
     let text = std::ffi::CString::new(message).map_err(|_| Error::runtime(message.to_string()))?;
     // SAFETY: the symbol is a `PyObject*` variable the interpreter initialised; GIL held.
     match unsafe { (py.PyErr_WarnEx)(*class.cast::<*mut super::PyObject>(), text.as_ptr(), 1) } {
         0 => Ok(()),
         _ => Err(Error::python_pending()),
+    }
+}
+
+/// The pending exception's text (`str()` of its value), the exception left pending.
+pub fn pending_text(py: Python<'_>) -> String {
+    // SAFETY: the token proves the GIL is held; the fetched references are restored (Restore
+    // steals them), the str made here released.
+    unsafe {
+        let (mut ty, mut value, mut tb) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        (py.PyErr_Fetch)(&mut ty, &mut value, &mut tb);
+        let text = if value.is_null() { None } else { Owned::new(py, (py.PyObject_Str)(value)).ok() };
+        let text = text.and_then(|t| py.str_value(t.as_ptr(), "exception").ok()).unwrap_or_default();
+        (py.PyErr_Clear)();
+        (py.PyErr_Restore)(ty, value, tb);
+        text
     }
 }

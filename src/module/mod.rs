@@ -25,11 +25,12 @@ use crate::tensor_type::{self, device_class};
 const MODULE_DOC: &CStr = c"Native core of dlpx (libdlpx.so loaded as a Python extension module).";
 
 // The module's definition: CPython keeps (and initialises) it for the life of the process.
-static METHODS: CStatic<[PyMethodDef; 15]> = CStatic::new([
+static METHODS: CStatic<[PyMethodDef; 16]> = CStatic::new([
     method_def!("empty", fastcall tensors::empty, c"empty($module, /, shape, dtype='float32', device='cpu')\n--\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
     method_def!("from_dlpack", fastcall tensors::from_dlpack, c"from_dlpack($module, x, /, *, device=None, copy=None)\n--\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
     method_def!("exchange_api_of", one tables::exchange_api_of, c"exchange_api_of($module, type_or_object, /)\n--\n\nThe DLPackExchangeAPI a C kernel uses for objects of this type: its own, or dlpx's synthetic one (a PyCapsule named 'dlpack_exchange_api')."),
     method_def!("_row_of", one tables::row_of, c"_row_of($module, type_or_object, /)\n--\n\nThe name of the importer row that reads objects of this type."),
+    method_def!("_served", one tables::served, c"_served($module, row, /)\n--\n\nThe calls the direct read named row (numpy, tvm_ffi, jax, array_api_strict; torch: its native checks) answered (by this thread, on a free-threaded interpreter)."),
     method_def!("exchange_api_info", one tables::exchange_api_info, c"exchange_api_info($module, type_or_object, /)\n--\n\nThe exchange table a type publishes (a dict: version, the prev_api chain, which entries are set), or None."),
     method_def!("_set_device_class", one device_class::set_device_class, c"_set_device_class($module, cls, /)\n--\n\nRegisters the class that Tensor.device returns."),
     method_def!("_parse_device" as "Device.parse", one device_class::parse, c"_parse_device($module, device, /)\n--\n\nThe device a device argument names (dlpx.Device.parse is this function)."),

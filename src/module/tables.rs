@@ -27,6 +27,20 @@ pub(super) fn row_of(py: Python<'_>, _module: *mut PyObject, object: *mut PyObje
     py.new_str(producers::row_name(py, object))
 }
 
+/// `_served(row)`: the calls the direct read named `row` served (this thread's, on a free-threaded
+/// interpreter; docs/design.md, "A guard per direct read"): what a test of a fast path asks to know
+/// that the path answered.
+pub(super) fn served(py: Python<'_>, _module: *mut PyObject, row: *mut PyObject) -> Result<*mut PyObject> {
+    let name = py.str_value(row, "row")?;
+    match producers::served(py, &name) {
+        Some(count) => py.new_uint(count),
+        None => Err(Error::value(format!(
+            "no direct read named '{name}' is counted (these are: {})",
+            producers::counted().join(", ")
+        ))),
+    }
+}
+
 /// `exchange_api_info(type_or_object)`.
 pub(super) fn exchange_api_info(
     py: Python<'_>,

@@ -78,7 +78,10 @@ pub fn answer<'py>(
         None => ours,
     };
     let asked = first_use || suspicion.is_none_or(|s| s.ask_producer);
-    let request = if first_use || suspicion.is_some() { Request::PLAIN } else { ask.request };
+    // A direct read's row serves a `device=` or `copy=` request itself, after the read: so does
+    // its fallback, whatever the producer's `__dlpack__` can do (tvm_ffi's cannot copy).
+    let plain = first_use || suspicion.is_some() || entry.row.guard.is_some();
+    let request = if plain { Request::PLAIN } else { ask.request };
     let theirs = if asked { dlpack_method::read(py, object, request) } else { Ok(Reading::Uncovered) };
     if first_use {
         let guard = entry.row.guard.expect("a first use is a guard's");

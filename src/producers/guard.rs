@@ -5,15 +5,19 @@
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::served::Served;
 use super::Reading;
 use crate::abi::*;
 use crate::cpython::{attribute, imported_module, GilVar, Python};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Turns direct reads off: `DLPX_DIRECT_OFF=numpy,jax` (row names) or `all`.
 pub const OFF_VARIABLE: &str = "DLPX_DIRECT_OFF";
 /// Makes tested versions take the first-use check too: row names or `all`.
 pub const VERIFY_VARIABLE: &str = "DLPX_DIRECT_VERIFY";
+/// Set (to anything): a first-use check that finds a difference is an error, not a warning
+/// (the test suite sets it, so a read that disagrees fails it).
+pub const STRICT_VARIABLE: &str = "DLPX_DIRECT_STRICT";
 
 /// What a guard knows of its read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,11 +40,19 @@ pub struct Guard {
     /// Versions the read was tested on (`"2.4"` covers 2.4 and 2.4.x, not 2.40).
     tested: &'static [&'static str],
     state: GilVar<State>,
+    /// The calls the read answered, per thread (`dlpx._native._served`).
+    served: Served,
 }
 
 impl Guard {
     pub const fn new(row: &'static str, module: &'static CStr, tested: &'static [&'static str]) -> Guard {
-        Guard { row, module, tested, state: GilVar::new(State::Unknown) }
+        Guard { row, module, tested, state: GilVar::new(State::Unknown), served: Served::of(row) }
+    }
+
+    /// The read answered a call: its reading is handed out.
+    #[inline(always)]
+    pub fn served(&self, py: Python<'_>) {
+        self.served.count(py)
     }
 
     #[inline]
@@ -77,12 +89,34 @@ impl Guard {
         py.str_value(version.as_ptr(), "__version__").ok()
     }
 
-    /// Records the first-use check's verdict: agreement trusts the read, a difference turns it
-    /// off for good (a later agreement cannot turn it back on).
-    fn verdict(&self, py: Python<'_>, agree: bool) {
-        if self.state.get(py) != State::Off {
-            self.state.set(py, if agree { State::Trusted } else { State::Off });
+    /// Records the first-use check's verdict: agreement trusts the read; a difference (what it
+    /// is) turns it off for good (a later agreement cannot turn it back on) and is said once, a
+    /// RuntimeWarning naming the producer, its version and the difference — or, under
+    /// `DLPX_DIRECT_STRICT`, is an error that leaves the read undecided, so that every later
+    /// object is checked, and fails, again: a caller that swallows one error hides nothing.
+    fn verdict(&self, py: Python<'_>, difference: Option<String>) -> Result<()> {
+        match (self.state.get(py), difference) {
+            (State::Off, _) => Ok(()),
+            (_, None) => {
+                self.state.set(py, State::Trusted);
+                Ok(())
+            }
+            (_, Some(difference)) => self.disagreed(py, &difference),
         }
+    }
+
+    #[cold]
+    fn disagreed(&self, py: Python<'_>, difference: &str) -> Result<()> {
+        let version = self.version(py).unwrap_or_else(|| "(version unknown)".to_string());
+        let module = self.module.to_str().unwrap_or_default();
+        let fact =
+            format!("the {} direct read disagrees with {module} {version}'s own __dlpack__: {difference}", self.row);
+        if std::env::var_os(STRICT_VARIABLE).is_some() {
+            return Err(Error::runtime(format!("{fact} ({STRICT_VARIABLE} is set)")));
+        }
+        self.state.set(py, State::Off);
+        let message = format!("dlpx: {fact}; dlpx asks __dlpack__ for every such object from now on");
+        crate::cpython::warn(py, "PyExc_RuntimeWarning\0", &message)
     }
 
     /// The first-use check's verdict on `ours`, the row's reading of an object, held against
@@ -112,15 +146,41 @@ impl Guard {
         let (theirs, legacy) = match theirs {
             Ok(theirs) => theirs,
             Err(err) => {
-                self.verdict(py, false);
                 // SAFETY: ours, unused: its deleter runs once, here.
                 unsafe { crate::tensor::delete_managed(ours) };
-                return Err(err);
+                // The producer refuses what the read reads: a difference too. Its refusal stays
+                // the answer (its exception set aside while the difference is said), unless the
+                // difference is an error of its own (`DLPX_DIRECT_STRICT`).
+                let refusal = match err.is_python_pending() {
+                    true => crate::cpython::pending_text(py),
+                    false => err.message(),
+                };
+                let first = refusal.lines().next().unwrap_or_default();
+                let said = {
+                    let _aside = crate::cpython::ExceptionGuard::save_with_gil(py);
+                    self.verdict(py, Some(format!("it refuses what the direct read reads ({first})")))
+                };
+                return match said {
+                    Err(strict) if !strict.is_python_pending() => {
+                        // SAFETY: the token proves the GIL is held; the refusal gives way.
+                        unsafe { (py.PyErr_Clear)() };
+                        Err(strict)
+                    }
+                    _ => Err(err),
+                };
             }
         };
         // SAFETY: two live managed tensors of major 1, checked on their way out.
-        let agree = unsafe { same_tensor(ours.as_ref(), theirs.as_ref(), legacy) };
-        self.verdict(py, agree);
+        let difference = unsafe { difference(ours.as_ref(), theirs.as_ref(), legacy) };
+        let agree = difference.is_none();
+        if agree {
+            self.served(py);
+        }
+        if let Err(err) = self.verdict(py, difference) {
+            // SAFETY: both ours, unused: each deleter runs once, here.
+            unsafe { [ours, theirs].into_iter().for_each(|m| crate::tensor::delete_managed(m)) };
+            return Err(err);
+        }
         // Agreed, the read is the answer (it knows what a legacy capsule cannot say: whether the
         // array is writable), as it is for every later object.
         let (answer, unused) = if agree { (ours, theirs) } else { (theirs, ours) };
@@ -132,34 +192,60 @@ impl Guard {
     }
 }
 
-/// Whether two managed tensors describe the same memory the same way: the first-use check.
-/// Where `b` came from a legacy capsule, its read-only flag is an assumption (a legacy capsule
-/// cannot say), not a disagreement: numpy before 2.1 answers with one.
+/// How the direct read's managed tensor `a` differs from `b`, the producer's export (its first
+/// difference, `a`'s against `b`'s); None where they describe the same memory the same way: the
+/// first-use check. Where `b` came from a legacy capsule, its read-only flag is an assumption (a
+/// legacy capsule cannot say), not a disagreement: numpy before 2.1 answers with one.
 ///
 /// # Safety
 /// Both are live, valid major-1 managed tensors.
-unsafe fn same_tensor(a: &DLManagedTensorVersioned, b: &DLManagedTensorVersioned, b_legacy: bool) -> bool {
-    (b_legacy || (a.flags ^ b.flags) & DLPACK_FLAG_BITMASK_READ_ONLY == 0)
-        // SAFETY: per the contract, their shapes and strides are `ndim` long.
-        && unsafe { same_description(&a.dl_tensor, &b.dl_tensor) }
+unsafe fn difference(a: &DLManagedTensorVersioned, b: &DLManagedTensorVersioned, b_legacy: bool) -> Option<String> {
+    let read_only = |m: &DLManagedTensorVersioned| m.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0;
+    if !b_legacy && read_only(a) != read_only(b) {
+        return Some(format!("read-only {} against {}", read_only(a), read_only(b)));
+    }
+    // SAFETY: per the contract, their shapes and strides are `ndim` long.
+    unsafe { description_difference(&a.dl_tensor, &b.dl_tensor) }
 }
 
-/// Whether two producers' `DLTensor`s describe the same tensor: data, offset, device, dtype and
-/// ndim equal, shape and strides equal by value (each export may own its arrays; NULL strides
-/// match only NULL). An `ndim` outside dlpx's limit never matches.
+/// The first difference between two producers' `DLTensor`s, `a`'s against `b`'s: data, offset,
+/// device, dtype and ndim equal, shape and strides equal by value (each export may own its
+/// arrays; NULL strides match only NULL); None where there is none. An `ndim` outside dlpx's
+/// limit never matches.
 ///
 /// # Safety
 /// Each non-NULL `shape` and `strides` holds `ndim` values.
-unsafe fn same_description(a: &DLTensor, b: &DLTensor) -> bool {
-    if (a.data, a.byte_offset, a.device, a.dtype, a.ndim) != (b.data, b.byte_offset, b.device, b.dtype, b.ndim)
-        || !(0..=crate::layout::MAX_NDIM as i32).contains(&a.ndim)
-    {
-        return false;
+unsafe fn description_difference(a: &DLTensor, b: &DLTensor) -> Option<String> {
+    let differ = |name: &str, ours: String, theirs: String| Some(format!("{name} {ours} against {theirs}"));
+    if a.data != b.data {
+        return differ("data", format!("{:p}", a.data), format!("{:p}", b.data));
+    }
+    if a.byte_offset != b.byte_offset {
+        return differ("byte_offset", a.byte_offset.to_string(), b.byte_offset.to_string());
+    }
+    if a.device != b.device {
+        return differ("device", crate::device_names::name(a.device), crate::device_names::name(b.device));
+    }
+    if a.dtype != b.dtype {
+        return differ("dtype", crate::dtype::dtype_name(a.dtype), crate::dtype::dtype_name(b.dtype));
+    }
+    if a.ndim != b.ndim {
+        return differ("ndim", a.ndim.to_string(), b.ndim.to_string());
+    }
+    if !(0..=crate::layout::MAX_NDIM as i32).contains(&a.ndim) {
+        return Some(format!("ndim {} is out of range", a.ndim));
     }
     let n = a.ndim as usize;
     // SAFETY: the caller's contract; `n` is within dlpx's limit.
     let values = |p: *const i64| (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, n) });
-    n == 0 || (values(a.shape) == values(b.shape) && values(a.strides) == values(b.strides))
+    let spelled = |p: *const i64| values(p).map_or("NULL".to_string(), |v| format!("{v:?}"));
+    if n > 0 && values(a.shape) != values(b.shape) {
+        return differ("shape", spelled(a.shape), spelled(b.shape));
+    }
+    if n > 0 && values(a.strides) != values(b.strides) {
+        return differ("strides", spelled(a.strides), spelled(b.strides));
+    }
+    None
 }
 
 /// Whether the environment variable names `row` (or `all`).
@@ -191,6 +277,7 @@ pub fn warn_of_unknown_names(py: Python<'_>) -> Result<()> {
         if !unknown.is_empty() {
             crate::cpython::warn(
                 py,
+                "PyExc_UserWarning\0",
                 &format!(
                     "dlpx: {variable} names {}, which it does not know (ignored); it knows {}",
                     unknown.join(", "),
@@ -210,13 +297,13 @@ fn tested(tested: &[&str], version: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{same_description, tested};
+    use super::{description_difference, tested};
     use crate::abi::*;
 
     const F32: DLDataType = DLDataType { code: 2, bits: 32, lanes: 1 };
 
     #[test]
-    fn two_descriptions_are_the_same_by_value_not_by_address() {
+    fn two_descriptions_are_the_same_by_value_not_by_address_and_the_first_difference_is_named() {
         let (mut shape_a, mut shape_b, mut strides_a, mut strides_b) = ([2i64, 3], [2i64, 3], [3i64, 1], [3i64, 1]);
         let mut data = [0f32; 6];
         let mut x = DLTensor {
@@ -234,18 +321,25 @@ mod tests {
         z.shape = shape_b.as_mut_ptr();
         // SAFETY: every non-NULL shape and strides above holds `ndim` values.
         unsafe {
-            assert!(same_description(&x, &y));
+            assert_eq!(description_difference(&x, &y), None);
             z.strides = std::ptr::null_mut();
-            assert!(!same_description(&x, &z), "NULL strides match only NULL");
+            assert_eq!(
+                description_difference(&x, &z).unwrap(),
+                "strides [3, 1] against NULL",
+                "NULL matches only NULL"
+            );
             let mut w = x;
             w.byte_offset = 4;
-            assert!(!same_description(&x, &w));
+            assert_eq!(description_difference(&x, &w).unwrap(), "byte_offset 0 against 4");
             w = x;
             w.ndim = -1;
-            assert!(!same_description(&w, &w), "an ndim out of range never matches");
+            assert!(description_difference(&w, &w).is_some(), "an ndim out of range never matches");
             let mut other_strides = [4i64, 1];
             y.strides = other_strides.as_mut_ptr();
-            assert!(!same_description(&x, &y));
+            assert_eq!(description_difference(&x, &y).unwrap(), "strides [3, 1] against [4, 1]");
+            w = x;
+            w.dtype.bits = 64;
+            assert_eq!(description_difference(&x, &w).unwrap(), "dtype float32 against float64");
         }
     }
 

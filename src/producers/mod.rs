@@ -24,6 +24,7 @@ mod numpy;
 mod own;
 mod read;
 mod reading;
+mod served;
 mod synthetic;
 mod table;
 mod torch;
@@ -39,6 +40,7 @@ pub use guard::{warn_of_unknown_names, Guard};
 pub use home::to_py_like;
 pub use read::{import, managed, view, view_in_place};
 pub use reading::Reading;
+pub use served::{counted, served};
 pub use table::published_head;
 
 use crate::abi::*;
@@ -192,4 +194,11 @@ pub trait Producer: Sync {
     /// ask the producer for what `ask.request` wants (the `dlpack` row passes it to
     /// `__dlpack__`); the seam serves the rest.
     fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py>;
+
+    /// What stands between an object and a crash in the producer's own `__dlpack__`, checked
+    /// where the row's read is switched off (`DLPX_DIRECT_OFF`) and `__dlpack__` answers: a
+    /// refusal of what it would crash on (tvm_ffi's moved-out wrapper). Nothing by default.
+    fn refuse_before_dlpack(&self, _py: Python<'_>, _object: *mut PyObject) -> Result<()> {
+        Ok(())
+    }
 }

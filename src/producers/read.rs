@@ -109,7 +109,7 @@ fn read<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Result<Rea
     let state = row.guard.map_or(State::Trusted, |guard| guard.state(py));
     let ours = match state {
         State::Trusted => row.producer.read(py, object, entry, ask)?,
-        State::Off => Reading::Uncovered,
+        State::Off => row.producer.refuse_before_dlpack(py, object).map(|()| Reading::Uncovered)?,
         // The first-use check holds an owner against the one `__dlpack__` exports.
         State::Unknown | State::Unverified => row.producer.read(py, object, entry, Ask::MANAGED)?,
     };
@@ -126,7 +126,12 @@ fn read<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Result<Rea
         (Reading::Uncovered, _, _) | (_, true, _) | (_, _, Some(_)) => {
             faithful::answer(py, object, entry, ask, first_use, ours, suspicion)
         }
-        _ => Ok(ours),
+        _ => {
+            if let Some(guard) = row.guard {
+                guard.served(py);
+            }
+            Ok(ours)
+        }
     }
 }
 

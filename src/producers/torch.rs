@@ -7,6 +7,7 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::discovered::Discovered;
+use super::served::Served;
 use super::{table, Ask, Entry, Producer, Read, Reading, Row, Suspect, Suspicion};
 use crate::abi::*;
 use crate::cpython::{imported_module, vectorcall_method, GilVar, Interned, Owned, Python};
@@ -59,6 +60,7 @@ impl Suspect for Torch {
             // SAFETY: as in `suspicion_in_full`.
             let plain = unsafe { (native.autograd_meta)(tensor).is_null() && !(native.is_neg)(tensor) };
             if plain && DataTypeCode(dl.dtype.code) != DataTypeCode::COMPLEX {
+                SERVED.count(py);
                 return Ok(None);
             }
         }
@@ -83,16 +85,19 @@ fn suspicion_in_full(
     let complex = DataTypeCode(dl.dtype.code) == DataTypeCode::COMPLEX;
     let floating = || complex || crate::dtype::is_floating(dl.dtype);
     let (requires_grad, conj, negated) = match native(py, object, tensor) {
-        Some(native) => (
-            // No autograd metadata (the common case), no gradient; with some, Python's answer.
-            // SAFETY: `tensor` is the live object's own at::Tensor (checked layout); the
-            // functions are torch's, with their C++ signatures (a reference is a pointer).
-            !unsafe { (native.autograd_meta)(tensor) }.is_null() && floating() && flag(py, object, &REQUIRES_GRAD)?,
-            // SAFETY: as above.
-            complex && unsafe { (native.is_conj)(tensor) },
-            // SAFETY: as above.
-            unsafe { (native.is_neg)(tensor) },
-        ),
+        Some(native) => {
+            SERVED.count(py);
+            (
+                // No autograd metadata (the common case), no gradient; with some, Python's answer.
+                // SAFETY: `tensor` is the live object's own at::Tensor (checked layout); the
+                // functions are torch's, with their C++ signatures (a reference is a pointer).
+                !unsafe { (native.autograd_meta)(tensor) }.is_null() && floating() && flag(py, object, &REQUIRES_GRAD)?,
+                // SAFETY: as above.
+                complex && unsafe { (native.is_conj)(tensor) },
+                // SAFETY: as above.
+                unsafe { (native.is_neg)(tensor) },
+            )
+        }
         None => (
             floating() && flag(py, object, &REQUIRES_GRAD)?,
             complex && flag(py, object, &IS_CONJ)?,
@@ -161,6 +166,8 @@ enum NativeState {
 }
 
 static NATIVE: GilVar<NativeState> = GilVar::new(NativeState::Unknown);
+/// The calls torch's functions answered (`dlpx._native._served("torch")`).
+static SERVED: Served = Served::of("torch");
 
 // A `THPVariable` is `{PyObject_HEAD; at::Tensor cdata; …}` and an `at::Tensor` is one pointer,
 // its `TensorImpl*`: the tensor begins where the object's own fields do (`cpython::layout`).

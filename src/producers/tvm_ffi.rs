@@ -87,6 +87,15 @@ impl Producer for TvmFfi {
         out.set(unsafe { handle.dl_tensor().read() });
         Ok(Reading::View)
     }
+
+    /// A wrapper whose handle was moved out, asked through tvm_ffi's own `__chandle__()` (the
+    /// read is off: its accessor function is not trusted).
+    fn refuse_before_dlpack(&self, py: Python<'_>, object: *mut PyObject) -> Result<()> {
+        match handle_by_method(py, object) {
+            Some(handle) if handle.is_null() => Err(moved_out()),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// `tvm_ffi.core.Tensor` and tvm-ffi's functions, where the running CPython can call a method

@@ -14,6 +14,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # that check (a lying producer turns a read off) run whatever versions are installed
 # (docs/design.md, "A guard per direct read"; test_producer_seam.py covers the tested-version way).
 os.environ.setdefault("DLPX_DIRECT_VERIFY", "all")
+# ... and a check that finds a difference is an error, not a warning and a quiet fallback: a direct
+# read that disagrees with its producer fails the suite (subprocesses inherit it).
+os.environ.setdefault("DLPX_DIRECT_STRICT", "1")
 
 # Make the helper module importable whatever pytest's import mode is.
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,6 +28,7 @@ from packaging.requirements import Requirement  # noqa: E402  (pytest's own depe
 from packaging.utils import canonicalize_name  # noqa: E402
 
 import dlpack_abi  # noqa: E402
+import direct_reads  # noqa: E402
 import report_tables  # noqa: E402
 
 # DLPX_REQUIRE_ALL_TESTS=1 (scripts/test.sh): every peer tests/requirements.txt lists is installed,
@@ -84,6 +88,22 @@ def installed(distribution):
     except importlib.metadata.PackageNotFoundError:
         return False
     return True
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "direct_read(row): the test proves that the row's direct read served its calls "
+        "(direct_reads.py); expected to fail where DLPX_DIRECT_OFF switches the row off")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that proves a direct read serves is expected to fail with that read switched off."""
+    for item in items:
+        for mark in item.iter_markers("direct_read"):
+            row = mark.args[0]
+            if direct_reads.off(row):
+                reason = f"DLPX_DIRECT_OFF switches the {row} direct read off; this test proves it serves"
+                item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -1,12 +1,16 @@
 """The catalogue of awkward tensors the faithful-import test (test_faithful_import.py) holds dlpx
 to, per producer: each case makes a tensor and says what it means, in bytes, computed with the
-producer's own methods (`resolve_conj()`, `to_dense()`, `np.asarray`, ...)."""
+producer's own methods (`resolve_conj()`, `to_dense()`, `np.asarray`, ...) — or, where the tensor
+is dlpx's or wraps memory another library made (tvm_ffi's), from a second source: the numpy array
+or torch tensor it was made from, built again, or the byte pattern written into it. Never from an
+export of the tensor itself."""
 
 from __future__ import annotations
 
 import ctypes
 import importlib.util
 import math
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -83,21 +87,54 @@ def compact_strides(shape):
     return list(reversed(out))
 
 
-def export_bytes(obj) -> Optional[bytes]:
-    """The bytes `obj`'s own `__dlpack__` export describes (the consumer's view of them)."""
-    try:
-        capsule = obj.__dlpack__(max_version=(1, 3))
-    except TypeError:
-        capsule = obj.__dlpack__()
-    info = abi.read_capsule(capsule)
-    return raw_bytes(info, info["flags"] or 0)
+def element_bits(dtype: str) -> int:
+    """The bits of one element of a dlpx dtype, read off its name (`float6_e2m3fn` 6, `bool` 8,
+    `float32x4` 128): DLPack's sizes, not dlpx's."""
+    if dtype == "bool":
+        return 8
+    bits = re.match(r"[a-z]+(\d+)(?:x(\d+))?", dtype)
+    return int(bits.group(1)) * int(bits.group(2) or 1)
 
 
-def pattern(t: "dlpx.Tensor") -> "dlpx.Tensor":
-    """Fills a fresh dlpx tensor with a byte pattern (any dtype: bytes, not values)."""
-    if t.nbytes:
-        ctypes.memmove(t.data_ptr, bytes((i * 37 + 11) % 251 for i in range(t.nbytes)), t.nbytes)
+def pattern_bytes(shape, dtype: str) -> bytes:
+    """The byte pattern a compact tensor of `shape` and `dtype` is filled with: as many bytes as
+    DLPack packs its elements into (sub-byte types packed)."""
+    return bytes((i * 37 + 11) % 251 for i in range((math.prod(shape) * element_bits(dtype) + 7) // 8))
+
+
+def patterned(shape, dtype: str = "float32") -> "dlpx.Tensor":
+    """A fresh dlpx tensor holding `pattern_bytes(shape, dtype)` (any dtype: bytes, not values)."""
+    t = dlpx.empty(shape, dtype)
+    data = pattern_bytes(shape, dtype)
+    assert t.nbytes == len(data), f"dlpx.empty({shape}, {dtype!r}) holds {t.nbytes} bytes, DLPack packs {len(data)}"
+    ctypes.memmove(t.data_ptr, data, len(data))
     return t
+
+
+def numpy_bytes(array: np.ndarray) -> Optional[bytes]:
+    """What a numpy array means, row-major (None for a huge broadcast view)."""
+    return None if array.size > HUGE // 2 else np.ascontiguousarray(array).tobytes()
+
+
+def torch_bytes(t) -> Optional[bytes]:
+    """What a torch tensor means, row-major, by torch's own methods (None where it has no values
+    to speak of: meta, quantized, nested, a huge expanded view)."""
+    import torch
+
+    if t.is_meta or t.is_quantized or t.is_nested or t.numel() > HUGE // 2:
+        return None
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    t = t.detach().resolve_conj().resolve_neg().contiguous()
+    if t.numel() == 0:
+        return b""
+    return t.flatten().view(torch.uint8).numpy().tobytes()
+
+
+def made_from(wrap: Callable[[Any], Any], source: Callable[[], Any], meaning: Callable[[Any], Optional[bytes]]):
+    """A case's `make` and `meaning` for a tensor that wraps what `source()` makes: the meaning is
+    that of a second `source()`, built again, not of the tensor."""
+    return (lambda: wrap(source())), (lambda _: meaning(source()))
 
 
 def cases() -> list[Case]:
@@ -116,7 +153,7 @@ NUMPY_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "u
 
 def _numpy():
     def numpy_meaning(a):
-        return None if a.dtype.hasobject or a.size > HUGE // 2 else np.ascontiguousarray(a).tobytes()
+        return None if a.dtype.hasobject else numpy_bytes(a)
 
     def readonly(a):
         a.flags.writeable = False
@@ -171,15 +208,7 @@ def _torch():
     except ImportError:  # the free-threaded interpreters have none
         return []
 
-    def meaning(t):
-        if t.is_meta or t.is_quantized or t.is_nested or t.numel() > HUGE // 2:
-            return None
-        if t.layout != torch.strided:
-            t = t.to_dense()
-        t = t.detach().resolve_conj().resolve_neg().contiguous()
-        if t.numel() == 0:
-            return b""
-        return t.flatten().view(torch.uint8).numpy().tobytes()
+    meaning = torch_bytes
 
     def sample(name):
         dtype = getattr(torch, name)
@@ -288,28 +317,29 @@ def _tvm_ffi():
     except ImportError:
         return []
 
-    def meaning(t):
-        return export_bytes(t)  # a tvm_ffi tensor means the memory it describes (no flags, no bits)
-
+    # A tvm_ffi tensor means the memory it wraps (no flags, no bits): that of the numpy array,
+    # or the dlpx tensor's pattern, it was made from.
     def of(array):
-        return lambda: tvm_ffi.from_dlpack(array())
+        return made_from(tvm_ffi.from_dlpack, array, numpy_bytes)
 
-    out = [Case("tvm_ffi", d, of(lambda d=d: np.arange(6).astype(d).reshape(2, 3)), meaning)
-           for d in ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
-                     "float32", "float64", "complex64", "complex128"]]
-    layouts = {
+    def of_pattern(dtype):
+        return (lambda: tvm_ffi.from_dlpack(patterned((2, 3), dtype))), (lambda _: pattern_bytes((2, 3), dtype))
+
+    sources = {d: of(lambda d=d: np.arange(6).astype(d).reshape(2, 3))
+               for d in ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+                         "float32", "float64", "complex64", "complex128"]}
+    sources |= {
         "0-d": of(lambda: np.array(4.0)),
         "0-size": of(lambda: np.zeros((0, 2), np.float32)),
         "negative strides": of(lambda: np.arange(6.0)[::-1]),
         "zero strides": of(lambda: np.lib.stride_tricks.as_strided(np.arange(3.0), (2, 3), (0, 8), writeable=True)),
         "sliced with offset": of(lambda: np.arange(20.0).reshape(4, 5)[1:3, 2:]),
-        "bfloat16 from dlpx": of(lambda: pattern(dlpx.empty((2, 3), "bfloat16"))),
-        "float8_e4m3fn from dlpx": of(lambda: pattern(dlpx.empty((2, 3), "float8_e4m3fn"))),
+        "bfloat16 from dlpx": of_pattern("bfloat16"),
+        "float8_e4m3fn from dlpx": of_pattern("float8_e4m3fn"),
     }
     # (A wrapper whose handle was moved out is no case: tvm_ffi's own __dlpack__ crashes on it;
     # test_consumer_fast_paths.py holds dlpx's BufferError for it.)
-    out += [Case("tvm_ffi", name, make, meaning) for name, make in layouts.items()]
-    return out
+    return [Case("tvm_ffi", name, make, meaning) for name, (make, meaning) in sources.items()]
 
 
 # ---- array_api_strict ------------------------------------------------------------------------------
@@ -351,11 +381,6 @@ def _strict_readonly(xp):
 # ---- dlpx ------------------------------------------------------------------------------------------
 
 
-def _dlpx_of_torch(make):
-    import torch
-
-    return dlpx.from_dlpack(make(torch))
-
 DLPX_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
                "bfloat16", "float32", "float64", "complex64", "complex128", "float8_e3m4", "float8_e4m3",
                "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
@@ -363,29 +388,39 @@ DLPX_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "ui
 
 
 def _dlpx():
-    def meaning(t):
-        return export_bytes(t)
+    # dlpx produces these: each means what it was made from — the pattern written into it, or the
+    # numpy array or torch tensor it imported, built again — never what dlpx's export says.
+    def of_pattern(shape, dtype):
+        return (lambda: patterned(shape, dtype)), (lambda _: pattern_bytes(shape, dtype))
+
+    def of_numpy(array, wrap=dlpx.from_dlpack):
+        return made_from(wrap, array, numpy_bytes)
+
+    def of_torch(make):
+        import torch
+
+        return made_from(dlpx.from_dlpack, lambda: make(torch), torch_bytes)
 
     def readonly():
         a = np.arange(4.0)
         a.flags.writeable = False
-        return dlpx.from_dlpack(a)
+        return a
 
-    out = [Case("dlpx", d, (lambda d=d: pattern(dlpx.empty((2, 4), d))), meaning) for d in DLPX_DTYPES]
-    layouts = {
-        "0-d": lambda: pattern(dlpx.empty(())),
-        "0-size": lambda: dlpx.empty((3, 0)),
-        "read-only": readonly,
-        "strided view": lambda: dlpx.from_dlpack(np.arange(12.0).reshape(3, 4)[:, ::2]),
-        "negative strides": lambda: dlpx.from_dlpack(np.arange(5.0)[::-1]),
-        "zero strides": lambda: dlpx.from_dlpack(np.broadcast_to(np.arange(2.0), (3, 2))),
-        "huge broadcast": lambda: dlpx.from_dlpack(np.broadcast_to(np.arange(2.0), (HUGE, 2))),
-        "legacy import": lambda: dlpx.from_dlpack(np.arange(6.0).__dlpack__()),
-        "subclass": lambda: type("Sub", (dlpx.Tensor,), {})(np.arange(3.0)),
-        "bfloat16 strided from torch": lambda: _dlpx_of_torch(lambda torch: torch.arange(12.0).reshape(3, 4).to(torch.bfloat16)[:, ::2]),
-        "float8 from torch": lambda: _dlpx_of_torch(lambda torch: torch.arange(4, dtype=torch.uint8).view(torch.float8_e5m2)),
+    sources = {d: of_pattern((2, 4), d) for d in DLPX_DTYPES}
+    sources |= {
+        "0-d": of_pattern((), "float32"),
+        "0-size": of_pattern((3, 0), "float32"),
+        "read-only": of_numpy(readonly),
+        "strided view": of_numpy(lambda: np.arange(12.0).reshape(3, 4)[:, ::2]),
+        "negative strides": of_numpy(lambda: np.arange(5.0)[::-1]),
+        "zero strides": of_numpy(lambda: np.broadcast_to(np.arange(2.0), (3, 2))),
+        "huge broadcast": of_numpy(lambda: np.broadcast_to(np.arange(2.0), (HUGE, 2))),
+        "legacy import": of_numpy(lambda: np.arange(6.0), lambda a: dlpx.from_dlpack(a.__dlpack__())),
+        "subclass": of_numpy(lambda: np.arange(3.0), type("Sub", (dlpx.Tensor,), {})),
     }
-    if importlib.util.find_spec("torch") is None:  # the free-threaded interpreters have none
-        layouts = {name: make for name, make in layouts.items() if not name.endswith("from torch")}
-    out += [Case("dlpx", name, make, meaning) for name, make in layouts.items()]
-    return out
+    if importlib.util.find_spec("torch") is not None:  # the free-threaded interpreters have none
+        sources |= {
+            "bfloat16 strided from torch": of_torch(lambda torch: torch.arange(12.0).reshape(3, 4).to(torch.bfloat16)[:, ::2]),
+            "float8 from torch": of_torch(lambda torch: torch.arange(4, dtype=torch.uint8).view(torch.float8_e5m2)),
+        }
+    return [Case("dlpx", name, make, meaning) for name, (make, meaning) in sources.items()]

@@ -1,7 +1,7 @@
 """The consumer's fast paths keep the semantics of the paths they shortcut: numpy arrays read
 through numpy's array struct and tvm_ffi tensors read through tvm-ffi's C ABI (from_dlpack and
-the kernel API) describe exactly what the producer's own `__dlpack__` does, fall back to it for
-what they do not cover, keep the object alive and read-only arrays read-only; kernel views of
+the kernel API; each read proven to serve, direct_reads.py) describe exactly what the producer's
+own `__dlpack__` does, fall back to it (proven not to serve) for what they do not cover, keep the object alive and read-only arrays read-only; kernel views of
 other table-less producers hand on the producer's own managed tensor (a legacy one in a
 wrapper) and release it once; reference counts stay flat over 10**6 calls of each."""
 
@@ -16,10 +16,11 @@ tvm_ffi = pytest.importorskip("tvm_ffi")
 
 import dlpack_abi as abi
 import dlpx
+from direct_reads import bypasses, serves
+from dlpx.conform.abi import DlpxTensorView
 
 
-class TensorView(ctypes.Structure):
-    _fields_ = [("tensor", abi.DLTensor), ("owner", ctypes.POINTER(abi.DLManagedTensorVersioned))]
+TensorView = DlpxTensorView  # dlpx.h's struct, read the one way (dlpx.conform.abi)
 
 
 # PyDLL: the GIL stays held across each call, as the kernel API requires.
@@ -48,7 +49,7 @@ def viewed(obj) -> dict:
     assert view_of(obj, ctypes.byref(view)) == 0
     try:
         info = abi.describe(view.tensor)
-        info["flags"] = view.owner.contents.flags if view.owner else None
+        info["flags"] = abi.versioned_at(view.owner).flags if view.owner else None
         return info
     finally:
         view_release(ctypes.byref(view))
@@ -76,16 +77,21 @@ ARRAYS = {
 }
 
 
+@pytest.mark.direct_read("numpy")
 @pytest.mark.parametrize("make", ARRAYS.values(), ids=ARRAYS.keys())
 def test_a_numpy_view_describes_what_numpys_own_export_does(make):
     a = make()
-    assert viewed(a) == numpys_own(a)
+    with serves("numpy", calls=1):
+        got = viewed(a)
+    assert got == numpys_own(a)
 
 
+@pytest.mark.direct_read("numpy")
 @pytest.mark.parametrize("make", ARRAYS.values(), ids=ARRAYS.keys())
 def test_a_numpy_import_is_zero_copy_and_keeps_shape_strides_and_read_only(make):
     a = make()
-    t = dlpx.from_dlpack(a)
+    with serves("numpy", calls=1):
+        t = dlpx.from_dlpack(a)
     own = numpys_own(a)
     assert t.data_ptr == own["data"]
     assert t.shape == own["shape"] and t.strides == own["strides"]
@@ -151,12 +157,14 @@ def test_what_the_struct_path_does_not_cover_gets_numpys_own_answer(make):
     try:
         expected = numpys_own(a)
     except Exception as exc:  # numpy refuses it: dlpx must refuse it the same way
-        with pytest.raises(type(exc), match=str(exc)[:20]):
+        with pytest.raises(type(exc), match=str(exc)[:20]), bypasses("numpy"):
             dlpx.from_dlpack(a)
         return
-    t = dlpx.from_dlpack(a)
+    with bypasses("numpy"):
+        t = dlpx.from_dlpack(a)
+        view = viewed(a)
     assert (t.data_ptr, t.shape, t.strides) == (expected["data"], expected["shape"], expected["strides"])
-    assert viewed(a) == expected
+    assert view == expected
 
 
 def through_dlpack(values):
@@ -172,11 +180,9 @@ def test_a_table_less_producers_view_is_its_own_tensor_released_once():
     assert view_of(a, ctypes.byref(view)) == 0
     expected = abi.read_capsule(a.__dlpack__(max_version=(1, 0)))
     assert abi.describe(view.tensor) == {k: expected[k] for k in abi.describe(view.tensor)}
-    # The owner is the producer's managed tensor itself: its deleter is numpy's, not dlpx's.
-    dlpx_owned = TensorView()
-    assert view_of(np.zeros(1), ctypes.byref(dlpx_owned)) == 0
-    assert view.owner.contents.deleter != dlpx_owned.owner.contents.deleter
-    view_release(ctypes.byref(dlpx_owned))
+    # The owner is the producer's managed tensor itself: its deleter is numpy's own.
+    numpys = np.zeros(1).__dlpack__(max_version=(1, 0))
+    assert abi.versioned_at(view.owner).deleter == abi.versioned_at(abi.capsule_pointer(numpys)).deleter
     view_release(ctypes.byref(view))
     assert not view.owner
     view_release(ctypes.byref(view))  # idempotent: nothing is released twice
@@ -203,12 +209,14 @@ def tvm_ffis_own(t) -> dict:
     return {k: info[k] for k in DESCRIBED + ("flags",)}
 
 
+@pytest.mark.direct_read("tvm_ffi")
 @pytest.mark.parametrize("make", TVM_FFI_TENSORS.values(), ids=TVM_FFI_TENSORS.keys())
 def test_a_tvm_ffi_tensors_view_is_its_own_dltensor_and_owns_nothing(make):
     t = make()
     refs = sys.getrefcount(t)
     view = TensorView()
-    assert view_of(t, ctypes.byref(view)) == 0
+    with serves("tvm_ffi", calls=1):
+        assert view_of(t, ctypes.byref(view)) == 0
     assert not view.owner  # non-owning: the caller's reference keeps the tensor valid
     assert sys.getrefcount(t) == refs
     expected = tvm_ffis_own(t)
@@ -216,11 +224,13 @@ def test_a_tvm_ffi_tensors_view_is_its_own_dltensor_and_owns_nothing(make):
     view_release(ctypes.byref(view))
 
 
+@pytest.mark.direct_read("tvm_ffi")
 @pytest.mark.parametrize("make", TVM_FFI_TENSORS.values(), ids=TVM_FFI_TENSORS.keys())
 def test_from_dlpack_of_a_tvm_ffi_tensor_is_what_its_dlpack_exports_and_keeps_it_alive(make):
     t = make()
     expected = tvm_ffis_own(t)
-    x = dlpx.from_dlpack(t)
+    with serves("tvm_ffi", calls=1):
+        x = dlpx.from_dlpack(t)
     data = np.from_dlpack(t).copy()
     got = abi.read_capsule(x.__dlpack__(max_version=(1, 0)))
     assert {k: got[k] for k in DESCRIBED} == {k: expected[k] for k in DESCRIBED}

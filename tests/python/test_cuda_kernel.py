@@ -277,7 +277,8 @@ def test_bad_cuda_inputs_give_clear_errors(kernel):
 
 
 @needs_gpu
-@pytest.mark.skipif(GPU and torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+@pytest.mark.skipif(GPU and torch.cuda.device_count() < 2,
+                    reason="needs two CUDA devices; the GPU machines this project runs on (one H100, or one H200) have one")
 def test_tensors_on_two_devices_are_refused(kernel):
     with pytest.raises(ValueError, match=r"axpby: y is on cuda:1, the first tensor on cuda:0; all tensors must be on one device"):
         kernel.axpby(1.0, cuda(4), cuda(4).to("cuda:1"))

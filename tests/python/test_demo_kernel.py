@@ -25,6 +25,30 @@ def test_the_extension_shares_dlpx_s_one_library(demo):
     assert demo.table_address() == dlpx._native._exchange_api_address
 
 
+def make_torch(values, dtype):
+    import torch
+
+    return torch.tensor(values, dtype=getattr(torch, dtype))
+
+
+def make_jax(values, dtype):
+    import jax
+    import jax.numpy as jnp
+
+    # jax makes 64-bit types 32-bit unless x64 is on: on only while this array is made (the
+    # array keeps its dtype after).
+    with jax.enable_x64(dtype.endswith("64")):
+        x = jnp.asarray(values, dtype=dtype)
+    assert x.dtype == dtype
+    return x
+
+
+def make_tvm_ffi(values, dtype):
+    import tvm_ffi
+
+    return tvm_ffi.from_dlpack(np.asarray(values, dtype=dtype))
+
+
 FRAMEWORKS = {
     # framework: (constructor, the type the demo returns)
     "numpy": (lambda v, d: np.asarray(v, dtype=d), "dlpx.Tensor"),

@@ -19,6 +19,7 @@ from jax._src.lib import _jax  # noqa: E402
 
 import dlpack_abi as abi  # noqa: E402
 import dlpx  # noqa: E402
+from direct_reads import serves  # noqa: E402
 from test_consumer_fast_paths import TensorView, view_of, view_release  # noqa: E402
 
 ARRAYS = {
@@ -56,11 +57,14 @@ def viewed(x) -> dict:
         view_release(ctypes.byref(view))
 
 
+@pytest.mark.direct_read("jax")
 @pytest.mark.parametrize("make", ARRAYS.values(), ids=ARRAYS.keys())
 @pytest.mark.parametrize("read", [imported, viewed], ids=["from_dlpack", "view"])
 def test_a_jax_array_is_the_tensor_jaxs_own_export_describes(make, read):
     x = make()
-    assert read(x) == jaxs_own(x)
+    with serves("jax", calls=1):
+        got = read(x)
+    assert got == jaxs_own(x)
 
 
 class Counting:
@@ -84,6 +88,7 @@ class Counting:
         monkeypatch.setattr(_jax.ArrayImpl, "__dlpack__", counted_dlpack)
 
 
+@pytest.mark.direct_read("jax")
 @pytest.mark.parametrize("read", [imported, viewed], ids=["from_dlpack", "view"])
 def test_a_one_device_array_is_exported_by_jaxlibs_function_not_by_dlpack(monkeypatch, read):
     x = jnp.arange(8.0)
@@ -121,9 +126,14 @@ def test_an_array_deleted_while_its_import_lives_leaves_the_import_valid(read):
         assert np.from_dlpack(t).tolist() == [2.0 * i for i in range(8)]
 
 
-def fresh(code: str, *args: str) -> subprocess.Popen:
-    """`code` in a new interpreter with two CPU devices: the path's state is per process."""
+def fresh(code: str, *args: str, strict: bool = True) -> subprocess.Popen:
+    """`code` in a new interpreter with two CPU devices: the path's state is per process, and
+    starts on whatever rows the suite switched off. `strict=False`: a disagreement is the warning
+    users get, not the suite's error."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env.pop("DLPX_DIRECT_OFF", None)
+    if not strict:
+        env.pop("DLPX_DIRECT_STRICT", None)
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code), *args],
         env=env,
@@ -162,27 +172,33 @@ def test_an_array_over_several_devices_gets_jaxs_own_buffer_error():
 
 
 def test_a_function_that_disagrees_with_dlpack_on_the_first_array_turns_the_path_off():
-    # The replacement exports another array when handed the array itself, as dlpx does;
-    # jax's `__dlpack__` hands it `addressable_data(0)`, a different object, and gets the truth.
-    out = run_fresh(
+    # The replacement exports another array when called as dlpx calls it (positional arguments
+    # only); jax's `__dlpack__` passes `stream=` and gets the truth.
+    process = fresh(
         """
-        import jax.numpy as jnp, numpy as np, dlpx
+        import warnings, jax.numpy as jnp, numpy as np, dlpx
         from jax._src.lib import _jax
         export, other = _jax.buffer_to_dlpack_managed_tensor, jnp.full(4, 7.0)
         calls = []
-        def lying(buffer, stream=None):
+        def lying(buffer, **kwargs):
             calls.append(1)
-            return export(other if buffer is x else buffer, stream=stream)
+            return export(buffer if kwargs else other, **kwargs)
         _jax.buffer_to_dlpack_managed_tensor = lying
+        warnings.simplefilter("always")
         x = jnp.arange(4.0)
         for _ in range(3):
             print(np.from_dlpack(dlpx.from_dlpack(x)).tolist())
-        print("calls:", len(calls))
-        """
+        print("calls:", len(calls), "served:", dlpx._native._served("jax"))
+        """,
+        strict=False,
     )
-    assert out.splitlines()[:3] == ["[0.0, 1.0, 2.0, 3.0]"] * 3
-    # One call of ours to check, then `__dlpack__` for each of the three imports.
-    assert "calls: 4" in out
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, out + err
+    assert out.splitlines() == ["[0.0, 1.0, 2.0, 3.0]"] * 3 + ["calls: 4 served: 0"]
+    # One call of ours to check, then `__dlpack__` for each of the three imports; one warning.
+    warnings = [line for line in err.splitlines() if "RuntimeWarning" in line]
+    assert len(warnings) == 1 and f"the jax direct read disagrees with jaxlib {jax.__version__}" in warnings[0], err
+    assert "__dlpack__: data 0x" in warnings[0]
 
 
 def test_a_deleted_first_array_decides_nothing():

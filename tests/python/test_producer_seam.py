@@ -145,6 +145,7 @@ def test_a_synthetic_table_reads_any_object_by_its_own_row():
     abi.call_deleter(out.value, got["deleter"])
 
 
+@pytest.mark.direct_read("tvm_ffi")
 def test_the_tvm_ffi_table_views_in_place_and_refuses_a_view_where_the_row_has_none():
     table = abi.DLPackExchangeAPI.from_address(table_of(tvm_ffi.core.Tensor))
     view = abi.DLTensor()
