@@ -40,7 +40,7 @@ pub struct Guard {
     /// Versions the read was tested on (`"2.4"` covers 2.4 and 2.4.x, not 2.40).
     tested: &'static [&'static str],
     state: GilVar<State>,
-    /// The calls the read answered, per thread (`dlpx._native._served`).
+    /// The calls the read answered (`dlpx._native._served`).
     served: Served,
 }
 
