@@ -375,7 +375,11 @@ pub fn dtype_device(data: &[u8]) {
     let mut input = Input(data);
     let (d, dev) = (input.dtype(), input.device());
     if dtype::check(d).is_ok() {
-        assert_eq!(dtype::parse_dtype(&dtype::dtype_name(d)), Some(d), "{}", dtype::dtype_name(d));
+        // A dtype DLPack allows at a width no peer names ("float147") is printed so but is no
+        // name: parsing is exact (issue 44), so its name reads back as itself or not at all.
+        let name = dtype::dtype_name(d);
+        let back = dtype::parse_dtype(&name);
+        assert!(back.is_none() || back == Some(d), "{name} read back as {back:?}");
     }
     let name = device_names::name(dev);
     if device_names::is_known(dev.device_type) && dev.device_id >= 0 {
