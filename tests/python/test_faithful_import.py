@@ -156,8 +156,9 @@ class Refusal:
 
 
 KNOWN_REFUSALS = [
-    Refusal("numpy", "2.4.6", "numpy has no dtype for it (bfloat16, float8, float6, float4, complex32, lanes)",
-            lambda e: not numpy_has(e["dtype"]), r"^RuntimeError: Unsupported (dtype|lanes) in DLTensor"),
+    Refusal("numpy", "2.4.6; 2.5.5", "numpy has no dtype for it (bfloat16, float8, float6, float4, complex32, lanes); "
+            "numpy 2.5 raises BufferError where 2.4 raised RuntimeError",
+            lambda e: not numpy_has(e["dtype"]), r"^(RuntimeError|BufferError): Unsupported (dtype|lanes) in DLTensor"),
     Refusal("array_api_strict", "2.6.1", "it wraps numpy arrays: numpy has no dtype for it",
             lambda e: not numpy_has(e["dtype"]), r"^RuntimeError: Unsupported (dtype|lanes) in DLTensor"),
     Refusal("array_api_strict", "2.6.1", "the array API has no float16",
