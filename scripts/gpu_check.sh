@@ -117,8 +117,9 @@ run() {
 pytest_args=(-q -p no:cacheprovider -rsfE)
 "$PY" -c "import pytest" 2>/dev/null || fail "pytest is not importable by $PY: the test suites cannot run"
 
-# The CUDA example, built for sm_90 (nvcc there, else PyPI's), without running its tests yet
-# (DLPX_CUDA_KERNEL: one built already).
+# The CUDA kernel library example and benches/cuda_kernel_overhead, built for sm_90 (nvcc there,
+# else PyPI's), without running the tests yet (DLPX_CUDA_KERNEL: a library built already; the
+# kernel bench then needs DLPX_CUDA_OVERHEAD too).
 example_dir=$work/cuda_kernel
 if [ -z "${NVCC:-}" ]; then NVCC=$(find_tool nvcc) || NVCC=""; fi
 export NVCC
@@ -126,8 +127,9 @@ if [ -n "${DLPX_CUDA_KERNEL:-}" ]; then
   row "| build_example | given: $(basename "$DLPX_CUDA_KERNEL") | |"
 elif run build_example 120 env DLPX_PYTHON="$PY" DLPX_CUDA_KERNEL_DIR="$example_dir" DLPX_CUDA_EXAMPLE_NO_TESTS=1 \
   bash scripts/check_cuda_example.sh; then
-  DLPX_CUDA_KERNEL=$(ls "$example_dir"/dlpx_cuda_kernel*.so)
-  export DLPX_CUDA_KERNEL
+  DLPX_CUDA_KERNEL=$example_dir/libdlpx_cuda_kernel.so
+  DLPX_CUDA_OVERHEAD=$(ls "$example_dir"/dlpx_cuda_overhead*.so)
+  export DLPX_CUDA_KERNEL DLPX_CUDA_OVERHEAD
 fi
 
 run gpu_suite 150 "$PY" -m pytest "${pytest_args[@]}" tests/python/test_cuda.py tests/python/test_cuda_array_interface.py
@@ -140,8 +142,9 @@ bench_args=()
 run cuda_bench 150 "$PY" benches/cuda_bench.py "${bench_args[@]}"
 if [ $simulated = 1 ]; then
   row "| cuda_kernel_bench | not run: it launches kernels on a GPU | |"
-elif [ -n "${DLPX_CUDA_KERNEL:-}" ]; then
-  run cuda_kernel_bench 120 "$PY" benches/cuda_kernel_bench.py "${bench_args[@]}" --module "$DLPX_CUDA_KERNEL"
+elif [ -n "${DLPX_CUDA_OVERHEAD:-}" ]; then
+  run cuda_kernel_bench 120 "$PY" benches/cuda_kernel_bench.py "${bench_args[@]}" --library "$DLPX_CUDA_KERNEL" \
+    --extension "$DLPX_CUDA_OVERHEAD"
 fi
 interop_args=("${bench_args[@]}")
 [ $simulated = 1 ] && interop_args+=(--simulated)

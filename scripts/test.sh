@@ -124,7 +124,7 @@ stage "the CUDA example, compiled with nvcc from PyPI (no GPU needed)" && DLPX_P
 
 for b in interop kernel_overhead; do "$PY" benches/$b.py --quick | tail -n 2; done  # benchmark smoke run
 stage "scripts/gpu_check.sh --simulated: the GPU check's logic on the simulated driver (not CUDA numbers)"
-DLPX_PYTHON="$PY" DLPX_SIM_CUDA_DIR="$SIM_CUDA_DIR" DLPX_CUDA_KERNEL="$(ls build/cuda_kernel/dlpx_cuda_kernel*.so)" \
+DLPX_PYTHON="$PY" DLPX_SIM_CUDA_DIR="$SIM_CUDA_DIR" DLPX_CUDA_KERNEL="$PWD/build/cuda_kernel/libdlpx_cuda_kernel.so" \
   OUT=build/gpu_check bash scripts/gpu_check.sh --simulated --quick \
   | sed -n '/^## Checks/,/^## The GPU suite/p;/^## The allocator/,/^## A kernel/p;/^## Failures/,$p'
 

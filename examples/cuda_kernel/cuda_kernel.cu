@@ -1,27 +1,26 @@
-// dlpx_cuda_kernel: CUDA kernels over any framework's CUDA tensors (torch, cupy, jax, dlpx),
-// written against dlpx's C++ layer and kernel API:
-//   - arguments arrive through dlpx_view_of (torch: its own non-owning view, no allocation;
-//     cupy, jax: __dlpack__(stream=...), which orders dlpx's stream after the producer's work)
-//     and are checked (dtype, device, shape, layout) before anything is allocated;
-//   - outputs are dlpx::ManagedTensor from the first input's framework's allocator (torch in ->
-//     torch's caching allocator on its current stream; no table -> dlpx's CUDA pool);
-//   - kernels launch on dlpx_current_stream_of(first input): torch's current stream for torch
-//     inputs (so `with torch.cuda.stream(s)` and CUDA graph capture just work), dlpx's
-//     per-thread stream otherwise. Nothing here synchronises the device or the stream;
-//   - the result goes back as the first input's framework's tensor (dlpx.Tensor when it has no
-//     table), and C++ exceptions stop at the Python boundary as Python exceptions.
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-
+// libdlpx_cuda_kernel.so: CUDA kernels over any framework's CUDA tensors (torch, cupy, jax,
+// dlpx), as a kernel library (include/dlpx/kernel.h): a plain shared library with no Python in
+// it, one build for every CPython, loaded with dlpx.load_library(path). dlpx does what touches
+// Python around each call:
+//   - arguments arrive as DLTensor views (torch: its own non-owning view, no allocation; cupy,
+//     jax: __dlpack__(stream=...), which orders the read after the producer's work), checked
+//     here (dtype, device, shape, layout) before anything is allocated;
+//   - outputs come from the first tensor's framework's allocator (dlpx_call_allocate: torch in
+//     -> torch's caching allocator, its graph pool while torch captures a CUDA graph);
+//   - kernels launch on dlpx_call_stream: torch's current stream for torch inputs (so
+//     `with torch.cuda.stream(s)` and graph capture just work), dlpx's per-thread stream
+//     otherwise. Nothing here synchronises the device or the stream;
+//   - results come back as the first tensor's type, errors as the Python exception they name.
+// The way with the CPython API (a Python extension per Python version) is
+// examples/add_extension; benches/cuda_kernel_overhead is launch_empty written that way.
 #include <cuda_runtime.h>
 // Only the CUDA runtime's own header: <cuda/mdspan> or CUB would work too but cost seconds of
 // compile time each, and the CI compiles this file on every run.
 #include <dlpx/dlpx.hpp>
+#include <dlpx/kernel.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
-#include <optional>
 #include <string>
 
 namespace {
@@ -30,7 +29,7 @@ constexpr int kThreads = 256;
 // Grid-stride loops keep any size within the grid limits; this many blocks fill any GPU.
 constexpr int64_t kMaxBlocks = 1 << 16;
 // launch_empty's kernel takes its pointers by value in one parameter block.
-constexpr Py_ssize_t kMaxEmptyArgs = 16;
+constexpr int32_t kMaxEmptyArgs = 16;
 
 // ---- kernels ---------------------------------------------------------------------------------
 
@@ -74,26 +73,20 @@ __global__ void empty_kernel(Pointers) {}
 
 // ---- arguments -------------------------------------------------------------------------------
 
-// A DlpxTensorView released when the scope ends, also on exceptions.
-class Argument {
- public:
-  explicit Argument(PyObject* object) : object_(object) {
-    if (dlpx_view_of(object, &view_) != 0) throw dlpx::Error("python", "");
-  }
-  ~Argument() { dlpx_view_release(&view_); }
-  Argument(const Argument&) = delete;
-  Argument& operator=(const Argument&) = delete;
-  PyObject* object() const { return object_; }
-  const DLTensor& tensor() const { return view_.tensor; }
-  dlpx::TensorView view() const { return dlpx::TensorView(view_.tensor); }
+// A failure the kernel reports: the call raises `kind` with "dlpx: <kernel>: <message>".
+[[noreturn]] void fail(const char* kind, const std::string& message) { throw dlpx::Error(kind, message); }
 
- private:
-  PyObject* object_;
-  DlpxTensorView view_{};
-};
+// A dlpx_call_* request that failed has reported its error on the call already.
+struct Reported {};
 
-[[noreturn]] void fail(const char* kind, const std::string& message) {
-  throw dlpx::Error(kind, "dlpx_cuda_kernel." + message);
+void check(int status) {
+  if (status != 0) throw Reported{};
+}
+
+dlpx::TensorView tensor(DlpxCall* call, int32_t index) {
+  const DLTensor* t = nullptr;
+  check(dlpx_call_tensor(call, index, &t, nullptr));
+  return dlpx::TensorView(*t);
 }
 
 std::string shape_text(const dlpx::TensorView& v) {
@@ -104,57 +97,52 @@ std::string shape_text(const dlpx::TensorView& v) {
 
 // A CUDA tensor of float32 on `device` (the first argument's, when given). The device check
 // comes first: a CPU tensor is the most likely mistake, and its message names the device.
-void check_float32_cuda(const char* fn, const char* name, const Argument& arg, const DLDevice* device = nullptr) {
-  const dlpx::TensorView v = arg.view();
+void check_float32_cuda(const std::string& name, const dlpx::TensorView& v, const DLDevice* device = nullptr) {
   if (v.device().device_type != kDLCUDA) {
-    fail("ValueError", std::string(fn) + ": " + name + " is on " + v.device_name() + "; expected a cuda tensor");
+    fail("ValueError", name + " is on " + v.device_name() + "; expected a cuda tensor");
   }
   if (device != nullptr && v.device().device_id != device->device_id) {
-    fail("ValueError", std::string(fn) + ": " + name + " is on " + v.device_name() + ", the first tensor on " +
-                           dlpx::device_name(*device) + "; all tensors must be on one device");
+    fail("ValueError", name + " is on " + v.device_name() + ", the first tensor on " + dlpx::device_name(*device) +
+                           "; all tensors must be on one device");
   }
   if (!dlpx::same_dtype(v.dtype(), dlpx::dtype_of<float>())) {
-    fail("TypeError", std::string(fn) + ": " + name + " has dtype " + v.dtype_name() + "; expected float32");
+    fail("TypeError", name + " has dtype " + v.dtype_name() + "; expected float32");
   }
 }
 
-void check_contiguous(const char* fn, const char* name, const Argument& arg) {
-  const dlpx::TensorView v = arg.view();
+void check_contiguous(const char* name, const dlpx::TensorView& v) {
   if (v.is_contiguous()) return;
   std::string strides = "(";
   for (int32_t i = 0; i < v.ndim(); ++i) strides += (i ? ", " : "") + std::to_string(v.stride(i));
-  fail("ValueError", std::string(fn) + ": " + name + " is not contiguous (shape " + shape_text(v) + ", strides " +
-                         strides + (v.ndim() == 1 ? ",)" : ")") + "); pass a contiguous tensor");
+  fail("ValueError", std::string(name) + " is not contiguous (shape " + shape_text(v) + ", strides " + strides +
+                         (v.ndim() == 1 ? ",)" : ")") + "); pass a contiguous tensor");
 }
 
 // Any layout a layout_stride mdspan can express (transposed, sliced); broadcast (stride 0) or
 // overlapping dimensions are refused with as_mdspan's reason. Kernels take the view's parts.
-dlpx::mdspan_t<const float, 2> strided_view(const char* fn, const char* name, const Argument& arg) {
+dlpx::mdspan_t<const float, 2> strided_view(const char* name, const dlpx::TensorView& v) {
   try {
-    return dlpx::as_mdspan<const float, 2>(arg.tensor(), kDLCUDA);
+    return dlpx::as_mdspan<const float, 2>(v.dltensor(), kDLCUDA);
   } catch (const dlpx::Error& e) {
-    fail(e.kind().c_str(), std::string(fn) + ": " + name + " cannot be read as a strided view (" + e.what() + ")");
+    fail(e.kind().c_str(), std::string(name) + " cannot be read as a strided view (" + e.what() + ")");
   }
-}
-
-float scalar(const char* fn, const char* name, PyObject* object) {
-  const double value = PyFloat_AsDouble(object);
-  if (value == -1.0 && PyErr_Occurred()) {
-    PyErr_Clear();
-    fail("TypeError", std::string(fn) + ": " + name + " must be a real number, not " + Py_TYPE(object)->tp_name);
-  }
-  return static_cast<float>(value);
 }
 
 // ---- launching -------------------------------------------------------------------------------
+
+void check_cuda(const char* what, cudaError_t rc) {
+  if (rc != cudaSuccess) {
+    fail("RuntimeError", std::string(what) + " failed: " + cudaGetErrorName(rc) + " (" + cudaGetErrorString(rc) + ")");
+  }
+}
 
 // Makes the tensors' device current for the launch and restores the caller's after: a stream
 // belongs to one device, and launching on another device's stream is an error.
 class DeviceGuard {
  public:
   explicit DeviceGuard(const DLDevice& device) {
-    check("cudaGetDevice", cudaGetDevice(&previous_));
-    if (previous_ != device.device_id) check("cudaSetDevice", cudaSetDevice(device.device_id));
+    check_cuda("cudaGetDevice", cudaGetDevice(&previous_));
+    if (previous_ != device.device_id) check_cuda("cudaSetDevice", cudaSetDevice(device.device_id));
     target_ = device.device_id;
   }
   ~DeviceGuard() {
@@ -163,159 +151,131 @@ class DeviceGuard {
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
-  static void check(const char* what, cudaError_t rc) {
-    if (rc != cudaSuccess) {
-      throw dlpx::Error("RuntimeError", std::string("dlpx_cuda_kernel: ") + what + " failed: " +
-                                            cudaGetErrorName(rc) + " (" + cudaGetErrorString(rc) + ")");
-    }
-  }
-
  private:
   int previous_ = 0;
   int target_ = 0;
 };
 
-// The stream the caller's framework works on now: torch's current stream (captured into a graph
-// while torch captures), dlpx's per-thread stream for frameworks without a table.
-cudaStream_t stream_of(const Argument& first) {
+// The caller's current stream on `device`: torch's (captured into a graph while torch
+// captures) for torch inputs, dlpx's per-thread stream otherwise.
+cudaStream_t stream_of(DlpxCall* call, const DLDevice& device) {
   void* stream = nullptr;
-  const DLDevice device = first.tensor().device;
-  if (dlpx_current_stream_of(first.object(), device.device_type, device.device_id, &stream) != 0) {
-    throw dlpx::Error("python", "");
-  }
+  check(dlpx_call_stream(call, device, &stream));
   return static_cast<cudaStream_t>(stream);
 }
 
 // A launch error (bad configuration, no driver, a stream from another device) surfaces here,
 // without waiting for the kernel: cudaGetLastError does not synchronise.
-void check_launch(const char* fn) {
+void check_launch() {
   const cudaError_t rc = cudaGetLastError();
   if (rc != cudaSuccess) {
-    throw dlpx::Error("RuntimeError", std::string("dlpx_cuda_kernel.") + fn + ": kernel launch failed: " +
-                                          cudaGetErrorName(rc) + " (" + cudaGetErrorString(rc) + ")");
+    fail("RuntimeError", std::string("kernel launch failed: ") + cudaGetErrorName(rc) + " (" + cudaGetErrorString(rc) + ")");
   }
 }
 
 int blocks_for(int64_t work) { return static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, kMaxBlocks)); }
 
-// Hands `out` to the caller's framework; on failure it stays ours and is freed.
-PyObject* to_python(const Argument& like, dlpx::ManagedTensor& out) {
-  void* result = nullptr;
-  if (dlpx_to_py_like(like.object(), out.get(), &result) != 0) throw dlpx::Error("python", "");
-  out.release();  // the Python object owns it now
-  return static_cast<PyObject*>(result);
+// An output in the caller's framework, like `shape` on `device`; the call owns it until returned.
+float* allocate(DlpxCall* call, const DLDevice& device, int32_t ndim, const int64_t* shape, DLTensor** out) {
+  check(dlpx_call_allocate(call, device, dlpx::dtype_of<float>(), ndim, shape, out));
+  return static_cast<float*>((*out)->data);  // a fresh allocation: byte_offset 0
 }
 
-// ---- entry points ----------------------------------------------------------------------------
+// ---- kernels as the library exports them -------------------------------------------------------
 
-PyObject* axpby_impl(PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3 && nargs != 4) fail("TypeError", "axpby(a, x, y, b=1.0) takes 3 or 4 arguments");
-  const float a = scalar("axpby", "a", args[0]);
-  const float b = nargs == 4 ? scalar("axpby", "b", args[3]) : 1.0f;
-  Argument x(args[1]);
-  Argument y(args[2]);
-  check_float32_cuda("axpby", "x", x);
-  check_float32_cuda("axpby", "y", y, &x.tensor().device);
-  const dlpx::TensorView xv = x.view(), yv = y.view();
-  if (xv.ndim() != yv.ndim() || !std::equal(xv.shape().begin(), xv.shape().end(), yv.shape().begin())) {
-    fail("ValueError", "axpby: shapes differ: x " + shape_text(xv) + " and y " + shape_text(yv));
+void axpby(DlpxCall* call) {
+  double a = 0, b = 0;
+  check(dlpx_call_float(call, 0, &a));
+  const dlpx::TensorView x = tensor(call, 1), y = tensor(call, 2);
+  check(dlpx_call_float(call, 3, &b));
+  check_float32_cuda("x", x);
+  check_float32_cuda("y", y, &x.dltensor().device);
+  if (x.ndim() != y.ndim() || !std::equal(x.shape().begin(), x.shape().end(), y.shape().begin())) {
+    fail("ValueError", "shapes differ: x " + shape_text(x) + " and y " + shape_text(y));
   }
-  check_contiguous("axpby", "x", x);
-  check_contiguous("axpby", "y", y);
-  const DLDevice device = x.tensor().device;
-  const DLPackExchangeAPI* api = dlpx_exchange_api_of(x.object());
-  if (api == nullptr) throw dlpx::Error("python", "");
+  check_contiguous("x", x);
+  check_contiguous("y", y);
+  const DLDevice device = x.device();
   DeviceGuard guard(device);
-  const cudaStream_t stream = stream_of(x);
-  auto out = dlpx::ManagedTensor::allocate(api, xv.shape().data(), xv.ndim(), dlpx::dtype_of<float>(), device);
-  const int64_t n = xv.numel();
+  const cudaStream_t stream = stream_of(call, device);
+  DLTensor* out = nullptr;
+  float* o = allocate(call, device, x.ndim(), x.dltensor().shape, &out);
+  const int64_t n = x.numel();
   if (n > 0) {
-    axpby_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, xv.data<float>(), b, yv.data<float>(),
-                                                        out.view().data<float>(), n);
-    check_launch("axpby");
+    axpby_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<float>(a), x.data<float>(), static_cast<float>(b),
+                                                        y.data<float>(), o, n);
+    check_launch();
   }
-  return to_python(x, out);
+  check(dlpx_call_return_tensor(call, out));
 }
 
-PyObject* row_sum_impl(PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 1) fail("TypeError", "row_sum(x) takes exactly one tensor");
-  Argument x(args[0]);
-  check_float32_cuda("row_sum", "x", x);
-  if (x.tensor().ndim != 2) {
-    fail("ValueError", "row_sum: x has " + std::to_string(x.tensor().ndim) + " dimensions; expected 2 (rows, columns)");
+void row_sum(DlpxCall* call) {
+  const dlpx::TensorView x = tensor(call, 0);
+  check_float32_cuda("x", x);
+  if (x.ndim() != 2) {
+    fail("ValueError", "x has " + std::to_string(x.ndim()) + " dimensions; expected 2 (rows, columns)");
   }
-  const auto xs = strided_view("row_sum", "x", x);
-  const DLDevice device = x.tensor().device;
-  const DLPackExchangeAPI* api = dlpx_exchange_api_of(x.object());
-  if (api == nullptr) throw dlpx::Error("python", "");
+  const auto xs = strided_view("x", x);
+  const DLDevice device = x.device();
   DeviceGuard guard(device);
-  const cudaStream_t stream = stream_of(x);
-  auto out = dlpx::ManagedTensor::allocate(api, {xs.extent(0)}, dlpx::dtype_of<float>(), device);
-  if (xs.extent(0) > 0) {
-    row_sum_kernel<<<static_cast<int>(std::min<int64_t>(xs.extent(0), kMaxBlocks)), kThreads, 0, stream>>>(
-        xs.data_handle(), xs.extent(0), xs.extent(1), xs.stride(0), xs.stride(1), out.view().data<float>());
-    check_launch("row_sum");
+  const cudaStream_t stream = stream_of(call, device);
+  const int64_t rows = xs.extent(0);
+  DLTensor* out = nullptr;
+  float* o = allocate(call, device, 1, &rows, &out);
+  if (rows > 0) {
+    row_sum_kernel<<<static_cast<int>(std::min<int64_t>(rows, kMaxBlocks)), kThreads, 0, stream>>>(
+        xs.data_handle(), rows, xs.extent(1), xs.stride(0), xs.stride(1), o);
+    check_launch();
   }
-  return to_python(x, out);
+  check(dlpx_call_return_tensor(call, out));
 }
 
-PyObject* launch_empty_impl(PyObject* const* args, Py_ssize_t nargs) {
-  static const char* const names[kMaxEmptyArgs] = {
-      "tensors[0]", "tensors[1]", "tensors[2]",  "tensors[3]",  "tensors[4]",  "tensors[5]",  "tensors[6]",  "tensors[7]",
-      "tensors[8]", "tensors[9]", "tensors[10]", "tensors[11]", "tensors[12]", "tensors[13]", "tensors[14]", "tensors[15]"};
-  if (nargs < 1 || nargs > kMaxEmptyArgs) {
-    fail("TypeError", "launch_empty(*tensors) takes 1 to " + std::to_string(kMaxEmptyArgs) + " tensors");
-  }
-  // The views are held until the launch is enqueued (the pointers must stay valid that long),
-  // in place: this path is what the benchmark measures, so it allocates nothing.
-  std::array<std::optional<Argument>, kMaxEmptyArgs> held;
+void launch_empty(DlpxCall* call) {
+  const int32_t n = dlpx_call_argument_count(call);
+  if (n < 1 || n > kMaxEmptyArgs) fail("TypeError", "takes 1 to " + std::to_string(kMaxEmptyArgs) + " tensors");
+  // The views stay valid until the kernel returns, after the launch is enqueued. This path is
+  // what the benchmark measures: it allocates nothing.
   Pointers pointers{};
-  for (Py_ssize_t i = 0; i < nargs; ++i) {
-    held[i].emplace(args[i]);
-    check_float32_cuda("launch_empty", names[i], *held[i], i ? &held[0]->tensor().device : nullptr);
-    pointers.p[i] = held[i]->view().data_ptr();
+  DLDevice device{};
+  for (int32_t i = 0; i < n; ++i) {
+    const dlpx::TensorView t = tensor(call, i);
+    if (i == 0) device = t.device();
+    check_float32_cuda("tensors[" + std::to_string(i) + "]", t, i ? &device : nullptr);
+    pointers.p[i] = t.data_ptr();
   }
-  DeviceGuard guard(held[0]->tensor().device);
-  empty_kernel<<<1, 1, 0, stream_of(*held[0])>>>(pointers);
-  check_launch("launch_empty");
-  Py_RETURN_NONE;
+  DeviceGuard guard(device);
+  empty_kernel<<<1, 1, 0, stream_of(call, device)>>>(pointers);
+  check_launch();
 }
 
-// Runs an entry point with C++ exceptions turned into Python ones: dlpx_set_error_python raises
-// the exception an error's kind names (kind "python": dlpx or the producer has set one already).
-template <PyObject* (*Impl)(PyObject* const*, Py_ssize_t)>
-PyObject* entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+// Runs a kernel with C++ exceptions reported on the call: the caller raises the kind an error
+// names; no exception crosses into dlpx.
+template <void (*Impl)(DlpxCall*)>
+int guarded(DlpxCall* call) {
   try {
-    return Impl(args, nargs);
+    Impl(call);
+    return 0;
+  } catch (const Reported&) {
   } catch (const dlpx::Error& e) {
-    if (e.kind() != "python") dlpx_set_error_python(nullptr, e.kind().c_str(), e.what());
+    dlpx_call_error(call, e.kind().c_str(), e.what());
+  } catch (const std::bad_alloc&) {
+    dlpx_call_error(call, "MemoryError", "out of host memory");
   } catch (const std::exception& e) {
-    dlpx_set_error_python(nullptr, "RuntimeError", e.what());
+    dlpx_call_error(call, "RuntimeError", e.what());
   }
-  return nullptr;
+  return -1;
 }
-
-template <PyObject* (*Impl)(PyObject* const*, Py_ssize_t)>
-PyCFunction fastcall() {
-  return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&entry<Impl>));
-}
-
-PyMethodDef methods[] = {
-    {"axpby", fastcall<axpby_impl>(), METH_FASTCALL,
-     "axpby(a, x, y, b=1.0): a * x + b * y for contiguous float32 CUDA tensors of one shape, on the caller's "
-     "stream, returned in x's framework."},
-    {"row_sum", fastcall<row_sum_impl>(), METH_FASTCALL,
-     "row_sum(x): the sum of each row of a 2-D float32 CUDA tensor (any strides), on the caller's stream, "
-     "returned in x's framework."},
-    {"launch_empty", fastcall<launch_empty_impl>(), METH_FASTCALL,
-     "launch_empty(*tensors): launches an empty kernel taking 1 to 16 float32 CUDA tensors on the first one's "
-     "stream (what this path costs on the host)."},
-    {nullptr, nullptr, 0, nullptr},
-};
-
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "dlpx_cuda_kernel", "CUDA kernels over dlpx.hpp.", -1, methods,
-                      nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit_dlpx_cuda_kernel(void) { return PyModule_Create(&module); }
+// Long kernels release the GIL while they run (the launch and the allocator's call); the empty
+// launch keeps it: it returns sooner than releasing and taking back the GIL would.
+DLPX_EXPORT_KERNEL(axpby, guarded<axpby>,
+                   "axpby(a: float, x, y, b: float = 1.0) -> tensor: a * x + b * y for contiguous float32 CUDA "
+                   "tensors of one shape, on the caller's stream, in x's framework.")
+DLPX_EXPORT_KERNEL(row_sum, guarded<row_sum>,
+                   "row_sum(x) -> tensor: the sum of each row of a 2-D float32 CUDA tensor (any strides), on the "
+                   "caller's stream, in x's framework.")
+DLPX_EXPORT_KERNEL_SHORT(launch_empty, guarded<launch_empty>,
+                         "launch_empty(*tensors) -> None: launches an empty kernel taking 1 to 16 float32 CUDA "
+                         "tensors on the first one's stream (what this path costs on the host).")

@@ -9,6 +9,7 @@ mod buffer_protocol;
 mod cache;
 mod capsule_object;
 mod cuda_array_interface;
+mod cupy;
 mod discovered;
 mod dlpack_call;
 mod dlpack_method;
@@ -51,7 +52,7 @@ use crate::error::Result;
 /// its row. DLPack first, always (docs/design.md R12): `dlpack` claims the types with a
 /// `__dlpack__`; then the CUDA array interface, numpy's array interface, and last the buffer
 /// protocol, which claims everything left.
-pub static ROWS: [&Row; 12] = [
+pub static ROWS: [&Row; 13] = [
     &own::ROW,
     &torch::ROW,
     &table::ROW,
@@ -59,6 +60,7 @@ pub static ROWS: [&Row; 12] = [
     &tvm_ffi::ROW,
     &jax::ROW,
     &array_api_strict::ROW,
+    &cupy::ROW,
     &capsule_object::ROW,
     &dlpack_method::ROW,
     &cuda_array_interface::ROW,

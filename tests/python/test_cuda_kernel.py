@@ -1,14 +1,16 @@
-"""The CUDA kernel example (examples/cuda_kernel): any framework's CUDA tensors in, the output
-allocated by the first input's framework, the kernel on that framework's current stream (no
-synchronisation), the result back in the caller's type; inside CUDA graph capture too.
+"""The CUDA kernel library example (examples/cuda_kernel, loaded with dlpx.load_library): any
+framework's CUDA tensors in, the output allocated by the first input's framework, the kernel on
+that framework's current stream (no synchronisation), the result back as the caller's type;
+inside CUDA graph capture too, with the outputs in torch's graph pool.
 
-The module comes from DLPX_CUDA_KERNEL (scripts/check_cuda_example.sh builds it with nvcc from
+The library comes from DLPX_CUDA_KERNEL (scripts/check_cuda_example.sh builds it with nvcc from
 PyPI and runs this file, also without a GPU) or, on a GPU machine, is built here with CMake. The
-argument checks that fail before any CUDA call run everywhere the module exists; the rest need a
-GPU and torch with CUDA, and say so when skipped."""
+argument checks that fail before any CUDA call run everywhere the library exists; the rest need
+a GPU and torch with CUDA, and say so when skipped."""
 
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 import time
@@ -18,7 +20,7 @@ import pytest
 
 import dlpx
 from cuda_peers import GPU, cupy, needs_cupy, needs_gpu, torch
-from examples_build import build_example, load_module
+from examples_build import configure_and_build
 
 # About 0.25-0.5 s of GPU time at 1-2 GHz: far longer than a host call, short enough for a test.
 SLEEP_CYCLES = 5 * 10**8
@@ -36,15 +38,20 @@ def cuda_compiler_args():
 
 
 @pytest.fixture(scope="module")
-def kernel(tmp_path_factory):
+def library_path(tmp_path_factory):
     path = os.environ.get("DLPX_CUDA_KERNEL")
     if path:
-        module = load_module("dlpx_cuda_kernel", path)
-    elif not GPU:
+        return path
+    if not GPU:
         pytest.skip("no GPU to build examples/cuda_kernel for here; scripts/check_cuda_example.sh builds it "
                     "with nvcc from PyPI and runs this file (DLPX_CUDA_KERNEL)")
-    else:
-        module = build_example("cuda_kernel", "dlpx_cuda_kernel", tmp_path_factory, cuda_compiler_args())
+    build = configure_and_build("cuda_kernel", tmp_path_factory, cuda_compiler_args())
+    return os.path.join(build, "libdlpx_cuda_kernel.so")
+
+
+@pytest.fixture(scope="module")
+def kernel(library_path):
+    module = dlpx.load_library(library_path)
     if GPU:
         # CUDA loads a kernel at its first launch (lazy loading), and that load waited for a
         # kernel still running (seen on an H100): launch each once before the tests that time.
@@ -53,6 +60,22 @@ def kernel(tmp_path_factory):
         module.launch_empty(x)
         torch.cuda.synchronize()
     return module
+
+
+def test_the_library_has_no_python_in_it(library_path):
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.fail("nm (binutils) is needed to read the library's symbols")
+    symbols = subprocess.run([nm, "-D", library_path], capture_output=True, text=True, check=True).stdout
+    assert [line for line in symbols.splitlines() if line.split()[-1].startswith("Py")] == []
+    assert any(line.split()[-1] == "dlpx_kernel_library" for line in symbols.splitlines())
+
+
+def test_the_kernels_carry_their_signatures(kernel):
+    assert kernel.axpby.__text_signature__ == "(a, x, y, b=1.0)"
+    assert kernel.row_sum.__text_signature__ == "(x)"
+    assert kernel.launch_empty.__text_signature__ == "(*tensors)"
+    assert "a * x + b * y" in kernel.axpby.__doc__
 
 
 def cuda(*shape, fill=None):
@@ -78,22 +101,26 @@ def cpu_tensors():
     (lambda k, x: k.launch_empty(x, x), r"launch_empty: tensors\[0\]"),
 ])
 def test_a_cpu_tensor_is_a_value_error_naming_its_device(kernel, framework, x, call, name):
-    with pytest.raises(ValueError, match=rf"^dlpx_cuda_kernel\.{name} is on cpu:0; expected a cuda tensor$"):
+    with pytest.raises(ValueError, match=rf"^dlpx: {name} is on cpu:0; expected a cuda tensor$"):
         call(kernel, x)
 
 
 def test_wrong_arguments_are_type_errors(kernel):
     x = np.ones(3, np.float32)
-    with pytest.raises(TypeError, match=r"^dlpx_cuda_kernel\.axpby\(a, x, y, b=1\.0\) takes 3 or 4 arguments$"):
-        kernel.axpby(x, x)
-    with pytest.raises(TypeError, match=r"^dlpx_cuda_kernel\.axpby: a must be a real number, not str$"):
+    with pytest.raises(TypeError, match=r"^dlpx: axpby: missing required argument 'y'"):
+        kernel.axpby(2.0, x)
+    with pytest.raises(TypeError, match=r"^dlpx: axpby: parameter 'a' takes a float, got str$"):
         kernel.axpby("2", x, x)
-    with pytest.raises(TypeError, match=r"^dlpx_cuda_kernel\.axpby: b must be a real number, not NoneType$"):
+    with pytest.raises(TypeError, match=r"^dlpx: axpby: parameter 'b' takes a float, got NoneType$"):
         kernel.axpby(2.0, x, x, None)
-    with pytest.raises(TypeError, match=r"^dlpx_cuda_kernel\.row_sum\(x\) takes exactly one tensor$"):
+    with pytest.raises(TypeError, match=r"^dlpx: axpby: .*'c'"):
+        kernel.axpby(2.0, x, x, c=1.0)
+    with pytest.raises(TypeError, match=r"^dlpx: row_sum: missing required argument 'x'"):
         kernel.row_sum()
-    with pytest.raises(TypeError, match=r"takes 1 to 16 tensors$"):
+    with pytest.raises(TypeError, match=r"^dlpx: launch_empty: takes 1 to 16 tensors$"):
         kernel.launch_empty(*[x] * 17)
+    with pytest.raises(TypeError, match=r"^dlpx: launch_empty: takes 1 to 16 tensors$"):
+        kernel.launch_empty()
     with pytest.raises(TypeError, match="does not support DLPack"):
         kernel.row_sum(object())
 
@@ -120,6 +147,7 @@ def test_axpby_of_torch_equals_torch_and_returns_torch(kernel, shape):
     assert type(out) is torch.Tensor and out.device == x.device and out.shape == x.shape
     torch.testing.assert_close(out, 2.5 * x - 0.5 * y)
     torch.testing.assert_close(kernel.axpby(3, x, y), 3 * x + y)  # b defaults to 1
+    torch.testing.assert_close(kernel.axpby(y=y, x=x, a=1.0, b=2.0), x + 2.0 * y)  # by name
 
 
 @needs_gpu
@@ -182,9 +210,8 @@ def test_cupy_inputs_from_a_busy_stream_are_read_after_its_work(kernel):
         out = kernel.axpby(2.0, x, y)
         if not LAUNCHES_SERIALISED:
             assert not s.done  # nothing waited on the host
-        assert isinstance(out, dlpx.Tensor) and out.device == "cuda:0"
-        seen = cupy.from_dlpack(out)
-        np.testing.assert_allclose(cupy.asnumpy(seen, stream=s), np.full(1 << 20, 6.25, np.float32))
+        assert type(out) is cupy.ndarray and out.device.id == 0  # the caller's type (cupy.from_dlpack)
+        np.testing.assert_allclose(cupy.asnumpy(out, stream=s), np.full(1 << 20, 6.25, np.float32))
 
 
 @needs_gpu
@@ -197,14 +224,16 @@ def test_cupy_from_dlpack_of_the_result_on_its_stream_sees_the_finished_result(k
         y = cupy.full(1 << 20, 1.0, dtype=cupy.float32)
         with torch.cuda.stream(side):
             torch.cuda._sleep(SLEEP_CYCLES)  # the kernel runs late on `side`
+        # Made a cupy.ndarray by cupy.from_dlpack on s, which makes s wait for `side`: a read on s
+        # without the wait finds no result.
         out = kernel.axpby(-1.0, x, y)
-        seen = cupy.from_dlpack(out)  # s waits for `side`: a read on s without the wait finds no result
-        total = float(seen.sum())
+        assert type(out) is cupy.ndarray
+        total = float(out.sum())
     assert total == -4.0 * (1 << 20)
 
 
 @needs_gpu
-def test_jax_cuda_arrays_give_a_dlpx_tensor_jax_takes_back(kernel):
+def test_jax_cuda_arrays_give_jax_arrays(kernel):
     jax = pytest.importorskip("jax")
     try:
         device = jax.devices("cuda")[0]
@@ -213,10 +242,11 @@ def test_jax_cuda_arrays_give_a_dlpx_tensor_jax_takes_back(kernel):
     x = jax.device_put(np.arange(12, dtype=np.float32).reshape(3, 4), device)
     y = jax.device_put(np.ones((3, 4), np.float32), device)
     out = kernel.axpby(2.0, x, y)
-    assert isinstance(out, dlpx.Tensor) and out.device == "cuda:0"
-    np.testing.assert_allclose(np.asarray(jax.numpy.from_dlpack(out)), 2 * np.asarray(x) + 1)
+    assert isinstance(out, jax.Array) and out.devices() == {device}
+    np.testing.assert_allclose(np.asarray(out), 2 * np.asarray(x) + 1)
     sums = kernel.row_sum(x)
-    np.testing.assert_allclose(np.asarray(jax.numpy.from_dlpack(sums)), np.asarray(x).sum(axis=1))
+    assert isinstance(sums, jax.Array)
+    np.testing.assert_allclose(np.asarray(sums), np.asarray(x).sum(axis=1))
 
 
 @needs_gpu
@@ -244,6 +274,13 @@ def test_calls_captured_in_a_cuda_graph_replay_on_new_inputs(kernel):
     with torch.cuda.graph(graph):  # a launch on another stream, or a sync, would break the capture
         z = kernel.axpby(2.0, x, y)
         sums = kernel.row_sum(z)
+        kernel.launch_empty(x, y, z)
+    # The outputs were allocated by torch, in the graph's private pool: replay writes there.
+    pool = tuple(graph.pool())
+    for out in (z, sums):
+        [segment] = [seg for seg in torch.cuda.memory_snapshot()
+                     if seg["address"] <= out.data_ptr() < seg["address"] + seg["total_size"]]
+        assert tuple(segment["segment_pool_id"]) == pool, (segment["segment_pool_id"], pool)
     for _ in range(2):
         new_x, new_y = cuda(256, 64), cuda(256, 64)
         x.copy_(new_x)

@@ -1,0 +1,40 @@
+//! The `cupy` row: `cupy.ndarray`, read as the `dlpack` row reads any `__dlpack__` (CuPy's own
+//! export, with dlpx's stream asked for so that the read is ordered after CuPy's work). It is a
+//! row of its own for the way back: a kernel's outputs for CuPy inputs come back as
+//! `cupy.ndarray` (`cupy.from_dlpack`), not as `dlpx.Tensor`.
+
+use pyo3_ffi::{PyObject, PyTypeObject};
+
+use super::discovered::Discovered;
+use super::home::Home;
+use super::{dlpack_method, synthetic, Ask, Entry, Producer, Read, Row};
+use crate::abi::*;
+use crate::cpython::{attribute, Python};
+
+pub static ROW: Row =
+    Row { name: "cupy", synthetic: Some(&TABLE), guard: None, suspect: None, home: Some(&HOME), producer: &Cupy };
+struct Cupy;
+static HOME: Home = Home::new(c"cupy");
+static TABLE: DLPackExchangeAPI = synthetic::table(false);
+
+/// `cupy.ndarray`, once CuPy is imported (kept for the process: the extension is never unloaded).
+#[derive(Clone, Copy)]
+struct Found {
+    ndarray: *mut PyTypeObject,
+}
+
+static FOUND: Discovered<Found> = Discovered::new(c"cupy", &[]);
+
+impl Producer for Cupy {
+    fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
+        let found = FOUND.get_or_find(py, |py, module| {
+            // The reference is kept: the type lives as long as CuPy, which is never unloaded.
+            attribute(py, module.as_ptr(), c"ndarray").map(|t| Found { ndarray: t.into_ptr().cast() })
+        });
+        found.is_some_and(|found| found.ndarray == ty)
+    }
+
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
+        dlpack_method::read(py, object, ask.request)
+    }
+}
