@@ -3,8 +3,10 @@
 // beneath both: the same launch with no tensors. benches/cuda_kernel_bench.py times them
 // beside the kernel library's launch_empty, so that what the library adds is its own cost.
 //
-//   launch_empty(*tensors)  a view of each float32 CUDA tensor (dlpx_view_of), the first one's
-//                           framework's current stream (dlpx_current_stream_of), one launch;
+//   launch_empty(*tensors)  what the library's launch_empty does: a view of each float32 CUDA
+//                           tensor on the first one's device (dlpx_view_of), that device made
+//                           current, the first one's framework's current stream
+//                           (dlpx_current_stream_of), one launch;
 //   launch_floor(stream)    the launch alone, on the stream given as an int (no tensors).
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -50,13 +52,25 @@ PyObject* launch_empty(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
     pointers.p[held] = static_cast<const char*>(t.data) + t.byte_offset;
   }
-  if (dlpx_current_stream_of(args[0], kDLCUDA, views[0].tensor.device.device_id, &stream) != 0) goto done;
-  empty_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(pointers);
-  if (cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
-    launch_failed(rc);
-    goto done;
+  {
+    // The device guard the library's kernels keep: a stream belongs to one device.
+    const int device = views[0].tensor.device.device_id;
+    int previous = 0;
+    if (cudaError_t rc = cudaGetDevice(&previous); rc != cudaSuccess) {
+      launch_failed(rc);
+      goto done;
+    }
+    if (previous != device) cudaSetDevice(device);
+    if (dlpx_current_stream_of(args[0], kDLCUDA, device, &stream) == 0) {
+      empty_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(pointers);
+      if (cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
+        launch_failed(rc);
+      } else {
+        result = Py_NewRef(Py_None);
+      }
+    }
+    if (previous != device) cudaSetDevice(previous);
   }
-  result = Py_NewRef(Py_None);
 done:
   for (Py_ssize_t i = 0; i < held; ++i) dlpx_view_release(&views[i]);
   return result;

@@ -95,18 +95,26 @@ std::string shape_text(const dlpx::TensorView& v) {
   return s + (v.ndim() == 1 ? ",)" : ")");
 }
 
+// An argument's name in messages: `name`, or `name[index]` for one of `*name`'s values. Made
+// into a string only when a check fails (launch_empty's calls are what the benchmark times).
+struct Name {
+  const char* name;
+  int32_t index = -1;
+  std::string text() const { return index < 0 ? name : std::string(name) + "[" + std::to_string(index) + "]"; }
+};
+
 // A CUDA tensor of float32 on `device` (the first argument's, when given). The device check
 // comes first: a CPU tensor is the most likely mistake, and its message names the device.
-void check_float32_cuda(const std::string& name, const dlpx::TensorView& v, const DLDevice* device = nullptr) {
+void check_float32_cuda(Name name, const dlpx::TensorView& v, const DLDevice* device = nullptr) {
   if (v.device().device_type != kDLCUDA) {
-    fail("ValueError", name + " is on " + v.device_name() + "; expected a cuda tensor");
+    fail("ValueError", name.text() + " is on " + v.device_name() + "; expected a cuda tensor");
   }
   if (device != nullptr && v.device().device_id != device->device_id) {
-    fail("ValueError", name + " is on " + v.device_name() + ", the first tensor on " + dlpx::device_name(*device) +
-                           "; all tensors must be on one device");
+    fail("ValueError", name.text() + " is on " + v.device_name() + ", the first tensor on " +
+                           dlpx::device_name(*device) + "; all tensors must be on one device");
   }
   if (!dlpx::same_dtype(v.dtype(), dlpx::dtype_of<float>())) {
-    fail("TypeError", name + " has dtype " + v.dtype_name() + "; expected float32");
+    fail("TypeError", name.text() + " has dtype " + v.dtype_name() + "; expected float32");
   }
 }
 
@@ -188,8 +196,8 @@ void axpby(DlpxCall* call) {
   check(dlpx_call_float(call, 0, &a));
   const dlpx::TensorView x = tensor(call, 1), y = tensor(call, 2);
   check(dlpx_call_float(call, 3, &b));
-  check_float32_cuda("x", x);
-  check_float32_cuda("y", y, &x.dltensor().device);
+  check_float32_cuda({"x"}, x);
+  check_float32_cuda({"y"}, y, &x.dltensor().device);
   if (x.ndim() != y.ndim() || !std::equal(x.shape().begin(), x.shape().end(), y.shape().begin())) {
     fail("ValueError", "shapes differ: x " + shape_text(x) + " and y " + shape_text(y));
   }
@@ -211,7 +219,7 @@ void axpby(DlpxCall* call) {
 
 void row_sum(DlpxCall* call) {
   const dlpx::TensorView x = tensor(call, 0);
-  check_float32_cuda("x", x);
+  check_float32_cuda({"x"}, x);
   if (x.ndim() != 2) {
     fail("ValueError", "x has " + std::to_string(x.ndim()) + " dimensions; expected 2 (rows, columns)");
   }
@@ -240,7 +248,7 @@ void launch_empty(DlpxCall* call) {
   for (int32_t i = 0; i < n; ++i) {
     const dlpx::TensorView t = tensor(call, i);
     if (i == 0) device = t.device();
-    check_float32_cuda("tensors[" + std::to_string(i) + "]", t, i ? &device : nullptr);
+    check_float32_cuda({"tensors", i}, t, i ? &device : nullptr);
     pointers.p[i] = t.data_ptr();
   }
   DeviceGuard guard(device);
