@@ -18,6 +18,7 @@ from ._device import Device
 
 __all__ = [
     "Tensor", "Device", "empty", "from_dlpack", "exchange_api_of", "exchange_api_info", "library_path", "load_library",
+    "outputs_like",
     "cuda", "__version__", "DLPACK_VERSION",
 ]
 
@@ -71,6 +72,29 @@ def load_library(path):
     when the path is no loadable library, ImportError when it holds no dlpx kernels or kernels
     of a newer kernel ABI."""
     return _native.load_library(os.fspath(path))
+
+
+class outputs_like:
+    """``with dlpx.outputs_like(x):`` kernel calls in this thread give their outputs to ``x``'s
+    framework (``x`` a tensor or a tensor type: ``torch.Tensor``, ``numpy.ndarray``,
+    ``dlpx.Tensor``, ...) instead of their first tensor argument's: its allocator, its stream,
+    its type back. ``None`` restores the first argument's rule. Nested blocks restore the outer
+    choice; other threads keep their own."""
+
+    __slots__ = ("_framework", "_outer")
+    _local = __import__("threading").local()
+
+    def __init__(self, x):
+        self._framework = x
+
+    def __enter__(self):
+        self._outer = getattr(outputs_like._local, "chosen", None)
+        _native._set_outputs_like(self._framework)  # TypeError for what is no framework's tensor
+        outputs_like._local.chosen = self._framework
+
+    def __exit__(self, *exc_info):
+        _native._set_outputs_like(self._outer)
+        outputs_like._local.chosen = self._outer
 DLPACK_VERSION = _native.DLPACK_VERSION
 
 from . import cuda  # noqa: E402  (needs _native)

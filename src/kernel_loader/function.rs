@@ -107,7 +107,8 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
     let (like, returned) = {
         let mut arguments = Arguments::new(py);
         arguments.bind(kernel, &object.names, args).map_err(|err| err.at(kernel.name))?;
-        let table = arguments.like.map(|entry| entry.table).or_else(crate::tensor_type::own_table);
+        let like = super::outputs_like::chosen().or(arguments.like);
+        let table = like.map(|entry| entry.table).or_else(crate::tensor_type::own_table);
         let stream = |device: DLDevice| stream_of(table, device);
         let allocator = table.and_then(|t| t.managed_tensor_allocator);
         let mut call = Call::new(kernel, arguments.values(), Environment { allocator, stream: &stream });
@@ -118,7 +119,7 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
             // needs it.
             false => unsafe { released(py, run) },
         });
-        (arguments.like, returned)
+        (like, returned)
     };
     results::to_py(py, like, returned?)
 }

@@ -7,6 +7,7 @@
 mod arguments;
 mod function;
 mod inline;
+mod outputs_like;
 mod results;
 
 use std::ffi::CString;
@@ -17,6 +18,8 @@ use pyo3_ffi::PyObject;
 use crate::cpython::{without_gil, Owned, Python};
 use crate::error::{Error, Result};
 use crate::kernels::{library, Library};
+
+pub use outputs_like::set as set_outputs_like;
 
 /// Each library's module, made once: (the library's address, a strong reference kept for the
 /// process). No Python code runs while the lock is held.

@@ -105,7 +105,8 @@ pub fn row_name(py: Python<'_>, object: *mut PyObject) -> &'static str {
     entry_of_object_or_type(py, object).row.name
 }
 
-fn entry_of_object_or_type(py: Python<'_>, object: *mut PyObject) -> Entry {
+/// The entry of `object`'s type, or of `object` itself when it is a type.
+pub fn entry_of_object_or_type(py: Python<'_>, object: *mut PyObject) -> Entry {
     match crate::cpython::is_type(py, object) {
         true => entry_of_type(py, object.cast()),
         false => entry_of(py, object),

@@ -35,7 +35,7 @@ use std::cell::Cell;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-pub use cache::{entry_of, entry_of_type, row_name, table_of};
+pub use cache::{entry_of, entry_of_object_or_type, entry_of_type, row_name, table_of};
 pub use faithful::{Suspect, Suspicion};
 pub use guard::{warn_of_unknown_names, Guard};
 pub use home::to_py_like;

@@ -1,0 +1,46 @@
+//! `dlpx.outputs_like(x)`: which framework a kernel's outputs are for, instead of the first tensor
+//! argument's (docs/kernels.md, "Which argument decides"). The choice is this thread's, set and
+//! restored by the Python context manager around the calls it covers; a call reads it once.
+
+use std::cell::Cell;
+
+use pyo3_ffi::PyObject;
+
+use crate::cpython::Python;
+use crate::error::{Error, Result};
+use crate::producers::{self, Entry};
+
+thread_local! {
+    /// The framework this thread's kernel calls give outputs to; None: the first tensor argument's.
+    static CHOSEN: Cell<Option<Entry>> = const { Cell::new(None) };
+}
+
+/// The framework chosen for this thread's calls, if any.
+#[inline]
+pub fn chosen() -> Option<Entry> {
+    CHOSEN.with(Cell::get)
+}
+
+/// `_set_outputs_like(x)`: x's framework (x a tensor or its type) from now on in this thread;
+/// None: the first tensor argument's again. A TypeError for what is no framework's tensor.
+pub fn set(py: Python<'_>, _module: *mut PyObject, object: *mut PyObject) -> Result<*mut PyObject> {
+    let entry = match object == py.none {
+        true => None,
+        false => {
+            let entry = producers::entry_of_object_or_type(py, object);
+            // A framework whose own type comes back: a table of its own (torch, dlpx) or a
+            // `from_dlpack` to call (numpy, jax, cupy, tvm_ffi, array_api_strict).
+            if entry.row.synthetic.is_some() && entry.row.home.is_none() {
+                return Err(Error::type_error(format!(
+                    "outputs_like takes a tensor, or a tensor type, of a framework outputs go back to (torch, numpy, \
+                     jax, cupy, tvm_ffi, array_api_strict, dlpx); {} is read by the '{}' row, which has none",
+                    crate::cpython::type_name(py, object),
+                    entry.row.name
+                )));
+            }
+            Some(entry)
+        }
+    };
+    CHOSEN.with(|chosen| chosen.set(entry));
+    Ok(py.new_none())
+}

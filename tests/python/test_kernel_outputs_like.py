@@ -1,0 +1,94 @@
+"""dlpx.outputs_like: a kernel call's outputs for a framework other than its first tensor
+argument's (its allocator, its stream, its type back), per thread, nested, restored on errors."""
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import c_build
+import dlpx
+
+torch = pytest.importorskip("torch")
+
+REPO = c_build.REPO
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("outputs_like")
+    path = os.path.join(directory, "libdlpx_example_kernels.so")
+    try:
+        done = c_build.build("c", [os.path.join(REPO, "examples", "kernel_library", "kernels.c")], path,
+                             flags=["-shared", "-fPIC", "-fvisibility=hidden"],
+                             libraries=c_build.link_dlpx(str(directory)))
+    except c_build.NoCompiler as missing:
+        c_build.skip_or_fail(str(missing))
+    assert done.returncode == 0, c_build.failure(done)
+    return dlpx.load_library(path)
+
+
+def test_the_first_tensor_argument_decides_without_it(lib):
+    a = np.arange(4, dtype=np.float32)
+    assert type(lib.add(a, a)) is np.ndarray
+    assert type(lib.add(torch.from_numpy(a), a)) is torch.Tensor
+
+
+@pytest.mark.parametrize("framework, expected", [
+    (lambda: torch.Tensor, torch.Tensor),
+    (lambda: torch.zeros(1), torch.Tensor),
+    (lambda: dlpx.Tensor, dlpx.Tensor),
+    (lambda: np.ndarray, np.ndarray),
+])
+def test_outputs_go_to_the_framework_named(lib, framework, expected):
+    a = np.arange(6, dtype=np.float64).reshape(2, 3)
+    t = torch.from_numpy(a.copy())
+    with dlpx.outputs_like(framework()):
+        for first in (a, t):
+            out = lib.add(first, a)
+            assert type(out) is expected
+            np.testing.assert_array_equal(np.from_dlpack(out), 2 * a)
+
+
+def test_blocks_nest_and_restore_on_errors(lib):
+    a = np.ones(2, np.float32)
+    with dlpx.outputs_like(torch.Tensor):
+        with dlpx.outputs_like(dlpx.Tensor):
+            assert type(lib.add(a, a)) is dlpx.Tensor
+        assert type(lib.add(a, a)) is torch.Tensor
+        with dlpx.outputs_like(None):  # the first argument's rule again
+            assert type(lib.add(a, a)) is np.ndarray
+        with pytest.raises(TypeError):
+            with dlpx.outputs_like(dlpx.Tensor):
+                lib.add(a, "not a tensor")
+        assert type(lib.add(a, a)) is torch.Tensor
+    assert type(lib.add(a, a)) is np.ndarray
+
+
+def test_the_choice_is_this_thread_s(lib):
+    a = np.ones(2, np.float32)
+    seen = []
+    started, done = threading.Event(), threading.Event()
+
+    def other():
+        started.wait()
+        seen.append(type(lib.add(a, a)))
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with dlpx.outputs_like(torch.Tensor):
+        started.set()
+        done.wait(10)
+        assert type(lib.add(a, a)) is torch.Tensor
+    thread.join()
+    assert seen == [np.ndarray]
+
+
+@pytest.mark.parametrize("x", ["a str", 3, object, object()], ids=["str", "int", "type", "object"])
+def test_what_is_no_framework_s_tensor_is_a_type_error(lib, x):
+    with pytest.raises(TypeError, match="outputs_like takes a tensor, or a tensor type, of a framework"):
+        with dlpx.outputs_like(x):
+            pass
+    assert type(lib.add(np.ones(1), np.ones(1))) is np.ndarray  # nothing changed
