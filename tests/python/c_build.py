@@ -68,3 +68,27 @@ def skip_or_fail(reason):
     if os.environ.get("DLPX_REQUIRE_ALL_TESTS"):
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+def kernel_library(tmp_path_factory, language, source, name, flags=()):
+    """A kernel library (include/dlpx/kernel.h or kernel.hpp) built from `source` as a user builds
+    one: shared, hidden visibility, linked to the libdlpx this test run loads; its path, lib<name>.so
+    in a new directory. A missing compiler skips (fails under DLPX_REQUIRE_ALL_TESTS)."""
+    directory = tmp_path_factory.mktemp(name)
+    path = os.path.join(directory, f"lib{name}.so")
+    try:
+        done = build(language, [source], path, flags=["-shared", "-fPIC", "-fvisibility=hidden", *flags],
+                     libraries=link_dlpx(str(directory)))
+    except NoCompiler as missing:
+        skip_or_fail(str(missing))
+    assert done.returncode == 0, failure(done)
+    return path
+
+
+def dynamic_symbols(path):
+    """`nm -D path`'s lines, each split into its fields (the name last); nm's failure skips (fails
+    under DLPX_REQUIRE_ALL_TESTS)."""
+    done = subprocess.run(["nm", "-D", path], capture_output=True, text=True)
+    if done.returncode != 0:
+        skip_or_fail(f"nm -D failed: {done.stderr}")
+    return [line.split() for line in done.stdout.splitlines() if line.strip()]
