@@ -1,13 +1,13 @@
 // libdlpx_cuda_kernel.so: CUDA kernels over any framework's CUDA tensors (torch, cupy, jax,
-// dlpx), as a kernel library (include/dlpx/kernel.h): a plain shared library with no Python in
-// it, one build for every CPython, loaded with dlpx.load_library(path). dlpx does what touches
-// Python around each call:
+// dlpx), as a kernel library of typed C++ kernels (include/dlpx/kernel.hpp): a plain shared
+// library with no Python in it, one build for every CPython, loaded with
+// dlpx.load_library(path). dlpx does what touches Python around each call:
 //   - arguments arrive as DLTensor views (torch: its own non-owning view, no allocation; cupy,
 //     jax: __dlpack__(stream=...), which orders the read after the producer's work), checked
 //     here (dtype, device, shape, layout) before anything is allocated;
-//   - outputs come from the first tensor's framework's allocator (dlpx_call_allocate: torch in
-//     -> torch's caching allocator, its graph pool while torch captures a CUDA graph);
-//   - kernels launch on dlpx_call_stream: torch's current stream for torch inputs (so
+//   - outputs come from the first tensor's framework's allocator (call.allocate: torch in ->
+//     torch's caching allocator, its graph pool while torch captures a CUDA graph);
+//   - kernels launch on call.stream: torch's current stream for torch inputs (so
 //     `with torch.cuda.stream(s)` and graph capture just work), dlpx's per-thread stream
 //     otherwise. Nothing here synchronises the device or the stream;
 //   - results come back as the first tensor's type, errors as the Python exception they name.
@@ -16,8 +16,7 @@
 #include <cuda_runtime.h>
 // Only the CUDA runtime's own header: <cuda/mdspan> or CUB would work too but cost seconds of
 // compile time each, and the CI compiles this file on every run.
-#include <dlpx/dlpx.hpp>
-#include <dlpx/kernel.h>
+#include <dlpx/kernel.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -76,19 +75,6 @@ __global__ void empty_kernel(Pointers) {}
 // A failure the kernel reports: the call raises `kind` with "dlpx: <kernel>: <message>".
 [[noreturn]] void fail(const char* kind, const std::string& message) { throw dlpx::Error(kind, message); }
 
-// A dlpx_call_* request that failed has reported its error on the call already.
-struct Reported {};
-
-void check(int status) {
-  if (status != 0) throw Reported{};
-}
-
-dlpx::TensorView tensor(DlpxCall* call, int32_t index) {
-  const DLTensor* t = nullptr;
-  check(dlpx_call_tensor(call, index, &t, nullptr));
-  return dlpx::TensorView(*t);
-}
-
 std::string shape_text(const dlpx::TensorView& v) {
   std::string s = "(";
   for (int32_t i = 0; i < v.ndim(); ++i) s += (i ? ", " : "") + std::to_string(v.size(i));
@@ -128,9 +114,9 @@ void check_contiguous(const char* name, const dlpx::TensorView& v) {
 
 // Any layout a layout_stride mdspan can express (transposed, sliced); broadcast (stride 0) or
 // overlapping dimensions are refused with as_mdspan's reason. Kernels take the view's parts.
-dlpx::mdspan_t<const float, 2> strided_view(const char* name, const dlpx::TensorView& v) {
+dlpx::mdspan_t<const float, 2> strided_view(const char* name, const dlpx::TensorArg& v) {
   try {
-    return dlpx::as_mdspan<const float, 2>(v.dltensor(), kDLCUDA);
+    return v.as_mdspan<const float, 2>(kDLCUDA);
   } catch (const dlpx::Error& e) {
     fail(e.kind().c_str(), std::string(name) + " cannot be read as a strided view (" + e.what() + ")");
   }
@@ -166,11 +152,7 @@ class DeviceGuard {
 
 // The caller's current stream on `device`: torch's (captured into a graph while torch
 // captures) for torch inputs, dlpx's per-thread stream otherwise.
-cudaStream_t stream_of(DlpxCall* call, const DLDevice& device) {
-  void* stream = nullptr;
-  check(dlpx_call_stream(call, device, &stream));
-  return static_cast<cudaStream_t>(stream);
-}
+cudaStream_t stream_of(dlpx::Call& call, const DLDevice& device) { return static_cast<cudaStream_t>(call.stream(device)); }
 
 // A launch error (bad configuration, no driver, a stream from another device) surfaces here,
 // without waiting for the kernel: cudaGetLastError does not synchronise.
@@ -183,19 +165,9 @@ void check_launch() {
 
 int blocks_for(int64_t work) { return static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, kMaxBlocks)); }
 
-// An output in the caller's framework, like `shape` on `device`; the call owns it until returned.
-float* allocate(DlpxCall* call, const DLDevice& device, int32_t ndim, const int64_t* shape, DLTensor** out) {
-  check(dlpx_call_allocate(call, device, dlpx::dtype_of<float>(), ndim, shape, out));
-  return static_cast<float*>((*out)->data);  // a fresh allocation: byte_offset 0
-}
-
 // ---- kernels as the library exports them -------------------------------------------------------
 
-void axpby(DlpxCall* call) {
-  double a = 0, b = 0;
-  check(dlpx_call_float(call, 0, &a));
-  const dlpx::TensorView x = tensor(call, 1), y = tensor(call, 2);
-  check(dlpx_call_float(call, 3, &b));
+dlpx::OutputTensor axpby(dlpx::Call& call, double a, dlpx::TensorView x, dlpx::TensorView y, double b) {
   check_float32_cuda({"x"}, x);
   check_float32_cuda({"y"}, y, &x.dltensor().device);
   if (x.ndim() != y.ndim() || !std::equal(x.shape().begin(), x.shape().end(), y.shape().begin())) {
@@ -206,19 +178,17 @@ void axpby(DlpxCall* call) {
   const DLDevice device = x.device();
   DeviceGuard guard(device);
   const cudaStream_t stream = stream_of(call, device);
-  DLTensor* out = nullptr;
-  float* o = allocate(call, device, x.ndim(), x.dltensor().shape, &out);
+  dlpx::OutputTensor out = call.empty_like(x);  // the call deletes it if a check below throws
   const int64_t n = x.numel();
   if (n > 0) {
     axpby_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<float>(a), x.data<float>(), static_cast<float>(b),
-                                                        y.data<float>(), o, n);
+                                                        y.data<float>(), out.data<float>(), n);
     check_launch();
   }
-  check(dlpx_call_return_tensor(call, out));
+  return out;
 }
 
-void row_sum(DlpxCall* call) {
-  const dlpx::TensorView x = tensor(call, 0);
+dlpx::OutputTensor row_sum(dlpx::Call& call, dlpx::TensorArg x) {
   check_float32_cuda({"x"}, x);
   if (x.ndim() != 2) {
     fail("ValueError", "x has " + std::to_string(x.ndim()) + " dimensions; expected 2 (rows, columns)");
@@ -228,25 +198,24 @@ void row_sum(DlpxCall* call) {
   DeviceGuard guard(device);
   const cudaStream_t stream = stream_of(call, device);
   const int64_t rows = xs.extent(0);
-  DLTensor* out = nullptr;
-  float* o = allocate(call, device, 1, &rows, &out);
+  dlpx::OutputTensor out = call.allocate({rows}, dlpx::dtype_of<float>(), device);
   if (rows > 0) {
     row_sum_kernel<<<static_cast<int>(std::min<int64_t>(rows, kMaxBlocks)), kThreads, 0, stream>>>(
-        xs.data_handle(), rows, xs.extent(1), xs.stride(0), xs.stride(1), o);
+        xs.data_handle(), rows, xs.extent(1), xs.stride(0), xs.stride(1), out.data<float>());
     check_launch();
   }
-  check(dlpx_call_return_tensor(call, out));
+  return out;
 }
 
-void launch_empty(DlpxCall* call) {
-  const int32_t n = dlpx_call_argument_count(call);
+void launch_empty(dlpx::Call& call, dlpx::TensorList tensors) {
+  const int32_t n = static_cast<int32_t>(tensors.size());
   if (n < 1 || n > kMaxEmptyArgs) fail("TypeError", "takes 1 to " + std::to_string(kMaxEmptyArgs) + " tensors");
   // The views stay valid until the kernel returns, after the launch is enqueued. This path is
   // what the benchmark measures: it allocates nothing.
   Pointers pointers{};
   DLDevice device{};
   for (int32_t i = 0; i < n; ++i) {
-    const dlpx::TensorView t = tensor(call, i);
+    const dlpx::TensorArg t = tensors[i];
     if (i == 0) device = t.device();
     check_float32_cuda({"tensors", i}, t, i ? &device : nullptr);
     pointers.p[i] = t.data_ptr();
@@ -256,34 +225,16 @@ void launch_empty(DlpxCall* call) {
   check_launch();
 }
 
-// Runs a kernel with C++ exceptions reported on the call: the caller raises the kind an error
-// names; no exception crosses into dlpx.
-template <void (*Impl)(DlpxCall*)>
-int guarded(DlpxCall* call) {
-  try {
-    Impl(call);
-    return 0;
-  } catch (const Reported&) {
-  } catch (const dlpx::Error& e) {
-    dlpx_call_error(call, e.kind().c_str(), e.what());
-  } catch (const std::bad_alloc&) {
-    dlpx_call_error(call, "MemoryError", "out of host memory");
-  } catch (const std::exception& e) {
-    dlpx_call_error(call, "RuntimeError", e.what());
-  }
-  return -1;
-}
-
 }  // namespace
 
 // Long kernels release the GIL while they run (the launch and the allocator's call); the empty
 // launch keeps it: it returns sooner than releasing and taking back the GIL would.
-DLPX_EXPORT_KERNEL(axpby, guarded<axpby>,
+DLPX_EXPORT_TYPED_KERNEL(axpby, axpby,
                    "axpby(a: float, x, y, b: float = 1.0) -> tensor: a * x + b * y for contiguous float32 CUDA "
                    "tensors of one shape, on the caller's stream, in x's framework.")
-DLPX_EXPORT_KERNEL(row_sum, guarded<row_sum>,
+DLPX_EXPORT_TYPED_KERNEL(row_sum, row_sum,
                    "row_sum(x) -> tensor: the sum of each row of a 2-D float32 CUDA tensor (any strides), on the "
                    "caller's stream, in x's framework.")
-DLPX_EXPORT_KERNEL_SHORT(launch_empty, guarded<launch_empty>,
+DLPX_EXPORT_TYPED_KERNEL_SHORT(launch_empty, launch_empty,
                          "launch_empty(*tensors) -> None: launches an empty kernel taking 1 to 16 float32 CUDA "
                          "tensors on the first one's stream (what this path costs on the host).")
