@@ -3,6 +3,7 @@
 //! restored by the Python context manager around the calls it covers; a call reads it once.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pyo3_ffi::PyObject;
 
@@ -15,9 +16,24 @@ thread_local! {
     static CHOSEN: Cell<Option<Entry>> = const { Cell::new(None) };
 }
 
+/// How many threads have a choice set: while none has, a call reads this and not its
+/// thread-local (in a shared library that is a `__tls_get_addr` call).
+static THREADS_CHOOSING: AtomicUsize = AtomicUsize::new(0);
+
 /// The framework chosen for this thread's calls, if any.
 #[inline]
 pub fn chosen() -> Option<Entry> {
+    match THREADS_CHOOSING.load(Ordering::Relaxed) {
+        0 => None,
+        _ => this_thread_s(),
+    }
+}
+
+/// This thread's choice: out of line, or the compiler hoists the thread-local's address (the
+/// `__tls_get_addr` call) above the count's test into every call.
+#[cold]
+#[inline(never)]
+fn this_thread_s() -> Option<Entry> {
     CHOSEN.with(Cell::get)
 }
 
@@ -41,6 +57,12 @@ pub fn set(py: Python<'_>, _module: *mut PyObject, object: *mut PyObject) -> Res
             Some(entry)
         }
     };
-    CHOSEN.with(|chosen| chosen.set(entry));
+    // This thread's own store is ordered before its own later reads whatever the count says;
+    // another thread's count only decides whether that thread looks at its own (empty) slot.
+    match (CHOSEN.with(|chosen| chosen.replace(entry)).is_some(), entry.is_some()) {
+        (false, true) => THREADS_CHOOSING.fetch_add(1, Ordering::Relaxed),
+        (true, false) => THREADS_CHOOSING.fetch_sub(1, Ordering::Relaxed),
+        _ => 0,
+    };
     Ok(py.new_none())
 }
