@@ -149,3 +149,8 @@ DLPX_REQUIRE_ALL_TESTS=$require_all bash scripts/check_wheel_pythons.sh dist/dlp
 
 stage "free-threaded CPython 3.14t and 3.15t (built from pinned sources, cached): the suite, the soak, the wheels"
 bash scripts/test_free_threaded.sh 3.14 3.15
+
+# ---- a kernel library as one py3-none wheel (issue 43): last, once the stages above have made
+# every interpreter it runs on (the forky chroot, the free-threaded builds) and dist/'s wheels.
+stage "a kernel library as one py3-none wheel on CPython 3.9-3.15, 3.14t and 3.15t (scripts/check_kernel_wheel.sh)"
+DLPX_PYTHON="$PY" DLPX_REQUIRE_ALL_TESTS=$require_all bash scripts/check_kernel_wheel.sh dist

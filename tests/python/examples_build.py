@@ -19,7 +19,7 @@ def build_example(directory, module_name, tmp_path_factory, cmake_args=()):
 
 
 def configure_and_build(directory, tmp_path_factory, cmake_args=()):
-    """examples/<directory> configured and built out of tree; the build directory."""
+    """examples/<directory> (or an absolute path) configured and built out of tree; the build directory."""
     # A source checkout run in place has no CMake package: `--cmakedir` says so and exits 1.
     out = subprocess.run([sys.executable, "-m", "dlpx", "--cmakedir"], capture_output=True, text=True)
     cmake_dir = out.stdout.strip()
@@ -28,7 +28,7 @@ def configure_and_build(directory, tmp_path_factory, cmake_args=()):
         if os.environ.get("DLPX_REQUIRE_ALL_TESTS"):
             pytest.fail(reason)
         pytest.skip(reason)
-    build = tmp_path_factory.mktemp(directory)
+    build = tmp_path_factory.mktemp(os.path.basename(directory))
     configure = [
         "cmake", "-S", os.path.join(REPO, "examples", directory), "-B", str(build), f"-Ddlpx_DIR={cmake_dir}",
         "-DCMAKE_BUILD_TYPE=Release", "-DDLPX_WERROR=ON", *cmake_args,

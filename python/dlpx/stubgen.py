@@ -1,0 +1,214 @@
+"""python -m dlpx.stubgen LIBRARY [-o OUT.pyi]: a kernel library's stub, from its signatures.
+
+Loads the library (``dlpx.load_library``) and writes one ``def`` per kernel, typed from the
+kernel's signature (docs/kernels.md, "Shipping a kernel library"): a tensor parameter takes any
+object dlpx reads (``__dlpack__``, a buffer, the array interfaces), ``int``, ``float``, ``bool``
+and ``str`` are themselves, ``T | None`` stays so; ``*name``, keyword-only parameters and
+defaults are as the kernel's ``__text_signature__`` has them; a tensor result is ``Any`` (the
+caller's type: torch in, ``torch.Tensor`` out). The kernel's doc is the function's docstring.
+Without ``-o`` the stub goes beside the library, named after its module (``libadd.so`` →
+``libadd.pyi``); ``-o -`` writes it to standard output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import keyword
+import os
+import re
+import sys
+import types
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import dlpx
+
+# What every stub starts with: the type a tensor parameter takes (what dlpx.from_dlpack reads;
+# a DLPack capsule is read too, and has no type to name before Python 3.13).
+_PREAMBLE = '''\
+from typing import Any, Protocol, Union
+
+from typing_extensions import Buffer, TypeAlias
+
+class _SupportsDLPack(Protocol):
+    def __dlpack__(self) -> Any: ...
+
+class _ArrayInterface(Protocol):
+    @property
+    def __array_interface__(self) -> Any: ...
+
+class _CudaArrayInterface(Protocol):
+    @property
+    def __cuda_array_interface__(self) -> Any: ...
+
+# What a tensor parameter takes: torch, numpy, jax, cupy, tvm_ffi, dlpx tensors, buffers, ...
+_Tensor: TypeAlias = Union[_SupportsDLPack, Buffer, _ArrayInterface, _CudaArrayInterface]
+'''
+
+# A signature's types as the stub spells them: a tensor argument, and a tensor result (Any:
+# outputs come back as the type of the caller's first tensor argument).
+_PARAMETER_TYPES = {"tensor": "_Tensor", "int": "int", "float": "float", "bool": "bool", "str": "str"}
+_RESULT_NAMES = {"tensor": "Any", "int": "int", "float": "float", "bool": "bool", "str": "str", "None": "None",
+                 "tuple": "tuple", "list": "list"}
+_RESULT_TOKEN = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*|\.\.\.|[\[\],|])")
+
+
+class StubError(ValueError):
+    """A kernel whose signature the stub cannot spell (names the kernel)."""
+
+
+def _top_level(text: str, start: int = 0) -> Iterator[Tuple[int, str, int]]:
+    """Each character of `text` from `start` outside string literals, with the bracket depth
+    after it: (index, character, depth)."""
+    depth, quote = 0, ""
+    for i in range(start, len(text)):
+        c = text[i]
+        if quote:
+            quote = "" if c == quote else quote
+            continue
+        if c in "'\"":
+            quote = c
+        elif c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        yield i, c, depth
+
+
+def _split_top_level(text: str) -> List[str]:
+    """`text` split at the commas outside brackets and string literals."""
+    parts, start = [], 0
+    for i, c, depth in _top_level(text):
+        if c == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def _typed_line(kernel: Callable[..., Any]) -> Tuple[List[str], Optional[str]]:
+    """The typed signature the loader puts first in the kernel's doc, `name(a: tensor, ...) ->
+    tensor`: its parameters (`a: tensor`, `*xs: tensor`, `*`, `n: int = 1`) and result, if any."""
+    name = kernel.__name__
+    line = (kernel.__doc__ or "").split("\n", 1)[0]
+    if not line.startswith(name + "("):
+        raise StubError(f"kernel '{name}': its doc does not start with its typed signature: {line!r}")
+    end = next((i for i, c, depth in _top_level(line, len(name)) if c == ")" and depth == 0), -1)
+    if end < 0:
+        raise StubError(f"kernel '{name}': no ')' in its typed signature {line!r}")
+    rest = line[end + 1:].strip()
+    returns = rest[2:].strip() if rest.startswith("->") else None
+    return _split_top_level(line[len(name) + 1:end]), returns
+
+
+def _result_type(returns: Optional[str]) -> str:
+    """The result annotation in the stub's terms; Any for none or one it cannot read."""
+    if returns is None:
+        return "Any"
+    out, at = [], 0
+    while at < len(returns):
+        match = _RESULT_TOKEN.match(returns, at)
+        if match is None:
+            return "Any"
+        token = match.group(1)
+        if token[0].isalpha() or token[0] == "_":
+            if token not in _RESULT_NAMES:
+                return "Any"
+            token = _RESULT_NAMES[token]
+        out.append(token + (" " if token in ("|", ",") else ""))
+        at = match.end()
+    text = "".join(out).replace(" |", "|").replace("|", " |").strip()
+    # A bare tuple or list (`-> tuple`): of anything, as --strict wants it spelled.
+    return re.sub(r"\b(tuple|list)\b(?!\[)", lambda m: "tuple[Any, ...]" if m.group(1) == "tuple" else "list[Any]", text)
+
+
+def _parameter(kernel: str, typed: str, runtime: inspect.Parameter) -> str:
+    """One parameter of the stub: the typed spelling's type, the runtime's name, kind and default."""
+    declared = typed.lstrip("*").split("=", 1)[0]
+    name, _, annotation = declared.partition(":")
+    if name.strip() != runtime.name:
+        raise StubError(f"kernel '{kernel}': parameter '{runtime.name}' is '{name.strip()}' in its typed signature")
+    words = [w.strip() for w in annotation.split("|")]
+    optional = words[1:] == ["None"]
+    if words[0] not in _PARAMETER_TYPES or len(words) > (2 if optional else 1):
+        raise StubError(f"kernel '{kernel}': parameter '{runtime.name}' has a type the stub cannot spell: {annotation}")
+    spelled = _PARAMETER_TYPES[words[0]] + (" | None" if optional else "")
+    star = "*" if runtime.kind is inspect.Parameter.VAR_POSITIONAL else ""
+    if runtime.default is inspect.Parameter.empty:
+        return f"{star}{runtime.name}: {spelled}"
+    return f"{runtime.name}: {spelled} = {runtime.default!r}"
+
+
+def _docstring(doc: str, indent: str) -> str:
+    doc = doc.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    lines = doc.splitlines() or [""]
+    body = "\n".join(indent + line if line else "" for line in lines[1:])
+    return f'{indent}"""{lines[0]}' + (f"\n{body}\n{indent}" if len(lines) > 1 else "") + '"""'
+
+
+def kernels(library: types.ModuleType) -> Dict[str, Callable[..., Any]]:
+    """The kernels of a loaded library, by name, sorted."""
+    found: Dict[str, Callable[..., Any]] = {}
+    for name in sorted(dir(library)):
+        value = getattr(library, name)
+        if not name.startswith("_") and isinstance(value, types.BuiltinFunctionType):
+            found[name] = value
+    return found
+
+
+def kernel_stub(kernel: Callable[..., Any]) -> str:
+    """`def name(...) -> result:` and the kernel's doc, for one kernel."""
+    name = kernel.__name__
+    if keyword.iskeyword(name):
+        raise StubError(f"kernel '{name}': a Python keyword cannot be called as an attribute")
+    typed, returns = _typed_line(kernel)
+    runtime = list(inspect.signature(kernel).parameters.values())
+    params: List[str] = []
+    typed_params = [p for p in typed if p != "*"]
+    if len(typed_params) != len(runtime):
+        raise StubError(f"kernel '{name}': {len(typed_params)} typed parameters, {len(runtime)} in __text_signature__")
+    for spelled, parameter in zip(typed_params, runtime):
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY and not any(
+            p.startswith("*") for p in params
+        ):
+            params.append("*")
+        params.append(_parameter(name, spelled, parameter))
+    doc = (kernel.__doc__ or "").split("\n", 1)
+    body = doc[1].strip("\n") if len(doc) > 1 else ""
+    head = f"def {name}({', '.join(params)}) -> {_result_type(returns)}:"
+    return f"{head}\n{_docstring(body, '    ')}\n" if body else f"{head} ...\n"
+
+
+def stub(library: Union[str, "os.PathLike[str]", types.ModuleType]) -> str:
+    """The stub (.pyi text) of a kernel library: its path, or the module dlpx.load_library gave."""
+    module = library if isinstance(library, types.ModuleType) else dlpx.load_library(library)
+    found = kernels(module)
+    if not found:
+        raise StubError(f"{getattr(module, '__file__', module)}: no kernels")
+    header = (f'"""Kernels of {module.__name__} (stub written by python -m dlpx.stubgen from their signatures)."""\n\n'
+              + _PREAMBLE)
+    return header + "".join(f"\n{kernel_stub(k)}" for k in found.values())
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dlpx.stubgen", description="Write a kernel library's .pyi stub.")
+    parser.add_argument("library", help="path of the kernel library (a shared library built with <dlpx/kernel.h>)")
+    parser.add_argument("-o", "--output", help="the .pyi to write ('-': standard output); default: beside the "
+                                               "library, named after its module")
+    args = parser.parse_args(argv)
+    module = dlpx.load_library(args.library)
+    try:
+        text = stub(module)
+    except StubError as err:
+        raise SystemExit(f"dlpx.stubgen: {err}") from None
+    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.library)), module.__name__ + ".pyi")
+    if output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
