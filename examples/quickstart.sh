@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds and installs dlpx into a Python environment, builds the demo kernel extension out of
-# tree with find_package(dlpx), and runs it on numpy, torch, tvm_ffi, jax and dlpx tensors.
+# Builds and installs dlpx into a Python environment, builds the example kernel library out of
+# tree with find_package(dlpx) (one .so with no Python in it, for every CPython), and runs it on
+# the tensors of every framework installed: numpy, torch, tvm_ffi, jax, array_api_strict, dlpx.
 #   bash examples/quickstart.sh            # uses (or creates) .venv
 #   DLPX_PYTHON=/path/to/python bash examples/quickstart.sh
 # On a bare machine it needs Python 3.9+, Rust's cargo and a C compiler; what else it needs and
@@ -16,7 +17,9 @@ missing() {
 
 command -v cargo >/dev/null || missing "needs Rust's cargo (1.85 or newer) to build libdlpx: https://rustup.rs"
 command -v cc >/dev/null || command -v gcc >/dev/null || command -v clang >/dev/null ||
-  missing "needs a C compiler (cc, gcc or clang) for the demo kernel."
+  missing "needs a C compiler (cc, gcc or clang) for the example kernels."
+command -v c++ >/dev/null || command -v g++ >/dev/null || command -v clang++ >/dev/null ||
+  missing "needs a C++ compiler (c++, g++ or clang++) for the example's typed C++ kernels."
 
 PY=${DLPX_PYTHON:-.venv/bin/python}
 if [ -n "${DLPX_PYTHON:-}" ]; then
@@ -54,7 +57,7 @@ fi
 echo "quickstart: building and installing dlpx into $("$PY" -c 'import sys; print(sys.prefix)')"
 "$PY" -m pip install -q --disable-pip-version-check . || missing "pip could not build dlpx (see pip's message above)."
 build=build/demo
-"$cmake" -S examples/add_extension -B "$build" "${generator[@]}" -Ddlpx_DIR="$("$PY" -m dlpx --cmakedir)" \
-         -DPython3_EXECUTABLE="$PY" -DCMAKE_BUILD_TYPE=Release >/dev/null
+"$cmake" -S examples/kernel_library -B "$build" "${generator[@]}" -Ddlpx_DIR="$("$PY" -m dlpx --cmakedir)" \
+         -DCMAKE_BUILD_TYPE=Release >/dev/null
 "$cmake" --build "$build" >/dev/null
-PYTHONPATH="$build" "$PY" examples/add_extension/demo.py
+"$PY" examples/kernel_library/demo.py "$build/libdlpx_example_kernels.so"

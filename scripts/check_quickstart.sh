@@ -31,6 +31,11 @@ start=$(date +%s)
 PATH="$work/bin" bash "$work/src/examples/quickstart.sh" >"$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
 cat "$work/out.txt"
 grep -q "quickstart: installed cmake .* from PyPI" "$work/out.txt" || { echo "check_quickstart: no word of cmake's install" >&2; exit 1; }
+# The kernel library's outputs come back as each caller's type.
+for line in "^numpy +in -> numpy.ndarray out: add \[11.0, 22.0, 33.0\], scale \[0.5, 1.0, 1.5\]" \
+  "^torch +in -> torch.Tensor out: add \[11.0, 22.0, 33.0\]" "^dlpx +in -> dlpx.Tensor out"; do
+  grep -qE "$line" "$work/out.txt" || { echo "check_quickstart: no line matching '$line'" >&2; exit 1; }
+done
 echo "quick start without cmake on PATH: ok in $(($(date +%s) - start)) s"
 
 if PATH="$work/bin-no-cargo" bash "$work/src/examples/quickstart.sh" >"$work/no-cargo.txt" 2>&1; then
