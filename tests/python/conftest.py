@@ -1,7 +1,8 @@
 """Shared setup for the dlpx pytest suite.
 
 The suite imports `dlpx` as installed (CI pip-installs it; in-tree runs set DLPX_LIBRARY and
-PYTHONPATH). `dlpack_abi.py` beside this file is the ctypes reading of the ABI the tests use.
+PYTHONPATH). The tests read the DLPack ABI through `dlpx.conform.abi`, as the conformance kit does;
+`numpy_producers.py` beside this file builds counted producers over numpy arrays on it.
 """
 
 import importlib.metadata
@@ -27,7 +28,8 @@ import pytest  # noqa: E402
 from packaging.requirements import Requirement  # noqa: E402  (pytest's own dependency)
 from packaging.utils import canonicalize_name  # noqa: E402
 
-import dlpack_abi  # noqa: E402
+from dlpx.conform.reference import STRAY_DELETES  # noqa: E402
+
 import direct_reads  # noqa: E402
 import report_tables  # noqa: E402
 
@@ -116,7 +118,7 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture(autouse=True)
 def no_double_delete():
-    """Every test: no deleter of a hand-made tensor runs twice (or for a tensor it never made)."""
-    before = len(dlpack_abi.STRAY_DELETES)
+    """Every test: no deleter of a hand-made or kit-made tensor runs twice (or for a tensor it never made)."""
+    before = len(STRAY_DELETES)
     yield
-    assert dlpack_abi.STRAY_DELETES[before:] == [], "a DLPack deleter ran twice"
+    assert STRAY_DELETES[before:] == [], "a DLPack deleter ran twice"

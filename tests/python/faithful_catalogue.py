@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-import dlpack_abi as abi
+from dlpx.conform import abi
 import dlpx
 
 HUGE = 2**40  # elements: only a broadcast view has this many; its description is compared, not its bytes

@@ -18,7 +18,7 @@ import threading
 import pytest
 
 import dlpx
-import dlpack_abi as abi
+from dlpx.conform import abi
 
 SIM = ctypes.CDLL(os.path.join(os.environ["DLPX_SIM_CUDA_DIR"], "libcuda.so"))
 SIM.sim_cuda_calls.argtypes = [ctypes.c_char_p]
@@ -190,11 +190,11 @@ class Table:
         proto, out = abi.prototype((n,), device=(2, 0)), ctypes.c_void_p()
         where = ctypes.cast(ctypes.byref(out), ctypes.POINTER(ctypes.c_void_p))
         assert self.allocate(ctypes.byref(proto), where, None, abi.SetError()) == 0
-        return out.value, abi.versioned_at(out.value).dl_tensor.data
+        return out.value, abi.managed_at(out.value).dl_tensor.data
 
     @staticmethod
     def delete(address):
-        abi.Deleter(ctypes.cast(abi.versioned_at(address).deleter, ctypes.c_void_p).value)(address)
+        abi.Deleter(ctypes.cast(abi.managed_at(address).deleter, ctypes.c_void_p).value)(address)
 
 
 def test_another_thread_s_default_stream_block_is_reused_on_the_legacy_stream_only():

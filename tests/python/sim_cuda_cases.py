@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import dlpx
-import dlpack_abi as abi
+from dlpx.conform import abi
+from numpy_producers import CapsuleHolder
 
 SIM = ctypes.CDLL(os.path.join(os.environ["DLPX_SIM_CUDA_DIR"], "libcuda.so"))
 SIM.sim_cuda_calls.argtypes = [ctypes.c_char_p]
@@ -426,7 +427,7 @@ def test_copy_true_copies_on_the_device_and_says_so():
     assert info["flags"] & abi.FLAG_IS_COPIED
     assert info["data"] != t.data_ptr and info["device"] == (2, 0)
     assert calls("cuMemcpyDtoDAsync_v2") == 1
-    copied = dlpx.from_dlpack(abi.CapsuleHolder(t.__dlpack__(max_version=(1, 3), copy=True), device=(2, 0)))
+    copied = dlpx.from_dlpack(CapsuleHolder(t.__dlpack__(max_version=(1, 3), copy=True), device=(2, 0)))
     np.testing.assert_array_equal(read(copied, 4), [1, 2, 3, 4])
 
 

@@ -13,7 +13,7 @@ import pytest
 xp = pytest.importorskip("array_api_strict")
 from array_api_strict._array_object import Array  # noqa: E402
 
-import dlpack_abi as abi  # noqa: E402
+from dlpx.conform import abi  # noqa: E402
 import dlpx  # noqa: E402
 from direct_reads import serves  # noqa: E402
 from test_consumer_fast_paths import TensorView, view_of, view_release  # noqa: E402
@@ -45,7 +45,7 @@ def viewed(a) -> dict:
     assert view_of(a, ctypes.byref(view)) == 0
     try:
         info = {k: v for k, v in abi.describe(view.tensor).items() if k in FIELDS}
-        return info | {"read_only": bool(abi.versioned_at(view.owner).flags & abi.FLAG_READ_ONLY)}
+        return info | {"read_only": bool(abi.managed_at(view.owner).flags & abi.FLAG_READ_ONLY)}
     finally:
         view_release(ctypes.byref(view))
 

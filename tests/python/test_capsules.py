@@ -2,19 +2,20 @@
 its tensor exactly once, a consumed one never; a capsule is consumed once; unknown majors are
 deleted and refused (docs/design.md R7); tensors that fail validation stay with their capsule.
 
-The tensors under test are hand-made (dlpack_abi.Managed) so each deleter call is counted."""
+The tensors under test are hand-made (numpy_producers.Managed) so each deleter call is counted."""
 
 import numpy as np
 import pytest
 torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
 
-import dlpack_abi as abi
+from dlpx.conform import abi
+from numpy_producers import Managed, CapsuleHolder
 import dlpx
 
 
 def counted_tensor(values=(1.0, 2.0, 3.0, 4.0)):
     """A dlpx tensor over a hand-made managed tensor, and that managed tensor."""
-    managed = abi.Managed(np.array(values, dtype=np.float64))
+    managed = Managed(np.array(values, dtype=np.float64))
     return dlpx.from_dlpack(managed.capsule()), managed
 
 
@@ -41,8 +42,8 @@ def test_an_unconsumed_capsule_frees_its_tensor_once(max_version):
 def test_a_consumed_capsule_frees_nothing_its_consumer_does(max_version):
     t, managed = counted_tensor()
     capsule = t.__dlpack__(max_version=max_version)
-    array = np.from_dlpack(abi.CapsuleHolder(capsule))
-    assert abi.capsule_name(capsule).startswith("used_")
+    array = np.from_dlpack(CapsuleHolder(capsule))
+    assert abi.capsule_name(capsule).startswith(b"used_")
     del t, capsule
     collect()
     assert managed.calls == 0
@@ -56,7 +57,7 @@ def test_a_capsule_consumed_by_torch_is_freed_by_torch():
     t, managed = counted_tensor()
     capsule = t.__dlpack__()
     tt = torch.from_dlpack(capsule)
-    assert abi.capsule_name(capsule) == "used_dltensor"
+    assert abi.capsule_name(capsule) == b"used_dltensor"
     del t, capsule
     collect()
     assert managed.calls == 0
@@ -81,7 +82,7 @@ def test_many_exports_free_the_tensor_after_the_last():
 # ---- consuming capsules --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("max_version, used", [(None, "used_dltensor"), ((1, 3), "used_dltensor_versioned")])
+@pytest.mark.parametrize("max_version, used", [(None, b"used_dltensor"), ((1, 3), b"used_dltensor_versioned")])
 def test_dlpx_renames_the_capsule_it_consumes(max_version, used):
     t, managed = counted_tensor()
     capsule = t.__dlpack__(max_version=max_version)
@@ -99,10 +100,10 @@ def test_dlpx_renames_the_capsule_it_consumes(max_version, used):
 @pytest.mark.parametrize(
     "make_capsule, used",
     [
-        (lambda: np.arange(3.0).__dlpack__(), "used_dltensor"),
-        (lambda: np.arange(3.0).__dlpack__(max_version=(1, 0)), "used_dltensor_versioned"),
-        (lambda: torch.arange(3.0).__dlpack__(), "used_dltensor"),
-        (lambda: torch.arange(3.0).__dlpack__(max_version=(1, 0)), "used_dltensor_versioned"),
+        (lambda: np.arange(3.0).__dlpack__(), b"used_dltensor"),
+        (lambda: np.arange(3.0).__dlpack__(max_version=(1, 0)), b"used_dltensor_versioned"),
+        (lambda: torch.arange(3.0).__dlpack__(), b"used_dltensor"),
+        (lambda: torch.arange(3.0).__dlpack__(max_version=(1, 0)), b"used_dltensor_versioned"),
     ],
     ids=["numpy-legacy", "numpy-versioned", "torch-legacy", "torch-versioned"],
 )
@@ -130,14 +131,14 @@ def test_a_legacy_capsule_is_consumed_only_once():
 
 def test_a_capsule_another_consumer_took_is_refused():
     capsule = dlpx.empty((2,)).__dlpack__(max_version=(1, 3))
-    np.from_dlpack(abi.CapsuleHolder(capsule))
+    np.from_dlpack(CapsuleHolder(capsule))
     with pytest.raises(BufferError, match=r"already consumed"):
         dlpx.from_dlpack(capsule)
 
 
 @pytest.mark.parametrize("name", [b"something_else", b"dltensor_versioned_", b"DLTENSOR"])
 def test_a_capsule_with_a_foreign_name_is_a_type_error(name):
-    managed = abi.Managed(np.zeros(2))
+    managed = Managed(np.zeros(2))
     capsule = abi.new_capsule(managed.address, name)
     with pytest.raises(TypeError, match=r"^dlpx: from_dlpack: .*" + name.decode()):
         dlpx.from_dlpack(capsule)
@@ -155,12 +156,12 @@ def test_the_exchange_api_capsule_is_not_a_tensor():
 
 @pytest.mark.parametrize("major", [0, 2, 3, 255])
 def test_an_unknown_major_is_deleted_and_refused(major):
-    managed = abi.Managed(np.arange(4.0), version=(major, 0))
+    managed = Managed(np.arange(4.0), version=(major, 0))
     capsule = managed.capsule()
     with pytest.raises(BufferError, match=rf"^dlpx: from_dlpack: .*major version {major}"):
         dlpx.from_dlpack(capsule)
     assert managed.calls == 1  # the deleter ran ...
-    assert abi.capsule_name(capsule) == "used_dltensor_versioned"  # ... and the capsule will not run it again
+    assert abi.capsule_name(capsule) == b"used_dltensor_versioned"  # ... and the capsule will not run it again
     managed.release(capsule)
     assert managed.calls == 1
 
@@ -168,10 +169,10 @@ def test_an_unknown_major_is_deleted_and_refused(major):
 def test_a_dlpx_capsule_patched_to_major_2_is_refused_and_released():
     t, managed = counted_tensor()
     capsule = t.__dlpack__(max_version=(1, 3))
-    abi.versioned_at(abi.capsule_pointer(capsule)).version.major = 2
+    abi.managed_at(abi.capsule_pointer(capsule)).version.major = 2
     with pytest.raises(BufferError, match=r"major version 2"):
         dlpx.from_dlpack(capsule)
-    assert abi.capsule_name(capsule) == "used_dltensor_versioned"
+    assert abi.capsule_name(capsule) == b"used_dltensor_versioned"
     del t
     collect()
     assert managed.calls == 1  # the export's deleter ran: nothing holds the tensor any more
@@ -182,7 +183,7 @@ def test_a_dlpx_capsule_patched_to_major_2_is_refused_and_released():
 
 @pytest.mark.parametrize("minor", [0, 2, 3, 4, 99])
 def test_any_minor_of_major_1_is_accepted(minor):
-    managed = abi.Managed(np.arange(3.0), version=(1, minor))
+    managed = Managed(np.arange(3.0), version=(1, minor))
     t = dlpx.from_dlpack(managed.capsule())
     np.testing.assert_array_equal(np.from_dlpack(t), [0.0, 1.0, 2.0])
     del t
@@ -207,25 +208,25 @@ BAD_TENSORS = {
 @pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
 @pytest.mark.parametrize("defect", sorted(BAD_TENSORS))
 def test_a_malformed_tensor_is_refused_and_left_to_its_capsule(defect, versioned):
-    managed = abi.Managed(np.arange(4.0, dtype=np.float32), versioned=versioned, **BAD_TENSORS[defect])
+    managed = Managed(np.arange(4.0, dtype=np.float32), versioned=versioned, **BAD_TENSORS[defect])
     capsule = managed.capsule()
     with pytest.raises(BufferError, match=r"^dlpx: from_dlpack: "):
         dlpx.from_dlpack(capsule)
     assert managed.calls == 0
-    assert abi.capsule_name(capsule) == managed.capsule_name.decode()  # still owned by the capsule
+    assert abi.capsule_name(capsule) == managed.capsule_name  # still owned by the capsule
     managed.release(capsule)
     assert managed.calls == 1
 
 
 def test_null_data_is_fine_for_a_zero_size_tensor():
-    managed = abi.Managed(np.empty((2, 0)), null_data=True)
+    managed = Managed(np.empty((2, 0)), null_data=True)
     t = dlpx.from_dlpack(managed.capsule())
     assert t.shape == (2, 0)
     assert t.data_ptr == 0
 
 
 def test_null_strides_from_a_legacy_producer_mean_row_major():
-    managed = abi.Managed(np.arange(24.0).reshape(2, 3, 4), versioned=False, null_strides=True)
+    managed = Managed(np.arange(24.0).reshape(2, 3, 4), versioned=False, null_strides=True)
     t = dlpx.from_dlpack(managed.capsule())
     assert t.strides == (12, 4, 1)
     assert t.is_contiguous
@@ -235,14 +236,14 @@ def test_null_strides_from_a_legacy_producer_mean_row_major():
 
 
 def test_the_readonly_flag_of_a_capsule_is_kept():
-    managed = abi.Managed(np.arange(3.0), flags=abi.FLAG_READ_ONLY)
+    managed = Managed(np.arange(3.0), flags=abi.FLAG_READ_ONLY)
     t = dlpx.from_dlpack(managed.capsule())
     assert t.readonly
     assert abi.read_capsule(t.__dlpack__(max_version=(1, 3)))["flags"] & abi.FLAG_READ_ONLY
 
 
 def test_the_is_copied_flag_of_a_capsule_is_not_passed_on():
-    managed = abi.Managed(np.arange(3.0), flags=abi.FLAG_IS_COPIED)
+    managed = Managed(np.arange(3.0), flags=abi.FLAG_IS_COPIED)
     t = dlpx.from_dlpack(managed.capsule())
     # The copy was made for dlpx's import; dlpx's own exports of it share memory.
     assert abi.read_capsule(t.__dlpack__(max_version=(1, 3)))["flags"] & abi.FLAG_IS_COPIED == 0
@@ -253,7 +254,7 @@ def test_the_is_copied_flag_of_a_capsule_is_not_passed_on():
 
 def test_a_cuda_host_tensor_is_copied_only_when_cpu_is_asked_for():
     source = np.arange(4.0)
-    managed = abi.Managed(source, device=(3, 0))  # host memory in fact, described as cuda_host
+    managed = Managed(source, device=(3, 0))  # host memory in fact, described as cuda_host
     t = dlpx.from_dlpack(managed.capsule())
     assert t.device == "cuda_host:0"
     assert t.data_ptr == source.ctypes.data
@@ -272,7 +273,7 @@ def test_a_cuda_host_tensor_is_copied_only_when_cpu_is_asked_for():
 
 
 def test_a_cuda_tensor_is_carried_but_never_read():
-    managed = abi.Managed(np.arange(4.0), device=(2, 0))
+    managed = Managed(np.arange(4.0), device=(2, 0))
     t = dlpx.from_dlpack(managed.capsule())
     assert t.device == "cuda:0"
     assert t.__dlpack_device__() == (2, 0)
@@ -297,7 +298,7 @@ def test_a_cuda_tensor_is_carried_but_never_read():
     "device, name", [((19, 0), "tpu:0"), ((20, 0), "tpu_host:0"), ((21, 2), "ascend:2")], ids=["tpu", "tpu_host", "ascend"]
 )
 def test_devices_added_after_1_3_are_named_imported_and_exported(device, name):
-    managed = abi.Managed(np.arange(4, dtype=np.complex64), dtype=(18, 32, 1), device=device)
+    managed = Managed(np.arange(4, dtype=np.complex64), dtype=(18, 32, 1), device=device)
     t = dlpx.from_dlpack(managed.capsule())
     assert (str(t.device), t.dtype, t.dtype_raw) == (name, "bcomplex32", (18, 32, 1))
     assert t.device == dlpx.Device.parse(name)

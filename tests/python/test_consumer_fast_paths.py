@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 tvm_ffi = pytest.importorskip("tvm_ffi")
 
-import dlpack_abi as abi
+from dlpx.conform import abi
 import dlpx
 from direct_reads import bypasses, serves
 from dlpx.conform.abi import DlpxTensorView
@@ -49,7 +49,7 @@ def viewed(obj) -> dict:
     assert view_of(obj, ctypes.byref(view)) == 0
     try:
         info = abi.describe(view.tensor)
-        info["flags"] = abi.versioned_at(view.owner).flags if view.owner else None
+        info["flags"] = abi.managed_at(view.owner).flags if view.owner else None
         return info
     finally:
         view_release(ctypes.byref(view))
@@ -182,7 +182,7 @@ def test_a_table_less_producers_view_is_its_own_tensor_released_once():
     assert abi.describe(view.tensor) == {k: expected[k] for k in abi.describe(view.tensor)}
     # The owner is the producer's managed tensor itself: its deleter is numpy's own.
     numpys = np.zeros(1).__dlpack__(max_version=(1, 0))
-    assert abi.versioned_at(view.owner).deleter == abi.versioned_at(abi.capsule_pointer(numpys)).deleter
+    assert abi.managed_at(view.owner).deleter == abi.managed_at(abi.capsule_pointer(numpys)).deleter
     view_release(ctypes.byref(view))
     assert not view.owner
     view_release(ctypes.byref(view))  # idempotent: nothing is released twice

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import dlpx
-import dlpack_abi as abi
+from dlpx.conform import abi
+from numpy_producers import Producer
 from cuda_peers import GPU, cupy, needs_cupy, needs_gpu, torch
 
 DRIVER = dlpx.cuda.is_available()
@@ -342,7 +343,7 @@ def test_empty_cache_runs_on_a_gpu():
 
 
 def cuda_producer():
-    return abi.Producer(np.arange(4, dtype=np.float32), device=(2, 0))
+    return Producer(np.arange(4, dtype=np.float32), device=(2, 0))
 
 
 def test_a_cuda_producer_is_asked_for_dlpx_s_current_stream():
@@ -360,7 +361,7 @@ def test_without_a_current_stream_the_producer_assumes_the_default_stream():
 
 
 def test_a_cpu_producer_is_never_given_a_stream():
-    producer = abi.Producer(np.arange(4, dtype=np.float32))
+    producer = Producer(np.arange(4, dtype=np.float32))
     with dlpx.cuda.stream(0x5150, device=0):
         dlpx.from_dlpack(producer)
     assert "stream" not in producer.calls[0]

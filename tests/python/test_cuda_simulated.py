@@ -108,7 +108,7 @@ def test_a_driver_lacking_a_function_is_an_error_not_a_crash():
 GIL_RACE = """
 import ctypes, sys, threading, time
 import dlpx
-import dlpack_abi as abi
+from dlpx.conform import abi
 
 lib = ctypes.CDLL(dlpx.library_path())  # CDLL: each call releases the GIL
 table = abi.exchange_table(dlpx.Tensor)
@@ -129,7 +129,7 @@ time.sleep(0.05)
 for i in range(3000):
     out = ctypes.c_void_p()
     assert allocate(ctypes.byref(proto), ctypes.cast(ctypes.byref(out), ctypes.POINTER(ctypes.c_void_p)), None, abi.SetError()) == 0
-    managed = abi.versioned_at(out.value)
+    managed = abi.managed_at(out.value)
     abi.Deleter(ctypes.cast(managed.deleter, ctypes.c_void_p).value)(out.value)  # cuMemFree, without the GIL
 stop = True
 print("done")

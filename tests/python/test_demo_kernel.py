@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dlpx
-from dlpack_abi import Producer
+from numpy_producers import Producer
 from examples_build import build_example
 from tensor_makers import make_jax, make_torch, make_tvm_ffi
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from dlpx.conform.abi import DlpxTensorView
 
-import dlpack_abi as abi
+from dlpx.conform import abi
 import dlpx
 from direct_reads import served, serves
 
@@ -64,7 +64,7 @@ def constructor(x):
 def imported(x):
     out = ctypes.c_void_p()
     assert _LIB.dlpx_import(x, ctypes.byref(out)) == 0
-    abi.call_deleter(out.value, abi.versioned_at(out.value).deleter)
+    abi.call_deleter(out.value, abi.managed_at(out.value).deleter)
 
 
 def viewed(x, entry="dlpx_view_of"):
@@ -82,7 +82,7 @@ def synthetic_managed(x):
     table = abi.DLPackExchangeAPI.from_address(abi.capsule_pointer(dlpx.exchange_api_of(type(x))))
     out = ctypes.c_void_p()
     assert abi.FromPyObject(table.managed_tensor_from_py_object_no_sync)(x, ctypes.byref(out)) == 0
-    abi.call_deleter(out.value, abi.versioned_at(out.value).deleter)
+    abi.call_deleter(out.value, abi.managed_at(out.value).deleter)
 
 
 def synthetic_view(x):

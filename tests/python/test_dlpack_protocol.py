@@ -8,7 +8,8 @@ import ctypes
 import numpy as np
 import pytest
 
-import dlpack_abi as abi
+from dlpx.conform import abi
+from numpy_producers import CapsuleHolder
 import dlpx
 
 
@@ -37,7 +38,7 @@ def readonly_tensor(readonly_source):
 
 def values(capsule):
     """The capsule's elements, read by numpy (which consumes the capsule)."""
-    return np.from_dlpack(abi.CapsuleHolder(capsule)).copy()
+    return np.from_dlpack(CapsuleHolder(capsule)).copy()
 
 
 def dl_dtype(a):
@@ -60,12 +61,12 @@ def check_describes(info, a):
 
 def test_no_max_version_gives_a_legacy_capsule(tensor, source):
     capsule = tensor.__dlpack__()
-    assert abi.capsule_name(capsule) == "dltensor"
+    assert abi.capsule_name(capsule) == b"dltensor"
     check_describes(abi.read_capsule(capsule), source)
 
 
 def test_explicit_none_max_version_gives_a_legacy_capsule(tensor):
-    assert abi.capsule_name(tensor.__dlpack__(max_version=None)) == "dltensor"
+    assert abi.capsule_name(tensor.__dlpack__(max_version=None)) == b"dltensor"
 
 
 @pytest.mark.parametrize("max_version", [(1, 0), (1, 2), (1, 3), (1, 99), (2, 0), (99, 99)])
@@ -80,7 +81,7 @@ def test_major_at_least_1_gives_a_versioned_1_3_capsule(tensor, source, max_vers
 
 @pytest.mark.parametrize("max_version", [(0, 8), (0, 0), (-1, 0)])
 def test_major_below_1_gives_a_legacy_capsule(tensor, max_version):
-    assert abi.capsule_name(tensor.__dlpack__(max_version=max_version)) == "dltensor"
+    assert abi.capsule_name(tensor.__dlpack__(max_version=max_version)) == b"dltensor"
 
 
 @pytest.mark.parametrize("max_version", [1, (1,), (1, 2, 3), "1.3", (1.0, 0), (1, "3"), object(), {"major": 1}])
@@ -169,7 +170,7 @@ def test_copy_true_with_a_legacy_capsule_still_copies(tensor, source):
 
 def test_a_copy_is_independent_and_writable(tensor, source):
     original = source.copy()
-    copied = np.from_dlpack(abi.CapsuleHolder(tensor.__dlpack__(copy=True, max_version=(1, 3))))
+    copied = np.from_dlpack(CapsuleHolder(tensor.__dlpack__(copy=True, max_version=(1, 3))))
     assert copied.flags.writeable
     copied[...] = -1
     np.testing.assert_array_equal(source, original)
@@ -189,7 +190,7 @@ def test_a_copy_of_a_readonly_tensor_is_writable(readonly_tensor):
     info = abi.read_capsule(readonly_tensor.__dlpack__(copy=True, max_version=(1, 3)))
     assert info["flags"] == abi.FLAG_IS_COPIED
     # ... and so it may travel in a legacy capsule, which cannot say "read-only".
-    assert abi.capsule_name(readonly_tensor.__dlpack__(copy=True)) == "dltensor"
+    assert abi.capsule_name(readonly_tensor.__dlpack__(copy=True)) == b"dltensor"
 
 
 @pytest.mark.parametrize("copy", [False, None])

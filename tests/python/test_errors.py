@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-import dlpack_abi as abi
+from dlpx.conform import abi
 import dlpx
 
 
@@ -108,7 +108,7 @@ def test_a_producer_returning_a_consumed_capsule_is_a_buffer_error():
 
 
 def test_a_producer_returning_a_foreign_capsule_is_a_type_error():
-    foreign = abi.new_capsule(abi.exchange_table_address(dlpx.Tensor), b"not_a_tensor")
+    foreign = abi.new_capsule(abi.exchange_table_address(dlpx.Tensor)[0], b"not_a_tensor")
     with pytest.raises(TypeError, match=r"^dlpx: from_dlpack: .*not_a_tensor"):
         dlpx.from_dlpack(ReturningProducer(foreign))
 

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
 tvm_ffi = pytest.importorskip("tvm_ffi")
 
-import dlpack_abi as abi
+from dlpx.conform import abi
 import dlpx
 
 ENTRIES = (
@@ -48,14 +48,14 @@ def class_publishing_capsule(address, name=b"dlpack_exchange_api", base=object):
 def test_capsule_attribute_is_named_dlpack_exchange_api():
     capsule = dlpx.Tensor.__dlpack_c_exchange_api__
     assert abi.is_capsule(capsule)
-    assert abi.capsule_name(capsule) == "dlpack_exchange_api"
-    assert abi.exchange_table_address(dlpx.Tensor) != 0
+    assert abi.capsule_name(capsule) == b"dlpack_exchange_api"
+    assert abi.exchange_table_address(dlpx.Tensor)[0] != 0
 
 
 def test_int_attribute_is_the_same_table_address():
     address = dlpx.Tensor.__c_dlpack_exchange_api__
     assert type(address) is int
-    assert address == abi.exchange_table_address(dlpx.Tensor)
+    assert address == abi.exchange_table_address(dlpx.Tensor)[0]
     assert address == dlpx._native._exchange_api_address
 
 
@@ -79,10 +79,10 @@ def test_every_table_entry_is_set(entry):
 
 
 def test_table_address_is_process_lifetime_and_stable():
-    first = abi.exchange_table_address(dlpx.Tensor)
+    first = abi.exchange_table_address(dlpx.Tensor)[0]
     for _ in range(3):
         dlpx.empty((2,))
-    assert abi.exchange_table_address(dlpx.Tensor) == first
+    assert abi.exchange_table_address(dlpx.Tensor)[0] == first
     assert dlpx.Tensor.__c_dlpack_exchange_api__ == first
 
 
@@ -90,7 +90,7 @@ def test_table_address_is_process_lifetime_and_stable():
 
 
 def check_info_matches_table(info, cls_or_address, attribute):
-    address = cls_or_address if isinstance(cls_or_address, int) else abi.exchange_table_address(cls_or_address)
+    address = cls_or_address if isinstance(cls_or_address, int) else abi.exchange_table_address(cls_or_address)[0]
     table = abi.DLPackExchangeAPI.from_address(address)
     assert info["attribute"] == attribute
     assert info["version"] == (table.header.version.major, table.header.version.minor)
@@ -153,7 +153,7 @@ def test_capsule_is_read_before_the_int():
 
     info = dlpx.exchange_api_info(Both)
     assert info["attribute"] == "__dlpack_c_exchange_api__"
-    assert info["chain"][0]["address"] == abi.exchange_table_address(torch.Tensor)
+    assert info["chain"][0]["address"] == abi.exchange_table_address(torch.Tensor)[0]
 
 
 @pytest.mark.parametrize("thing", [type("Neither", (), {}), object(), 3, int, "text", None, [1, 2]])

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
 
-import dlpack_abi as abi
+from dlpx.conform import abi
+from numpy_producers import Managed
 import dlpx
 
 TABLE = abi.exchange_table(dlpx.Tensor)
@@ -40,7 +41,7 @@ def export(obj):
 
 
 def delete(address):
-    managed = abi.versioned_at(address)
+    managed = abi.managed_at(address)
     abi.call_deleter(address, managed.deleter)
 
 
@@ -54,7 +55,7 @@ def import_managed(address):
 
 
 def counted_tensor():
-    managed = abi.Managed(np.arange(4.0))
+    managed = Managed(np.arange(4.0))
     return dlpx.from_dlpack(managed.capsule()), managed
 
 
@@ -75,7 +76,7 @@ def prototype(shape, dtype=(2, 32, 1), device=(1, 0)):
 def test_from_py_exports_an_owning_versioned_tensor():
     t = dlpx.from_dlpack(np.arange(6.0).reshape(2, 3)[:, ::2])
     address = export(t)
-    m = abi.versioned_at(address)
+    m = abi.managed_at(address)
     assert (m.version.major, m.version.minor) == (1, 3)
     assert m.flags == 0
     info = abi.describe(m.dl_tensor)
@@ -88,7 +89,7 @@ def test_from_py_carries_read_only():
     a = np.arange(3.0)
     a.flags.writeable = False
     address = export(dlpx.from_dlpack(a))
-    assert abi.versioned_at(address).flags & abi.FLAG_READ_ONLY
+    assert abi.managed_at(address).flags & abi.FLAG_READ_ONLY
     delete(address)
 
 
@@ -98,7 +99,7 @@ def test_from_py_accepts_subclasses():
 
     s = Sub(np.arange(2.0))
     address = export(s)
-    assert abi.versioned_at(address).dl_tensor.data == s.data_ptr
+    assert abi.managed_at(address).dl_tensor.data == s.data_ptr
     delete(address)
 
 
@@ -165,7 +166,7 @@ def test_view_refuses_other_objects_and_null_out():
 
 
 def test_to_py_takes_ownership_on_success():
-    managed = abi.Managed(np.arange(5.0))
+    managed = Managed(np.arange(5.0))
     t = import_managed(managed.address)
     assert type(t) is dlpx.Tensor
     assert t.data_ptr == managed.array.ctypes.data
@@ -186,7 +187,7 @@ def test_to_py_round_trip_of_a_dlpx_export():
     ids=["major-2", "major-0", "unknown-device", "unknown-dtype", "negative-ndim"],
 )
 def test_to_py_failure_leaves_ownership_with_the_caller(defect):
-    managed = abi.Managed(np.arange(3.0), **defect)
+    managed = Managed(np.arange(3.0), **defect)
     out = ctypes.c_void_p()
     with pytest.raises(BufferError, match=r"^dlpx: managed_tensor_to_py_object_no_sync: "):
         to_py(managed.address, ctypes.byref(out))
@@ -197,7 +198,7 @@ def test_to_py_failure_leaves_ownership_with_the_caller(defect):
 
 
 def test_to_py_refuses_null_arguments():
-    managed = abi.Managed(np.arange(3.0))
+    managed = Managed(np.arange(3.0))
     with pytest.raises(ValueError, match=r"^dlpx: managed_tensor_to_py_object_no_sync: "):
         to_py(None, ctypes.byref(ctypes.c_void_p()))
     with pytest.raises(ValueError, match=r"^dlpx: managed_tensor_to_py_object_no_sync: "):
@@ -214,7 +215,7 @@ def test_allocator_makes_a_compact_aligned_tensor_without_the_gil(shape):
     out = ctypes.c_void_p()
     dl = prototype(shape)
     assert allocate_released(ctypes.byref(dl), ctypes.byref(out), None, None) == 0
-    m = abi.versioned_at(out.value)
+    m = abi.managed_at(out.value)
     info = abi.describe(m.dl_tensor)
     assert (m.version.major, m.version.minor) == (1, 3)
     assert info["shape"] == shape

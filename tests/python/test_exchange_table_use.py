@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
 tvm_ffi = pytest.importorskip("tvm_ffi")
 
-import dlpack_abi as abi
+from dlpx.conform import abi
 import dlpx
 
 _KEEP = []  # fake table headers must outlive every cache that may remember them
@@ -143,7 +143,7 @@ def v2_header(prev):
 
 
 def test_dlpx_walks_a_chain_to_torch_v1_table():
-    head = v2_header(abi.exchange_table_address(torch.Tensor))
+    head = v2_header(abi.exchange_table_address(torch.Tensor)[0])
     Chained = publishing(NoProtocolTorch, abi.ctypes.addressof(head))
     base = torch.arange(5.0)
     d = dlpx.from_dlpack(base.as_subclass(Chained))

@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-import dlpack_abi as abi
+from dlpx.conform import abi
 import dlpx
 from dlpx.conform.abi import DlpxTensorView
 import report_tables
@@ -66,7 +66,7 @@ def tensor_bytes(t):
 
 
 def managed_bytes(address):
-    m = abi.versioned_at(address)
+    m = abi.managed_at(address)
     return raw_bytes(abi.describe(m.dl_tensor), m.flags), bool(m.flags & abi.FLAG_READ_ONLY)
 
 
@@ -87,14 +87,14 @@ def read_import(x):
     try:
         return managed_bytes(out.value)
     finally:
-        abi.call_deleter(out.value, abi.versioned_at(out.value).deleter)
+        abi.call_deleter(out.value, abi.managed_at(out.value).deleter)
 
 
 def read_view(x):
     view = View()
     assert _LIB.dlpx_view_of(x, ctypes.byref(view)) == 0
     try:
-        flags = abi.versioned_at(view.owner).flags if view.owner else 0
+        flags = abi.managed_at(view.owner).flags if view.owner else 0
         return raw_bytes(abi.describe(view.tensor), flags), None
     finally:
         _LIB.dlpx_view_release(ctypes.byref(view))

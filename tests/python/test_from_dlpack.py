@@ -1,7 +1,7 @@
 """dlpx.from_dlpack as a consumer of the `__dlpack__` protocol: what it asks a producer for,
 the legacy fallback, and its `device=` / `copy=` arguments (docs/design.md R10).
 
-The producer here is pure Python (dlpack_abi.Producer): it records every call and counts
+The producer here is pure Python (numpy_producers.Producer): it records every call and counts
 every deleter call, so the tests see exactly what dlpx asks and what it frees."""
 
 import ctypes
@@ -9,7 +9,8 @@ import ctypes
 import numpy as np
 import pytest
 
-import dlpack_abi as abi
+from dlpx.conform import abi
+from numpy_producers import Managed, Producer
 import dlpx
 
 
@@ -21,34 +22,34 @@ def source(n=4):
 
 
 def test_asks_for_a_versioned_1_3_capsule_and_nothing_else():
-    producer = abi.Producer(source())
+    producer = Producer(source())
     t = dlpx.from_dlpack(producer)
     assert producer.calls == [{"max_version": (1, 3)}]
     assert t.data_ptr == producer.array.ctypes.data
-    assert abi.capsule_name(producer.capsules[0]) == "used_dltensor_versioned"
+    assert abi.capsule_name(producer.capsules[0]) == b"used_dltensor_versioned"
 
 
 def test_passes_device_and_copy_on_to_the_producer():
-    producer = abi.Producer(source())
+    producer = Producer(source())
     dlpx.from_dlpack(producer, device="cpu", copy=False)
     assert producer.calls == [{"max_version": (1, 3), "dl_device": (1, 0), "copy": False}]
 
 
 def test_falls_back_to_the_legacy_call_for_an_old_producer():
-    producer = abi.Producer(source(), legacy_signature=True)
+    producer = Producer(source(), legacy_signature=True)
     t = dlpx.from_dlpack(producer)
     assert producer.calls == [{}]
-    assert abi.capsule_name(producer.capsules[0]) == "used_dltensor"
+    assert abi.capsule_name(producer.capsules[0]) == b"used_dltensor"
     assert t.data_ptr == producer.array.ctypes.data
     np.testing.assert_array_equal(np.from_dlpack(t), source())
 
 
 def test_accepts_a_legacy_capsule_to_a_versioned_request():
     # jax does this: it ignores max_version and always sends "dltensor".
-    class LegacyOnly(abi.Producer):
+    class LegacyOnly(Producer):
         def __dlpack__(self, **kwargs):
             self.calls.append(kwargs)
-            managed = abi.Managed(self.array, versioned=False)
+            managed = Managed(self.array, versioned=False)
             self.made.append(managed)
             self.capsules.append(managed.capsule())
             return self.capsules[-1]
@@ -60,7 +61,7 @@ def test_accepts_a_legacy_capsule_to_a_versioned_request():
 
 
 def test_the_producers_tensor_is_freed_once_when_the_import_dies():
-    producer = abi.Producer(source())
+    producer = Producer(source())
     t = dlpx.from_dlpack(producer)
     (managed,) = producer.made
     assert managed.calls == 0
@@ -72,26 +73,26 @@ def test_the_producers_tensor_is_freed_once_when_the_import_dies():
 
 
 def test_an_unknown_major_from_a_producer_is_deleted_and_refused():
-    producer = abi.Producer(source(), version=(2, 0))
+    producer = Producer(source(), version=(2, 0))
     with pytest.raises(BufferError, match=r"major version 2"):
         dlpx.from_dlpack(producer)
     assert producer.made[0].calls == 1
 
 
 def test_a_malformed_tensor_from_a_producer_is_freed_by_its_capsule_not_by_dlpx():
-    producer = abi.Producer(source(), device=(99, 0))
+    producer = Producer(source(), device=(99, 0))
     with pytest.raises(BufferError, match=r"^dlpx: from_dlpack: .*device"):
         dlpx.from_dlpack(producer)
     (managed,) = producer.made
     assert managed.calls == 0
-    assert abi.capsule_name(producer.capsules[0]) == "dltensor_versioned"
+    assert abi.capsule_name(producer.capsules[0]) == b"dltensor_versioned"
 
 
 # ---- copy= ---------------------------------------------------------------------------------------
 
 
 def test_copy_true_copies_when_the_producer_did_not():
-    producer = abi.Producer(source())
+    producer = Producer(source())
     t = dlpx.from_dlpack(producer, copy=True)
     assert producer.calls[0]["copy"] is True
     assert t.data_ptr != producer.array.ctypes.data
@@ -101,7 +102,7 @@ def test_copy_true_copies_when_the_producer_did_not():
 
 
 def test_copy_true_trusts_a_producer_that_flagged_its_copy():
-    producer = abi.Producer(source(), copied_flag_on_copy=True)
+    producer = Producer(source(), copied_flag_on_copy=True)
     t = dlpx.from_dlpack(producer, copy=True)
     (managed,) = producer.made
     assert managed.array.ctypes.data != producer.array.ctypes.data  # the producer copied
@@ -187,7 +188,7 @@ def test_unknown_keywords_are_refused():
 def padded_fp4(n=1024):
     """A producer's fp4 tensor stored one element per byte (IS_SUBBYTE_TYPE_PADDED)."""
     array = (np.arange(n) % 16).astype(np.uint8)
-    managed = abi.Managed(array, dtype=(17, 4, 1), flags=abi.FLAG_IS_SUBBYTE_TYPE_PADDED)
+    managed = Managed(array, dtype=(17, 4, 1), flags=abi.FLAG_IS_SUBBYTE_TYPE_PADDED)
     return array, dlpx.from_dlpack(managed.capsule())
 
 
@@ -209,7 +210,7 @@ def test_a_padded_sub_byte_tensor_cannot_travel_in_a_legacy_capsule():
 
 def test_a_producer_without_the_copy_keyword_still_gets_a_copy():
     source = np.arange(6, dtype=np.float32)
-    producer = abi.Producer(source, legacy_signature=True)
+    producer = Producer(source, legacy_signature=True)
     t = dlpx.from_dlpack(producer, copy=True)
     assert t.data_ptr != source.ctypes.data
     np.testing.assert_array_equal(np.from_dlpack(t), source)
@@ -217,7 +218,7 @@ def test_a_producer_without_the_copy_keyword_still_gets_a_copy():
 
 
 def test_a_malformed_exchange_attribute_falls_back_to_the_protocol():
-    class Malformed(abi.Producer):
+    class Malformed(Producer):
         __c_dlpack_exchange_api__ = None
 
     source = np.arange(3, dtype=np.int32)

@@ -13,7 +13,7 @@ jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)  # int64 / float64 / complex128 stay 64-bit
 jnp = pytest.importorskip("jax.numpy")  # noqa: E402
 
-import dlpack_abi as abi  # noqa: E402
+from dlpx.conform import abi  # noqa: E402
 import dlpx  # noqa: E402
 
 JAX_DTYPES = [

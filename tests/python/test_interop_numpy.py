@@ -4,7 +4,8 @@ strides, read-only arrays, and from_dlpack's device= and copy=."""
 import numpy as np
 import pytest
 
-import dlpack_abi as abi
+from dlpx.conform import abi
+from numpy_producers import numpy_dtype_code
 import dlpx
 
 NUMPY_DTYPES = [
@@ -33,7 +34,7 @@ def test_numpy_to_dlpx_is_zero_copy_for_every_dtype(dtype):
     a = sample(dtype)
     t = dlpx.from_dlpack(a)
     assert t.dtype == np.dtype(dtype).name
-    assert t.dtype_raw == abi.numpy_dtype_code(a.dtype)
+    assert t.dtype_raw == numpy_dtype_code(a.dtype)
     assert t.shape == a.shape
     assert t.strides == element_strides(a)
     assert t.nbytes == a.nbytes

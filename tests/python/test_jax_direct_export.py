@@ -17,7 +17,7 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")  # noqa: E402
 from jax._src.lib import _jax  # noqa: E402
 
-import dlpack_abi as abi  # noqa: E402
+from dlpx.conform import abi  # noqa: E402
 import dlpx  # noqa: E402
 from direct_reads import serves  # noqa: E402
 from test_consumer_fast_paths import TensorView, view_of, view_release  # noqa: E402

@@ -17,7 +17,8 @@ import pytest
 
 import c_build
 import dlpx
-from dlpack_abi import FLAG_READ_ONLY, Producer
+from dlpx.conform.abi import FLAG_READ_ONLY
+from numpy_producers import Producer
 from tensor_makers import make_jax, make_torch, make_tvm_ffi
 
 REPO = c_build.REPO

@@ -12,12 +12,13 @@ import pytest
 torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
 tvm_ffi = pytest.importorskip("tvm_ffi")
 
-import dlpack_abi as abi
+from dlpx.conform import abi
+from numpy_producers import Managed
 import dlpx
 
 
 def counted(values=(1.0, 2.0, 3.0, 4.0)):
-    managed = abi.Managed(np.array(values, dtype=np.float64))
+    managed = Managed(np.array(values, dtype=np.float64))
     return dlpx.from_dlpack(managed.capsule()), managed
 
 

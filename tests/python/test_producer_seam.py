@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
 tvm_ffi = pytest.importorskip("tvm_ffi")
 
-import dlpack_abi as abi
+from dlpx.conform import abi
 import dlpx
 
 jax = pytest.importorskip("jax")
@@ -30,7 +30,7 @@ _LIB.dlpx_exchange_api_select.restype = ctypes.c_void_p
 
 
 def read(address) -> dict:
-    m = abi.versioned_at(address)
+    m = abi.managed_at(address)
     info = abi.describe(m.dl_tensor)
     info.update(version=(m.version.major, m.version.minor), flags=m.flags, deleter=m.deleter)
     return info
@@ -86,8 +86,8 @@ def test_subclasses_of_a_direct_read_go_to_their_own_dlpack():
 
 
 def test_a_type_that_publishes_a_table_gets_that_table():
-    assert table_of(torch.Tensor) == abi.exchange_table_address(torch.Tensor)
-    assert table_of(dlpx.Tensor) == abi.exchange_table_address(dlpx.Tensor)
+    assert table_of(torch.Tensor) == abi.exchange_table_address(torch.Tensor)[0]
+    assert table_of(dlpx.Tensor) == abi.exchange_table_address(dlpx.Tensor)[0]
     assert table_of(torch.zeros(1)) == table_of(torch.Tensor)
 
 

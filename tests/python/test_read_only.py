@@ -80,7 +80,7 @@ def view_flags(entry, obj):
 
 
 def dlpx_table():
-    return abi.DLPackExchangeAPI.from_address(abi.exchange_table_address(dlpx.Tensor)[0])
+    return abi.exchange_table(dlpx.Tensor)
 
 
 def managed_entry_flags(tensor):
