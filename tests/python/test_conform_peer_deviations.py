@@ -46,11 +46,9 @@ def test_torch_allocator_crashes_on_a_null_set_error():
     code = (
         "import ctypes, torch\n"
         "from dlpx.conform import abi\n"
-        "from dlpx.conform.table import prototype\n"
-        "address, _ = abi.exchange_table_address(torch.Tensor)\n"
-        "table = abi.DLPackExchangeAPI.from_address(address)\n"
+        "table = abi.exchange_table(torch.Tensor)\n"
         "out = ctypes.c_void_p()\n"
-        "abi.Allocator(table.managed_tensor_allocator)(ctypes.byref(prototype((2, -3))), ctypes.byref(out), None, None)\n"
+        "abi.Allocator(table.managed_tensor_allocator)(ctypes.byref(abi.prototype((2, -3))), ctypes.byref(out), None, None)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300)
     assert done.returncode < 0  # killed by a signal (SIGSEGV)

@@ -59,17 +59,6 @@ def counted_tensor():
     return dlpx.from_dlpack(managed.capsule()), managed
 
 
-def prototype(shape, dtype=(2, 32, 1), device=(1, 0)):
-    shape_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-    dl = abi.DLTensor()
-    dl.ndim = len(shape)
-    dl.shape = ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64))
-    dl.dtype = abi.DLDataType(*dtype)
-    dl.device = abi.DLDevice(*device)
-    dl._keep = shape_array
-    return dl
-
-
 # ---- managed_tensor_from_py_object_no_sync -------------------------------------------------------
 
 
@@ -213,7 +202,7 @@ def test_to_py_refuses_null_arguments():
 @pytest.mark.parametrize("shape", [(), (1,), (2, 3), (4, 0, 2)])
 def test_allocator_makes_a_compact_aligned_tensor_without_the_gil(shape):
     out = ctypes.c_void_p()
-    dl = prototype(shape)
+    dl = abi.prototype(shape)
     assert allocate_released(ctypes.byref(dl), ctypes.byref(out), None, None) == 0
     m = abi.managed_at(out.value)
     info = abi.describe(m.dl_tensor)
@@ -234,7 +223,7 @@ def test_allocator_makes_a_compact_aligned_tensor_without_the_gil(shape):
 
 def test_allocator_output_imports_into_dlpx_and_torch():
     out = ctypes.c_void_p()
-    assert allocate_released(ctypes.byref(prototype((3,), (0, 64, 1))), ctypes.byref(out), None, None) == 0
+    assert allocate_released(ctypes.byref(abi.prototype((3,), (0, 64, 1))), ctypes.byref(out), None, None) == 0
     t = import_managed(out.value)
     assert t.dtype == "int64" and t.shape == (3,)
     torch.from_dlpack(t).copy_(torch.tensor([1, 2, 3]))
@@ -249,7 +238,7 @@ def test_allocator_reports_failure_through_set_error_exactly_once():
         calls.append((ctx, kind.decode(), message.decode()))
 
     out = ctypes.c_void_p()
-    rc = allocate_released(ctypes.byref(prototype((2, -3))), ctypes.byref(out), 1234,
+    rc = allocate_released(ctypes.byref(abi.prototype((2, -3))), ctypes.byref(out), 1234,
                            ctypes.cast(set_error, ctypes.c_void_p).value)
     assert rc != 0
     assert out.value is None
@@ -269,7 +258,7 @@ def test_allocator_reports_failure_through_set_error_exactly_once():
 def test_allocator_with_a_null_set_error_leaves_the_message_in_last_error(proto, kind):
     LIB.dlpx_clear_last_error()
     out = ctypes.c_void_p()
-    assert allocate_released(ctypes.byref(prototype(**proto)), ctypes.byref(out), None, None) != 0
+    assert allocate_released(ctypes.byref(abi.prototype(**proto)), ctypes.byref(out), None, None) != 0
     assert out.value is None
     assert LIB.dlpx_last_error_kind().decode() == kind
     assert LIB.dlpx_last_error().decode().startswith("dlpx: allocator: ")
@@ -278,9 +267,9 @@ def test_allocator_with_a_null_set_error_leaves_the_message_in_last_error(proto,
 def test_dlpx_set_error_raises_the_matching_python_exception():
     out = ctypes.c_void_p()
     with pytest.raises(NotImplementedError, match=r"^dlpx: allocator: "):
-        allocate_held(ctypes.byref(prototype((2,), device=(4, 0))), ctypes.byref(out), None, SET_ERROR_PYTHON)
+        allocate_held(ctypes.byref(abi.prototype((2,), device=(4, 0))), ctypes.byref(out), None, SET_ERROR_PYTHON)
     with pytest.raises(ValueError, match=r"^dlpx: allocator: "):
-        allocate_held(ctypes.byref(prototype((-1,))), ctypes.byref(out), None, SET_ERROR_PYTHON)
+        allocate_held(ctypes.byref(abi.prototype((-1,))), ctypes.byref(out), None, SET_ERROR_PYTHON)
 
 
 # ---- current_work_stream -------------------------------------------------------------------------
