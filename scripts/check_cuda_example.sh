@@ -3,7 +3,7 @@
 # PyPI (nvidia-cuda-nvcc, in tests/requirements.txt) unless NVCC names another — against the
 # dlpx that DLPX_PYTHON imports, so the CUDA example cannot rot on a machine without a GPU.
 # Then checks the module (its init symbol; libdlpx.so.0 needed, the CUDA runtime static), imports
-# it (no driver is needed until a kernel launches) and runs tests/python/test_cuda_kernel.py on it:
+# it (no driver is needed until a kernel launches) and runs tests/python/kernels/test_cuda_kernel.py on it:
 # without a GPU only the checks that need none run, the others say why they skip
 # (DLPX_CUDA_EXAMPLE_NO_TESTS=1: build and check the module only).
 set -euo pipefail
@@ -46,4 +46,4 @@ case " $needed" in *libcudart*|*libcuda.*) echo "check_cuda_example: links the C
 
 module=$(realpath "$module")
 [ -n "${DLPX_CUDA_EXAMPLE_NO_TESTS:-}" ] && exit 0  # scripts/gpu_check.sh runs the tests itself
-(cd tests && DLPX_CUDA_KERNEL="$module" "$PY" -m pytest -q -p no:cacheprovider python/test_cuda_kernel.py -rs)
+(cd tests && DLPX_CUDA_KERNEL="$module" "$PY" -m pytest -q -p no:cacheprovider python/kernels/test_cuda_kernel.py -rs)

@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 PROBE = textwrap.dedent("""
     import json, sys
-    sys.path.insert(0, sys.argv[1])
+    sys.path[:0] = sys.argv[1:]
     import torch
     import dlpx
     from faithful_catalogue import cases
@@ -48,7 +48,7 @@ PROBE = textwrap.dedent("""
 
 def verdicts(env):
     env = {k: v for k, v in os.environ.items() if not k.startswith("DLPX_DIRECT")} | env
-    result = subprocess.run([sys.executable, "-c", PROBE, HERE], env=env, capture_output=True, text=True, cwd=HERE)
+    result = subprocess.run([sys.executable, "-c", PROBE, os.path.join(HERE, "..", "helpers"), os.path.join(HERE, "..", "guarantees")], env=env, capture_output=True, text=True, cwd=HERE)
     assert result.returncode == 0, result.stderr[-4000:]
     import json
 

@@ -9,7 +9,7 @@ import pytest
 
 import dlpx
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 IN_PLACE = os.path.abspath(dlpx.__file__).startswith(os.path.join(ROOT, "python") + os.sep)
 # DLPX_REQUIRE_ALL_TESTS runs it anyway, so a CI that forgot `pip install .` fails here.
 needs_install = pytest.mark.skipif(IN_PLACE and not os.environ.get("DLPX_REQUIRE_ALL_TESTS"),

@@ -12,7 +12,7 @@ import sysconfig
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 INCLUDE = os.path.join(REPO, "include")  # <dlpx/dlpx.h>, <dlpx/dlpx.hpp>
 WARNINGS = ("-Wall", "-Wextra", "-Werror")
 # Each language's sysconfig variable, the compiler when the variable is empty, and its standard

@@ -118,9 +118,11 @@ def test_reference_capsule_deletes_once_unless_consumed():
 
 
 def _python(*args):
-    # The child must import conform_broken_producer from this directory, as conftest lets us.
+    # The child must import conform_broken_producer from this directory and the helpers it
+    # needs, as conftest lets us.
     here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
+    helpers = os.path.join(here, "..", "helpers")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(filter(None, [here, helpers, os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=300)
 
 

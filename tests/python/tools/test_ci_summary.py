@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SUMMARY = os.path.join(ROOT, "scripts", "ci_summary.py")
 
 pytestmark = pytest.mark.skipif(not os.path.exists(SUMMARY), reason="needs the source tree (scripts/ci_summary.py)")

@@ -18,7 +18,7 @@ import dlpx
 import dlpx.cuda
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TYPING = os.path.join(HERE, "..", "typing")
+TYPING = os.path.join(HERE, "..", "..", "typing")
 PACKAGE = os.path.dirname(os.path.abspath(dlpx.__file__))
 EMPTY = inspect.Parameter.empty
 # Heap types keep their text signature from 3.10 (bpo-41689): on 3.9, inspect.signature(dlpx.Tensor) has none.
@@ -260,6 +260,6 @@ def test_mypy_finds_the_stubs_to_be_the_runtime():
         if os.environ.get("DLPX_REQUIRE_ALL_TESTS"):
             pytest.fail(f"{python} has no mypy (tests/requirements.txt lists it)")
         pytest.skip(f"{python} has no mypy: set DLPX_TYPING_PYTHON to one that has")
-    script = os.path.join(HERE, "..", "..", "scripts", "check_stubs.sh")
+    script = os.path.join(HERE, "..", "..", "..", "scripts", "check_stubs.sh")
     done = subprocess.run(["bash", script, python], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CIRCLES = os.path.join(ROOT, "scripts", "circles.py")
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CIRCLES), reason="needs the source tree (scripts/circles.py)")

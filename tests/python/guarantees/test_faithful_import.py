@@ -164,7 +164,7 @@ KNOWN_REFUSALS = [
     Refusal("array_api_strict", "2.6.1", "the array API has no float16",
             lambda e: e["dtype"] == (FLOAT, 16, 1), r"^TypeError: .*does not support the dtype 'float16'"),
     Refusal("jax", "0.10.2", "jax asks for a legacy capsule, which cannot say read-only: dlpx refuses to "
-            "export a read-only tensor in one (test_interop_jax.py)",
+            "export a read-only tensor in one (rows/test_jax.py)",
             lambda e: e["readonly"], r"^BufferError: dlpx: __dlpack__: the tensor is read-only, which a legacy capsule .* cannot say"),
     Refusal("jax", "0.10.2", "jax takes compact strides only, in any order of the dimensions",
             lambda e: not transposed_compact(e["shape"], e["strides"]), r"trivial \(compact\) striding"),
