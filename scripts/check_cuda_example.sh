@@ -5,7 +5,7 @@
 # machine without a GPU, and benches/cuda_kernel_overhead (the same launch as a CPython
 # extension). Then checks the library (dlpx_kernel_library exported, no Py* symbol, libdlpx.so.0
 # needed, the CUDA runtime static), loads it (no driver is needed until a kernel launches) and
-# runs tests/python/test_cuda_kernel.py on it:
+# runs tests/python/kernels/test_cuda_kernel.py on it:
 # without a GPU only the checks that need none run, the others say why they skip
 # (DLPX_CUDA_EXAMPLE_NO_TESTS=1: build and check the module only).
 set -euo pipefail
@@ -54,4 +54,4 @@ overhead=$out/dlpx_cuda_overhead$suffix
 
 kernels=$(realpath "$kernels")
 [ -n "${DLPX_CUDA_EXAMPLE_NO_TESTS:-}" ] && exit 0  # scripts/gpu_check.sh runs the tests itself
-(cd tests && DLPX_CUDA_KERNEL="$kernels" "$PY" -m pytest -q -p no:cacheprovider python/test_cuda_kernel.py -rs)
+(cd tests && DLPX_CUDA_KERNEL="$kernels" "$PY" -m pytest -q -p no:cacheprovider python/kernels/test_cuda_kernel.py -rs)

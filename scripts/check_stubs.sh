@@ -3,7 +3,7 @@
 # imports (the installed package, or the tree's with PYTHONPATH and DLPX_LIBRARY set), and mypy
 # --strict reads tests/typing/usage.py, a user's calls, as the runtime runs them (each
 # `# type: ignore[...]` there marks a call the runtime refuses; --warn-unused-ignores fails when
-# mypy lets one through). Run by scripts/test.sh and tests/python/test_stubs.py.
+# mypy lets one through). Run by scripts/test.sh and tests/python/entry_points/test_stubs.py.
 #   usage: scripts/check_stubs.sh [PYTHON]   (default: $DLPX_PYTHON, else python3; it needs mypy)
 set -euo pipefail
 py=${1:-${DLPX_PYTHON:-python3}}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check in one run, for a machine with an NVIDIA GPU and no package registry, in at
-# most 8 minutes (DLPX_GPU_CHECK_SECONDS): the GPU suite (tests/python/test_cuda.py) and the CUDA
+# most 8 minutes (DLPX_GPU_CHECK_SECONDS): the GPU suite (tests/python/cuda/test_cuda.py) and the CUDA
 # kernel example's tests; compute-sanitizer's memcheck (--leak-check full), racecheck, synccheck
 # and initcheck over both (--quick: memcheck over both, the others over the example);
 # benches/cuda_bench.py (the allocator, current_work_stream); benches/cuda_kernel_bench.py (a
@@ -56,7 +56,7 @@ if [ ! -f "$lib" ]; then
   exit 2
 fi
 ln -s "$(realpath "$lib")" "$work/libdlpx.so.0"
-export DLPX_LIBRARY=$work/libdlpx.so.0 PYTHONPATH="$root/python:$root/tests/python${PYTHONPATH:+:$PYTHONPATH}"
+export DLPX_LIBRARY=$work/libdlpx.so.0 PYTHONPATH="$root/python:$root/tests/python/helpers${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 wheels=${DLPX_WHEELS:-$root/.whl}
 if compgen -G "$wheels/*.whl" >/dev/null; then
@@ -132,9 +132,9 @@ elif run build_example 120 env DLPX_PYTHON="$PY" DLPX_CUDA_KERNEL_DIR="$example_
   export DLPX_CUDA_KERNEL DLPX_CUDA_OVERHEAD
 fi
 
-run gpu_suite 150 "$PY" -m pytest "${pytest_args[@]}" tests/python/test_cuda.py tests/python/test_cuda_array_interface.py
+run gpu_suite 150 "$PY" -m pytest "${pytest_args[@]}" tests/python/cuda/test_cuda.py tests/python/protocols/test_cuda_array_interface.py
 if [ -n "${DLPX_CUDA_KERNEL:-}" ]; then
-  run example_tests 150 "$PY" -m pytest "${pytest_args[@]}" tests/python/test_cuda_kernel.py
+  run example_tests 150 "$PY" -m pytest "${pytest_args[@]}" tests/python/kernels/test_cuda_kernel.py
 fi
 
 bench_args=()
@@ -180,7 +180,7 @@ elif cs=$(find_tool compute-sanitizer); then
       [ $tool = memcheck-leaks ] && options+=(--leak-check full --show-backtrace no) plugin=(-p dlpx_accounting) \
         && accounting+=(--accounting "$suite=$logs/$name.accounting")
       run "$name" 300 env DLPX_LAUNCHES_SERIALISED=1 DLPX_ACCOUNTING_FILE="$logs/$name.accounting" "$cs" "${options[@]}" \
-        --print-limit 10000 --log-file "$logs/$name.sanitizer" "$PY" -m pytest "${pytest_args[@]}" "${plugin[@]}" "tests/python/$suite" &
+        --print-limit 10000 --log-file "$logs/$name.sanitizer" "$PY" -m pytest "${pytest_args[@]}" "${plugin[@]}" tests/python/*/"$suite" &
       sanitizer_runs+=("$tool:$suite:$logs/$name.sanitizer")
     done
   done
@@ -244,11 +244,11 @@ tables() {  # the Markdown a bench printed (tables and their captions), else its
   echo "|---|---|---|"
   cat "$summary"
   echo
-  echo "## The GPU suite (tests/python/test_cuda.py)"
+  echo "## The GPU suite (tests/python/cuda/test_cuda.py)"
   echo
   pytest_summary gpu_suite
   echo
-  echo "## The CUDA kernel example's tests (tests/python/test_cuda_kernel.py)"
+  echo "## The CUDA kernel example's tests (tests/python/kernels/test_cuda_kernel.py)"
   echo
   pytest_summary example_tests
   echo

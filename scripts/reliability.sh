@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reliability checks that are neither ctest nor pytest cases (valgrind is a ctest label, the
-# hostile-input tests are pytest's tests/python/test_hostile_inputs.py):
+# hostile-input tests are pytest's tests/python/guarantees/test_hostile_inputs.py):
 #  - the fuzz targets (fuzz/) over their checked-in corpus and 20 000 inputs derived from it
 #    each, through a plain `cargo test` on the stable toolchain (libFuzzer needs nightly, which
 #    CI does not require); with DLPX_FUZZ_SECONDS=N and `cargo +nightly fuzz` present,

@@ -11,7 +11,7 @@ A rule matches an error of its tool whose first line matches MESSAGE_RE and whos
 
 A run of the tool `memcheck-leaks` is memcheck's leak check without backtraces (whose Python
 frames keep objects alive), with `--accounting SUITE=FILE`: dlpx's own account of what it held at
-exit (tests/python/dlpx_accounting.py). Its leaks are expected when dlpx held nothing then and
+exit (tests/python/helpers/dlpx_accounting.py). Its leaks are expected when dlpx held nothing then and
 they are no more than the backtrace run of the same suite puts on other libraries; its other
 errors go by memcheck's rules.
 """

@@ -117,7 +117,7 @@ stage "pip install . and pytest"
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation .
 # The simulated CUDA driver ctest built runs dlpx's CUDA paths in Python too (test_cuda_simulated.py).
 (cd tests && DLPX_REQUIRE_ALL_TESTS=1 DLPX_SIM_CUDA_DIR="$SIM_CUDA_DIR" "$PY" -m pytest -q -p no:cacheprovider python)
-# The stubs are the runtime: tests/python/test_stubs.py runs scripts/check_stubs.sh (stubtest,
+# The stubs are the runtime: tests/python/entry_points/test_stubs.py runs scripts/check_stubs.sh (stubtest,
 # mypy --strict on tests/typing/usage.py) inside the suite above, once.
 DLPX_PYTHON="$PY" bash scripts/reliability.sh  # fuzz targets over their corpus, the soak (short)
 stage "the CUDA example, compiled with nvcc from PyPI (no GPU needed)" && DLPX_PYTHON="$PY" bash scripts/check_cuda_example.sh

@@ -75,10 +75,10 @@ echo "== the Python tests that need neither torch nor jax nor a compiler for aar
 # (The others skip without torch; test_cpp_kernel and test_demo_kernel build with this machine's
 # compiler.) test_consumer_fast_paths, 2 of these minutes, checks the direct reads of numpy's and
 # tvm-ffi's structs against their __dlpack__ on this machine's layout.
-(cd tests && run -m pytest -q -p no:cacheprovider python/test_from_dlpack.py python/test_tensor.py \
-  python/test_interop_numpy.py python/test_interop_array_api_strict.py python/test_array_api_strict_direct.py \
-  python/test_dlpack_protocol.py python/test_errors.py python/test_faithful_import.py python/test_conform.py \
-  python/test_consumer_fast_paths.py python/test_main.py | tail -n 1)
+(cd tests && run -m pytest -q -p no:cacheprovider python/entry_points/test_from_dlpack.py python/entry_points/test_tensor.py \
+  python/rows/test_numpy.py python/rows/test_array_api_strict.py python/rows/test_array_api_strict_direct.py \
+  python/protocols/test_dlpack_protocol.py python/entry_points/test_errors.py python/guarantees/test_faithful_import.py python/tools/test_conform.py \
+  python/rows/test_consumer_fast_paths.py python/entry_points/test_main.py | tail -n 1)
 
 echo "== C tests, cross-compiled against the aarch64 C package, on aarch64"
 c=$(mktemp -d)

@@ -11,7 +11,7 @@ lib=${DLPX_LIBRARY:-$PWD/target/release/libdlpx.so}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 ln -sf "$lib" "$stage/libdlpx.so.0"
-export DLPX_LIBRARY="$stage/libdlpx.so.0" PYTHONPATH="$PWD/python:$PWD/tests/python"
+export DLPX_LIBRARY="$stage/libdlpx.so.0" PYTHONPATH="$PWD/python:$PWD/tests/python/helpers"
 "$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA GPU visible to torch'; print('GPU:', torch.cuda.get_device_name(0))"
 if ! "$PY" -c "import pytest" 2>/dev/null; then
   # No registry there: bring pytest along (here: pip download -d build/wheels pytest; carry build/wheels).
@@ -19,5 +19,5 @@ if ! "$PY" -c "import pytest" 2>/dev/null; then
   "$PY" -m pip install -q --no-index --find-links build/wheels --target "$stage/site" pytest
   export PYTHONPATH="$PYTHONPATH:$stage/site"
 fi
-"$PY" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py -rs
+"$PY" -m pytest -q -p no:cacheprovider tests/python/cuda/test_cuda.py -rs
 "$PY" benches/cuda_bench.py

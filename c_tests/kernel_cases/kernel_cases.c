@@ -1,6 +1,6 @@
 /*
  * The kernels dlpx's tests call through both callers (c_tests/test_kernel_library.c from C,
- * tests/python/test_kernel_library.py from Python): each pins one rule of the kernel ABI
+ * tests/python/kernels/test_kernel_library.py from Python): each pins one rule of the kernel ABI
  * (include/dlpx/kernel.h), its bad paths most of all. The example library
  * (examples/kernel_library) holds the kernels a user writes.
  */

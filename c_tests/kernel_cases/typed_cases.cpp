@@ -1,5 +1,5 @@
 // Typed C++ kernels (include/dlpx/kernel.hpp) that dlpx's tests call from Python
-// (tests/python/test_kernel_cpp.py) and from C++ (c_tests/cpp/test_typed_kernels.cpp): each
+// (tests/python/kernels/test_kernel_cpp.py) and from C++ (c_tests/cpp/test_typed_kernels.cpp): each
 // pins one conversion of a parameter or a result, or one exception's mapping.
 #include <cstdint>
 #include <new>

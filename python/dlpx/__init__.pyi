@@ -8,7 +8,7 @@ from typing_extensions import disjoint_base
 from . import cuda as cuda
 from ._device import Device as Device
 
-# The stub is the runtime: tests/python/test_stubs.py holds every name, parameter (name, kind,
+# The stub is the runtime: tests/python/entry_points/test_stubs.py holds every name, parameter (name, kind,
 # default) and property here to the built module, and scripts/check_stubs.sh runs mypy's stubtest.
 
 __all__ = [

@@ -1,7 +1,7 @@
 //! What `<dlpx/kernel.h>` puts in a kernel library, read from Rust: the library's record and
 //! its list of exports. kernel.h is the definition (hand-written, documented field by field);
 //! these mirrors follow it, and the loader reading a library built from it is the test
-//! (c_tests/test_kernel_library.c, tests/python/test_kernel_library.py).
+//! (c_tests/test_kernel_library.c, tests/python/kernels/test_kernel_library.py).
 
 use std::ffi::{c_char, c_int, c_void};
 

@@ -1,7 +1,16 @@
 """Shared setup for the dlpx pytest suite.
 
 The suite imports `dlpx` as installed (CI pip-installs it; in-tree runs set DLPX_LIBRARY and
-PYTHONPATH). `dlpack_abi.py` beside this file is the ctypes reading of the ABI the tests use.
+PYTHONPATH). The tests read the DLPack ABI through `dlpx.conform.abi`, as the conformance kit does;
+`helpers/numpy_producers.py` builds counted producers over numpy arrays on it.
+
+The tests, by what they test: rows/ (each producer row: numpy, torch, jax, tvm_ffi,
+array_api_strict, their direct reads and the seam), protocols/ (DLPack capsules and
+`__dlpack__`, the exchange table, the older array protocols), entry_points/ (from_dlpack,
+dlpx.Tensor, arguments, errors, `python -m dlpx`, the stubs), guarantees/ (what holds on every
+path: faithful import, read-only, lifetimes, hostile inputs), kernels/ (the kernel API's examples
+and libraries), cuda/ (CUDA on a GPU and on the simulated driver), tools/ (the conformance kit,
+the docs, the CI and repository scripts); helpers/ holds the modules they import.
 """
 
 import importlib.metadata
@@ -18,16 +27,18 @@ os.environ.setdefault("DLPX_DIRECT_VERIFY", "all")
 # read that disagrees with its producer fails the suite (subprocesses inherit it).
 os.environ.setdefault("DLPX_DIRECT_STRICT", "1")
 
-# Make the helper module importable whatever pytest's import mode is.
+# Make the helper modules (helpers/) importable whatever pytest's import mode is.
 _HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
+HELPERS = os.path.join(_HERE, "helpers")
+if HELPERS not in sys.path:
+    sys.path.insert(0, HELPERS)
 
 import pytest  # noqa: E402
 from packaging.requirements import Requirement  # noqa: E402  (pytest's own dependency)
 from packaging.utils import canonicalize_name  # noqa: E402
 
-import dlpack_abi  # noqa: E402
+from dlpx.conform.reference import STRAY_DELETES  # noqa: E402
+
 import direct_reads  # noqa: E402
 import report_tables  # noqa: E402
 
@@ -116,7 +127,7 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture(autouse=True)
 def no_double_delete():
-    """Every test: no deleter of a hand-made tensor runs twice (or for a tensor it never made)."""
-    before = len(dlpack_abi.STRAY_DELETES)
+    """Every test: no deleter of a hand-made or kit-made tensor runs twice (or for a tensor it never made)."""
+    before = len(STRAY_DELETES)
     yield
-    assert dlpack_abi.STRAY_DELETES[before:] == [], "a DLPack deleter ran twice"
+    assert STRAY_DELETES[before:] == [], "a DLPack deleter ran twice"

@@ -1,5 +1,5 @@
 """A user's calls, type-checked against dlpx's stubs and run against dlpx (scripts/check_stubs.sh
-runs mypy --strict --warn-unused-ignores on it; tests/python/test_stubs.py runs it). Each call the
+runs mypy --strict --warn-unused-ignores on it; tests/python/entry_points/test_stubs.py runs it). Each call the
 runtime refuses sits in `refused()` with a `# type: ignore[...]`: mypy must flag it too, or the
 unused ignore fails the check."""
 

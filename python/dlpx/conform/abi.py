@@ -1,8 +1,9 @@
-"""The DLPack 1.3 ABI and CPython's capsule functions, read through ctypes for the kit.
+"""The DLPack 1.3 ABI and CPython's capsule functions, read through ctypes: the one reading, for
+the kit and for dlpx's own test suite (tests/python/ imports it; it ships in the wheel).
 
 An independent reading of the ABI (dlpx's own ``src/abi.rs`` is not consulted), so that the kit
 judges dlpx by the same yardstick as every other library. Sizes are asserted at import: a
-mistyped struct here would make every check lie.
+mistyped struct here would make every check and every test lie.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ assert ctypes.sizeof(DLTensor) == 48
 assert ctypes.sizeof(DLManagedTensor) == 64
 assert ctypes.sizeof(DLManagedTensorVersioned) == 80
 assert DLManagedTensorVersioned.flags.offset == 24
+assert DLManagedTensorVersioned.dl_tensor.offset == 32
 assert ctypes.sizeof(DLPackExchangeAPIHeader) == 16
 assert ctypes.sizeof(DLPackExchangeAPI) == 56
 assert ctypes.sizeof(DlpxTensorView) == 64
@@ -191,6 +193,18 @@ def call_deleter(address: int, deleter: int) -> None:
     Deleter(deleter)(address)
 
 
+def prototype(shape, dtype=(2, 32, 1), device=(KDL_CPU, 0)) -> DLTensor:
+    """An allocator prototype (float32 by default); it keeps its shape array alive."""
+    shape_array = (c_int64 * max(len(shape), 1))(*shape)
+    dl = DLTensor()
+    dl.ndim = len(shape)
+    dl.shape = ctypes.cast(shape_array, POINTER(c_int64))
+    dl.dtype = DLDataType(*dtype)
+    dl.device = DLDevice(*device)
+    dl._keep = shape_array  # noqa: SLF001 - the shape array lives as long as the prototype
+    return dl
+
+
 # ---- reading what a capsule or a table holds --------------------------------------------------
 
 
@@ -214,7 +228,8 @@ def describe(dl: DLTensor) -> dict:
     }
 
 
-def managed_at(address: int, versioned: bool):
+def managed_at(address: int, versioned: bool = True):
+    """The managed tensor struct at `address`: versioned (the default) or legacy."""
     return (DLManagedTensorVersioned if versioned else DLManagedTensor).from_address(address)
 
 
@@ -254,3 +269,11 @@ def exchange_table_address(cls):
     if isinstance(integer, int) and integer:
         return integer, "int"
     return 0, None
+
+
+def exchange_table(cls) -> DLPackExchangeAPI:
+    """The exchange table `cls` publishes (see :func:`exchange_table_address`); it must publish one."""
+    address, _ = exchange_table_address(cls)
+    if not address:
+        raise ValueError(f"{cls.__qualname__} publishes no exchange table")
+    return DLPackExchangeAPI.from_address(address)

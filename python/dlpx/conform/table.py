@@ -42,17 +42,6 @@ class _ErrorLog:
         self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
 
 
-def prototype(shape, dtype=(2, 32, 1), device=(abi.KDL_CPU, 0)):
-    shape_array = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-    dl = abi.DLTensor()
-    dl.ndim = len(shape)
-    dl.shape = ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64))
-    dl.dtype = abi.DLDataType(*dtype)
-    dl.device = abi.DLDevice(*device)
-    dl._keep = shape_array  # noqa: SLF001 - the shape array lives as long as the prototype
-    return dl
-
-
 class _Prefixed:
     """The checks of one table under a name prefix (dlpx's synthetic table: `synthetic.…`)."""
 
@@ -143,7 +132,7 @@ def data_remainders(table, samples=ALIGNMENT_SAMPLES):
     tensors, errors = [], _ErrorLog()
     try:
         for _ in range(samples):
-            rc, out = _allocate(table, prototype((2, 3)), errors.address)
+            rc, out = _allocate(table, abi.prototype((2, 3)), errors.address)
             if rc != 0 or out in (None, 0, _SENTINEL):
                 break
             tensors.append(out)
@@ -155,7 +144,7 @@ def data_remainders(table, samples=ALIGNMENT_SAMPLES):
 
 def _check_allocator(table, checks, spec, probe="null_set_error"):
     errors = _ErrorLog()
-    rc, out = _allocate(table, prototype((2, 3)), errors.address)
+    rc, out = _allocate(table, abi.prototype((2, 3)), errors.address)
     ok = rc == 0 and not errors.calls and out not in (None, 0, _SENTINEL)
     detail = f"rc={rc}, SetError calls={len(errors.calls)}"
     if ok:
@@ -169,7 +158,7 @@ def _check_allocator(table, checks, spec, probe="null_set_error"):
         calls = spied.forget()
         ok = ok and calls == 1
     checks.record("allocator.good_prototype", ok, detail, C.ALLOCATOR_PROTOTYPE)
-    for name, proto in (("negative_shape", prototype((2, -3))), ("unknown_device", prototype((2,), device=(99, 0)))):
+    for name, proto in (("negative_shape", abi.prototype((2, -3))), ("unknown_device", abi.prototype((2,), device=(99, 0)))):
         errors = _ErrorLog()
         rc, out = _allocate(table, proto, errors.address)
         ok = rc != 0 and len(errors.calls) == 1 and out == _SENTINEL
@@ -194,7 +183,7 @@ def null_set_error_probe(x, synthetic=False) -> str:
     else:
         address, _ = abi.exchange_table_address(type(x))
     table = abi.DLPackExchangeAPI.from_address([a for a, v in walk_chain(address) if v[0] == 1][0])
-    rc, out = _allocate(table, prototype((2, -3)), None)
+    rc, out = _allocate(table, abi.prototype((2, -3)), None)
     return "ok" if rc != 0 and out == _SENTINEL else f"rc={rc}, out {'untouched' if out == _SENTINEL else 'written'}"
 
 

@@ -1,0 +1,367 @@
+"""CUDA: per-thread streams (no GPU needed), clean failures without a driver, and — where a GPU
+and torch with CUDA are present — allocation, streams and stream-ordered exports."""
+
+import ctypes
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import dlpx
+from dlpx.conform import abi
+from numpy_producers import Producer
+from cuda_peers import GPU, cupy, needs_cupy, needs_gpu, torch
+
+DRIVER = dlpx.cuda.is_available()
+needs_no_driver = pytest.mark.skipif(DRIVER, reason="a CUDA driver is present: the no-driver paths cannot be observed")
+
+
+# ---- streams: bookkeeping that needs no GPU -------------------------------------------------
+
+
+def test_the_default_stream_is_zero():
+    assert dlpx.cuda.current_stream(0) == 0
+
+
+def test_a_stream_is_current_inside_its_block_and_restored_after():
+    with dlpx.cuda.stream(0x1234, device=1) as handle:
+        assert handle == 0x1234
+        assert dlpx.cuda.current_stream(1) == 0x1234
+        assert dlpx.cuda.current_stream(0) == 0
+        with dlpx.cuda.stream(0x5678, device=1):
+            assert dlpx.cuda.current_stream(1) == 0x5678
+        assert dlpx.cuda.current_stream(1) == 0x1234
+    assert dlpx.cuda.current_stream(1) == 0
+
+
+def test_streams_are_per_thread():
+    seen = []
+    with dlpx.cuda.stream(0xABC):
+        worker = threading.Thread(target=lambda: seen.append(dlpx.cuda.current_stream(0)))
+        worker.start()
+        worker.join()
+        assert dlpx.cuda.current_stream(0) == 0xABC
+    assert seen == [0]
+
+
+class TorchLikeStream:
+    cuda_stream = 0x7000
+
+
+class CudaPythonStream:
+    def __cuda_stream__(self):
+        return (0, 0x8000)
+
+
+@pytest.mark.parametrize("stream, handle", [(TorchLikeStream(), 0x7000), (CudaPythonStream(), 0x8000), (None, 0), (5, 5)])
+def test_stream_objects_give_their_handle(stream, handle):
+    with dlpx.cuda.stream(stream):
+        assert dlpx.cuda.current_stream() == handle
+
+
+CURRENT_WORK_STREAM = abi.CurrentWorkStream(abi.exchange_table(dlpx.Tensor).current_work_stream)
+
+
+def test_the_exchange_table_reports_the_current_stream():
+    out = ctypes.c_void_p(1)
+    with dlpx.cuda.stream(0x4242, device=0):
+        assert CURRENT_WORK_STREAM(2, 0, ctypes.byref(out)) == 0
+        assert out.value == 0x4242
+        assert CURRENT_WORK_STREAM(1, 0, ctypes.byref(out)) == 0
+        assert out.value is None
+    assert CURRENT_WORK_STREAM(2, 0, ctypes.byref(out)) == 0
+    assert out.value is None
+
+
+@pytest.mark.parametrize("stream, error", [(-5, ValueError), ("s", TypeError), (1.5, TypeError)])
+def test_bad_streams_are_refused(stream, error):
+    with pytest.raises(error, match=r"^dlpx: "):
+        with dlpx.cuda.stream(stream):
+            pass
+
+
+def test_a_thread_holds_streams_on_at_most_16_devices_and_says_so():
+    for device in range(16):
+        dlpx.cuda.set_current_stream(0x100 + device, device)
+    try:
+        with pytest.raises(ValueError, match="at most 16 devices"):
+            dlpx.cuda.set_current_stream(0x999, 16)
+        dlpx.cuda.set_current_stream(0x777, 3)  # replacing one is still fine
+        assert dlpx.cuda.current_stream(3) == 0x777
+        assert [dlpx.cuda.current_stream(d) for d in (0, 15, 16)] == [0x100, 0x10F, 0]
+    finally:
+        for device in range(16):
+            dlpx.cuda.set_current_stream(None, device)
+    assert all(dlpx.cuda.current_stream(d) == 0 for d in range(17))
+    dlpx.cuda.set_current_stream(0x999, 16)  # room again
+    dlpx.cuda.set_current_stream(None, 16)
+
+
+def test_cpu_has_no_streams():
+    with pytest.raises(ValueError, match="cpu has no streams"):
+        dlpx._native._set_current_stream(1, 0, 5)
+
+
+# ---- no driver: every CUDA path fails cleanly ------------------------------------------------
+
+
+@needs_no_driver
+@pytest.mark.parametrize("device", ["cuda:0", "cuda:1", "cuda_host", "cuda_managed"])
+@pytest.mark.parametrize("shape", [(4,), (0,)])
+def test_without_a_driver_cuda_allocation_is_a_runtime_error(device, shape):
+    with pytest.raises(RuntimeError, match=r"^dlpx: empty: CUDA driver not found"):
+        dlpx.empty(shape, "float32", device)
+
+
+@needs_no_driver
+def test_without_a_driver_empty_cache_does_nothing_as_torch_s_does():
+    assert dlpx.cuda.empty_cache() is None
+    if torch is not None and not torch.cuda.is_available():
+        assert torch.cuda.empty_cache() is None
+
+
+@needs_no_driver
+@pytest.mark.parametrize("device", [0, 1, "cuda:0", "cuda:3"])
+def test_without_a_driver_memory_stats_is_empty_as_torch_s_is(device):
+    assert dlpx.cuda.memory_stats(device) == {}
+    assert dlpx.cuda.memory_stats() == {}
+    if torch is not None and not torch.cuda.is_available():
+        assert dict(torch.cuda.memory_stats(device)) == dlpx.cuda.memory_stats(device)
+
+
+@needs_no_driver
+def test_without_a_driver_memory_stats_still_refuses_what_is_no_cuda_device():
+    with pytest.raises(ValueError, match=r"^dlpx: memory_stats: expected a CUDA device"):
+        dlpx.cuda.memory_stats("cpu")
+    with pytest.raises(TypeError, match=r"^dlpx: memory_stats: expected a device index"):
+        dlpx.cuda.memory_stats(1.5)
+
+
+@needs_no_driver
+def test_without_a_driver_the_allocator_calls_set_error_once():
+    calls = []
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+    def set_error(ctx, kind, message):
+        calls.append((kind.decode(), message.decode()))
+
+    table = abi.exchange_table(dlpx.Tensor)
+    proto = abi.prototype((8,), device=(2, 0))
+    out = ctypes.c_void_p()
+    allocate = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+        ctypes.cast(table.managed_tensor_allocator, ctypes.c_void_p).value
+    )
+    assert allocate(ctypes.addressof(proto), ctypes.addressof(out), None, ctypes.cast(set_error, ctypes.c_void_p).value) == -1
+    assert out.value is None
+    assert calls == [("RuntimeError", "dlpx: allocator: CUDA driver not found (libcuda.so could not be loaded)")]
+
+
+@pytest.mark.parametrize("device", ["cuda:-1", "cuda_host:1", "cuda_managed:2"])
+def test_invalid_cuda_device_ids_are_value_errors(device):
+    with pytest.raises(ValueError, match=r"^dlpx: "):
+        dlpx.empty((2,), "float32", device)
+
+
+# ---- with a GPU ------------------------------------------------------------------------------
+
+
+@needs_gpu
+@pytest.mark.parametrize("device", ["cuda:0", "cuda_host", "cuda_managed"])
+def test_allocation_of_each_kind(device):
+    t = dlpx.empty((3, 5), "float32", device)
+    assert t.device == device.split(":")[0] + ":0"
+    assert t.data_ptr % 256 == 0
+    assert t.strides == (5, 1)
+    assert dlpx.empty((0, 5), "float32", device).data_ptr == 0
+
+
+@needs_gpu
+def test_an_invalid_device_id_names_the_device_count():
+    n = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=f"this machine has {n} CUDA device"):
+        dlpx.empty((2,), "float32", f"cuda:{n}")
+
+
+@needs_gpu
+def test_out_of_memory_is_a_memory_error_with_the_size():
+    with pytest.raises(MemoryError, match="out of memory allocating"):
+        dlpx.empty((1 << 50,), "uint8", "cuda:0")
+
+
+@needs_gpu
+def test_deleters_run_on_another_thread():
+    tensors = [dlpx.empty((1024,), "float32", "cuda:0") for _ in range(8)]
+    worker = threading.Thread(target=tensors.clear)
+    worker.start()
+    worker.join()
+    torch.cuda.synchronize()
+
+
+@needs_gpu
+def test_current_work_stream_is_the_stream_set_from_torch():
+    s = torch.cuda.Stream()
+    out = ctypes.c_void_p()
+    with dlpx.cuda.stream(s):
+        assert CURRENT_WORK_STREAM(2, 0, ctypes.byref(out)) == 0
+        assert out.value == s.cuda_stream
+
+
+@needs_gpu
+def test_zero_copy_round_trip_with_torch_on_cuda():
+    x = torch.arange(10.0, device="cuda")
+    d = dlpx.from_dlpack(x)
+    assert d.device == "cuda:0" and d.data_ptr == x.data_ptr()
+    y = torch.from_dlpack(d)
+    y[0] = 42
+    assert x[0].item() == 42
+
+
+@needs_gpu
+def test_an_export_orders_the_consumer_stream_after_dlpx_s():
+    producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(producer), dlpx.cuda.stream(producer):
+        t = dlpx.empty((1 << 20,), "float32", "cuda:0")
+        torch.cuda._sleep(10**8)  # keeps the producer busy: a missing wait would read early
+        torch.from_dlpack(t).fill_(7.0)  # enqueued on the producer stream
+        capsule = t.__dlpack__(stream=consumer.cuda_stream, max_version=(1, 3))
+    with torch.cuda.stream(consumer):
+        seen = torch.from_dlpack(capsule)
+        total = seen.sum()
+    consumer.synchronize()
+    assert total.item() == 7.0 * (1 << 20)
+
+
+@needs_gpu
+def test_a_cuda_tensor_copies_to_cpu():
+    x = torch.arange(6.0, device="cuda").reshape(2, 3)
+    d = dlpx.from_dlpack(x)
+    host = dlpx.from_dlpack(d, device="cpu")
+    assert host.device == "cpu:0"
+    np.testing.assert_array_equal(np.from_dlpack(host), x.cpu().numpy())
+    with pytest.raises(BufferError):
+        dlpx.from_dlpack(d, device="cpu", copy=False)
+
+
+@needs_gpu
+@pytest.mark.skipif(cupy is None, reason="cupy is not installed")
+def test_zero_copy_round_trip_with_cupy_on_cuda():
+    x = cupy.arange(10, dtype=cupy.float32)
+    d = dlpx.from_dlpack(x)
+    assert d.device == "cuda:0" and d.data_ptr == x.data.ptr
+    y = cupy.from_dlpack(d)
+    y[0] = 42
+    assert float(x[0]) == 42
+    t = dlpx.empty((4,), "float32", "cuda:0")
+    assert cupy.from_dlpack(t).data.ptr == t.data_ptr
+
+
+@needs_gpu
+def test_freed_memory_is_not_reused_while_a_recorded_consumer_stream_still_reads_it():
+    n = 1 << 22
+    consumer = torch.cuda.Stream()
+    t = dlpx.empty((n,), "float32", "cuda:0")  # on the legacy default stream, torch's default
+    torch.from_dlpack(t).fill_(1.0)
+    capsule = t.__dlpack__(stream=consumer.cuda_stream, max_version=(1, 3))
+    with torch.cuda.stream(consumer):
+        x = torch.from_dlpack(capsule)
+        torch.cuda._sleep(10**8)  # the consumer reads late
+        total = x.sum()
+    # A consumer's own stream may be destroyed at any time, so dlpx fences it only on request:
+    # torch's streams live as long as the process.
+    dlpx.cuda.record_stream(t, consumer)
+    del t, x, capsule  # the last references go while the consumer's read is still queued
+    u = dlpx.empty((n,), "float32", "cuda:0")  # the pool may hand the same memory back
+    torch.from_dlpack(u).fill_(2.0)  # enqueued on the default stream: must wait for the read
+    consumer.synchronize()
+    assert total.item() == float(n)
+
+
+@needs_gpu
+def test_freed_memory_waits_for_a_consumer_on_the_legacy_stream():
+    n = 1 << 22
+    side = torch.cuda.Stream()  # non-blocking: nothing orders it after the legacy stream
+    with dlpx.cuda.stream(side), torch.cuda.stream(side):
+        t = dlpx.empty((n,), "float32", "cuda:0")  # allocated (and freed) on `side`
+        torch.from_dlpack(t).fill_(1.0)
+    capsule = t.__dlpack__(stream=1, max_version=(1, 3))  # a built-in stream: fenced at the release
+    x = torch.from_dlpack(capsule)
+    torch.cuda._sleep(10**8)  # torch's default stream (the legacy one) reads late
+    total = x.sum()
+    del t, x, capsule
+    with dlpx.cuda.stream(side), torch.cuda.stream(side):
+        u = dlpx.empty((n,), "float32", "cuda:0")
+        torch.from_dlpack(u).fill_(2.0)  # on `side`: must wait for the read
+    torch.cuda.synchronize()
+    assert total.item() == float(n)
+
+
+@needs_gpu
+@needs_cupy
+def test_a_consumer_may_destroy_its_stream_before_it_releases_the_import():
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        seen = cupy.from_dlpack(dlpx.empty((1 << 20,), "float32", "cuda:0"))  # named s
+        seen.fill(1.0)
+    del s  # cupy destroys the stream; its array still holds dlpx's export
+    gc.collect()
+    del seen  # dlpx must not touch the destroyed stream: the driver crashed on it (cuEventRecord)
+    assert dlpx.empty((1 << 20,), "float32", "cuda:0").device == "cuda:0"
+
+
+@needs_gpu
+@needs_cupy
+def test_pinned_blocks_are_reused_only_after_recorded_work():
+    # torch 2.11 imports no kDLCUDAHost capsule ("Unsupported device_type: 3", seen on an H100), so
+    # the asynchronous copy out of the pinned block is cupy's cudaMemcpyAsync on the raw pointer.
+    p = dlpx.empty((1 << 20,), "float32", "cuda_host")
+    address = p.data_ptr
+    stream = torch.cuda.Stream()
+    dst = torch.empty(1 << 20, device="cuda")
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(10**8)
+    host_to_device = 1
+    cupy.cuda.runtime.memcpyAsync(dst.data_ptr(), address, 4 << 20, host_to_device, stream.cuda_stream)
+    assert not stream.query()  # the copy waits behind the sleep
+    dlpx.cuda.record_stream(p, stream)
+    del p
+    q = dlpx.empty((1 << 20,), "float32", "cuda_host")
+    assert q.data_ptr != address  # the copy is still queued
+    other = q.data_ptr
+    stream.synchronize()
+    del q
+    assert dlpx.empty((1 << 20,), "float32", "cuda_host").data_ptr in (address, other)  # reused now
+
+
+@needs_gpu
+def test_empty_cache_runs_on_a_gpu():
+    dlpx.empty((1 << 20,), "float32", "cuda:0")
+    dlpx.cuda.empty_cache()
+
+
+# ---- what dlpx asks a CUDA producer for (no GPU needed: the producer only describes) ----------
+
+
+def cuda_producer():
+    return Producer(np.arange(4, dtype=np.float32), device=(2, 0))
+
+
+def test_a_cuda_producer_is_asked_for_dlpx_s_current_stream():
+    producer = cuda_producer()
+    with dlpx.cuda.stream(0x5150, device=0):
+        t = dlpx.from_dlpack(producer)
+    assert t.device == "cuda:0"
+    assert producer.calls[0]["stream"] == 0x5150
+
+
+def test_without_a_current_stream_the_producer_assumes_the_default_stream():
+    producer = cuda_producer()
+    dlpx.from_dlpack(producer)
+    assert "stream" not in producer.calls[0]  # None: the legacy default stream, dlpx's own
+
+
+def test_a_cpu_producer_is_never_given_a_stream():
+    producer = Producer(np.arange(4, dtype=np.float32))
+    with dlpx.cuda.stream(0x5150, device=0):
+        dlpx.from_dlpack(producer)
+    assert "stream" not in producer.calls[0]

@@ -1,0 +1,406 @@
+"""Kernel libraries (include/dlpx/kernel.h) through dlpx.load_library: the example library
+(examples/kernel_library: add and nop) over every producer dlpx reads, outputs of the caller's
+type; the test cases (c_tests/kernel_cases, which test_kernel_library.c calls from C) for
+binding, scalars, results, every error and the GIL; nothing lost over many calls."""
+
+import builtins
+import gc
+import inspect
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import c_build
+import dlpx
+from dlpx.conform.abi import FLAG_READ_ONLY
+from numpy_producers import Producer
+from tensor_makers import make_jax, make_torch, make_tvm_ffi
+
+REPO = c_build.REPO
+CASES = os.path.join(REPO, "c_tests", "kernel_cases")
+
+
+def build_library(tmp_path_factory, source, name):
+    """A kernel library built as a user builds one (hidden visibility, linked to libdlpx)."""
+    directory = tmp_path_factory.mktemp(name)
+    path = os.path.join(directory, f"lib{name}.so")
+    try:
+        done = c_build.build("c", [source], path, flags=["-shared", "-fPIC", "-fvisibility=hidden"],
+                             libraries=c_build.link_dlpx(str(directory)))
+    except c_build.NoCompiler as missing:
+        c_build.skip_or_fail(str(missing))
+    assert done.returncode == 0, c_build.failure(done)
+    return path
+
+
+@pytest.fixture(scope="module")
+def example_path(tmp_path_factory):
+    return build_library(tmp_path_factory, os.path.join(REPO, "examples", "kernel_library", "kernels.c"),
+                         "dlpx_example_kernels")
+
+
+@pytest.fixture(scope="module")
+def lib(example_path):
+    return dlpx.load_library(example_path)
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    return dlpx.load_library(build_library(tmp_path_factory, os.path.join(CASES, "kernel_cases.c"), "kernel_cases"))
+
+
+# ---- the example: add and nop over every producer ------------------------------------------
+
+
+def make_array_api_strict(values, dtype):
+    xp = pytest.importorskip("array_api_strict")
+    return xp.asarray(np.asarray(values, dtype=dtype))
+
+
+def type_name(x):
+    return f"{type(x).__module__.split('.')[0]}.{type(x).__name__}"
+
+
+def expected_jax(out):
+    import jax
+
+    return isinstance(out, jax.Array)
+
+
+FRAMEWORKS = {
+    # framework: (constructor, whether the output is that framework's type)
+    "numpy": (lambda v, d: np.asarray(v, dtype=d), lambda out: type(out) is np.ndarray),
+    "dlpx": (lambda v, d: dlpx.from_dlpack(np.asarray(v, dtype=d)), lambda out: type(out) is dlpx.Tensor),
+    "torch": (make_torch, lambda out: type_name(out) == "torch.Tensor"),
+    "jax": (make_jax, expected_jax),
+    "tvm_ffi": (make_tvm_ffi, lambda out: type_name(out) == "tvm_ffi.Tensor"),
+    "array_api_strict": (make_array_api_strict, lambda out: type_name(out) == "array_api_strict.Array"),
+    # Buffers (the buffer protocol row) have no framework of their own: dlpx.Tensor.
+    "memoryview": (lambda v, d: memoryview(np.asarray(v, dtype=d)), lambda out: type(out) is dlpx.Tensor),
+}
+
+
+def as_numpy(x):
+    return np.asarray(x.numpy() if type_name(x) == "torch.Tensor" else np.from_dlpack(x))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
+def test_add_is_correct_and_returns_the_callers_type(lib, framework, dtype):
+    make, is_callers_type = FRAMEWORKS[framework]
+    a_values = np.arange(12).reshape(3, 4)
+    b_values = np.arange(12).reshape(3, 4) * 10
+    out = lib.add(make(a_values, dtype), make(b_values, dtype))
+    assert is_callers_type(out), f"{framework} in, {type_name(out)} out"
+    np.testing.assert_array_equal(as_numpy(out), (a_values + b_values).astype(dtype))
+
+
+def test_the_first_tensor_argument_decides_the_output_type(lib):
+    torch = pytest.importorskip("torch")
+    a, t = np.ones(3, np.float32), torch.ones(3)
+    assert type(lib.add(a, t)) is np.ndarray
+    assert type(lib.add(t, a)) is torch.Tensor
+    assert type(lib.add(dlpx.from_dlpack(a), t)) is dlpx.Tensor
+
+
+def test_add_reads_any_strides(lib):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(lib.add(a[:, ::-1], b.T), a[:, ::-1] + b.T)
+    torch = pytest.importorskip("torch")
+    t = torch.arange(24, dtype=torch.float64).reshape(4, 6)[::2, 1::2]
+    np.testing.assert_array_equal(lib.add(t, t).numpy(), (t + t).numpy())
+
+
+def test_add_of_zero_size_and_zero_d(lib):
+    assert lib.add(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)).shape == (0, 3)
+    assert lib.add(np.full((), 2.0), np.ones(())).item() == 3.0
+
+
+def test_add_takes_buffers_and_array_modules(lib):
+    import array
+
+    out = lib.add(array.array("d", [1.0, 2.0]), array.array("d", [3.0, 4.0]))
+    assert type(out) is dlpx.Tensor and np.from_dlpack(out).tolist() == [4.0, 6.0]
+
+
+def test_add_takes_a_dlpack_producer_and_releases_its_tensor(lib):
+    a, b = Producer(np.arange(4, dtype=np.float32)), Producer(np.ones(4, np.float32))
+    out = lib.add(a, b)
+    assert type(out) is dlpx.Tensor and np.from_dlpack(out).tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert [m.calls for m in a.made + b.made] == [1, 1], "each view is released once"
+
+
+@pytest.mark.parametrize("framework", ["numpy", "dlpx", "torch", "tvm_ffi", "jax", "array_api_strict", "memoryview"])
+@pytest.mark.parametrize("n", [0, 1, 3, 8])
+def test_nop_views_any_number_of_tensors(lib, framework, n):
+    make, _ = FRAMEWORKS[framework]
+    assert lib.nop(*[make(np.arange(4), "float32") for _ in range(n)]) is None
+
+
+def test_nop_takes_read_only_bytes(lib, cases):
+    assert lib.nop(b"abc", bytearray(b"de")) is None
+    assert cases.flags(b"abc") & FLAG_READ_ONLY
+    assert not cases.flags(bytearray(b"abc")) & FLAG_READ_ONLY
+    read_only = np.ones(3)
+    read_only.flags.writeable = False
+    assert cases.flags(read_only) & FLAG_READ_ONLY
+
+
+def test_the_example_needs_nothing_of_python(example_path):
+    symbols = subprocess.run(["nm", "-D", example_path], capture_output=True, text=True)
+    if symbols.returncode != 0:
+        c_build.skip_or_fail(f"nm -D failed: {symbols.stderr}")
+    python = [line for line in symbols.stdout.splitlines() if line.split()[-1].lstrip("_").startswith("Py")]
+    assert python == [], f"Python symbols in a kernel library: {python}"
+    exported = [line.split()[-1] for line in symbols.stdout.splitlines() if line.split()[-2] in "TW"]
+    assert exported == ["dlpx_kernel_library"], "a kernel library exports its anchor alone"
+
+
+def test_the_example_builds_with_find_package(tmp_path_factory):
+    from examples_build import configure_and_build
+
+    build = configure_and_build("kernel_library", tmp_path_factory)
+    path = os.path.join(build, "libdlpx_example_kernels.so")
+    assert dlpx.load_library(path).add(np.ones(2), np.ones(2)).tolist() == [2.0, 2.0]
+
+
+# ---- the module and its functions ---------------------------------------------------------
+
+
+def test_a_kernel_is_a_builtin_function_with_its_signature_and_doc(lib, example_path):
+    assert lib.__name__ == "dlpx_example_kernels" and lib.__file__ == example_path
+    assert {"add", "nop"} <= set(dir(lib))
+    assert lib.add.__name__ == "add" and lib.add.__module__ == "dlpx_example_kernels"
+    assert lib.add.__text_signature__ == "(a, b)"
+    assert str(inspect.signature(lib.add)) == "(a, b)"
+    assert lib.add.__doc__.startswith("add(a: tensor, b: tensor) -> tensor\n\na + b elementwise")
+    assert str(inspect.signature(lib.nop)) == "(*tensors)"
+    assert type(lib.add).__name__ == "builtin_function_or_method"
+
+
+def test_keywords_and_defaults_bind_as_in_python(cases):
+    assert cases.scalars(41) == (42, 2.0, False, 3)
+    assert cases.scalars(n=1, x=2, flag=False, text="") == (2, 4.0, True, 0)
+    assert cases.scalars(1, 0.5, text="hello") == (2, 1.0, False, 5)
+    assert str(inspect.signature(cases.scalars)) == "(n, x=1.0, *, flag=True, text='abc')"
+    a = np.ones(2)
+    assert cases.describe(a) == (3, 1, 0, 0)
+    assert cases.describe(a, a, scale=2) == (3, 1, 1, 3)
+    assert cases.describe(a, None, scale=None) == (3, 1, 0, 0)
+
+
+def test_loading_a_library_twice_gives_the_same_module(example_path, lib, tmp_path):
+    assert dlpx.load_library(example_path) is lib
+    link = tmp_path / "another_name.so"
+    link.symlink_to(example_path)
+    assert dlpx.load_library(link) is lib, "the same file by another path"
+
+
+def test_several_results_come_back_as_a_tuple_in_the_callers_type(cases):
+    torch = pytest.importorskip("torch")
+    plus, twice = cases.pair(torch.arange(4, dtype=torch.float32)[::2])
+    assert type(plus) is torch.Tensor and plus.tolist() == [1.0, 3.0] and twice.tolist() == [0.0, 4.0]
+    plus, twice = cases.pair(np.arange(3, dtype=np.float32))
+    assert type(plus) is np.ndarray and twice.tolist() == [0.0, 2.0, 4.0]
+    assert cases.allocate_and_drop(np.ones(3)) is None
+    assert cases.stream(np.ones(3)) is True
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+
+
+def test_a_path_that_is_no_kernel_library_is_refused_naming_it(tmp_path_factory, tmp_path):
+    missing = str(tmp_path / "missing.so")
+    with pytest.raises(OSError, match=f"dlpx: load_library: cannot load {missing}"):
+        dlpx.load_library(missing)
+    text = tmp_path / "text.so"
+    text.write_text("not a library")
+    with pytest.raises(OSError, match="cannot load"):
+        dlpx.load_library(text)
+    with pytest.raises(ImportError, match=f"{dlpx.library_path()}: holds no dlpx kernels"):
+        dlpx.load_library(dlpx.library_path())
+    empty = build_library(tmp_path_factory, os.path.join(CASES, "no_kernels.c"), "no_kernels")
+    with pytest.raises(ImportError, match="includes <dlpx/kernel.h> but exports none"):
+        dlpx.load_library(empty)
+
+
+def test_a_newer_kernel_abi_is_refused_naming_both_versions(tmp_path_factory):
+    newer = build_library(tmp_path_factory, os.path.join(CASES, "newer_abi.c"), "newer_abi")
+    with pytest.raises(ImportError, match="built for dlpx kernel ABI 2; this libdlpx .* reads kernel ABI 1 and older"):
+        dlpx.load_library(newer)
+
+
+def test_a_signature_the_loader_cannot_read_is_refused_naming_the_kernel(tmp_path_factory):
+    bad = build_library(tmp_path_factory, os.path.join(CASES, "bad_signature.c"), "bad_signature")
+    with pytest.raises(ImportError, match="kernel 'f': signature: parameter 'scale': default oops is not None"):
+        dlpx.load_library(bad)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda lib: lib.add(np.ones(1)), "dlpx: add: missing required argument 'b'"),
+    (lambda lib: lib.add(np.ones(1), np.ones(1), np.ones(1)), r"dlpx: add: takes at most 2 positional arguments \(3 given\)"),
+    (lambda lib: lib.add(np.ones(1), c=np.ones(1)), "dlpx: add: got an unexpected keyword argument 'c'"),
+    (lambda lib: lib.add(np.ones(1), a=np.ones(1)), "dlpx: add: got multiple values for argument 'a'"),
+    (lambda lib: lib.add(np.ones(1), "x"), "dlpx: add: parameter 'b' takes a tensor, got str"),
+    (lambda lib: lib.add(None, np.ones(1)), "dlpx: add: parameter 'a' takes a tensor, got NoneType"),
+    (lambda lib: lib.add(3, np.ones(1)), "dlpx: add: parameter 'a' takes a tensor, got int"),
+    (lambda lib: lib.nop(np.ones(1), 2.5), "dlpx: nop: parameter 'tensors' takes a tensor, got float"),
+    (lambda lib: lib.nop(tensors=np.ones(1)), "dlpx: nop: got an unexpected keyword argument 'tensors'"),
+])
+def test_a_call_that_does_not_fit_the_signature_is_a_type_error(lib, call, message):
+    with pytest.raises(TypeError, match=message):
+        call(lib)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda c: c.scalars("1"), "dlpx: scalars: parameter 'n' takes an int, got str"),
+    (lambda c: c.scalars(1.5), "dlpx: scalars: parameter 'n' takes an int, got float"),
+    (lambda c: c.scalars(1, "x"), "dlpx: scalars: parameter 'x' takes a float, got str"),
+    (lambda c: c.scalars(1, flag=1), "dlpx: scalars: parameter 'flag' takes a bool, got int"),
+    (lambda c: c.scalars(1, text=b"x"), "dlpx: scalars: parameter 'text' takes a str, got bytes"),
+    (lambda c: c.scalars(1, 2, 3), r"dlpx: scalars: takes at most 2 positional arguments \(3 given\)"),
+    (lambda c: c.describe(np.ones(1), scale="x"), r"dlpx: describe: parameter 'scale' takes a float or None, got str"),
+])
+def test_a_scalar_of_the_wrong_type_is_a_type_error_naming_the_parameter(cases, call, message):
+    with pytest.raises(TypeError, match=message):
+        call(cases)
+
+
+def test_a_number_too_large_for_int64_is_a_value_error(cases):
+    with pytest.raises(ValueError, match="parameter n does not fit in 64 bits"):
+        cases.scalars(2**70)
+
+
+@pytest.mark.parametrize("kind", ["ValueError", "TypeError", "IndexError", "KeyError", "MemoryError", "OverflowError",
+                                  "ZeroDivisionError", "NotImplementedError", "BufferError", "RuntimeError"])
+def test_a_kernel_s_error_is_raised_as_the_kind_it_named(cases, kind):
+    with pytest.raises(getattr(builtins, kind)) as info:
+        cases.raise_(kind, "it failed")
+    assert type(info.value).__name__ == kind and info.value.args == ("dlpx: raise_: it failed",)
+
+
+def test_a_kind_dlpx_does_not_know_is_a_runtime_error_keeping_its_name(cases):
+    with pytest.raises(RuntimeError, match="^dlpx: raise_: LinAlgError: singular$"):
+        cases.raise_("LinAlgError", "singular")
+
+
+@pytest.mark.parametrize("kernel,error,message", [
+    ("ninth", IndexError, r"dlpx: ninth: argument 9 asked for; the call has 1 \(0 to 0\)"),
+    ("ninth_ignored", IndexError, "dlpx: ninth_ignored: argument 9 asked for"),
+    ("wrong_kind", TypeError, r"dlpx: wrong_kind: argument 0 \('a'\) is a tensor, not an int"),
+    ("allocate_then_fail", ValueError, "dlpx: allocate_then_fail: failed after allocating"),
+    ("huge", MemoryError, "dlpx: huge: output: allocator: out of memory"),
+    ("return_twice", ValueError, "dlpx: return_twice: returned a tensor this call did not allocate, or returned it twice"),
+    ("return_argument", ValueError, "dlpx: return_argument: returned a tensor this call did not allocate"),
+])
+def test_a_kernel_s_bad_request_is_an_error_naming_it(cases, kernel, error, message):
+    with pytest.raises(error, match=message):
+        getattr(cases, kernel)(np.ones(3, np.float32))
+
+
+def test_a_kernel_that_fails_without_saying_why_is_a_runtime_error(cases):
+    with pytest.raises(RuntimeError, match="dlpx: silent: the kernel returned -1 without reporting an error"):
+        cases.silent()
+
+
+def test_an_output_torch_cannot_allocate_is_an_error(cases):
+    torch = pytest.importorskip("torch")
+    with pytest.raises((MemoryError, RuntimeError), match="dlpx: huge: output:"):
+        cases.huge(torch.ones(3))
+
+
+# ---- the GIL -------------------------------------------------------------------------------------
+
+
+def longest_pause_while(kernel, ms):
+    """The longest this thread waits between two of its steps while `kernel(ms)` runs on another."""
+    done = threading.Event()
+
+    def run():
+        kernel(ms)
+        done.set()
+
+    thread = threading.Thread(target=run)
+    longest, last = 0.0, time.perf_counter()
+    thread.start()
+    while not done.is_set():
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+    thread.join()
+    return max(longest, time.perf_counter() - last)
+
+
+def test_a_kernel_runs_without_the_gil_unless_it_is_short(cases):
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
+    try:
+        released = longest_pause_while(cases.sleep_released, 400)
+        held = longest_pause_while(cases.sleep_held, 400)
+    finally:
+        sys.setswitchinterval(switch)
+    assert released < 0.2, f"a kernel releases the GIL: this thread waited {released:.3f} s"
+    # The control: the same measurement sees a short kernel hold the GIL (so the one above can
+    # fail). Free-threaded CPython, the GIL disabled, runs other threads beside a short one too.
+    if getattr(sys, "_is_gil_enabled", lambda: True)():
+        assert held > 0.3, f"a short kernel keeps the GIL: this thread waited at most {held:.3f} s"
+
+
+# ---- nothing lost ------------------------------------------------------------------------------
+
+
+def _rss_kib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _bad_calls(lib, cases, a):
+    """Every failing path once: binding, conversion, the kernel's errors, its outputs."""
+    for call in (lambda: lib.add(a), lambda: lib.add(a, "x"), lambda: lib.add(a, a, a), lambda: lib.add(a, c=a),
+                 lambda: lib.add(a, np.ones(2, np.int8)), lambda: cases.ninth(a), lambda: cases.allocate_then_fail(a),
+                 lambda: cases.return_twice(a), lambda: cases.huge(a), lambda: cases.raise_("KeyError", "k"),
+                 lambda: lib.nop(a, a, a, 1)):
+        try:
+            call()
+        except (TypeError, ValueError, IndexError, KeyError, MemoryError, RuntimeError):
+            pass
+        else:
+            raise AssertionError("a bad call succeeded")
+    cases.allocate_and_drop(a)
+    cases.pair(a)
+
+
+@pytest.mark.parametrize("framework", ["numpy", "dlpx", "torch", "memoryview"])
+def test_references_and_memory_are_flat_over_many_calls(lib, cases, framework):
+    make, _ = FRAMEWORKS[framework]
+    # Outputs of a megabyte: one leaked per call would show in the RSS at once.
+    a = make(np.arange(1 << 18), "float32")
+    for _ in range(50):
+        lib.add(a, a)
+        _bad_calls(lib, cases, a)
+    gc.collect()
+    refs = sys.getrefcount(a)
+    rss = _rss_kib()
+    for _ in range(400):
+        lib.add(a, a)
+        lib.nop(a, a, a)
+        _bad_calls(lib, cases, a)
+    gc.collect()
+    assert sys.getrefcount(a) == refs
+    grown = _rss_kib() - rss
+    assert grown < 16 * 1024, f"RSS grew by {grown} KiB over 400 rounds"
+
+
+def test_every_view_of_a_dlpack_producer_is_released_once_on_every_path(lib, cases):
+    producer = Producer(np.arange(4, dtype=np.float32))
+    for _ in range(3):
+        lib.add(producer, producer)
+        lib.nop(producer, producer)
+        _bad_calls(lib, cases, producer)
+    gc.collect()
+    assert producer.made and all(m.calls == 1 for m in producer.made), [m.calls for m in producer.made]
