@@ -54,13 +54,25 @@ impl<'py> Arguments<'py> {
         };
         bind(signature, positional.len(), keywords, |p, source| {
             let param = &signature.params[p];
-            let value = match source {
-                Source::Default(default) => Value::of_default(default),
-                Source::Positional(i) => self.convert(param, positional[i])?,
-                Source::Keyword(k) => self.convert(param, args.keyword_value(k))?,
+            let object = match source {
+                Source::Default(default) => {
+                    self.values.push(Value::of_default(default));
+                    return Ok(());
+                }
+                Source::Positional(i) => positional[i],
+                Source::Keyword(k) => args.keyword_value(k),
             };
-            self.values.push(value);
-            Ok(())
+            match param.ty == Type::Tensor && object != self.py.none {
+                // A tensor's view is written where the call keeps it (the common argument: a
+                // move of the 64-byte value through the converter's result would cost more
+                // than the write itself).
+                true => self.tensor(param, object),
+                false => {
+                    let value = self.convert(param, object)?;
+                    self.values.push(value);
+                    Ok(())
+                }
+            }
         })
     }
 
@@ -80,7 +92,7 @@ impl<'py> Arguments<'py> {
             };
         }
         match param.ty {
-            Type::Tensor => self.tensor(param, object),
+            Type::Tensor => unreachable!("bind converts tensors in place"),
             Type::Int => match args::int_value(py, object, &param.name) {
                 Ok(value) => Ok(Value::Int(value)),
                 Err(err) if err.kind == crate::ErrorKind::TypeError => Err(wrong_type(py, param, object)),
@@ -109,20 +121,30 @@ impl<'py> Arguments<'py> {
         }
     }
 
-    /// A view of `object`, as `dlpx_view_of` takes it; the first one decides the framework.
+    /// A view of `object`, as `dlpx_view_of` takes it, as the next argument; the first one
+    /// decides the framework.
     #[inline(always)]
-    fn tensor(&mut self, param: &Param, object: *mut PyObject) -> Result<Value> {
+    fn tensor(&mut self, param: &Param, object: *mut PyObject) -> Result<()> {
         let py = self.py;
-        let mut view = EMPTY;
-        let (owner, flags) =
-            producers::view(py, object, &mut view, false).map_err(|err| tensor_error(py, param, object, err))?;
-        if let Some(owner) = NonNull::new(owner) {
-            self.owners.push(owner);
+        let Value::Tensor(view, flags) = self.values.push_in_place(Value::Tensor(EMPTY, 0)) else {
+            unreachable!("a tensor was pushed")
+        };
+        match producers::view(py, object, view, false) {
+            Ok((owner, read_flags)) => {
+                *flags = read_flags;
+                if let Some(owner) = NonNull::new(owner) {
+                    self.owners.push(owner);
+                }
+            }
+            Err(err) => {
+                self.values.pop();
+                return Err(tensor_error(py, param, object, err));
+            }
         }
         if self.like.is_none() {
             self.like = Some(producers::entry_of(py, object));
         }
-        Ok(Value::Tensor(view, flags))
+        Ok(())
     }
 }
 

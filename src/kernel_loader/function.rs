@@ -9,6 +9,7 @@
 
 use std::ffi::{c_void, CString};
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pyo3_ffi::{PyMethodDef, PyObject};
 
@@ -64,9 +65,44 @@ pub fn make(py: Python<'_>, kernel: &'static Kernel, module: *mut PyObject) -> R
             return Err(err);
         }
     };
+    learn_pointer_offset(capsule.as_ptr(), object.cast());
     // SAFETY: GIL held; the definition lives in the box, which the capsule (the function's
     // `self`, released only when the function is freed) keeps.
     py.check(unsafe { (py.PyCFunction_NewEx)(&mut (*object).def, capsule.as_ptr(), module) })
+}
+
+/// Where a capsule keeps its pointer, in bytes from its start: right after the object header
+/// (16 bytes, or 32 on a free-threaded build), learnt from the first capsule made; 0 until then,
+/// or when neither place held it (PyCapsule_GetPointer then, a call per kernel call).
+static POINTER_OFFSET: AtomicUsize = AtomicUsize::new(0);
+
+/// Finds `pointer` in `capsule`, a capsule just made for it, where `PyCapsule` keeps it.
+fn learn_pointer_offset(capsule: *mut PyObject, pointer: *mut c_void) {
+    if POINTER_OFFSET.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    for offset in [16usize, 32] {
+        // SAFETY: a live capsule is larger than 32 + 8 bytes on every CPython (a header, then the
+        // pointer, the name, the context and the destructor), so both reads are inside it.
+        let held = unsafe { capsule.cast::<u8>().add(offset).cast::<*mut c_void>().read() };
+        if held == pointer {
+            POINTER_OFFSET.store(offset, Ordering::Relaxed);
+            return;
+        }
+    }
+}
+
+/// The pointer a kernel function's capsule holds: read where capsules keep it (one load, where
+/// PyCapsule_GetPointer is a call that checks the name), once the offset is known.
+#[inline(always)]
+fn capsule_pointer(py: Python<'_>, capsule: *mut PyObject) -> *mut c_void {
+    match POINTER_OFFSET.load(Ordering::Relaxed) {
+        // SAFETY: GIL held; our capsule, with a NULL name.
+        0 => unsafe { (py.PyCapsule_GetPointer)(capsule, ptr::null()) },
+        // SAFETY: the offset where this interpreter's capsules keep their pointer, learnt from one
+        // of them; capsules are never moved and this one lives as long as its function.
+        offset => unsafe { capsule.cast::<u8>().add(offset).cast::<*mut c_void>().read() },
+    }
 }
 
 /// The capsule's destructor: the function object is gone, and with it every use of the box.
@@ -100,7 +136,7 @@ unsafe extern "C" fn call_shell(
 fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut PyObject> {
     // SAFETY: `this` is the capsule `make` gave the function (NULL name); its box lives while
     // the function does, all of this call.
-    let object = unsafe { &*(py.PyCapsule_GetPointer)(this, ptr::null()).cast::<KernelObject>() };
+    let object = unsafe { &*capsule_pointer(py, this).cast::<KernelObject>() };
     let kernel = object.kernel;
     // The arguments stay where they are made, and are released (dropped) at the end of this
     // block, before anything is raised or made.

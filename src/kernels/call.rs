@@ -83,6 +83,12 @@ impl<'a> Call<'a> {
         self.arguments.len()
     }
 
+    /// The arguments, in the kernel's order.
+    #[inline]
+    pub fn arguments(&self) -> &'a [Value] {
+        self.arguments
+    }
+
     /// Argument `index`; an IndexError beyond the last one (argument 9 of 3 is an error, never
     /// a read past the end).
     pub fn argument(&self, index: i64) -> Result<&Value> {
