@@ -15,9 +15,10 @@ implementations, the rows of a seam) is a choice made at run time: the walk does
 A function already walked is entered again (that counts) but not walked twice.
 
 It prints the stays: each run of calls in one file is a stay; a stay in a file the walk had already
-left is a return. The last line is `N stays in F files, R returns` (docs/design.md, "Producers: one
-seam": how far the object handed to `from_dlpack` travels). With --rev, the tree of that commit is
-read (git show), so the walk of any commit can be told.
+left is a return. The last line is `N stays in F files, R returns` (benches/README.md, "One import
+path": how far the object handed to `from_dlpack` travels, before and after the producer seam
+became one path). With --rev, the tree of that commit is read (git show), so the walk of any
+commit can be told.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 //! Memory of deallocated objects of one exact, non-GC type, kept for the next object of that
 //! type, as CPython keeps its floats' and tuples': `dlpx.from_dlpack` makes a `dlpx.Tensor` on
 //! every call and a loop drops it again, and obmalloc's allocate and free cost more than a
-//! buffer's whole import besides (docs/design.md, "The older array protocols").
+//! buffer's whole import besides (measured: benches/README.md, "The older array protocols").
 //!
 //! The GIL serialises every use on a GIL build. A free-threaded build keeps nothing: objects
 //! there carry their owning thread and live in the allocator's per-thread heaps, so memory is

@@ -176,7 +176,7 @@ pub trait Device: Sync {
     }
 }
 
-/// The memory statistics of `device` (docs/design.md, "The CUDA block cache"); an error for a
+/// The memory statistics of `device` (docs/cuda.md, "The CUDA block cache"); an error for a
 /// device whose kind keeps none.
 pub fn memory_stats(device: DLDevice) -> Result<DlpxCudaMemoryStats> {
     of(device.device_type).map_or(Ok(None), |d| d.memory_stats(device))?.ok_or_else(|| {

@@ -1,7 +1,8 @@
 //! `Shared<T>`: `Arc`'s reference counting over a block of the per-thread cache
 //! (`memory::cpu`) instead of malloc. Every import makes one tensor core and drops it again;
-//! malloc and free cost it more than the rest of a buffer's import (docs/design.md, "The older
-//! array protocols"). The counting and its memory orderings are `Arc`'s.
+//! malloc and free cost it more than the rest of a buffer's import (docs/design.md, "Memory and
+//! ownership"; measured: benches/README.md, "The older array protocols"). The counting and its
+//! memory orderings are `Arc`'s.
 
 use std::marker::PhantomData;
 use std::mem::{offset_of, size_of};

@@ -1,4 +1,4 @@
-//! The block cache in front of the driver's pool (docs/design.md, "The CUDA block cache").
+//! The block cache in front of the driver's pool (docs/cuda.md, "The CUDA block cache").
 //!
 //! An allocation of a size class takes an idle block of its device, stream and class from the
 //! thread's bins (no driver call, no shared lock), else from the device's shared lists, else

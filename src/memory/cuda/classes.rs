@@ -1,4 +1,4 @@
-//! The block cache's size classes and settings (docs/design.md, "The CUDA block cache").
+//! The block cache's size classes and settings (docs/cuda.md, "The CUDA block cache").
 //!
 //! Classes: 512 bytes, then four per power of two (640, 768, 896, 1024, 1280, …), so a block is
 //! at most 25 % larger than the request, up to [`LARGEST`] (64 MiB); larger requests go straight

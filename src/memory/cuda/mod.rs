@@ -6,7 +6,7 @@
 //! - `events`: the event pool, fences, and ordering one stream after another;
 //! - `pool`: device memory from the driver, and managed memory; `deferred`: its frees, put off
 //!   while their stream is being captured;
-//! - the block cache in front of the pool (docs/design.md, "The CUDA block cache"): `cache` (the
+//! - the block cache in front of the pool (docs/cuda.md, "The CUDA block cache"): `cache` (the
 //!   allocation and free), `classes` (size classes, settings), `block` (a cached block and its
 //!   stream key), `thread_cache` (per-thread bins), `idle` (shared and event-fenced blocks),
 //!   `release` (blocks back to the driver, the exit hook), `owner_lock` (the bins' lock),
