@@ -4,8 +4,9 @@
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 
+use super::entry::c_entry;
 use crate::abi::*;
-use crate::error::{boundary, Error, LastError};
+use crate::error::{Error, LastError};
 
 /// Records that work on `tensor`'s data is being enqueued on `stream` of CUDA device
 /// `device_id` (torch's `record_stream`): when the tensor is deleted, dlpx's allocator waits for
@@ -26,7 +27,7 @@ pub unsafe extern "C" fn dlpx_record_stream(
     device_id: i32,
     stream: *mut c_void,
 ) -> c_int {
-    boundary(LastError, "record_stream", || {
+    c_entry!(LastError, "record_stream", out(), || {
         let tensor = NonNull::new(tensor.cast_mut()).ok_or_else(|| Error::null("tensor"))?;
         if device_id < 0 {
             return Err(Error::value(format!("device_id = {device_id} is negative")));
@@ -43,7 +44,7 @@ pub unsafe extern "C" fn dlpx_record_stream(
 /// driver).
 #[no_mangle]
 pub extern "C" fn dlpx_cuda_empty_cache() -> c_int {
-    boundary(LastError, "cuda_empty_cache", || {
+    c_entry!(LastError, "cuda_empty_cache", out(), || {
         crate::devices::empty_cache()?;
         Ok(0)
     })
@@ -62,11 +63,8 @@ pub unsafe extern "C" fn dlpx_cuda_memory_stats(
     device_id: i32,
     out: *mut crate::devices::DlpxCudaMemoryStats,
 ) -> c_int {
-    boundary(LastError, "cuda_memory_stats", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
-        let stats = crate::devices::memory_stats(DLDevice { device_type: DeviceType::CUDA, device_id })?;
-        // SAFETY: non-NULL and writable by the caller's contract.
-        unsafe { out.as_ptr().write(stats) };
+    c_entry!(LastError, "cuda_memory_stats", out(out), || {
+        out.put(crate::devices::memory_stats(DLDevice { device_type: DeviceType::CUDA, device_id })?);
         Ok(0)
     })
 }

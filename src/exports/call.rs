@@ -10,8 +10,9 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
+use super::entry::c_entry;
 use crate::abi::*;
-use crate::error::{boundary, c_text, set_last_error, Channel, Error, FailureValue, Result};
+use crate::error::{c_text, set_last_error, Channel, Error, FailureValue, Result};
 use crate::kernels::value::{DlpxValueKind, Returned, Value};
 use crate::kernels::Call;
 
@@ -41,7 +42,7 @@ fn on_call<T: FailureValue>(
     context: &'static str,
     body: impl FnOnce(&mut Call) -> Result<T>,
 ) -> T {
-    boundary(IntoCall(call), context, || {
+    c_entry!(IntoCall(call), context, out(), || {
         // SAFETY: the pointer the kernel was handed, valid while it runs, or NULL.
         let call = unsafe { call.cast::<Call<'static>>().as_mut() }.ok_or_else(|| Error::null("call"))?;
         body(&mut *call).map_err(|err| err.at(call.kernel.name))
@@ -56,11 +57,7 @@ fn read_argument<T>(call: &Call, index: i32, kind: &'static str, read: impl FnOn
 
 /// Writes `value` through `out`, a caller's pointer that must not be NULL.
 fn write<T>(out: *mut T, what: &'static str, value: T) -> Result<c_int> {
-    if out.is_null() {
-        return Err(Error::null(what));
-    }
-    // SAFETY: non-NULL and writable by the function's contract.
-    unsafe { out.write(value) };
+    super::entry::out(out, what)?.put(value);
     Ok(0)
 }
 

@@ -3,8 +3,9 @@
 
 use std::ffi::{c_char, c_void};
 
+use super::entry::c_entry;
 use crate::cpython::{Python, Raise};
-use crate::error::{self, boundary, Channel, Error, ErrorKind, LastError};
+use crate::error::{self, Channel, Error, ErrorKind, LastError};
 
 /// The message of the last error on the calling thread ("dlpx: allocator: shape[2] = -3 is
 /// negative"), or NULL if none. Valid until the next failing dlpx call on this thread.
@@ -38,7 +39,7 @@ pub extern "C" fn dlpx_clear_last_error() {
 /// The GIL is held; `kind` and `message` are NULL or NUL-terminated strings.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *const c_char, message: *const c_char) {
-    boundary(LastError, "set_error_python", || {
+    c_entry!(LastError, "set_error_python", out(), || {
         // SAFETY: NUL-terminated strings from the allocator, or NULL, by the contract.
         let (kind, message) = unsafe { (error::c_text(kind), error::c_text(message)) };
         let kind = ErrorKind::from_name(&kind).unwrap_or(ErrorKind::RuntimeError);

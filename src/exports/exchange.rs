@@ -5,9 +5,10 @@
 
 use std::ffi::{c_int, c_void};
 
+use super::entry::c_entry;
 use crate::abi::*;
-use crate::cpython::{Python, Raise};
-use crate::error::{boundary, LastError};
+use crate::cpython::Raise;
+use crate::error::LastError;
 use crate::tensor_type as tensor;
 
 /// dlpx's v1 table. It is the tail of its chain: no older major version exists
@@ -39,9 +40,7 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
     py_object: *mut c_void,
     out: *mut *mut DLManagedTensorVersioned,
 ) -> c_int {
-    boundary(Raise, "managed_tensor_from_py_object_no_sync", || {
-        // SAFETY: the table's contract: the caller holds the GIL.
-        let py = unsafe { Python::assume_attached()? };
+    c_entry!(Raise, "managed_tensor_from_py_object_no_sync", out(), |py| {
         tensor::managed_from_py(py, py_object.cast(), out)
     })
 }
@@ -72,9 +71,7 @@ unsafe extern "C" fn dltensor_from_py_object_no_sync(py_object: *mut c_void, out
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn record_current_stream(py_object: *mut c_void) -> c_int {
-    boundary(Raise, "dltensor_from_py_object_no_sync", || {
-        // SAFETY: the table's contract: the caller holds the GIL.
-        let py = unsafe { Python::assume_attached()? };
+    c_entry!(Raise, "dltensor_from_py_object_no_sync", out(), |py| {
         if let Some(tensor) = tensor::tensor_of(py, py_object.cast()) {
             tensor.record_current_stream();
         }
@@ -84,9 +81,7 @@ unsafe extern "C" fn record_current_stream(py_object: *mut c_void) -> c_int {
 
 #[cold]
 unsafe extern "C" fn dltensor_from_py_object_checked(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
-    boundary(Raise, "dltensor_from_py_object_no_sync", || {
-        // SAFETY: the table's contract: the caller holds the GIL.
-        let py = unsafe { Python::assume_attached()? };
+    c_entry!(Raise, "dltensor_from_py_object_no_sync", out(), |py| {
         tensor::dltensor_from_py(py, py_object.cast(), out)
     })
 }
@@ -99,7 +94,7 @@ unsafe extern "C" fn dltensor_from_py_object_checked(py_object: *mut c_void, out
 /// `head` is NULL or a table header whose `prev_api` links are NULL or valid headers.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_exchange_api_select(head: *const DLPackExchangeAPIHeader) -> *const DLPackExchangeAPI {
-    boundary(LastError, "exchange_api_select", || {
+    c_entry!(LastError, "exchange_api_select", out(), || {
         // SAFETY: the caller passes a readable chain (or NULL, which is handled).
         Ok(unsafe { crate::chain::select_supported(head)? } as *const DLPackExchangeAPI)
     })

@@ -2,11 +2,11 @@
 //! shell around one call of the producer seam (`producers`), which reads every object by its row.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::ptr::NonNull;
 
+use super::entry::c_entry;
 use crate::abi::*;
 use crate::cpython::{Python, Raise};
-use crate::error::{boundary, Error, ErrorCallback, LastError};
+use crate::error::{Error, ErrorCallback, LastError};
 use crate::producers::kernel;
 
 use super::exchange::EXCHANGE_API;
@@ -24,9 +24,7 @@ use super::exchange::EXCHANGE_API;
 /// The GIL is held; `py_object` is NULL or a live `PyObject*`.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const DLPackExchangeAPI {
-    boundary(Raise, "exchange_api_of", || {
-        // SAFETY: the caller holds the GIL, by this function's contract.
-        let py = unsafe { Python::assume_attached()? };
+    c_entry!(Raise, "exchange_api_of", out(), |py| {
         kernel::table_of(py, py_object.cast()).map(|api| api as *const DLPackExchangeAPI)
     })
 }
@@ -40,13 +38,8 @@ pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const 
 /// The GIL is held; `py_object` is NULL or a live `PyObject*`; `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_import(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
-    boundary(Raise, "import", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
-        // SAFETY: the caller holds the GIL, by this function's contract.
-        let py = unsafe { Python::assume_attached()? };
-        let managed = kernel::import_managed(py, py_object.cast())?;
-        // SAFETY: non-NULL and writable by the caller's contract.
-        unsafe { out.as_ptr().write(managed.as_ptr()) };
+    c_entry!(Raise, "import", out(out), |py| {
+        out.put(kernel::import_managed(py, py_object.cast())?.as_ptr());
         Ok(0)
     })
 }
@@ -100,13 +93,13 @@ pub unsafe extern "C" fn dlpx_read_view_of(py_object: *mut c_void, out: *mut Dlp
 /// # Safety
 /// As for `dlpx_view_of`.
 unsafe fn view_of(py_object: *mut c_void, out: *mut DlpxTensorView, read_only: bool, name: &'static str) -> c_int {
-    boundary(Raise, name, || {
-        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
-        // SAFETY: non-NULL and writable by the caller's contract.
-        let out = unsafe { &mut *out.as_ptr() };
+    c_entry!(Raise, name, out(out), || {
+        let mut out = out;
+        let out = out.get_mut();
         out.owner = std::ptr::null_mut();
         out.flags = 0;
-        // SAFETY: the caller holds the GIL, by this function's contract.
+        // SAFETY: the caller holds the GIL, by this function's contract (taken after `out` is
+        // reset, so that a view that fails here leaves nothing to release).
         let py = unsafe { Python::assume_attached()? };
         crate::module::install_gil_release();
         (out.owner, out.flags) = kernel::view(py, py_object.cast(), &mut out.tensor, read_only)?;
@@ -121,7 +114,7 @@ unsafe fn view_of(py_object: *mut c_void, out: *mut DlpxTensorView, read_only: b
 /// `view` is NULL or a view `dlpx_view_of` filled; releasing an owning view may run its producer's deleter, so hold the GIL when the producer needs it.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
-    boundary(LastError, "view_release", || {
+    c_entry!(LastError, "view_release", out(), || {
         // SAFETY: a view filled by dlpx_view_of, or NULL.
         if let Some(view) = unsafe { view.as_mut() } {
             let owner = std::mem::replace(&mut view.owner, std::ptr::null_mut());
@@ -154,7 +147,7 @@ pub unsafe extern "C" fn dlpx_allocate_like(
     error_ctx: *mut c_void,
     SetError: Option<unsafe extern "C" fn(error_ctx: *mut c_void, kind: *const c_char, message: *const c_char)>,
 ) -> c_int {
-    let api = boundary(ErrorCallback(error_ctx, SetError), "allocate_like", || {
+    let api = c_entry!(ErrorCallback(error_ctx, SetError), "allocate_like", out(), || {
         if like_py_object.is_null() {
             return Ok(&EXCHANGE_API as *const DLPackExchangeAPI);
         }
@@ -177,7 +170,7 @@ pub unsafe extern "C" fn dlpx_allocate_like(
         // SAFETY: the table's allocator with this function's arguments, under the same contract;
         // it reports its own errors through SetError.
         Some(allocate) => unsafe { allocate(prototype, out, error_ctx, SetError) },
-        None => boundary(ErrorCallback(error_ctx, SetError), "allocate_like", || {
+        None => c_entry!(ErrorCallback(error_ctx, SetError), "allocate_like", out(), || {
             Err::<c_int, _>(Error::not_implemented("the producer's table has no allocator"))
         }),
     }
@@ -196,13 +189,8 @@ pub unsafe extern "C" fn dlpx_to_py_like(
     managed: *mut DLManagedTensorVersioned,
     out_py_object: *mut *mut c_void,
 ) -> c_int {
-    boundary(Raise, "to_py_like", || {
-        let out = NonNull::new(out_py_object).ok_or_else(|| Error::null("out_py_object"))?;
-        // SAFETY: the caller holds the GIL, by this function's contract.
-        let py = unsafe { Python::assume_attached()? };
-        let object = kernel::to_py_like(py, like_py_object.cast(), managed)?;
-        // SAFETY: non-NULL and writable by the caller's contract.
-        unsafe { out.as_ptr().write(object.cast()) };
+    c_entry!(Raise, "to_py_like", out(out_py_object), |py| {
+        out_py_object.put(kernel::to_py_like(py, like_py_object.cast(), managed)?.cast());
         Ok(0)
     })
 }
@@ -220,13 +208,8 @@ pub unsafe extern "C" fn dlpx_current_stream_of(
     device_id: i32,
     out_stream: *mut *mut c_void,
 ) -> c_int {
-    boundary(Raise, "current_stream_of", || {
-        let out = NonNull::new(out_stream).ok_or_else(|| Error::null("out_stream"))?;
-        // SAFETY: the caller holds the GIL, by this function's contract.
-        let py = unsafe { Python::assume_attached()? };
-        let stream = kernel::current_stream_of(py, like_py_object.cast(), DLDevice { device_type, device_id })?;
-        // SAFETY: non-NULL and writable by the caller's contract.
-        unsafe { out.as_ptr().write(stream) };
+    c_entry!(Raise, "current_stream_of", out(out_stream), |py| {
+        out_stream.put(kernel::current_stream_of(py, like_py_object.cast(), DLDevice { device_type, device_id })?);
         Ok(0)
     })
 }

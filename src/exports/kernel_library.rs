@@ -6,8 +6,9 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::ptr;
 
+use super::entry::c_entry;
 use crate::abi::*;
-use crate::error::{boundary, Error, LastError, Result};
+use crate::error::{Error, LastError, Result};
 use crate::kernels::bind::{bind, Source};
 use crate::kernels::signature::Type;
 use crate::kernels::value::*;
@@ -56,7 +57,7 @@ pub unsafe extern "C" fn dlpx_kernel_find(
     name: *const c_char,
     out: *mut *const DlpxKernel,
 ) -> c_int {
-    boundary(LastError, "kernel_find", || {
+    c_entry!(LastError, "kernel_find", out(), || {
         let text = |p: *const c_char, what: &'static str| -> Result<String> {
             if p.is_null() {
                 return Err(Error::null(what));
@@ -89,7 +90,7 @@ pub unsafe extern "C" fn dlpx_kernel_find(
 /// `kernel` is NULL or from `dlpx_kernel_find`.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_kernel_signature(kernel: *const DlpxKernel) -> *const c_char {
-    boundary(LastError, "kernel_signature", || {
+    c_entry!(LastError, "kernel_signature", out(), || {
         // SAFETY: a kernel from dlpx_kernel_find (process lifetime), or NULL.
         let kernel = unsafe { kernel.cast::<Kernel>().as_ref() }.ok_or_else(|| Error::null("kernel"))?;
         Ok(kernel.described.as_ptr())
@@ -116,7 +117,7 @@ pub unsafe extern "C" fn dlpx_kernel_call(
     capacity: usize,
     nresults: *mut usize,
 ) -> c_int {
-    boundary(LastError, "kernel_call", || {
+    c_entry!(LastError, "kernel_call", out(), || {
         // SAFETY: a kernel from dlpx_kernel_find (process lifetime), or NULL.
         let kernel: &'static Kernel =
             unsafe { kernel.cast::<Kernel>().as_ref() }.ok_or_else(|| Error::null("kernel"))?;

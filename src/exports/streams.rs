@@ -3,8 +3,9 @@
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 
+use super::entry::c_entry;
 use crate::abi::*;
-use crate::error::{boundary, Error, LastError};
+use crate::error::LastError;
 
 /// Makes `stream` the calling thread's current work stream on (`device_type`, `device_id`);
 /// NULL restores the default. The previous stream is written to `*previous` when `previous`
@@ -17,7 +18,7 @@ pub extern "C" fn dlpx_set_current_stream(
     stream: *mut c_void,
     previous: *mut *mut c_void,
 ) -> c_int {
-    boundary(LastError, "set_current_stream", || {
+    c_entry!(LastError, "set_current_stream", out(), || {
         let device = DLDevice { device_type, device_id };
         crate::devices::check_stream_settable(device)?;
         let old = crate::stream::set_current(device, stream)?;
@@ -34,10 +35,8 @@ pub extern "C" fn dlpx_set_current_stream(
 /// NULL. The same answer as the table's `current_work_stream`.
 #[no_mangle]
 pub extern "C" fn dlpx_get_current_stream(device_type: DeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
-    boundary(LastError, "get_current_stream", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
-        // SAFETY: non-NULL and writable by the caller's contract.
-        unsafe { out.as_ptr().write(crate::stream::current(DLDevice { device_type, device_id })) };
+    c_entry!(LastError, "get_current_stream", out(out), || {
+        out.put(crate::stream::current(DLDevice { device_type, device_id }));
         Ok(0)
     })
 }

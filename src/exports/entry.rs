@@ -1,0 +1,54 @@
+//! The boundary every C entry point shares, written once as the Python ones share
+//! `shell::attached!`: [`c_entry!`] runs the body inside `error::boundary` on the function's error
+//! channel (a Python exception, `dlpx_last_error()`, the caller's `SetError`), checks each
+//! out-pointer it names (a NULL one is the error "<name> is NULL", the parameter's own name), and
+//! with `|py|` gives the body the token its contract promises (the caller holds the GIL).
+
+use std::ptr::NonNull;
+
+use crate::error::{Error, Result};
+
+/// A caller's out-pointer, checked non-NULL: written once, with [`Out::put`].
+pub struct Out<T>(NonNull<T>);
+
+impl<T> Out<T> {
+    /// Writes `value` through the pointer.
+    pub fn put(self, value: T) {
+        // SAFETY: non-NULL (checked by `out`), and writable by every entry point's contract.
+        unsafe { self.0.as_ptr().write(value) }
+    }
+
+    /// The pointee, to fill field by field.
+    pub fn get_mut(&mut self) -> &mut T {
+        // SAFETY: as for `put`; the entry point's caller keeps it valid for the call.
+        unsafe { self.0.as_mut() }
+    }
+}
+
+/// `pointer` as an [`Out`], or the error naming the parameter `name`.
+#[inline(always)]
+pub fn out<T>(pointer: *mut T, name: &'static str) -> Result<Out<T>> {
+    NonNull::new(pointer).map(Out).ok_or_else(|| Error::null(name))
+}
+
+/// `c_entry!(channel, "context", out(a, b), |py| { ... })`: the body inside the boundary, `a` and
+/// `b` (out-pointer parameters) shadowed by their checked [`Out`]s, `py` the token. With `|| ...`
+/// the body gets no token (entry points that need no interpreter, or take the GIL's word later).
+macro_rules! c_entry {
+    ($channel:expr, $context:expr, out($($out:ident),*), |$py:ident| $body:expr) => {
+        $crate::error::boundary($channel, $context, || {
+            $(let $out = $crate::exports::entry::out($out, stringify!($out))?;)*
+            // SAFETY: the caller holds the GIL, by the entry point's contract.
+            let $py = unsafe { $crate::cpython::Python::assume_attached()? };
+            $body
+        })
+    };
+    ($channel:expr, $context:expr, out($($out:ident),*), || $body:expr) => {
+        $crate::error::boundary($channel, $context, || {
+            $(let $out = $crate::exports::entry::out($out, stringify!($out))?;)*
+            $body
+        })
+    };
+}
+
+pub(crate) use c_entry;
