@@ -90,6 +90,21 @@ if "allocator" in wanted:
 '''
 
 
+def dumped_totals(directory: str) -> dict[str, int]:
+    """label -> instructions of each `callgrind_control --dump=label` written in `directory`."""
+    totals = {}
+    for path in glob.glob(f"{directory}/cg.out*"):
+        label = total = None
+        for line in open(path):
+            if line.startswith("desc: Trigger: dump "):
+                label = line[len("desc: Trigger: dump "):].strip()
+            elif line.startswith("totals:"):
+                total = int(line.split()[1])
+        if label and total is not None:
+            totals[label] = total
+    return totals
+
+
 def main() -> int:
     calls = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else 5000
     cases = sys.argv[sys.argv.index("--cases") + 1] if "--cases" in sys.argv else "from_dlpack,view_of,allocator"
@@ -98,16 +113,7 @@ def main() -> int:
                    *[f"--toggle-collect={name}" for name in ENTRY_POINTS],
                    f"--callgrind-out-file={out}/cg.out", sys.executable, "-c", CHILD, str(calls), cases]
         subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
-        rows = []
-        for path in glob.glob(f"{out}/cg.out*"):
-            label = total = None
-            for line in open(path):
-                if line.startswith("desc: Trigger: dump "):
-                    label = line[len("desc: Trigger: dump "):].strip()
-                elif line.startswith("totals:"):
-                    total = int(line.split()[1])
-            if label and total is not None and not label.startswith("warm-"):
-                rows.append((label, total))
+        rows = [(label, total) for label, total in dumped_totals(out).items() if not label.startswith("warm-")]
     ffi = next((total / calls for label, total in rows if label.startswith("ctypes call")), 0.0)
     print(f"| case ({calls} calls) | instructions per call |")
     print("|---|---|")
