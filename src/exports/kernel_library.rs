@@ -144,12 +144,12 @@ pub unsafe extern "C" fn dlpx_kernel_call(
         let returned = Call::new(kernel, &values, environment).run(|kernel| kernel())?;
         if returned.len() > capacity {
             let n = returned.len();
-            returned.into_iter().for_each(Returned::discard);
+            returned.as_slice().iter().copied().for_each(Returned::discard);
             return Err(Error::value(format!("the kernel returned {n} results; results has room for {capacity}"))
                 .at(kernel.name));
         }
         let n = returned.len();
-        for (i, result) in returned.into_iter().enumerate() {
+        for (i, &result) in returned.as_slice().iter().enumerate() {
             // SAFETY: i < capacity, by the check above.
             unsafe { results.add(i).write(result_value(result)) };
         }

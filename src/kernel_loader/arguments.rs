@@ -7,12 +7,12 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::PyObject;
 
-use super::inline::Inline;
 use crate::abi::*;
 use crate::args::{self, FastArgs};
 use crate::cpython::{type_name, type_of, ExceptionGuard, Python};
 use crate::error::{Error, Result};
 use crate::kernels::bind::{bind, Source};
+use crate::kernels::inline::Inline;
 use crate::kernels::signature::{Param, Type, MAX_PARAMETERS};
 use crate::kernels::{Kernel, Value};
 use crate::producers::{self, Entry};

@@ -6,7 +6,6 @@
 
 mod arguments;
 mod function;
-mod inline;
 mod outputs_like;
 mod results;
 

@@ -6,24 +6,26 @@ use pyo3_ffi::PyObject;
 
 use crate::cpython::{Owned, Python};
 use crate::error::Result;
+use crate::kernels::inline::Inline;
 use crate::kernels::Returned;
 use crate::producers::{self, Entry};
 
-pub fn to_py(py: Python<'_>, like: Option<Entry>, mut returned: Vec<Returned>) -> Result<*mut PyObject> {
+pub fn to_py(py: Python<'_>, like: Option<Entry>, returned: Inline<Returned, 2>) -> Result<*mut PyObject> {
+    let returned = returned.as_slice();
     match returned.len() {
         0 => Ok(py.new_none()),
-        1 => one(py, like, returned.pop().expect("one result")),
+        1 => one(py, like, returned[0]),
         n => {
             // SAFETY: GIL held; a new tuple, whose unset items are NULL until filled.
             let tuple = Owned::new(py, unsafe { (py.PyTuple_New)(n as _) });
             let tuple = match tuple {
                 Ok(tuple) => tuple,
                 Err(err) => {
-                    returned.into_iter().for_each(Returned::discard);
+                    returned.iter().copied().for_each(Returned::discard);
                     return Err(err);
                 }
             };
-            let mut results = returned.into_iter().enumerate();
+            let mut results = returned.iter().copied().enumerate();
             while let Some((i, result)) = results.next() {
                 match one(py, like, result) {
                     // SAFETY: GIL held; i < n; the tuple steals the new reference.

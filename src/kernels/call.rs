@@ -9,6 +9,7 @@
 use std::ffi::{c_char, c_void};
 use std::ptr::{self, NonNull};
 
+use super::inline::Inline;
 use super::library::Kernel;
 use super::value::{Returned, Value};
 use crate::abi::*;
@@ -28,20 +29,20 @@ pub struct Call<'a> {
     arguments: &'a [Value],
     environment: Environment<'a>,
     /// Tensors allocated through the call and not returned yet: the call owns them.
-    outputs: Vec<NonNull<DLManagedTensorVersioned>>,
-    results: Vec<Returned>,
+    outputs: Inline<NonNull<DLManagedTensorVersioned>, 2>,
+    results: Inline<Returned, 2>,
     /// The first error: the kernel's report, or a failed request of the kernel's.
     error: Option<Error>,
 }
 
 impl<'a> Call<'a> {
     pub fn new(kernel: &'static Kernel, arguments: &'a [Value], environment: Environment<'a>) -> Self {
-        Call { kernel, arguments, environment, outputs: Vec::new(), results: Vec::new(), error: None }
+        Call { kernel, arguments, environment, outputs: Inline::new(), results: Inline::new(), error: None }
     }
 
     /// Runs the kernel on this call (through `run`, which may release the GIL around it) and
     /// gives its results, or its error, named after the kernel.
-    pub fn run(&mut self, run: impl FnOnce(&mut dyn FnMut() -> i32) -> i32) -> Result<Vec<Returned>> {
+    pub fn run(&mut self, run: impl FnOnce(&mut dyn FnMut() -> i32) -> i32) -> Result<Inline<Returned, 2>> {
         let function = self.kernel.function;
         let this = (self as *mut Call<'a>).cast::<c_void>();
         // SAFETY: the kernel's function gets the call it was exported to take; the call lives
@@ -53,7 +54,7 @@ impl<'a> Call<'a> {
     /// The results of a kernel that returned `status`: its error when it reported one or a
     /// request failed (whatever it returned then), a RuntimeError when it returned non-zero
     /// without one.
-    fn finish(&mut self, status: i32) -> Result<Vec<Returned>> {
+    fn finish(&mut self, status: i32) -> Result<Inline<Returned, 2>> {
         if let Some(error) = self.error.take() {
             return Err(error);
         }
@@ -62,7 +63,7 @@ impl<'a> Call<'a> {
                 "the kernel returned {status} without reporting an error (dlpx_call_error)"
             ))));
         }
-        Ok(std::mem::take(&mut self.results))
+        Ok(self.results.take())
     }
 
     /// `err` named after the kernel: `dlpx: add: …`.
@@ -163,7 +164,8 @@ impl<'a> Call<'a> {
     /// Returns `output`, a tensor this call allocated, as the next result.
     pub fn return_tensor(&mut self, output: *const DLTensor) -> Result<()> {
         // SAFETY: only the address is compared; the outputs are live.
-        let index = self.outputs.iter().position(|m| unsafe { ptr::addr_of!((*m.as_ptr()).dl_tensor) } == output);
+        let index =
+            self.outputs.as_slice().iter().position(|m| unsafe { ptr::addr_of!((*m.as_ptr()).dl_tensor) } == output);
         let Some(index) = index else {
             return Err(Error::value(
                 "returned a tensor this call did not allocate, or returned it twice (dlpx_call_allocate gives outputs)",
@@ -195,11 +197,12 @@ impl Drop for Call<'_> {
         if self.outputs.is_empty() && self.results.is_empty() {
             return;
         }
-        for managed in self.outputs.drain(..) {
-            // SAFETY: outputs the call owns, never handed out; each is deleted once.
+        for &managed in self.outputs.as_slice() {
+            // SAFETY: outputs the call owns, never handed out; each is deleted once (the call
+            // is going: nothing reads the list after this).
             unsafe { crate::tensor::delete_managed(managed) };
         }
-        for result in self.results.drain(..) {
+        for &result in self.results.as_slice() {
             result.discard();
         }
     }

@@ -8,6 +8,7 @@
 pub mod bind;
 pub mod call;
 pub mod export;
+pub mod inline;
 pub mod library;
 pub mod signature;
 pub mod value;

@@ -73,7 +73,9 @@ impl Value {
 }
 
 /// A result the kernel returned: a tensor it allocated through the call (now the caller's to
-/// own), or a scalar.
+/// own), or a scalar. Copy, to live in a call's [`super::inline::Inline`]: whoever holds one
+/// hands it over or discards it, once.
+#[derive(Clone, Copy)]
 pub enum Returned {
     Tensor(NonNull<DLManagedTensorVersioned>),
     Int(i64),
