@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Circles of Rust source files that import each other, and of sibling folders.
+"""Circles of source files that import each other, and of sibling folders: Rust and Python.
 
-usage: python3 scripts/circles.py [SRC]   (default: src)
+usage: python3 scripts/circles.py [SRC]   (default: src; scripts/check_layers.sh runs it on src
+                                            and on python)
 
-A file imports another when it names a path into it (`use crate::a::b`, `super::c::d`, or the
-path written out in code). A file naming a module that contains it (its folder's `mod.rs`, the
-crate root) does not count: a folder's interface is above the files in it. Two kinds of circle
-are printed, each with the names that tie it:
+A Rust file imports another when it names a path into it (`use crate::a::b`, `super::c::d`, or
+the path written out in code); a Python file, when it imports it (`import a.b`, `from .c import
+d`, `from . import e`, at the top or inside a function: a deferred import is still an arrow), a
+package's path being SRC's top. A file naming a module that contains it (its folder's `mod.rs` or
+`__init__.py`, the crate root) does not count: a folder's interface is above the files in it.
+Two kinds of circle are printed, each with the names that tie it:
 
 - files: a strongly connected group of two or more files;
 - siblings: an import between two files is an arrow between the two children of their deepest
@@ -15,26 +18,47 @@ are printed, each with the names that tie it:
   `b/y.rs` while `b/z.rs` imports `a/w.rs`: the folders `a/` and `b/` lean on each other).
 
 The last line is `circles: N` (both kinds), and the exit status is 1 when N > 0. The same rule as
-the shared `tools/circles.py` that CI keeps beside the clone. docs/design.md, "Layers".
+the shared `tools/circles.py` that CI keeps beside the clone (which reads Rust only).
+docs/design.md, "Layers".
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import sys
 
 
 def modules(src: str) -> dict[tuple[str, ...], str]:
-    """Module path -> file (`a/b.rs` and `a/b/mod.rs` are both `("a", "b")`)."""
+    """Module path -> file (`a/b.rs` and `a/b/mod.rs` are both `("a", "b")`, as are `a/b.py` and
+    `a/b/__init__.py`)."""
     found = {}
     for root, _, names in os.walk(src):
         for name in names:
-            if name.endswith(".rs"):
+            if name.endswith((".rs", ".py")):
                 path = os.path.join(root, name)
-                parts = tuple(os.path.relpath(path, src)[:-3].split(os.sep))
-                found[parts[:-1] if parts[-1] in ("mod", "lib", "main") else parts] = path
+                parts = tuple(os.path.splitext(os.path.relpath(path, src))[0].split(os.sep))
+                found[parts[:-1] if parts[-1] in ("mod", "lib", "main", "__init__") else parts] = path
     return found
+
+
+def python_paths(text: str, here: tuple[str, ...], is_package: bool) -> list[str]:
+    """Every module a Python file imports, written as a Rust path from the top (`crate::a::b`)
+    so that `target` reads both: `from .m import n` is `m::n` (n may be a module or a name in m)."""
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            out += ["::".join(("crate", *alias.name.split("."))) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ()
+            if node.level:
+                package = here if is_package else here[:-1]
+                base = package[: len(package) - (node.level - 1)]
+            base += tuple(node.module.split(".")) if node.module else ()
+            out += ["::".join(("crate", *base, alias.name)) if alias.name != "*" else "::".join(("crate", *base))
+                    for alias in node.names]
+    return out
 
 
 def paths_named(text: str) -> list[str]:
@@ -86,7 +110,12 @@ def circles(src: str):
     files = modules(src)
     edges = {m: {} for m in files}
     for here, path in files.items():
-        for named in paths_named(open(path, encoding="utf-8").read()):
+        text = open(path, encoding="utf-8").read()
+        if path.endswith(".py"):
+            named_paths = python_paths(text, here, os.path.basename(path) == "__init__.py")
+        else:
+            named_paths = paths_named(text)
+        for named in named_paths:
             there = target(files, here, named)
             if there is not None and there != here and here[: len(there)] != there:
                 edges[here].setdefault(there, set()).add(named.split("::")[-1].strip())
@@ -142,7 +171,7 @@ def sibling_circles(src: str, files, edges):
     units = set(arrows) | {u for targets in arrows.values() for u in targets}
     is_folder = lambda unit: os.path.isdir(os.path.join(src, *unit))
     groups = [g for g in strongly_connected(units, arrows) if any(is_folder(u) for u in g)]
-    shown = lambda unit: "/".join(unit) + ("/" if is_folder(unit) else ".rs")
+    shown = lambda unit: "/".join(unit) + ("/" if is_folder(unit) else os.path.splitext(files[unit])[1])
     return groups, arrows, shown
 
 

@@ -6,7 +6,8 @@
 
 #![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
-// The bottom: facts and pure functions (docs/design.md, "Layers").
+// The modules, bottom up: which layer each is in is declared once, in `layers.txt`
+// (docs/design.md, "Layers"); scripts/check_layers.sh holds these lines to its order.
 pub mod abi;
 pub mod array_formats;
 pub mod chain;
@@ -16,10 +17,8 @@ pub mod error;
 pub mod layout;
 pub mod validate;
 
-// The leaf: CPython, resolved at run time.
 pub mod cpython;
 
-// The core: memory, devices, streams and tensors, without Python.
 pub mod allocation;
 pub mod copy;
 pub mod devices;
@@ -29,25 +28,27 @@ pub mod memory;
 pub mod stream;
 pub mod tensor;
 
-// The Python layer. Its functions take `PyObject*` as CPython's own API does: borrowed
-// references, valid while the caller's `Python` token lives. That is the contract of the whole
-// layer, so they are not each `unsafe`.
+// The Python layer's functions take `PyObject*` as CPython's own API does: borrowed references,
+// valid while the caller's `Python` token lives. That is the contract of the whole layer, so they
+// are not each `unsafe`.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub mod args;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub mod capsule;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
-pub mod kernel_loader;
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
-pub mod module;
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
-pub mod producers;
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub mod shell;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub mod tensor_type;
 
-// The top: what C sees.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub mod producers;
+
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub mod kernel_loader;
+
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub mod module;
+
 pub mod exports;
 
 pub use abi::{DLDataType, DLDevice, DLManagedTensorVersioned, DLTensor, DataTypeCode, DeviceType};

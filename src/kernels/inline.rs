@@ -95,7 +95,7 @@ impl<T: Copy, const N: usize> Inline<T, N> {
 
     /// Takes every item out, leaving the list empty.
     pub fn take(&mut self) -> Self {
-        std::mem::replace(self, Inline::new())
+        std::mem::take(self)
     }
 
     fn as_mut_slice(&mut self) -> &mut [T] {

@@ -13,6 +13,7 @@ import struct
 import sys
 
 from . import abi
+from .cases import DTYPES, LAYOUT_CASES
 from .capsules import describe_error, export_info, read_values
 from .clauses import Clause, RULINGS
 from .results import Checks
@@ -89,8 +90,6 @@ def describe(x, protocol: str) -> dict:
 def check_protocol_producer(make, protocol, *, readonly=None, undescribable=None, checks=None) -> Checks:
     """Every check of an array from ``make(shape, dtype_name)`` that speaks `protocol` only."""
     import dlpx  # the consumer under test
-
-    from .producer import DTYPES, LAYOUT_CASES  # noqa: PLC0415 - producer.py imports this module
 
     checks = Checks() if checks is None else checks
     x = make((2, 3), "float32")
