@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 bottom="src/abi/*.rs src/error/*.rs src/dtype.rs src/array_formats.rs src/layout.rs src/device_names.rs src/chain.rs src/validate.rs"
 leaf="src/cpython/*.rs"
 core="src/memory/*.rs src/memory/cuda/*.rs src/devices/*.rs src/stream.rs src/allocation/*.rs src/tensor/*.rs src/legacy.rs src/copy.rs src/kernels/*.rs src/kernels/signature/*.rs"
-python="src/args.rs src/args/*.rs src/capsule.rs src/shell.rs src/tensor_type/*.rs src/producers/*.rs src/kernel_loader/*.rs src/module/*.rs"
+python="src/args.rs src/args/*.rs src/capsule.rs src/shell.rs src/tensor_type/*.rs src/producers/*.rs src/producers/rows/*.rs src/kernel_loader/*.rs src/module/*.rs"
 below_the_seam="src/args.rs src/args/*.rs src/capsule.rs src/shell.rs src/tensor_type/*.rs"
 
 status=0
@@ -39,7 +39,7 @@ forbid "$leaf" "$top|$pythonic|crate::(memory|devices|stream|allocation|tensor|l
 forbid "$core" "$top|$pythonic|crate::cpython\b" "the core names Python (use memory::blocking for the GIL) or the top"
 forbid "$python" "$top|UNIVERSAL_API" "the Python layer names the top (it is handed dlpx's table at init)"
 forbid "$below_the_seam" 'crate::(producers|kernel_loader|module)\b' "capsules and the dlpx.Tensor type are below the producer seam (the type's constructor is handed down)"
-forbid "src/producers/*.rs" 'crate::(kernel_loader|module)\b' "the producer seam is below the kernel loader and the module"
+forbid "src/producers/*.rs src/producers/rows/*.rs" 'crate::(kernel_loader|module)\b' "the producer seam is below the kernel loader and the module"
 forbid "src/kernel_loader/*.rs" 'crate::module\b' "the kernel loader is below the module"
 # shellcheck disable=SC2046  # every source file outside the device seam and memory/
 forbid "$(find src -name '*.rs' -not -path 'src/devices/*' -not -path 'src/memory/*' | sort | tr '\n' ' ')" \

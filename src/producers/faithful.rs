@@ -6,7 +6,8 @@ use std::ptr::NonNull;
 use pyo3_ffi::PyObject;
 
 use super::guard::State;
-use super::{dlpack_method, Ask, Entry, Reading, Request};
+use super::rows::dlpack;
+use super::{Ask, Entry, Reading, Request};
 use crate::abi::DLTensor;
 use crate::cpython::{take_pending, type_name, Owned, Python};
 use crate::error::{Error, Result};
@@ -82,7 +83,7 @@ pub fn answer<'py>(
     // its fallback, whatever the producer's `__dlpack__` can do (tvm_ffi's cannot copy).
     let plain = first_use || suspicion.is_some() || entry.row.guard.is_some();
     let request = if plain { Request::PLAIN } else { ask.request };
-    let theirs = if asked { dlpack_method::read(py, object, request) } else { Ok(Reading::Uncovered) };
+    let theirs = if asked { dlpack::read(py, object, request) } else { Ok(Reading::Uncovered) };
     if first_use {
         let guard = entry.row.guard.expect("a first use is a guard's");
         let answer = guard.judge(py, ours, theirs)?;

@@ -1,35 +1,23 @@
 //! The importer seam: every way dlpx reads a producer's tensors is a row, a [`Producer`];
 //! a type's row is found once (`cache`) and is the only dispatch for the importer and the
 //! kernel API alike (docs/design.md, "Producers: one seam"). Adding a producer is one file
-//! here and one line in [`ROWS`].
+//! in `rows/` and one line in [`ROWS`].
 
-mod array_api_strict;
-mod array_interface;
-mod buffer_protocol;
 mod cache;
-mod capsule_object;
-mod cuda_array_interface;
-mod cupy;
 mod discovered;
 mod dlpack_call;
-mod dlpack_method;
 mod faithful;
 mod guard;
 mod held;
 mod held_buffer;
 mod home;
 mod interface_dict;
-mod jax;
 pub mod kernel;
-mod numpy;
-mod own;
 mod read;
 mod reading;
+mod rows;
 mod served;
 mod synthetic;
-mod table;
-mod torch;
-mod tvm_ffi;
 
 use std::cell::Cell;
 
@@ -41,8 +29,8 @@ pub use guard::{warn_of_unknown_names, Guard};
 pub use home::to_py_like;
 pub use read::{import, managed, view, view_in_place};
 pub use reading::Reading;
+pub use rows::table::published_head;
 pub use served::{counted, served};
-pub use table::published_head;
 
 use crate::abi::*;
 use crate::cpython::Python;
@@ -53,25 +41,25 @@ use crate::error::Result;
 /// `__dlpack__`; then the CUDA array interface, numpy's array interface, and last the buffer
 /// protocol, which claims everything left.
 pub static ROWS: [&Row; 13] = [
-    &own::ROW,
-    &torch::ROW,
-    &table::ROW,
-    &numpy::ROW,
-    &tvm_ffi::ROW,
-    &jax::ROW,
-    &array_api_strict::ROW,
-    &cupy::ROW,
-    &capsule_object::ROW,
-    &dlpack_method::ROW,
-    &cuda_array_interface::ROW,
-    &array_interface::ROW,
-    &buffer_protocol::ROW,
+    &rows::dlpx::ROW,
+    &rows::torch::ROW,
+    &rows::table::ROW,
+    &rows::numpy::ROW,
+    &rows::tvm_ffi::ROW,
+    &rows::jax::ROW,
+    &rows::array_api_strict::ROW,
+    &rows::cupy::ROW,
+    &rows::capsule::ROW,
+    &rows::dlpack::ROW,
+    &rows::cuda_array_interface::ROW,
+    &rows::array_interface::ROW,
+    &rows::buffer::ROW,
 ];
 
 /// The rows a guard's switch names (`DLPX_DIRECT_OFF` when `off`, else `DLPX_DIRECT_VERIFY`):
 /// every row with a guard, and for the off switch torch's, whose native checks it turns off.
 pub(crate) fn switchable_rows(off: bool) -> impl Iterator<Item = &'static str> {
-    ROWS.iter().filter(|row| row.guard.is_some()).map(|row| row.name).chain(off.then_some(torch::ROW.name))
+    ROWS.iter().filter(|row| row.guard.is_some()).map(|row| row.name).chain(off.then_some(rows::torch::ROW.name))
 }
 
 /// Whether `ty` (or a base) has the attribute `name`: how a row for a protocol claims a type.

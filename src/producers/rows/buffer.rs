@@ -11,14 +11,14 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::held_buffer::HeldView;
-use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::array_formats;
 use crate::cpython::buffer::{PyBuffer, PYBUF_RECORDS_RO};
 use crate::cpython::Python;
 use crate::error::{Error, ErrorKind, Result};
 use crate::layout::{self, MAX_NDIM};
+use crate::producers::held_buffer::HeldView;
+use crate::producers::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::tensor::Tensor;
 
 pub static ROW: Row =
@@ -57,7 +57,7 @@ impl Producer for BufferProtocol {
 fn on_the_instance<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
     let has = |name: &CStr| crate::cpython::attribute(py, object, name).is_some();
     if has(c"__dlpack__") {
-        return super::dlpack_method::ROW.producer.read(py, object, entry, ask);
+        return super::dlpack::ROW.producer.read(py, object, entry, ask);
     }
     if has(c"__cuda_array_interface__") {
         return super::cuda_array_interface::ROW.producer.read(py, object, entry, ask);

@@ -7,14 +7,14 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::discovered::Discovered;
-use super::held::{self, Reference};
-use super::home::Home;
-use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{layout, type_of, Owned, Python};
 use crate::error::Result;
 use crate::layout::MAX_NDIM;
+use crate::producers::discovered::Discovered;
+use crate::producers::held::{self, Reference};
+use crate::producers::home::Home;
+use crate::producers::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 
 pub static ROW: Row = Row {
     name: "numpy",

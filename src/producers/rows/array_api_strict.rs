@@ -3,11 +3,12 @@
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::discovered::Discovered;
-use super::home::Home;
-use super::{numpy, synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
+use super::numpy;
 use crate::abi::*;
 use crate::cpython::{attribute, imported_module, interned_attribute, Interned, Owned, Python};
+use crate::producers::discovered::Discovered;
+use crate::producers::home::Home;
+use crate::producers::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 
 pub static ROW: Row = Row {
     name: "array_api_strict",

@@ -5,11 +5,11 @@ use std::ptr::{self};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::discovered::Discovered;
-use super::home::Home;
-use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{attribute, interned_attribute, type_of, vectorcall_method, Interned, Owned, Python};
+use crate::producers::discovered::Discovered;
+use crate::producers::home::Home;
+use crate::producers::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 
 pub static ROW: Row =
     Row { name: "jax", synthetic: Some(&TABLE), guard: Some(&GUARD), suspect: None, home: Some(&HOME), producer: &Jax };

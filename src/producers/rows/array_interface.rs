@@ -7,14 +7,14 @@ use std::ptr::NonNull;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::held::{self, Reference};
-use super::held_buffer::HeldView;
-use super::interface_dict::{self, Data, Interface, Kind};
-use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::buffer::PYBUF_RECORDS_RO;
 use crate::cpython::Python;
 use crate::error::{Error, Result};
+use crate::producers::held::{self, Reference};
+use crate::producers::held_buffer::HeldView;
+use crate::producers::interface_dict::{self, Data, Interface, Kind};
+use crate::producers::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 
 pub static ROW: Row = Row {
     name: "array_interface",
@@ -29,7 +29,7 @@ static TABLE: DLPackExchangeAPI = synthetic::table(false);
 
 impl Producer for ArrayInterface {
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        super::type_has(py, ty, c"__array_interface__")
+        crate::producers::type_has(py, ty, c"__array_interface__")
     }
 
     fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {

@@ -7,13 +7,13 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::dlpack_call;
-use super::{synthetic, Ask, Entry, Producer, Read, Reading, Request, Row};
 use crate::abi::*;
 use crate::args;
 use crate::capsule;
 use crate::cpython::{int_tuple, type_name, Owned, Python};
 use crate::error::{Error, ErrorKind, Result};
+use crate::producers::dlpack_call;
+use crate::producers::{synthetic, Ask, Entry, Producer, Read, Reading, Request, Row};
 
 pub static ROW: Row =
     Row { name: "dlpack", synthetic: Some(&TABLE), guard: None, suspect: None, home: None, producer: &Dlpack };
@@ -22,7 +22,7 @@ static TABLE: DLPackExchangeAPI = synthetic::table(false);
 
 impl Producer for Dlpack {
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        super::type_has(py, ty, c"__dlpack__")
+        crate::producers::type_has(py, ty, c"__dlpack__")
     }
 
     fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {

@@ -4,9 +4,9 @@ use std::ptr::NonNull;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{Owned, Python};
+use crate::producers::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 
 pub static ROW: Row =
     Row { name: "capsule", synthetic: Some(&TABLE), guard: None, suspect: None, home: None, producer: &CapsuleObject };

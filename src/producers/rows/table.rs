@@ -5,10 +5,10 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::{Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{Owned, Python};
 use crate::error::{Error, Result};
+use crate::producers::{Ask, Entry, Producer, Read, Reading, Row};
 
 pub static ROW: Row = Row { name: "table", synthetic: None, guard: None, suspect: None, home: None, producer: &Table };
 struct Table;

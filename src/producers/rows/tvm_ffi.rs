@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::discovered::Discovered;
-use super::home::Home;
-use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{type_of, vectorcall_method, ExceptionGuard, Interned, Owned, Python};
 use crate::error::{guard, Error, Result};
 use crate::memory::cpu;
+use crate::producers::discovered::Discovered;
+use crate::producers::home::Home;
+use crate::producers::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::tensor::MANAGED_BLOCK;
 
 pub static ROW: Row = Row {

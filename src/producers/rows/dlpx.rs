@@ -2,9 +2,9 @@
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::{Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::Python;
+use crate::producers::{Ask, Entry, Producer, Read, Reading, Row};
 use crate::tensor_type::{self, own_table, tensor_of};
 
 pub static ROW: Row = Row { name: "dlpx", synthetic: None, guard: None, suspect: None, home: None, producer: &Own };
