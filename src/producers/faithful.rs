@@ -83,7 +83,7 @@ pub fn answer<'py>(
     // its fallback, whatever the producer's `__dlpack__` can do (tvm_ffi's cannot copy).
     let plain = first_use || suspicion.is_some() || entry.row.guard.is_some();
     let request = if plain { Request::PLAIN } else { ask.request };
-    let theirs = if asked { dlpack::read(py, object, request) } else { Ok(Reading::Uncovered) };
+    let theirs = if asked { dlpack::export(py, object, request) } else { Ok(Reading::Uncovered) };
     if first_use {
         let guard = entry.row.guard.expect("a first use is a guard's");
         let answer = guard.judge(py, ours, theirs)?;

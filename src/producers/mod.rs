@@ -13,7 +13,7 @@ mod held_buffer;
 mod home;
 mod interface_dict;
 pub mod kernel;
-mod read;
+mod one_path;
 mod reading;
 mod rows;
 mod served;
@@ -27,7 +27,7 @@ pub use cache::{entry_of, entry_of_object_or_type, entry_of_type, row_name, tabl
 pub use faithful::{Suspect, Suspicion};
 pub use guard::{warn_of_unknown_names, Guard};
 pub use home::to_py_like;
-pub use read::{import, managed, view, view_in_place};
+pub use one_path::{import, managed, view, view_in_place};
 pub use reading::Reading;
 pub use rows::table::published_head;
 pub use served::{counted, served};
@@ -167,12 +167,12 @@ pub struct Entry {
 /// What a row answers: its reading of the object ([`Reading::Uncovered`] where it does not cover
 /// the object: the `dlpack` row, the producer's own `__dlpack__`, then answers), or the refusal of
 /// an object it refuses for good.
-pub type Read<'py> = Result<Reading<'py>>;
+pub type Answer<'py> = Result<Reading<'py>>;
 
 /// How a row reads a producer's tensors. A row answers one question: the managed tensor for this object, in the form the producer hands
 /// it over (a table's pointer, a capsule, a block dlpx fills from what it read), or a borrowed
 /// view where the entry point takes one. What to do with it — validate it, make it a `Tensor`,
-/// hand it to C — is the seam's, once, for every row (`read`).
+/// hand it to C — is the seam's, once, for every row (`one_path`).
 pub trait Producer: Sync {
     /// Whether objects of type `ty` are this row's; `published` is the major-1 table the type
     /// publishes, if any. Asked once per type, in `ROWS` order.
@@ -183,7 +183,7 @@ pub trait Producer: Sync {
     /// (`dltensor_from_py_object_no_sync`). The row may
     /// ask the producer for what `ask.request` wants (the `dlpack` row passes it to
     /// `__dlpack__`); the seam serves the rest.
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py>;
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py>;
 
     /// What stands between an object and a crash in the producer's own `__dlpack__`, checked
     /// where the row's read is switched off (`DLPX_DIRECT_OFF`) and `__dlpack__` answers: a

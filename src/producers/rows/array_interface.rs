@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::producers::held::{self, Reference};
 use crate::producers::held_buffer::HeldView;
 use crate::producers::interface_dict::{self, Data, Interface, Kind};
-use crate::producers::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
+use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Reading, Row};
 
 pub static ROW: Row = Row {
     name: "array_interface",
@@ -32,8 +32,8 @@ impl Producer for ArrayInterface {
         crate::producers::type_has(py, ty, c"__array_interface__")
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
-        let interface = interface_dict::read(py, object, Kind::Host)?;
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
+        let interface = interface_dict::interface_of(py, object, Kind::Host)?;
         match (interface.unaligned.is_some(), ask.request.copy == Some(true)) {
             // SAFETY: an export of dlpx's own tensor, handed over.
             (true, true) => Ok(unsafe { Reading::managed(copied(py, &interface)?) }),

@@ -18,7 +18,7 @@ use crate::cpython::Python;
 use crate::error::{Error, ErrorKind, Result};
 use crate::layout::{self, MAX_NDIM};
 use crate::producers::held_buffer::HeldView;
-use crate::producers::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
+use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Reading, Row};
 use crate::tensor::Tensor;
 
 pub static ROW: Row =
@@ -33,7 +33,7 @@ impl Producer for BufferProtocol {
         true
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
         match managed_of(py, object) {
             // SAFETY: a managed tensor this read made from the view it checked, valid as made.
             Ok(Some(managed)) => Ok(unsafe { Reading::made(managed) }),
@@ -54,7 +54,7 @@ impl Producer for BufferProtocol {
 /// An object whose type claims no protocol may still carry one on itself (an attribute set on
 /// the instance: numpy looks there too). Asked in R12's order, only when the buffer failed.
 #[cold]
-fn on_the_instance<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+fn on_the_instance<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
     let has = |name: &CStr| crate::cpython::attribute(py, object, name).is_some();
     if has(c"__dlpack__") {
         return super::dlpack::ROW.producer.read(py, object, entry, ask);
