@@ -97,7 +97,8 @@ fn view_is_whole(view: &Cell<DLTensor>) -> Result<bool> {
 /// `dlpx.Tensor` (the `dlpx` row's share, answered by one comparison: the hot case), else its
 /// row's, behind the row's guard, admitted by the faithful-import rule. Where the reading cannot
 /// stand alone — the row does not cover the object, its guard is off or on its first use, or
-/// the row suspects its read — the producer's own `__dlpack__` decides (`faithful::answer`).
+/// the row suspects its read — the producer's own `__dlpack__` decides, one question each
+/// (`faithful::uncovered`, `faithful::first_use`, `faithful::suspected`).
 #[inline(always)]
 fn reading_of<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Result<Reading<'py>> {
     if let Some(tensor) = crate::tensor_type::exact_tensor_of(py, object) {
@@ -123,9 +124,13 @@ fn reading_of<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Resu
     };
     let first_use = matches!(state, State::Unknown | State::Unverified);
     match (&ours, first_use, suspicion) {
-        (Reading::Uncovered, _, _) | (_, true, _) | (_, _, Some(_)) => {
-            faithful::answer(py, object, entry, ask, first_use, ours, suspicion)
+        (_, true, None) => faithful::first_use(py, object, entry, ask, ours),
+        (_, true, Some(_)) => faithful::first_use(py, object, entry, ask, faithful::set_aside(py, ours)),
+        (_, false, Some(suspicion)) => {
+            faithful::set_aside(py, ours);
+            faithful::suspected(py, object, entry, ask, suspicion)
         }
+        (Reading::Uncovered, false, None) => faithful::uncovered(py, object, entry, ask),
         _ => {
             if let Some(guard) = row.guard {
                 guard.served(py);
