@@ -123,7 +123,8 @@ fn copied(py: Python<'_>, interface: &Interface<'_>) -> Result<NonNull<DLManaged
             }
         }
     };
-    copy.export_versioned(0)
+    // A copy this read made, marked as one: `copy=True` does not copy it again.
+    copy.export_versioned(DLPACK_FLAG_BITMASK_IS_COPIED)
 }
 
 /// Refuses an interface whose elements reach outside the buffer it names (hostile input).

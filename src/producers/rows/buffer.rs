@@ -41,8 +41,12 @@ impl Producer for BufferProtocol {
             // Strides that are not whole items cross only as a copy, and a copy was asked for.
             Err(err) if ask.request.copy == Some(true) && err.kind == ErrorKind::BufferError => {
                 match copy_of(py, object)? {
-                    // SAFETY: an export of dlpx's own tensor, handed over.
-                    Some(copy) => Ok(unsafe { Reading::managed(copy.export_versioned(0)?) }),
+                    // A copy this read made, marked as one (`copy_of`): not copied again.
+                    Some(copy) => {
+                        let copy = copy.export_versioned(DLPACK_FLAG_BITMASK_IS_COPIED)?;
+                        // SAFETY: an export of dlpx's own tensor, handed over.
+                        Ok(unsafe { Reading::managed(copy) })
+                    }
                     None => on_the_instance(py, object, entry, ask),
                 }
             }
@@ -159,7 +163,8 @@ pub fn copy_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<Tensor>> 
     let mut shape = [0i64; MAX_NDIM];
     let (dtype, ndim) = items(view, &mut shape)?;
     let shape = &shape[..ndim];
-    let copy = Tensor::empty(shape, dtype, DLDevice::CPU)?;
+    // A private copy, marked as one: `copy=True` does not copy it again.
+    let copy = Tensor::empty_with_flags(shape, dtype, DLDevice::CPU, DLPACK_FLAG_BITMASK_IS_COPIED)?;
     let dst = copy.dl_tensor().data;
     if !dst.is_null() {
         // SAFETY: GIL held; `dst` holds exactly `view.len` bytes (the same items, compact).
