@@ -2,7 +2,7 @@
 """The walk of one value through the Rust sources: which files it passes through, in order.
 
 usage: python3 scripts/walk.py FILE:FUNCTION:PARAM [--rev REV] [--stops N] [--verbose]
-       e.g. python3 scripts/walk.py src/producers/read.rs:import:object
+       e.g. python3 scripts/walk.py src/producers/one_path.rs:import:object
             python3 scripts/walk.py src/python/producers/dispatch.rs:import:object --rev 74b0c43
 
 Starting at FUNCTION's parameter PARAM, it follows every call that hands the value on (as an

@@ -35,7 +35,7 @@ const FORMATS: &[(u8, DataTypeCode, u8)] = &[
 const LONG_BITS: u8 = (std::mem::size_of::<std::ffi::c_long>() * 8) as u8;
 
 // Every item is a power of two bytes: readers shift rather than divide (`layout::whole_items`,
-// `buffer_protocol::items`).
+// `producers::rows::buffer` `items`).
 const _: () = {
     let mut i = 0;
     while i < FORMATS.len() {

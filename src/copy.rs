@@ -26,7 +26,8 @@ fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
         )));
     };
     // Same shape, dtype and sub-byte padding, so the byte sizes agree.
-    let dst = Tensor::empty_with_flags(src.shape(), dl.dtype, target, src.flags())?;
+    let padded = src.flags() & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
+    let dst = Tensor::empty_with_flags(src.shape(), dl.dtype, target, padded)?;
     if src.numel() == 0 {
         return Ok(dst);
     }
@@ -59,7 +60,8 @@ fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
 
 /// A compact host copy of `dtype` items laid out from `src` by `shape` and strides in bytes, which
 /// need not be whole items (the buffer protocol's and the array interfaces' layouts: DLPack cannot
-/// describe those, so only a copy crosses).
+/// describe those, so only a copy crosses): a private copy, marked IS_COPIED, which `copy=True`
+/// does not copy again.
 ///
 /// # Safety
 /// Every item the shape and byte strides reach from `src` is readable host memory.
@@ -70,7 +72,7 @@ pub unsafe fn gather_bytes(src: *const u8, shape: &[i64], byte_strides: &[i64], 
     if !shape.contains(&0) && !crate::layout::addresses_fit(src.cast(), 0, reach) {
         return Err(crate::layout::wrapping_addresses(src.cast(), 0, reach));
     }
-    let dst = Tensor::empty(shape, dtype, DLDevice::CPU)?;
+    let dst = Tensor::empty_with_flags(shape, dtype, DLDevice::CPU, DLPACK_FLAG_BITMASK_IS_COPIED)?;
     if dst.numel() > 0 {
         let mut written = 0usize;
         let item = crate::layout::element_bits(dtype, 0) as usize / 8;

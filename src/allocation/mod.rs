@@ -44,13 +44,14 @@ pub unsafe fn allocate(prototype: &DLTensor) -> Result<NonNull<DLManagedTensorVe
     unsafe { allocate_with_flags(prototype, 0) }
 }
 
-/// [`allocate`], with DLPack `flags` recorded on the tensor; IS_SUBBYTE_TYPE_PADDED also sizes
-/// sub-byte dtypes one element per byte (what a copy of a padded tensor needs).
+/// [`allocate`], with DLPack `flags` recorded on the tensor: IS_SUBBYTE_TYPE_PADDED, which also
+/// sizes sub-byte dtypes one element per byte (what a copy of a padded tensor needs), and
+/// IS_COPIED (a private copy a row made, which `copy=True` does not copy again).
 ///
 /// # Safety
 /// As for [`allocate`].
 pub unsafe fn allocate_with_flags(prototype: &DLTensor, flags: u64) -> Result<NonNull<DLManagedTensorVersioned>> {
-    let flags = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
+    let flags = flags & (DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED | DLPACK_FLAG_BITMASK_IS_COPIED);
     let ndim = layout::checked_ndim(prototype.ndim)?;
     if ndim > 0 && prototype.shape.is_null() {
         return Err(Error::value(format!("prototype.shape is NULL with ndim = {ndim}")));

@@ -2,7 +2,8 @@
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::{own, table, Entry, ROWS};
+use super::rows::{dlpx, table};
+use super::{Entry, ROWS};
 use crate::abi::DLPackExchangeAPI;
 use crate::cpython::{racing_copy, type_of, Python, SeqLock};
 use crate::tensor_type::tensor_type;
@@ -69,7 +70,7 @@ fn insert(py: Python<'_>, ty: *mut PyTypeObject, row: usize, table: &'static DLP
 pub fn entry_of(py: Python<'_>, object: *mut PyObject) -> Entry {
     let ty = type_of(py, object);
     if ty == tensor_type() {
-        if let Some(entry) = own::exact_entry() {
+        if let Some(entry) = dlpx::exact_entry() {
             return entry;
         }
     }

@@ -6,7 +6,8 @@ use std::ptr::NonNull;
 use pyo3_ffi::PyObject;
 
 use super::guard::State;
-use super::{dlpack_method, Ask, Entry, Reading, Request};
+use super::rows::dlpack;
+use super::{Answer, Ask, Entry, Reading, Request};
 use crate::abi::DLTensor;
 use crate::cpython::{take_pending, type_name, Owned, Python};
 use crate::error::{Error, Result};
@@ -39,63 +40,69 @@ pub trait Suspect: Sync {
     fn resolved(&self, py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<PyObject>>>;
 }
 
-/// The producer's own `__dlpack__`, asked once where a row's reading cannot stand alone, and
-/// what its answer makes of the reading:
-/// - no reading (the row does not cover the object, or its guard is off): the answer itself;
-/// - a guard's first use: the row's reading where the two agree (its view, where the entry point
-///   takes one), else the answer (`Guard::judge`);
-/// - a reading the row suspects: the producer's verdict, its refusal a BufferError carrying its
-///   message (first line: no C++ backtrace); memory holding negated values refused, or under
-///   `copy=True` the values the producer resolves (a new object of its own that the reading then
-///   holds alone).
+/// The producer's own `__dlpack__` where the row has no reading (it does not cover the object, or
+/// its guard is off): its answer is the reading. A direct read's row serves a `device=` or
+/// `copy=` request itself, after the read: so does its fallback, whatever the producer's
+/// `__dlpack__` can do (tvm_ffi's cannot copy).
 #[cold]
 #[inline(never)]
-pub fn answer<'py>(
+pub fn uncovered<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
+    let request = if entry.row.guard.is_some() { Request::PLAIN } else { ask.request };
+    dlpack::export(py, object, request)
+}
+
+/// A guard's first use: the row's reading (`ours`, an owner) held against the producer's own
+/// `__dlpack__`, the row's where the two agree (its view, where the entry point takes one), else
+/// the producer's (`Guard::judge`).
+#[cold]
+#[inline(never)]
+pub fn first_use<'py>(
     py: Python<'py>,
     object: *mut PyObject,
     entry: Entry,
     ask: Ask<'_>,
-    first_use: bool,
     ours: Reading<'py>,
-    suspicion: Option<Suspicion>,
-) -> Result<Reading<'py>> {
-    let negated = || {
-        Error::buffer(format!(
-            "the {} has its negative bit set: its memory holds the negated values (pass copy=True for \
-             its values, or call resolve_neg() first)",
-            type_name(py, object)
-        ))
-    };
-    // A suspect reading is not handed on; the table's exception, if any, makes way for the
-    // producer's own answer.
-    let ours = match suspicion {
-        Some(_) => {
-            drop(ours);
-            // SAFETY: the token proves the GIL is held.
-            unsafe { (py.PyErr_Clear)() };
-            Reading::Uncovered
+) -> Answer<'py> {
+    let theirs = dlpack::export(py, object, Request::PLAIN);
+    let guard = entry.row.guard.expect("a first use is a guard's");
+    let answer = guard.judge(py, ours, theirs)?;
+    // Once the check trusts the row, a view is the row's own, for this object as for every
+    // later one (the agreed owner is dropped).
+    if ask.view.is_some() && guard.state(py) == State::Trusted {
+        if let view @ Reading::View = entry.row.producer.read(py, object, entry, ask)? {
+            return Ok(view);
         }
-        None => ours,
-    };
-    let asked = first_use || suspicion.is_none_or(|s| s.ask_producer);
-    // A direct read's row serves a `device=` or `copy=` request itself, after the read: so does
-    // its fallback, whatever the producer's `__dlpack__` can do (tvm_ffi's cannot copy).
-    let plain = first_use || suspicion.is_some() || entry.row.guard.is_some();
-    let request = if plain { Request::PLAIN } else { ask.request };
-    let theirs = if asked { dlpack_method::read(py, object, request) } else { Ok(Reading::Uncovered) };
-    if first_use {
-        let guard = entry.row.guard.expect("a first use is a guard's");
-        let answer = guard.judge(py, ours, theirs)?;
-        // Once the check trusts the row, a view is the row's own, for this object as for every
-        // later one (the agreed owner is dropped).
-        if ask.view.is_some() && guard.state(py) == State::Trusted {
-            if let view @ Reading::View = entry.row.producer.read(py, object, entry, ask)? {
-                return Ok(view);
-            }
-        }
-        return Ok(answer);
     }
-    let Some(suspicion) = suspicion else { return theirs };
+    Ok(answer)
+}
+
+/// A reading the row suspects is not handed on: dropped, and the table's exception, if any,
+/// makes way for the producer's own answer. What is left of it: nothing (`Reading::Uncovered`).
+#[cold]
+#[inline(never)]
+pub fn set_aside<'py>(py: Python<'py>, ours: Reading<'py>) -> Reading<'py> {
+    drop(ours);
+    // SAFETY: the token proves the GIL is held.
+    unsafe { (py.PyErr_Clear)() };
+    Reading::Uncovered
+}
+
+/// A reading the row suspects (set aside): the producer's verdict, its refusal a BufferError
+/// carrying its message (first line: no C++ backtrace); memory holding negated values refused,
+/// or under `copy=True` the values the producer resolves (`resolved`).
+#[cold]
+#[inline(never)]
+pub fn suspected<'py>(
+    py: Python<'py>,
+    object: *mut PyObject,
+    entry: Entry,
+    ask: Ask<'_>,
+    suspicion: Suspicion,
+) -> Answer<'py> {
+    let theirs = match suspicion.ask_producer {
+        true => dlpack::export(py, object, Request::PLAIN),
+        false => Ok(Reading::Uncovered),
+    };
     let theirs = theirs.map_err(|err| {
         let err = if err.is_python_pending() { take_pending(py) } else { err };
         let text = err.message();
@@ -106,6 +113,20 @@ pub fn answer<'py>(
         return Ok(theirs);
     }
     drop(theirs);
+    resolved(py, object, entry, ask)
+}
+
+/// The values a tensor whose memory holds them negated means: under `copy=True`, a new object of
+/// the producer's that the reading then holds alone (`Suspect::resolved`, read by the row);
+/// refused otherwise, and where the producer cannot resolve them.
+fn resolved<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
+    let negated = || {
+        Error::buffer(format!(
+            "the {} has its negative bit set: its memory holds the negated values (pass copy=True for \
+             its values, or call resolve_neg() first)",
+            type_name(py, object)
+        ))
+    };
     let suspect = entry.row.suspect.expect("a suspicion is a suspect's");
     let resolved = match ask.request.copy {
         Some(true) => suspect.resolved(py, object)?,

@@ -69,7 +69,7 @@ static OFFSET: Interned = Interned::new(c"offset");
 static STREAM: Interned = Interned::new(c"stream");
 
 /// The interface `kind` of `owner`, read from its attribute.
-pub fn read<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<Interface<'py>> {
+pub fn interface_of<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<Interface<'py>> {
     let name = match kind {
         Kind::Host => HOST.get(py)?,
         Kind::Cuda => CUDA.get(py)?,

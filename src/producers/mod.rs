@@ -1,35 +1,23 @@
 //! The importer seam: every way dlpx reads a producer's tensors is a row, a [`Producer`];
 //! a type's row is found once (`cache`) and is the only dispatch for the importer and the
 //! kernel API alike (docs/design.md, "Producers: one seam"). Adding a producer is one file
-//! here and one line in [`ROWS`].
+//! in `rows/` and one line in [`ROWS`].
 
-mod array_api_strict;
-mod array_interface;
-mod buffer_protocol;
 mod cache;
-mod capsule_object;
-mod cuda_array_interface;
-mod cupy;
 mod discovered;
 mod dlpack_call;
-mod dlpack_method;
 mod faithful;
 mod guard;
 mod held;
 mod held_buffer;
 mod home;
 mod interface_dict;
-mod jax;
 pub mod kernel;
-mod numpy;
-mod own;
-mod read;
+mod one_path;
 mod reading;
+mod rows;
 mod served;
 mod synthetic;
-mod table;
-mod torch;
-mod tvm_ffi;
 
 use std::cell::Cell;
 
@@ -39,10 +27,10 @@ pub use cache::{entry_of, entry_of_object_or_type, entry_of_type, row_name, tabl
 pub use faithful::{Suspect, Suspicion};
 pub use guard::{warn_of_unknown_names, Guard};
 pub use home::to_py_like;
-pub use read::{import, managed, view, view_in_place};
+pub use one_path::{import, managed, view, view_in_place};
 pub use reading::Reading;
+pub use rows::table::published_head;
 pub use served::{counted, served};
-pub use table::published_head;
 
 use crate::abi::*;
 use crate::cpython::Python;
@@ -53,25 +41,25 @@ use crate::error::Result;
 /// `__dlpack__`; then the CUDA array interface, numpy's array interface, and last the buffer
 /// protocol, which claims everything left.
 pub static ROWS: [&Row; 13] = [
-    &own::ROW,
-    &torch::ROW,
-    &table::ROW,
-    &numpy::ROW,
-    &tvm_ffi::ROW,
-    &jax::ROW,
-    &array_api_strict::ROW,
-    &cupy::ROW,
-    &capsule_object::ROW,
-    &dlpack_method::ROW,
-    &cuda_array_interface::ROW,
-    &array_interface::ROW,
-    &buffer_protocol::ROW,
+    &rows::dlpx::ROW,
+    &rows::torch::ROW,
+    &rows::table::ROW,
+    &rows::numpy::ROW,
+    &rows::tvm_ffi::ROW,
+    &rows::jax::ROW,
+    &rows::array_api_strict::ROW,
+    &rows::cupy::ROW,
+    &rows::capsule::ROW,
+    &rows::dlpack::ROW,
+    &rows::cuda_array_interface::ROW,
+    &rows::array_interface::ROW,
+    &rows::buffer::ROW,
 ];
 
 /// The rows a guard's switch names (`DLPX_DIRECT_OFF` when `off`, else `DLPX_DIRECT_VERIFY`):
 /// every row with a guard, and for the off switch torch's, whose native checks it turns off.
 pub(crate) fn switchable_rows(off: bool) -> impl Iterator<Item = &'static str> {
-    ROWS.iter().filter(|row| row.guard.is_some()).map(|row| row.name).chain(off.then_some(torch::ROW.name))
+    ROWS.iter().filter(|row| row.guard.is_some()).map(|row| row.name).chain(off.then_some(rows::torch::ROW.name))
 }
 
 /// Whether `ty` (or a base) has the attribute `name`: how a row for a protocol claims a type.
@@ -179,12 +167,12 @@ pub struct Entry {
 /// What a row answers: its reading of the object ([`Reading::Uncovered`] where it does not cover
 /// the object: the `dlpack` row, the producer's own `__dlpack__`, then answers), or the refusal of
 /// an object it refuses for good.
-pub type Read<'py> = Result<Reading<'py>>;
+pub type Answer<'py> = Result<Reading<'py>>;
 
 /// How a row reads a producer's tensors. A row answers one question: the managed tensor for this object, in the form the producer hands
 /// it over (a table's pointer, a capsule, a block dlpx fills from what it read), or a borrowed
 /// view where the entry point takes one. What to do with it — validate it, make it a `Tensor`,
-/// hand it to C — is the seam's, once, for every row (`read`).
+/// hand it to C — is the seam's, once, for every row (`one_path`).
 pub trait Producer: Sync {
     /// Whether objects of type `ty` are this row's; `published` is the major-1 table the type
     /// publishes, if any. Asked once per type, in `ROWS` order.
@@ -195,7 +183,7 @@ pub trait Producer: Sync {
     /// (`dltensor_from_py_object_no_sync`). The row may
     /// ask the producer for what `ask.request` wants (the `dlpack` row passes it to
     /// `__dlpack__`); the seam serves the rest.
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py>;
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py>;
 
     /// What stands between an object and a crash in the producer's own `__dlpack__`, checked
     /// where the row's read is switched off (`DLPX_DIRECT_OFF`) and `__dlpack__` answers: a

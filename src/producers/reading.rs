@@ -7,7 +7,8 @@ use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 
-use super::{dlpack_method, Ask};
+use super::rows::dlpack;
+use super::Ask;
 use pyo3_ffi::PyObject;
 
 use crate::abi::*;
@@ -176,7 +177,7 @@ impl<'py> Reading<'py> {
                 unsafe { Tensor::from_managed_or_delete(managed)? }.export_versioned(0)
             }
             Reading::Made(managed) => Ok(managed.into_raw()),
-            Reading::Capsule(capsule) => dlpack_method::hand_on(py, capsule.into_owned(py)),
+            Reading::Capsule(capsule) => dlpack::hand_on(py, capsule.into_owned(py)),
             Reading::View | Reading::Uncovered | Reading::Refused => Err(unexpected()),
         }
     }

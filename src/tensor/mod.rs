@@ -116,8 +116,8 @@ impl Tensor {
         Self::empty_with_flags(shape, dtype, device, 0)
     }
 
-    /// [`Tensor::empty`] recording DLPack flags; only IS_SUBBYTE_TYPE_PADDED is kept (it sizes
-    /// sub-byte dtypes one element per byte).
+    /// [`Tensor::empty`] recording DLPack flags; only IS_SUBBYTE_TYPE_PADDED (it sizes sub-byte
+    /// dtypes one element per byte) and IS_COPIED (a private copy) are kept.
     pub fn empty_with_flags(shape: &[i64], dtype: DLDataType, device: DLDevice, flags: u64) -> Result<Tensor> {
         let ndim = i32::try_from(shape.len()).map_err(|_| Error::value("too many dimensions"))?;
         let prototype = DLTensor {

@@ -133,6 +133,60 @@ def test_strides_that_are_not_whole_items_are_refused_or_copied():
     assert not copied.readonly
 
 
+# Counts dlpx's large host allocations (posix_memalign at its 256-byte alignment, beyond the
+# 64 KiB its thread cache keeps): an LD_PRELOAD shim in a child interpreter.
+ALLOCATION_COUNTER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stddef.h>
+long dlpx_test_large_allocations;
+int posix_memalign(void **out, size_t alignment, size_t size) {
+    static int (*next)(void **, size_t, size_t);
+    if (!next) next = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
+    if (alignment == 256 && size >= 65536) __atomic_fetch_add(&dlpx_test_large_allocations, 1, __ATOMIC_RELAXED);
+    return next(out, alignment, size);
+}
+"""
+
+
+@pytest.mark.parametrize("protocol", ["buffer", "array_interface"])
+def test_a_copy_a_row_made_is_not_copied_again(protocol, tmp_path):
+    """copy=True of strides that are not whole items: the row's copy is the result (marked
+    IS_COPIED), one allocation, not a second copy of it."""
+    import os
+    import subprocess
+
+    import c_build
+
+    source, shim = tmp_path / "count.c", tmp_path / "libcount.so"
+    source.write_text(ALLOCATION_COUNTER)
+    try:
+        done = c_build.build("c", [str(source)], str(shim), flags=["-shared", "-fPIC"], libraries=["-ldl"])
+    except c_build.NoCompiler as missing:
+        c_build.skip_or_fail(str(missing))
+    assert done.returncode == 0, c_build.failure(done)
+    child = f"""
+import ctypes, numpy as np, dlpx
+from protocol_views import OnlyArrayInterface
+count = ctypes.c_long.in_dll(ctypes.CDLL(None), "dlpx_test_large_allocations")
+records = np.zeros(1 << 15, dtype=np.dtype([("a", "u1"), ("b", "<i4")], align=False))
+records["b"] = np.arange(1 << 15)
+field = memoryview(records["b"]) if {protocol!r} == "buffer" else OnlyArrayInterface(records["b"])
+assert dlpx._native._row_of(field) == {protocol!r}, dlpx._native._row_of(field)
+before = count.value
+copied = dlpx.from_dlpack(field, copy=True)
+after = count.value
+assert np.array_equal(np.from_dlpack(copied), np.arange(1 << 15))
+print(after - before)
+"""
+    helpers = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "helpers")
+    env = dict(os.environ, LD_PRELOAD=str(shim),
+               PYTHONPATH=os.pathsep.join([helpers, os.environ.get("PYTHONPATH", "")]))
+    ran = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["1"], ran.stdout
+
+
 def test_a_read_only_buffer_stays_read_only_through_every_export():
     t = dlpx.from_dlpack(memoryview(b"abcd"))
     assert t.readonly

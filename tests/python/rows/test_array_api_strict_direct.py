@@ -1,5 +1,5 @@
 """array_api_strict arrays read through the numpy array they wrap
-(src/producers/array_api_strict.rs) instead of their Python `__dlpack__`: the same tensor as
+(src/producers/rows/array_api_strict.rs) instead of their Python `__dlpack__`: the same tensor as
 their own export, without calling it, only on the CPU device and under an API version whose
 `__dlpack__` takes `max_version`; their own answer (and error) for everything else. (A
 `__dlpack__` that disagrees on the first array: test_direct_reads.py.)"""

@@ -169,7 +169,7 @@ def test_what_the_struct_path_does_not_cover_gets_numpys_own_answer(make):
 
 def through_dlpack(values):
     """An array_api_strict array on one of its make-believe devices: dlpx does not read it
-    through the numpy array it wraps (src/producers/array_api_strict.rs), so it takes the
+    through the numpy array it wraps (src/producers/rows/array_api_strict.rs), so it takes the
     path of any table-less producer, `__dlpack__`."""
     return array_api_strict.asarray(values, device=array_api_strict.Device("device1"))
 

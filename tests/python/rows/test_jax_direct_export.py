@@ -1,4 +1,4 @@
-"""jax arrays exported by jaxlib's C++ function (src/producers/jax.rs) instead of the Python
+"""jax arrays exported by jaxlib's C++ function (src/producers/rows/jax.rs) instead of the Python
 of jax's `__dlpack__`: the same tensor as jax's own export, made by that function and not by
 `__dlpack__`, for one-device arrays only; jax's own answer (and error) for everything else; the
 first array checked against `__dlpack__`, a disagreement turning the path off."""

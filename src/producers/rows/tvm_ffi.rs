@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::discovered::Discovered;
-use super::home::Home;
-use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{type_of, vectorcall_method, ExceptionGuard, Interned, Owned, Python};
 use crate::error::{guard, Error, Result};
 use crate::memory::cpu;
+use crate::producers::discovered::Discovered;
+use crate::producers::home::Home;
+use crate::producers::{synthetic, Answer, Ask, Entry, Guard, Producer, Reading, Row};
 use crate::tensor::MANAGED_BLOCK;
 
 pub static ROW: Row = Row {
@@ -73,7 +73,7 @@ impl Producer for TvmFfi {
 
     /// The object's own `DLTensor` where a view will do (borrowed: valid while the caller holds
     /// the wrapper, which holds the object), else an owning read.
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
         let Some(out) = ask.view else {
             // SAFETY: a managed tensor this read filled, ours.
             return Ok(

@@ -6,12 +6,13 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::discovered::Discovered;
-use super::served::Served;
-use super::{table, Ask, Entry, Producer, Read, Reading, Row, Suspect, Suspicion};
+use super::table;
 use crate::abi::*;
 use crate::cpython::{imported_module, vectorcall_method, GilVar, Interned, Owned, Python};
 use crate::error::{Error, Result};
+use crate::producers::discovered::Discovered;
+use crate::producers::served::Served;
+use crate::producers::{Answer, Ask, Entry, Producer, Reading, Row, Suspect, Suspicion};
 
 pub static ROW: Row =
     Row { name: "torch", synthetic: None, guard: None, suspect: Some(&Torch), home: None, producer: &Torch };
@@ -32,7 +33,7 @@ impl Producer for Torch {
     ///
     /// A read-only ask (a kernel that only reads) goes through torch's const table where torch
     /// has one: the same tensor, flagged read-only, its copy-on-write storage left shared.
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
         let table = match ask.read_only {
             true => torch_const_table(py).unwrap_or(entry.table),
             false => entry.table,
@@ -196,7 +197,7 @@ fn at_tensor(object: *mut PyObject) -> *const c_void {
 
 #[cold]
 fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> Option<Native> {
-    if super::guard::named(super::guard::OFF_VARIABLE, ROW.name) {
+    if crate::producers::guard::named(crate::producers::guard::OFF_VARIABLE, ROW.name) {
         return None;
     }
     let cdata = crate::cpython::attribute(py, object, c"_cdata")?;

@@ -11,14 +11,14 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::held_buffer::HeldView;
-use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::array_formats;
 use crate::cpython::buffer::{PyBuffer, PYBUF_RECORDS_RO};
 use crate::cpython::Python;
 use crate::error::{Error, ErrorKind, Result};
 use crate::layout::{self, MAX_NDIM};
+use crate::producers::held_buffer::HeldView;
+use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Reading, Row};
 use crate::tensor::Tensor;
 
 pub static ROW: Row =
@@ -33,7 +33,7 @@ impl Producer for BufferProtocol {
         true
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
         match managed_of(py, object) {
             // SAFETY: a managed tensor this read made from the view it checked, valid as made.
             Ok(Some(managed)) => Ok(unsafe { Reading::made(managed) }),
@@ -41,8 +41,12 @@ impl Producer for BufferProtocol {
             // Strides that are not whole items cross only as a copy, and a copy was asked for.
             Err(err) if ask.request.copy == Some(true) && err.kind == ErrorKind::BufferError => {
                 match copy_of(py, object)? {
-                    // SAFETY: an export of dlpx's own tensor, handed over.
-                    Some(copy) => Ok(unsafe { Reading::managed(copy.export_versioned(0)?) }),
+                    // A copy this read made, marked as one (`copy_of`): not copied again.
+                    Some(copy) => {
+                        let copy = copy.export_versioned(DLPACK_FLAG_BITMASK_IS_COPIED)?;
+                        // SAFETY: an export of dlpx's own tensor, handed over.
+                        Ok(unsafe { Reading::managed(copy) })
+                    }
                     None => on_the_instance(py, object, entry, ask),
                 }
             }
@@ -54,10 +58,10 @@ impl Producer for BufferProtocol {
 /// An object whose type claims no protocol may still carry one on itself (an attribute set on
 /// the instance: numpy looks there too). Asked in R12's order, only when the buffer failed.
 #[cold]
-fn on_the_instance<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+fn on_the_instance<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
     let has = |name: &CStr| crate::cpython::attribute(py, object, name).is_some();
     if has(c"__dlpack__") {
-        return super::dlpack_method::ROW.producer.read(py, object, entry, ask);
+        return super::dlpack::ROW.producer.read(py, object, entry, ask);
     }
     if has(c"__cuda_array_interface__") {
         return super::cuda_array_interface::ROW.producer.read(py, object, entry, ask);
@@ -159,7 +163,8 @@ pub fn copy_of(py: Python<'_>, object: *mut PyObject) -> Result<Option<Tensor>> 
     let mut shape = [0i64; MAX_NDIM];
     let (dtype, ndim) = items(view, &mut shape)?;
     let shape = &shape[..ndim];
-    let copy = Tensor::empty(shape, dtype, DLDevice::CPU)?;
+    // A private copy, marked as one: `copy=True` does not copy it again.
+    let copy = Tensor::empty_with_flags(shape, dtype, DLDevice::CPU, DLPACK_FLAG_BITMASK_IS_COPIED)?;
     let dst = copy.dl_tensor().data;
     if !dst.is_null() {
         // SAFETY: GIL held; `dst` holds exactly `view.len` bytes (the same items, compact).

@@ -4,9 +4,9 @@ use std::ptr::NonNull;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{Owned, Python};
+use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Reading, Row};
 
 pub static ROW: Row =
     Row { name: "capsule", synthetic: Some(&TABLE), guard: None, suspect: None, home: None, producer: &CapsuleObject };
@@ -18,7 +18,7 @@ impl Producer for CapsuleObject {
         ty.cast::<PyObject>() == py.capsule_type
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
         // SAFETY: the caller's object, live while the token lives.
         let capsule = Owned::from_borrowed(py, unsafe { NonNull::new_unchecked(object) });
         Ok(Reading::capsule(capsule))

@@ -11,13 +11,13 @@ use std::ptr::NonNull;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::held::{self, Reference};
-use super::interface_dict::{self, Data, Kind};
-use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::Python;
 use crate::devices;
 use crate::error::{Error, Result};
+use crate::producers::held::{self, Reference};
+use crate::producers::interface_dict::{self, Data, Kind};
+use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Reading, Row};
 
 pub static ROW: Row = Row {
     name: "cuda_array_interface",
@@ -32,11 +32,11 @@ static TABLE: DLPackExchangeAPI = synthetic::table(false);
 
 impl Producer for CudaArrayInterface {
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        super::type_has(py, ty, c"__cuda_array_interface__")
+        crate::producers::type_has(py, ty, c"__cuda_array_interface__")
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
-        let interface = interface_dict::read(py, object, Kind::Cuda)?;
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
+        let interface = interface_dict::interface_of(py, object, Kind::Cuda)?;
         if let Some(unaligned) = interface.unaligned {
             return Err(unaligned); // device memory: dlpx gathers host items only
         }

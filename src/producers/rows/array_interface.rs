@@ -7,14 +7,14 @@ use std::ptr::NonNull;
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::held::{self, Reference};
-use super::held_buffer::HeldView;
-use super::interface_dict::{self, Data, Interface, Kind};
-use super::{synthetic, Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::buffer::PYBUF_RECORDS_RO;
 use crate::cpython::Python;
 use crate::error::{Error, Result};
+use crate::producers::held::{self, Reference};
+use crate::producers::held_buffer::HeldView;
+use crate::producers::interface_dict::{self, Data, Interface, Kind};
+use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Reading, Row};
 
 pub static ROW: Row = Row {
     name: "array_interface",
@@ -29,11 +29,11 @@ static TABLE: DLPackExchangeAPI = synthetic::table(false);
 
 impl Producer for ArrayInterface {
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        super::type_has(py, ty, c"__array_interface__")
+        crate::producers::type_has(py, ty, c"__array_interface__")
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
-        let interface = interface_dict::read(py, object, Kind::Host)?;
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
+        let interface = interface_dict::interface_of(py, object, Kind::Host)?;
         match (interface.unaligned.is_some(), ask.request.copy == Some(true)) {
             // SAFETY: an export of dlpx's own tensor, handed over.
             (true, true) => Ok(unsafe { Reading::managed(copied(py, &interface)?) }),
@@ -123,7 +123,8 @@ fn copied(py: Python<'_>, interface: &Interface<'_>) -> Result<NonNull<DLManaged
             }
         }
     };
-    copy.export_versioned(0)
+    // A copy this read made, marked as one: `copy=True` does not copy it again.
+    copy.export_versioned(DLPACK_FLAG_BITMASK_IS_COPIED)
 }
 
 /// Refuses an interface whose elements reach outside the buffer it names (hostile input).

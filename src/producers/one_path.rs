@@ -1,5 +1,5 @@
 //! The one path of the producer seam: every entry point — `from_dlpack`, `dlpx.Tensor(x)`, the
-//! kernel API, the synthetic tables — asks [`read`] for an object's reading, and the object's
+//! kernel API, the synthetic tables — asks [`reading_of`] for an object's reading, and the object's
 //! guard and the faithful-import rule are applied there, once (docs/design.md, "Producers: one
 //! seam", "Faithful import"). What the entry point makes of the reading is said once too: a
 //! `Tensor` (`import`), an owning managed tensor (`managed`) or a view (`view`).
@@ -20,13 +20,13 @@ use crate::tensor::Tensor;
 /// `object` (a tensor of any DLPack producer, or a DLPack capsule) as a [`Tensor`]:
 /// `from_dlpack`, `dlpx.Tensor(x)`. Its errors name `from_dlpack`, whichever entry point called.
 pub fn import(py: Python<'_>, object: *mut PyObject, request: Request) -> Result<Tensor> {
-    let tensor = read(py, object, Ask::tensor(request)).and_then(|reading| reading.into_tensor(py));
+    let tensor = reading_of(py, object, Ask::tensor(request)).and_then(|reading| reading.into_tensor(py));
     tensor.and_then(|t| finish(t, request)).map_err(|err| err.at("from_dlpack"))
 }
 
 /// An owning managed tensor of `object` for C (`dlpx_import`, the synthetic tables).
 pub fn managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
-    read(py, object, Ask::MANAGED)?.into_managed(py)
+    reading_of(py, object, Ask::MANAGED)?.into_managed(py)
 }
 
 /// A view of `object` for a kernel: `out` filled, the managed tensor that keeps it valid (NULL
@@ -44,13 +44,13 @@ pub fn view(
     let asked = if read_only { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 };
     let slot = Cell::from_mut(out);
     let ask = Ask::view(slot, read_only);
-    let owner = match read(py, object, ask)? {
+    let owner = match reading_of(py, object, ask)? {
         Reading::Own(tensor) => {
             slot.set(share(tensor));
             return Ok((ptr::null_mut(), asked | (tensor.flags() & DLPACK_FLAG_BITMASK_READ_ONLY)));
         }
         Reading::View if view_is_whole(slot)? => return Ok((ptr::null_mut(), asked)),
-        Reading::View => read(py, object, ask.managed())?.into_managed(py)?,
+        Reading::View => reading_of(py, object, ask.managed())?.into_managed(py)?,
         reading => reading.into_managed(py)?,
     };
     // SAFETY: a live managed tensor the caller owns until it releases the view.
@@ -75,7 +75,7 @@ pub fn view_in_place(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) 
         return Ok(false);
     }
     let slot = Cell::from_mut(out);
-    match read(py, object, Ask::view(slot, false))? {
+    match reading_of(py, object, Ask::view(slot, false))? {
         Reading::Own(tensor) if tensor.is_readonly() => return Ok(false),
         Reading::Own(tensor) => slot.set(share(tensor)),
         Reading::View if view_is_whole(slot)? => {}
@@ -97,9 +97,10 @@ fn view_is_whole(view: &Cell<DLTensor>) -> Result<bool> {
 /// `dlpx.Tensor` (the `dlpx` row's share, answered by one comparison: the hot case), else its
 /// row's, behind the row's guard, admitted by the faithful-import rule. Where the reading cannot
 /// stand alone — the row does not cover the object, its guard is off or on its first use, or
-/// the row suspects its read — the producer's own `__dlpack__` decides (`faithful::answer`).
+/// the row suspects its read — the producer's own `__dlpack__` decides, one question each
+/// (`faithful::uncovered`, `faithful::first_use`, `faithful::suspected`).
 #[inline(always)]
-fn read<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Result<Reading<'py>> {
+fn reading_of<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Result<Reading<'py>> {
     if let Some(tensor) = crate::tensor_type::exact_tensor_of(py, object) {
         return Ok(Reading::Own(tensor));
     }
@@ -123,9 +124,13 @@ fn read<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Result<Rea
     };
     let first_use = matches!(state, State::Unknown | State::Unverified);
     match (&ours, first_use, suspicion) {
-        (Reading::Uncovered, _, _) | (_, true, _) | (_, _, Some(_)) => {
-            faithful::answer(py, object, entry, ask, first_use, ours, suspicion)
+        (_, true, None) => faithful::first_use(py, object, entry, ask, ours),
+        (_, true, Some(_)) => faithful::first_use(py, object, entry, ask, faithful::set_aside(py, ours)),
+        (_, false, Some(suspicion)) => {
+            faithful::set_aside(py, ours);
+            faithful::suspected(py, object, entry, ask, suspicion)
         }
+        (Reading::Uncovered, false, None) => faithful::uncovered(py, object, entry, ask),
         _ => {
             if let Some(guard) = row.guard {
                 guard.served(py);

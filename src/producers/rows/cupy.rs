@@ -5,11 +5,12 @@
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::discovered::Discovered;
-use super::home::Home;
-use super::{dlpack_method, synthetic, Ask, Entry, Producer, Read, Row};
+use super::dlpack;
 use crate::abi::*;
 use crate::cpython::{attribute, Python};
+use crate::producers::discovered::Discovered;
+use crate::producers::home::Home;
+use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Row};
 
 pub static ROW: Row =
     Row { name: "cupy", synthetic: Some(&TABLE), guard: None, suspect: None, home: Some(&HOME), producer: &Cupy };
@@ -34,7 +35,7 @@ impl Producer for Cupy {
         found.is_some_and(|found| found.ndarray == ty)
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
-        dlpack_method::read(py, object, ask.request)
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
+        dlpack::export(py, object, ask.request)
     }
 }

@@ -3,11 +3,12 @@
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::discovered::Discovered;
-use super::home::Home;
-use super::{numpy, synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
+use super::numpy;
 use crate::abi::*;
 use crate::cpython::{attribute, imported_module, interned_attribute, Interned, Owned, Python};
+use crate::producers::discovered::Discovered;
+use crate::producers::home::Home;
+use crate::producers::{synthetic, Answer, Ask, Entry, Guard, Producer, Reading, Row};
 
 pub static ROW: Row = Row {
     name: "array_api_strict",
@@ -44,7 +45,7 @@ impl Producer for ArrayApiStrict {
 
     /// The wrapped numpy array, read the numpy row's way, on the CPU device while the API version
     /// is new enough; None otherwise (its own `__dlpack__` answers, or refuses).
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
         let Some(found) = FOUND.get(py) else { return Ok(Reading::Uncovered) };
         if !on_cpu(py, object, found) || !api_new_enough(py, found) {
             return Ok(Reading::Uncovered);

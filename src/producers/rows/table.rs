@@ -5,10 +5,10 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::{Ask, Entry, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{Owned, Python};
 use crate::error::{Error, Result};
+use crate::producers::{Answer, Ask, Entry, Producer, Reading, Row};
 
 pub static ROW: Row = Row { name: "table", synthetic: None, guard: None, suspect: None, home: None, producer: &Table };
 struct Table;
@@ -18,7 +18,7 @@ impl Producer for Table {
         published.is_some()
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Read<'py> {
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
         read_through(py, object, entry.table, ask)
     }
 }

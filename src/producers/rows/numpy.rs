@@ -7,14 +7,14 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::discovered::Discovered;
-use super::held::{self, Reference};
-use super::home::Home;
-use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{layout, type_of, Owned, Python};
 use crate::error::Result;
 use crate::layout::MAX_NDIM;
+use crate::producers::discovered::Discovered;
+use crate::producers::held::{self, Reference};
+use crate::producers::home::Home;
+use crate::producers::{synthetic, Answer, Ask, Entry, Guard, Producer, Reading, Row};
 
 pub static ROW: Row = Row {
     name: "numpy",
@@ -37,7 +37,7 @@ impl Producer for Numpy {
         ARRAY_TYPE.get_or_find(py, |py, _| read_array_api(py).and_then(NonNull::new)) == NonNull::new(ty)
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
         // SAFETY: a managed tensor this read filled, ours, valid as made.
         Ok(managed_of(py, object)?.map_or(Reading::Uncovered, |managed| unsafe { Reading::made(managed) }))
     }

@@ -7,13 +7,13 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::dlpack_call;
-use super::{synthetic, Ask, Entry, Producer, Read, Reading, Request, Row};
 use crate::abi::*;
 use crate::args;
 use crate::capsule;
 use crate::cpython::{int_tuple, type_name, Owned, Python};
 use crate::error::{Error, ErrorKind, Result};
+use crate::producers::dlpack_call;
+use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Reading, Request, Row};
 
 pub static ROW: Row =
     Row { name: "dlpack", synthetic: Some(&TABLE), guard: None, suspect: None, home: None, producer: &Dlpack };
@@ -22,18 +22,18 @@ static TABLE: DLPackExchangeAPI = synthetic::table(false);
 
 impl Producer for Dlpack {
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        super::type_has(py, ty, c"__dlpack__")
+        crate::producers::type_has(py, ty, c"__dlpack__")
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Read<'py> {
-        read(py, object, ask.request)
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
+        export(py, object, ask.request)
     }
 }
 
 /// The capsule of `object.__dlpack__(...)`, the producer's own export: with the request's
 /// `dl_device` and `copy`, and dlpx's current stream on the object's CUDA device when one is set.
 /// What every row leaves to the producer ends here.
-pub fn read<'py>(py: Python<'py>, object: *mut PyObject, request: Request) -> Result<Reading<'py>> {
+pub fn export<'py>(py: Python<'py>, object: *mut PyObject, request: Request) -> Result<Reading<'py>> {
     // A stream belongs to the object's own device: none when another device is asked for.
     let stream = if request.device.is_none() { stream_request(py, object)? } else { None };
     if !request.asks_more() && request.copy.is_none() && stream.is_none() {

@@ -5,11 +5,11 @@ use std::ptr::{self};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
 
-use super::discovered::Discovered;
-use super::home::Home;
-use super::{synthetic, Ask, Entry, Guard, Producer, Read, Reading, Row};
 use crate::abi::*;
 use crate::cpython::{attribute, interned_attribute, type_of, vectorcall_method, Interned, Owned, Python};
+use crate::producers::discovered::Discovered;
+use crate::producers::home::Home;
+use crate::producers::{synthetic, Answer, Ask, Entry, Guard, Producer, Reading, Row};
 
 pub static ROW: Row =
     Row { name: "jax", synthetic: Some(&TABLE), guard: Some(&GUARD), suspect: None, home: Some(&HOME), producer: &Jax };
@@ -34,7 +34,7 @@ impl Producer for Jax {
         FOUND.get_or_find(py, find).is_some_and(|found| found.array == ty)
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Read<'py> {
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
         Ok(capsule_of(py, object).map_or(Reading::Uncovered, Reading::capsule))
     }
 }
