@@ -16,12 +16,12 @@ use super::block::Block;
 use super::classes::{class_bytes, class_of, settings, Fault, MAX_DEVICES};
 use super::deferred::{self, capturing};
 use super::device::{on_device, synchronise_device};
+use super::driver::{self, STREAM_LEGACY, STREAM_PER_THREAD};
 use super::events::record_event;
 use super::pool::{driver_alloc, driver_free};
-use super::{counters, idle, release, thread_cache, STREAM_LEGACY, STREAM_PER_THREAD};
+use super::uses::{Fence, Uses};
+use super::{counters, idle, release, thread_cache};
 use crate::error::{Error, Result};
-use crate::memory::driver;
-use crate::memory::uses::{Fence, Uses};
 
 /// Device memory handed to a tensor: the address, the block it is (0: memory straight from the
 /// driver) and the word its free presents (the block's state; the size for driver memory).
@@ -94,7 +94,7 @@ fn miss(device_id: i32, key: super::block::StreamKey, class: usize, stream: *mut
             c.alloc_bytes -= bytes as u64;
         })
     })?;
-    super::register_exit_hook();
+    release::register_exit_hook();
     let block = Box::new(Block::new(ptr as usize, device_id, class, key));
     Ok(hand_out(NonNull::from(Box::leak(block))))
 }

@@ -7,15 +7,17 @@ use std::sync::atomic::Ordering;
 
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUmemoryPool, CUstream};
 
+use super::counters;
 use super::deferred::{capturing, defer, flush, free_now, unreserve, Deferred};
-use super::device::{on_device, out_of_memory, set_up_devices, synchronise_context, with_context, Device, DEVICES};
+use super::device::{
+    on_device, out_of_memory, set_up_devices, synchronise_context, with_context, DeviceState, DEVICES,
+};
+use super::driver::{self, check, Driver, Wait};
 use super::events::release_fences;
 use super::release::release_device;
-use super::{counters, Wait};
+use super::uses::Uses;
 use crate::error::Result;
 use crate::memory::blocking::blocking;
-use crate::memory::driver::{self, check, Driver};
-use crate::memory::uses::Uses;
 
 /// `nbytes` of device memory on `device_id` from the driver, ordered on `stream` (NULL: the
 /// legacy default). On an out-of-memory answer the device's idle cached blocks and its pool's
@@ -66,7 +68,7 @@ pub fn driver_alloc(device_id: i32, nbytes: usize, stream: *mut c_void) -> Resul
 }
 
 /// Gives the pool's free memory back to the driver (nothing where the device has no pool).
-fn trim(driver: &Driver, state: &Device) {
+fn trim(driver: &Driver, state: &DeviceState) {
     if state.pool != 0 {
         // SAFETY: a pool dlpx created.
         unsafe { (driver.cuMemPoolTrimTo)(state.pool as CUmemoryPool, 0) };

@@ -4,9 +4,9 @@
 use std::ffi::CStr;
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::driver;
 use super::{counters, idle, thread_cache};
 use crate::error::{Error, Result};
-use crate::memory::driver;
 
 /// Statistics of dlpx's CUDA device memory on one device, since the process started. Bytes of a
 /// cached block count its whole size class (what the driver gave), as torch counts its blocks.
