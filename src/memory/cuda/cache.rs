@@ -12,13 +12,13 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
-use super::block::Block;
+use super::block::{Block, StreamKey};
 use super::classes::{class_bytes, class_of, settings, Fault, MAX_DEVICES};
-use super::deferred::{self, capturing};
-use super::device::{on_device, synchronise_device};
-use super::driver::{self, STREAM_LEGACY, STREAM_PER_THREAD};
+use super::deferred::{self, capturing, flush};
+use super::device::{no_memory, on_device, synchronise_context, synchronise_device};
+use super::driver::{self, Wait, STREAM_LEGACY, STREAM_PER_THREAD};
 use super::events::record_event;
-use super::pool::{driver_alloc, driver_free};
+use super::pool::{self, driver_free};
 use super::uses::{Fence, Uses};
 use super::{counters, idle, release, thread_cache};
 use crate::error::{Error, Result};
@@ -32,21 +32,100 @@ pub struct Grant {
     pub word: u64,
 }
 
-/// `nbytes` (> 0) of device memory on `device_id`, ordered on `stream`.
+/// `nbytes` (> 0) of device memory on `device_id`, ordered on `stream`: a block of its size
+/// class from this thread's bins (no driver call, no lock another thread takes on its own hot
+/// path), else the rest of the ladder ([`climb`]). Memory larger than the largest class, memory
+/// on a stream being captured into a CUDA graph, and memory of a device without a cache climb
+/// straight to the driver.
 #[inline]
 pub fn alloc_device(device_id: i32, nbytes: usize, stream: *mut c_void) -> Result<Grant> {
     let class = match class_of(nbytes) {
         Some(class) if cached_device(device_id) => class,
-        _ => return alloc_uncached(device_id, nbytes, stream),
+        _ => return climb(device_id, nbytes, None, stream),
     };
     // The legacy stream cannot be captured into a graph; any other may be.
     if !matches!(stream as usize, 0 | STREAM_LEGACY) && captured(device_id, stream)? {
-        return alloc_uncached(device_id, nbytes, stream);
+        return climb(device_id, nbytes, None, stream);
     }
-    match thread_cache::take(device_id, stream as usize, class, class_bytes(class)) {
+    let bytes = class_bytes(class);
+    match thread_cache::take(device_id, stream as usize, class, bytes) {
         Ok(block) => Ok(hand_out(block)),
-        Err(key) => miss(device_id, key, class, stream),
+        Err(key) => climb(device_id, bytes, Some((key, class)), stream),
     }
+}
+
+/// The ladder below the thread's bins, as torch's `malloc` states it: for a size class, a block
+/// of the device's idle lists (`class`: its stream key and class); else `nbytes` from the
+/// driver; when the driver is out of memory, again after the cache's idle blocks and the pool's
+/// free memory went back to it (others may hold the rest); once more, when blocks went back,
+/// after the device finished their frees (they are stream-ordered); then MemoryError, naming
+/// the size.
+#[cold]
+fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, stream: *mut c_void) -> Result<Grant> {
+    if let Some((key, class)) = class {
+        let driver = driver::get()?;
+        // No event is queried while a capture dlpx knows of may be underway (a query breaks it).
+        if let Some(block) = idle::take(driver, device_id, key, class, !deferred::any()) {
+            return Ok(hand_out(block));
+        }
+    }
+    let from_driver = on_device(device_id, |driver, state| {
+        flush(driver, state, device_id);
+        let counters = counters::of(device_id);
+        if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
+            return Ok(ptr);
+        }
+        if let Some(c) = counters {
+            c.alloc_retries.fetch_add(1, Ordering::Relaxed);
+        }
+        let released = release::release_device(driver, state, device_id, Wait::Hooked).unwrap_or(0);
+        pool::trim(driver, state);
+        if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
+            return Ok(ptr);
+        }
+        if released > 0 {
+            if let Some(c) = counters {
+                c.syncs.fetch_add(1, Ordering::Relaxed);
+            }
+            synchronise_context(driver);
+            pool::trim(driver, state);
+            if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
+                return Ok(ptr);
+            }
+        }
+        if let Some(c) = counters {
+            c.ooms.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(no_memory(nbytes, device_id))
+    });
+    let ptr = match from_driver {
+        Ok(ptr) => ptr,
+        Err(err) => {
+            if class.is_some() {
+                thread_cache::count(device_id, |c| {
+                    c.allocs -= 1;
+                    c.alloc_bytes -= nbytes as u64;
+                })
+            }
+            return Err(err);
+        }
+    };
+    if let Some(c) = counters::of(device_id) {
+        c.reserve(nbytes);
+    }
+    let Some((key, class)) = class else {
+        thread_cache::count(device_id, |c| {
+            c.allocs += 1;
+            c.alloc_bytes += nbytes as u64;
+        });
+        if let Some(counters) = counters::of(device_id) {
+            counters.hand_out(nbytes);
+        }
+        return Ok(Grant { ptr, block: 0, word: nbytes as u64 });
+    };
+    release::register_exit_hook();
+    let block = Box::new(Block::new(ptr as usize, device_id, class, key));
+    Ok(hand_out(NonNull::from(Box::leak(block))))
 }
 
 /// Whether `device_id` has a cache now.
@@ -77,40 +156,6 @@ fn hand_out(block: NonNull<Block>) -> Grant {
         counters.hand_out(b.bytes());
     }
     Grant { ptr: b.ptr as *mut c_void, block: block.as_ptr() as usize, word }
-}
-
-/// No block in the thread's bins: one from the shared lists, else a new one from the driver.
-#[cold]
-fn miss(device_id: i32, key: super::block::StreamKey, class: usize, stream: *mut c_void) -> Result<Grant> {
-    let driver = driver::get()?;
-    // No event is queried while a capture dlpx knows of may be underway (a query breaks it).
-    if let Some(block) = idle::take(driver, device_id, key, class, !deferred::any()) {
-        return Ok(hand_out(block));
-    }
-    let bytes = class_bytes(class);
-    let ptr = driver_alloc(device_id, bytes, stream).inspect_err(|_| {
-        thread_cache::count(device_id, |c| {
-            c.allocs -= 1;
-            c.alloc_bytes -= bytes as u64;
-        })
-    })?;
-    release::register_exit_hook();
-    let block = Box::new(Block::new(ptr as usize, device_id, class, key));
-    Ok(hand_out(NonNull::from(Box::leak(block))))
-}
-
-/// Memory straight from the driver: not a size class, or a graph's, or no cache.
-#[cold]
-fn alloc_uncached(device_id: i32, nbytes: usize, stream: *mut c_void) -> Result<Grant> {
-    let ptr = driver_alloc(device_id, nbytes, stream)?;
-    thread_cache::count(device_id, |c| {
-        c.allocs += 1;
-        c.alloc_bytes += nbytes as u64;
-    });
-    if let Some(counters) = counters::of(device_id) {
-        counters.hand_out(nbytes);
-    }
-    Ok(Grant { ptr, block: 0, word: nbytes as u64 })
 }
 
 /// Frees memory from [`alloc_device`]: into the cache when its block may be reused at once (or
@@ -164,7 +209,7 @@ pub unsafe fn free_device(device_id: i32, grant: Grant, stream: *mut c_void, use
 /// Whether the stream of `key` is being captured into a graph now (the legacy stream cannot
 /// be; another thread's default stream is the legacy stream here).
 #[inline]
-fn freed_while_captured(device_id: i32, key: super::block::StreamKey) -> bool {
+fn freed_while_captured(device_id: i32, key: StreamKey) -> bool {
     let key = key.seen_from(thread_cache::thread_id());
     key.stream != STREAM_LEGACY && captured(device_id, key.stream as *mut c_void).unwrap_or(false)
 }

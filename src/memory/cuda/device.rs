@@ -204,7 +204,12 @@ pub(super) fn set_up_devices() -> impl Iterator<Item = (i32, &'static DeviceStat
 /// CUDA_ERROR_OUT_OF_MEMORY, the driver's own error otherwise.
 pub(super) fn out_of_memory(driver: &Driver, code: i32, nbytes: usize, device_id: i32) -> Result<()> {
     if code == driver::CUDA_ERROR_OUT_OF_MEMORY {
-        return Err(Error::memory(format!("out of memory allocating {nbytes} bytes on CUDA device {device_id}")));
+        return Err(no_memory(nbytes, device_id));
     }
     check(driver, "CUDA allocation", code)
+}
+
+/// MemoryError naming the size.
+pub(super) fn no_memory(nbytes: usize, device_id: i32) -> Error {
+    Error::memory(format!("out of memory allocating {nbytes} bytes on CUDA device {device_id}"))
 }
