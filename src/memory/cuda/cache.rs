@@ -10,7 +10,6 @@
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
 
 use super::block::{Block, StreamKey};
 use super::classes::{class_bytes, class_of, settings, Fault, MAX_DEVICES};
@@ -20,7 +19,7 @@ use super::driver::{self, Wait, STREAM_LEGACY, STREAM_PER_THREAD};
 use super::events::record_event;
 use super::pool::{self, driver_free};
 use super::uses::{Fence, Uses};
-use super::{counters, idle, release, thread_cache};
+use super::{accounting, idle, release, thread_cache};
 use crate::error::{Error, Result};
 
 /// Device memory handed to a tensor: the address, the block it is (0: memory straight from the
@@ -71,56 +70,38 @@ fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, strea
     }
     let from_driver = on_device(device_id, |driver, state| {
         flush(driver, state, device_id);
-        let counters = counters::of(device_id);
         if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
             return Ok(ptr);
         }
-        if let Some(c) = counters {
-            c.alloc_retries.fetch_add(1, Ordering::Relaxed);
-        }
+        accounting::retried(device_id);
         let released = release::release_device(driver, state, device_id, Wait::Hooked).unwrap_or(0);
         pool::trim(driver, state);
         if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
             return Ok(ptr);
         }
         if released > 0 {
-            if let Some(c) = counters {
-                c.syncs.fetch_add(1, Ordering::Relaxed);
-            }
+            accounting::synchronised(device_id);
             synchronise_context(driver);
             pool::trim(driver, state);
             if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
                 return Ok(ptr);
             }
         }
-        if let Some(c) = counters {
-            c.ooms.fetch_add(1, Ordering::Relaxed);
-        }
+        accounting::ran_out(device_id);
         Err(no_memory(nbytes, device_id))
     });
     let ptr = match from_driver {
         Ok(ptr) => ptr,
         Err(err) => {
             if class.is_some() {
-                thread_cache::count(device_id, |c| {
-                    c.allocs -= 1;
-                    c.alloc_bytes -= nbytes as u64;
-                })
+                accounting::refused(device_id, nbytes);
             }
             return Err(err);
         }
     };
-    if let Some(c) = counters::of(device_id) {
-        c.reserve(nbytes);
-    }
+    accounting::reserved(device_id, nbytes);
     let Some((key, class)) = class else {
-        thread_cache::count(device_id, |c| {
-            c.allocs += 1;
-            c.alloc_bytes += nbytes as u64;
-        });
-        if let Some(counters) = counters::of(device_id) {
-            counters.hand_out(nbytes);
-        }
+        accounting::handed_out_uncached(device_id, nbytes);
         return Ok(Grant { ptr, block: 0, word: nbytes as u64 });
     };
     release::register_exit_hook();
@@ -152,9 +133,7 @@ fn hand_out(block: NonNull<Block>) -> Grant {
     // SAFETY: an idle block the caller took from the cache: nobody else holds it.
     let b = unsafe { block.as_ref() };
     let word = b.hand_out();
-    if let Some(counters) = counters::of(b.device_id) {
-        counters.hand_out(b.bytes());
-    }
+    accounting::handed_out(b.device_id, b.bytes());
     Grant { ptr: b.ptr as *mut c_void, block: block.as_ptr() as usize, word }
 }
 
@@ -178,7 +157,7 @@ pub unsafe fn free_device(device_id: i32, grant: Grant, stream: *mut c_void, use
         return Err(freed_twice(device_id, grant.ptr));
     }
     let bytes = b.bytes();
-    let idle = counters::of(device_id).map_or(u64::MAX, |c| c.take_back(bytes));
+    let idle = accounting::taken_back(device_id, bytes);
     // A free during a capture of its stream is put off until the capture ends (the driver's
     // path does that, as before the cache): a release meanwhile then knows of the capture and
     // leaves it alone. Asking names the stream, which the tensor's owner keeps alive until
@@ -224,13 +203,7 @@ fn freed_twice(device_id: i32, ptr: *mut c_void) -> Error {
 #[cold]
 unsafe fn free_uncached(device_id: i32, grant: Grant, stream: *mut c_void, uses: Uses) -> Result<()> {
     let nbytes = grant.word as usize;
-    thread_cache::count(device_id, |c| {
-        c.frees += 1;
-        c.free_bytes += nbytes as u64;
-    });
-    if let Some(counters) = counters::of(device_id) {
-        counters.take_back(nbytes);
-    }
+    accounting::taken_back_uncached(device_id, nbytes);
     // SAFETY: per the contract.
     unsafe { driver_free(device_id, grant.ptr, nbytes, stream, uses) }
 }
@@ -243,13 +216,7 @@ fn keep_fenced(device_id: i32, block: NonNull<Block>, uses: Uses) -> Result<()> 
     // SAFETY: the caller took the block back: it is this thread's alone.
     let b = unsafe { block.as_ref() };
     b.set_key(b.key().seen_from(thread_cache::thread_id()));
-    thread_cache::count(device_id, |c| {
-        c.frees += 1;
-        c.free_bytes += b.bytes() as u64;
-    });
-    if let Some(counters) = counters::of(device_id) {
-        counters.fenced_frees.fetch_add(1, Ordering::Relaxed);
-    }
+    accounting::fenced(device_id, b.bytes());
     let mut fences = uses.fences;
     let mut first_error = Ok(());
     for &(used_device, used_on) in &uses.streams {

@@ -8,18 +8,12 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys::{CUdeviceptr, CUevent, CUstream};
 
-use super::counters;
+use super::accounting::unreserved;
 use super::device::{synchronise_context, DeviceState};
 use super::driver::{self, check, same_stream, Driver};
 use super::events::{enqueue_wait, release_fences, wait_for_peer};
 use super::uses::Uses;
 use crate::error::Result;
-
-pub(super) fn unreserve(device_id: i32, nbytes: usize) {
-    if let Some(c) = counters::of(device_id) {
-        c.unreserve(nbytes);
-    }
-}
 
 /// A free put off while its stream was being captured into a CUDA graph.
 pub(super) struct Deferred {
@@ -123,6 +117,6 @@ pub(super) unsafe fn free_now(
     }
     // SAFETY: per the contract.
     check(driver, "cuMemFreeAsync", unsafe { (driver.cuMemFreeAsync)(ptr as CUdeviceptr, stream as CUstream) })
-        .inspect(|()| unreserve(device_id, nbytes))
+        .inspect(|()| unreserved(device_id, nbytes))
         .and(waited)
 }

@@ -21,11 +21,11 @@
 //! The library loads where no driver exists: the driver is looked for on first use only, and
 //! without it every path fails with "CUDA driver not found" (see `driver`).
 
+mod accounting;
 mod block;
 mod cache;
 mod classes;
 mod copy;
-mod counters;
 mod deferred;
 mod device;
 mod driver;
@@ -42,6 +42,7 @@ mod uses;
 
 use std::ffi::c_void;
 
+pub use accounting::memory_stats;
 pub use cache::{alloc_device, free_device, Grant};
 pub use copy::{copy_device_to_device, copy_to_host};
 pub use device::{check_device, synchronise_device};
@@ -52,7 +53,7 @@ pub use events::{fence, order_after};
 pub use pinned::{alloc_pinned, pinned_capacity};
 pub use pointer::{pointer_device, PointerKind};
 pub use pool::{alloc_managed, free_managed};
-pub use stats::{memory_stats, DlpxCudaMemoryStats};
+pub use stats::DlpxCudaMemoryStats;
 pub use uses::Uses;
 
 use crate::error::Result;

@@ -7,7 +7,8 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUmemoryPool, CUstream};
 
-use super::deferred::{capturing, defer, flush, free_now, unreserve, Deferred};
+use super::accounting::unreserved;
+use super::deferred::{capturing, defer, flush, free_now, Deferred};
 use super::device::{on_device, out_of_memory, set_up_devices, with_context, DeviceState, DEVICES};
 use super::driver::{self, check, Driver};
 use super::events::release_fences;
@@ -65,7 +66,7 @@ pub unsafe fn driver_free(
             // cuMemFree waits for the device's work on the memory itself (without the GIL).
             // SAFETY: per the contract.
             let code = blocking(|| unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) });
-            return check(driver, "cuMemFree", code).inspect(|()| unreserve(device_id, nbytes));
+            return check(driver, "cuMemFree", code).inspect(|()| unreserved(device_id, nbytes));
         }
         flush(driver, state, device_id);
         if capturing(driver, stream as usize) {

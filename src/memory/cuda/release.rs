@@ -21,7 +21,7 @@ use super::deferred::capture_underway;
 use super::device::{set_up_devices, with_context, DeviceState};
 use super::driver::{self, check, wait_for, Driver, Wait, STREAM_LEGACY};
 use super::events::release_fences;
-use super::{counters, idle, pinned, thread_cache};
+use super::{accounting, idle, pinned, thread_cache};
 use crate::error::Result;
 
 /// Set once the exit hook ran: later frees go to the driver instead of the cache.
@@ -54,9 +54,7 @@ pub(super) fn release_device(driver: &Driver, state: &DeviceState, device_id: i3
         !unsafe { b.as_ref() }.key().is_built_in()
     };
     if blocks.iter().chain(fenced.iter().map(|f| &f.block)).any(named) {
-        if let Some(counters) = counters::of(device_id) {
-            counters.syncs.fetch_add(1, Ordering::Relaxed);
-        }
+        accounting::synchronised(device_id);
         // SAFETY: the device's context is current (the caller's `with_context`).
         let code = wait_for(wait, || unsafe { (driver.cuCtxSynchronize)() });
         first_error = first_error.and(check(driver, "cuCtxSynchronize", code));
@@ -91,9 +89,7 @@ pub(super) unsafe fn give_back(driver: &Driver, state: &DeviceState, block: NonN
         // SAFETY: pool memory of this device, freed on the legacy stream after its work.
         _ => unsafe { (driver.cuMemFreeAsync)(block.ptr as CUdeviceptr, STREAM_LEGACY as CUstream) },
     };
-    if let Some(counters) = counters::of(block.device_id) {
-        counters.unreserve(block.bytes());
-    }
+    accounting::unreserved(block.device_id, block.bytes());
     check(driver, if state.pool == 0 { "cuMemFree" } else { "cuMemFreeAsync" }, code)
 }
 
