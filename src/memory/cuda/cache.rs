@@ -1,12 +1,15 @@
 //! The block cache in front of the driver's pool (docs/design.md, "The CUDA block cache").
 //!
-//! An allocation of a size class takes an idle block of its device, stream and class from the
-//! thread's bins (no driver call, no shared lock), else from the device's shared lists, else
-//! from the driver. A free keeps the block for its stream: stream order makes a reuse on that
-//! stream safe at once. A block used on other streams is kept only once events recorded after
-//! those uses have completed (`idle`). Memory larger than the largest class, memory allocated
-//! while its stream is being captured into a CUDA graph, and blocks beyond the cap go to the
-//! driver and back as before.
+//! The allocator's two stories, each in one function. The allocation ([`alloc_device`], then
+//! [`climb`]) is a ladder: an idle block of its device, stream and class from the thread's bins
+//! (no driver call, no shared lock), else from the device's shared lists (`idle`), else the
+//! driver, retried after giving idle blocks back, then after synchronising. The free
+//! ([`free_device`]) is one choice: a block used on other streams is kept until events recorded
+//! after those uses complete; else it goes to the thread's bin for its stream (stream order
+//! makes a reuse there safe at once), or to the shared list when the bin is full; beyond the
+//! cap, to the driver. Memory larger than the largest class, memory allocated while its stream
+//! is being captured into a CUDA graph, and memory of a device without a cache go to the driver
+//! and back.
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -137,9 +140,11 @@ fn hand_out(block: NonNull<Block>) -> Grant {
     Grant { ptr: b.ptr as *mut c_void, block: block.as_ptr() as usize, word }
 }
 
-/// Frees memory from [`alloc_device`]: into the cache when its block may be reused at once (or
-/// once events recorded after its other streams' uses complete), else to the driver on
-/// `stream`, its allocation stream (as recorded), after the streams in `uses`.
+/// Frees memory from [`alloc_device`], the one choice: memory straight from the driver back to
+/// it; a block used on other streams kept until events recorded there complete; else the
+/// thread's bin for its stream, the device's shared list when the bin is full, or — beyond the
+/// cap, after the exit hook, or during a capture of its stream — the driver, on `stream`, its
+/// allocation stream (as recorded), after the streams in `uses`.
 ///
 /// # Safety
 /// `grant` came from `alloc_device(device_id, …)`, `stream` is its recorded allocation stream,

@@ -1,22 +1,23 @@
 //! CUDA memory through the driver API: device memory from a dlpx-owned stream-ordered pool per
 //! device, pinned host memory with event-fenced reuse, managed memory, and the events that order
-//! one stream after another: everything CUDA below the device seam (`devices/cuda.rs`). One file
-//! per concept; no file reaches back up into this one:
+//! one stream after another: everything CUDA below the device seam (`devices/cuda.rs`), read
+//! from the bottom up. One file per concept; every arrow points down, none back into this file:
 //!
-//! - `driver`: the driver's functions, codes and built-in streams, and how a blocking call waits;
-//!   `uses`: what a free waits for (streams used, fences);
-//! - `device`: per-device set-up (primary context, pool, peer access) and running on a device;
-//! - `events`: the event pool, fences, and ordering one stream after another;
-//! - `pool`: device memory from the driver, and managed memory; `deferred`: its frees, put off
-//!   while their stream is being captured;
-//! - the block cache in front of the pool (docs/design.md, "The CUDA block cache"): `cache` (the
-//!   allocation and free), `classes` (size classes, settings), `block` (a cached block and its
-//!   stream key), `thread_cache` (per-thread bins), `idle` (shared and event-fenced blocks),
-//!   `release` (blocks back to the driver, the exit hook), `owner_lock` (the bins' lock),
-//!   `counters` and `stats`;
-//! - `pinned`: the pinned host-memory cache;
-//! - `pointer`: which device (and kind of memory) an address lies in;
-//! - `copy`: device-to-host and device-to-device copies.
+//! - the driver: `driver` (its functions, codes and built-in streams, how a blocking call
+//!   waits), `uses` (what a free waits for: streams used, fences), `device` (per-device set-up:
+//!   primary context, pool, peer access; running on a device), `events` (the event pool,
+//!   fences, one stream after another), `pool` (one request for device memory, the frees, and
+//!   managed memory) and `deferred` (frees put off while their stream is captured), `pointer`
+//!   (which device and kind of memory an address lies in), `copy` (device to host and within a
+//!   device);
+//! - the block cache in front of the pool (docs/design.md, "The CUDA block cache"): `classes`
+//!   (size classes, settings), `block` (a cached block and its stream key), `owner_lock` (the
+//!   bins' lock), `thread_cache` (per-thread bins), `idle` (the device's shared and
+//!   event-fenced blocks), `release` (idle blocks back to the driver, the exit hook), and
+//!   `cache`: the allocation ladder (`cache::climb`) and the free, each in one function;
+//! - `accounting`: every counter, written by one call per path and read by `memory_stats`
+//!   (`stats`: the C struct it fills);
+//! - `pinned`: the pinned host-memory cache.
 //!
 //! The library loads where no driver exists: the driver is looked for on first use only, and
 //! without it every path fails with "CUDA driver not found" (see `driver`).
