@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use crate::abi::{DLDevice, DeviceType};
 use crate::error::{Error, Result};
 pub use crate::memory::cuda::DlpxCudaMemoryStats;
-pub use crate::memory::uses::Uses;
+pub use crate::memory::cuda::Uses;
 pub use host::HOST;
 
 /// Every device dlpx allocates on, copies from or orders work on, with the device types each

@@ -3,5 +3,3 @@
 pub mod blocking;
 pub mod cpu;
 pub mod cuda;
-pub mod driver;
-pub mod uses;

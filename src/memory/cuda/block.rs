@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use super::classes::class_bytes;
-use super::{STREAM_LEGACY, STREAM_PER_THREAD};
+use super::driver::{STREAM_LEGACY, STREAM_PER_THREAD};
 
 /// The stream a block's reuse is ordered on. A created stream is its handle; NULL and the legacy
 /// default stream are [`STREAM_LEGACY`]; the per-thread default stream names a different stream

@@ -1,27 +1,29 @@
 //! The block cache in front of the driver's pool (docs/cuda.md, "The CUDA block cache").
 //!
-//! An allocation of a size class takes an idle block of its device, stream and class from the
-//! thread's bins (no driver call, no shared lock), else from the device's shared lists, else
-//! from the driver. A free keeps the block for its stream: stream order makes a reuse on that
-//! stream safe at once. A block used on other streams is kept only once events recorded after
-//! those uses have completed (`idle`). Memory larger than the largest class, memory allocated
-//! while its stream is being captured into a CUDA graph, and blocks beyond the cap go to the
-//! driver and back as before.
+//! The allocator's two stories, each in one function. The allocation ([`alloc_device`], then
+//! [`climb`]) is a ladder: an idle block of its device, stream and class from the thread's bins
+//! (no driver call, no shared lock), else from the device's shared lists (`idle`), else the
+//! driver, retried after giving idle blocks back, then after synchronising. The free
+//! ([`free_device`]) is one choice: a block used on other streams is kept until events recorded
+//! after those uses complete; else it goes to the thread's bin for its stream (stream order
+//! makes a reuse there safe at once), or to the shared list when the bin is full; beyond the
+//! cap, to the driver. Memory larger than the largest class, memory allocated while its stream
+//! is being captured into a CUDA graph, and memory of a device without a cache go to the driver
+//! and back.
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
 
-use super::block::Block;
+use super::block::{Block, StreamKey};
 use super::classes::{class_bytes, class_of, settings, Fault, MAX_DEVICES};
-use super::deferred::{self, capturing};
-use super::device::{on_device, synchronise_device};
+use super::deferred::{self, capturing, flush};
+use super::device::{no_memory, on_device, synchronise_context, synchronise_device};
+use super::driver::{self, Wait, STREAM_LEGACY, STREAM_PER_THREAD};
 use super::events::record_event;
-use super::pool::{driver_alloc, driver_free};
-use super::{counters, idle, release, thread_cache, STREAM_LEGACY, STREAM_PER_THREAD};
+use super::pool::{self, driver_free};
+use super::uses::{Fence, Uses};
+use super::{accounting, idle, release, thread_cache};
 use crate::error::{Error, Result};
-use crate::memory::driver;
-use crate::memory::uses::{Fence, Uses};
 
 /// Device memory handed to a tensor: the address, the block it is (0: memory straight from the
 /// driver) and the word its free presents (the block's state; the size for driver memory).
@@ -32,21 +34,82 @@ pub struct Grant {
     pub word: u64,
 }
 
-/// `nbytes` (> 0) of device memory on `device_id`, ordered on `stream`.
+/// `nbytes` (> 0) of device memory on `device_id`, ordered on `stream`: a block of its size
+/// class from this thread's bins (no driver call, no lock another thread takes on its own hot
+/// path), else the rest of the ladder ([`climb`]). Memory larger than the largest class, memory
+/// on a stream being captured into a CUDA graph, and memory of a device without a cache climb
+/// straight to the driver.
 #[inline]
 pub fn alloc_device(device_id: i32, nbytes: usize, stream: *mut c_void) -> Result<Grant> {
     let class = match class_of(nbytes) {
         Some(class) if cached_device(device_id) => class,
-        _ => return alloc_uncached(device_id, nbytes, stream),
+        _ => return climb(device_id, nbytes, None, stream),
     };
     // The legacy stream cannot be captured into a graph; any other may be.
     if !matches!(stream as usize, 0 | STREAM_LEGACY) && captured(device_id, stream)? {
-        return alloc_uncached(device_id, nbytes, stream);
+        return climb(device_id, nbytes, None, stream);
     }
-    match thread_cache::take(device_id, stream as usize, class, class_bytes(class)) {
+    let bytes = class_bytes(class);
+    match thread_cache::take(device_id, stream as usize, class, bytes) {
         Ok(block) => Ok(hand_out(block)),
-        Err(key) => miss(device_id, key, class, stream),
+        Err(key) => climb(device_id, bytes, Some((key, class)), stream),
     }
+}
+
+/// The ladder below the thread's bins, as torch's `malloc` states it: for a size class, a block
+/// of the device's idle lists (`class`: its stream key and class); else `nbytes` from the
+/// driver; when the driver is out of memory, again after the cache's idle blocks and the pool's
+/// free memory went back to it (others may hold the rest); once more, when blocks went back,
+/// after the device finished their frees (they are stream-ordered); then MemoryError, naming
+/// the size.
+#[cold]
+fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, stream: *mut c_void) -> Result<Grant> {
+    if let Some((key, class)) = class {
+        let driver = driver::get()?;
+        // No event is queried while a capture dlpx knows of may be underway (a query breaks it).
+        if let Some(block) = idle::take(driver, device_id, key, class, !deferred::any()) {
+            return Ok(hand_out(block));
+        }
+    }
+    let from_driver = on_device(device_id, |driver, state| {
+        flush(driver, state, device_id);
+        if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
+            return Ok(ptr);
+        }
+        accounting::retried(device_id);
+        let released = release::release_device(driver, state, device_id, Wait::Hooked).unwrap_or(0);
+        pool::trim(driver, state);
+        if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
+            return Ok(ptr);
+        }
+        if released > 0 {
+            accounting::synchronised(device_id);
+            synchronise_context(driver);
+            pool::trim(driver, state);
+            if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
+                return Ok(ptr);
+            }
+        }
+        accounting::ran_out(device_id);
+        Err(no_memory(nbytes, device_id))
+    });
+    let ptr = match from_driver {
+        Ok(ptr) => ptr,
+        Err(err) => {
+            if class.is_some() {
+                accounting::refused(device_id, nbytes);
+            }
+            return Err(err);
+        }
+    };
+    accounting::reserved(device_id, nbytes);
+    let Some((key, class)) = class else {
+        accounting::handed_out_uncached(device_id, nbytes);
+        return Ok(Grant { ptr, block: 0, word: nbytes as u64 });
+    };
+    release::register_exit_hook();
+    let block = Box::new(Block::new(ptr as usize, device_id, class, key));
+    Ok(hand_out(NonNull::from(Box::leak(block))))
 }
 
 /// Whether `device_id` has a cache now.
@@ -73,49 +136,15 @@ fn hand_out(block: NonNull<Block>) -> Grant {
     // SAFETY: an idle block the caller took from the cache: nobody else holds it.
     let b = unsafe { block.as_ref() };
     let word = b.hand_out();
-    if let Some(counters) = counters::of(b.device_id) {
-        counters.hand_out(b.bytes());
-    }
+    accounting::handed_out(b.device_id, b.bytes());
     Grant { ptr: b.ptr as *mut c_void, block: block.as_ptr() as usize, word }
 }
 
-/// No block in the thread's bins: one from the shared lists, else a new one from the driver.
-#[cold]
-fn miss(device_id: i32, key: super::block::StreamKey, class: usize, stream: *mut c_void) -> Result<Grant> {
-    let driver = driver::get()?;
-    // No event is queried while a capture dlpx knows of may be underway (a query breaks it).
-    if let Some(block) = idle::take(driver, device_id, key, class, !deferred::any()) {
-        return Ok(hand_out(block));
-    }
-    let bytes = class_bytes(class);
-    let ptr = driver_alloc(device_id, bytes, stream).inspect_err(|_| {
-        thread_cache::count(device_id, |c| {
-            c.allocs -= 1;
-            c.alloc_bytes -= bytes as u64;
-        })
-    })?;
-    super::register_exit_hook();
-    let block = Box::new(Block::new(ptr as usize, device_id, class, key));
-    Ok(hand_out(NonNull::from(Box::leak(block))))
-}
-
-/// Memory straight from the driver: not a size class, or a graph's, or no cache.
-#[cold]
-fn alloc_uncached(device_id: i32, nbytes: usize, stream: *mut c_void) -> Result<Grant> {
-    let ptr = driver_alloc(device_id, nbytes, stream)?;
-    thread_cache::count(device_id, |c| {
-        c.allocs += 1;
-        c.alloc_bytes += nbytes as u64;
-    });
-    if let Some(counters) = counters::of(device_id) {
-        counters.hand_out(nbytes);
-    }
-    Ok(Grant { ptr, block: 0, word: nbytes as u64 })
-}
-
-/// Frees memory from [`alloc_device`]: into the cache when its block may be reused at once (or
-/// once events recorded after its other streams' uses complete), else to the driver on
-/// `stream`, its allocation stream (as recorded), after the streams in `uses`.
+/// Frees memory from [`alloc_device`], the one choice: memory straight from the driver back to
+/// it; a block used on other streams kept until events recorded there complete; else the
+/// thread's bin for its stream, the device's shared list when the bin is full, or — beyond the
+/// cap, after the exit hook, or during a capture of its stream — the driver, on `stream`, its
+/// allocation stream (as recorded), after the streams in `uses`.
 ///
 /// # Safety
 /// `grant` came from `alloc_device(device_id, …)`, `stream` is its recorded allocation stream,
@@ -133,7 +162,7 @@ pub unsafe fn free_device(device_id: i32, grant: Grant, stream: *mut c_void, use
         return Err(freed_twice(device_id, grant.ptr));
     }
     let bytes = b.bytes();
-    let idle = counters::of(device_id).map_or(u64::MAX, |c| c.take_back(bytes));
+    let idle = accounting::taken_back(device_id, bytes);
     // A free during a capture of its stream is put off until the capture ends (the driver's
     // path does that, as before the cache): a release meanwhile then knows of the capture and
     // leaves it alone. Asking names the stream, which the tensor's owner keeps alive until
@@ -164,7 +193,7 @@ pub unsafe fn free_device(device_id: i32, grant: Grant, stream: *mut c_void, use
 /// Whether the stream of `key` is being captured into a graph now (the legacy stream cannot
 /// be; another thread's default stream is the legacy stream here).
 #[inline]
-fn freed_while_captured(device_id: i32, key: super::block::StreamKey) -> bool {
+fn freed_while_captured(device_id: i32, key: StreamKey) -> bool {
     let key = key.seen_from(thread_cache::thread_id());
     key.stream != STREAM_LEGACY && captured(device_id, key.stream as *mut c_void).unwrap_or(false)
 }
@@ -179,13 +208,7 @@ fn freed_twice(device_id: i32, ptr: *mut c_void) -> Error {
 #[cold]
 unsafe fn free_uncached(device_id: i32, grant: Grant, stream: *mut c_void, uses: Uses) -> Result<()> {
     let nbytes = grant.word as usize;
-    thread_cache::count(device_id, |c| {
-        c.frees += 1;
-        c.free_bytes += nbytes as u64;
-    });
-    if let Some(counters) = counters::of(device_id) {
-        counters.take_back(nbytes);
-    }
+    accounting::taken_back_uncached(device_id, nbytes);
     // SAFETY: per the contract.
     unsafe { driver_free(device_id, grant.ptr, nbytes, stream, uses) }
 }
@@ -198,13 +221,7 @@ fn keep_fenced(device_id: i32, block: NonNull<Block>, uses: Uses) -> Result<()> 
     // SAFETY: the caller took the block back: it is this thread's alone.
     let b = unsafe { block.as_ref() };
     b.set_key(b.key().seen_from(thread_cache::thread_id()));
-    thread_cache::count(device_id, |c| {
-        c.frees += 1;
-        c.free_bytes += b.bytes() as u64;
-    });
-    if let Some(counters) = counters::of(device_id) {
-        counters.fenced_frees.fetch_add(1, Ordering::Relaxed);
-    }
+    accounting::fenced(device_id, b.bytes());
     let mut fences = uses.fences;
     let mut first_error = Ok(());
     for &(used_device, used_on) in &uses.streams {

@@ -5,9 +5,9 @@ use std::ffi::c_void;
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 
 use super::device::on_device;
+use super::driver::check;
 use crate::error::Result;
 use crate::memory::blocking::blocking;
-use crate::memory::driver::check;
 
 /// Copies `nbytes` from device memory to host memory on `stream`, then waits for that stream
 /// (the host reads the result right after).

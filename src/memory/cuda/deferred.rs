@@ -8,18 +8,12 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys::{CUdeviceptr, CUevent, CUstream};
 
-use super::device::{synchronise_context, Device};
+use super::accounting::unreserved;
+use super::device::{synchronise_context, DeviceState};
+use super::driver::{self, check, same_stream, Driver};
 use super::events::{enqueue_wait, release_fences, wait_for_peer};
-use super::{counters, same_stream};
+use super::uses::Uses;
 use crate::error::Result;
-use crate::memory::driver::{self, check, Driver};
-use crate::memory::uses::Uses;
-
-pub(super) fn unreserve(device_id: i32, nbytes: usize) {
-    if let Some(c) = counters::of(device_id) {
-        c.unreserve(nbytes);
-    }
-}
 
 /// A free put off while its stream was being captured into a CUDA graph.
 pub(super) struct Deferred {
@@ -40,7 +34,7 @@ pub(super) fn defer(deferred: Deferred) {
 
 /// Whether a capture dlpx knows of (a free put off on `device_id`) is still underway, after
 /// freeing what is no longer put off.
-pub(super) fn capture_underway(driver: &Driver, state: &Device, device_id: i32) -> bool {
+pub(super) fn capture_underway(driver: &Driver, state: &DeviceState, device_id: i32) -> bool {
     flush(driver, state, device_id);
     ANY_DEFERRED.load(Ordering::Acquire)
         && DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|d| d.device_id == device_id)
@@ -64,7 +58,7 @@ pub(super) fn capturing(driver: &Driver, stream: usize) -> bool {
 }
 
 /// Frees what was put off on `device_id` whose stream is no longer captured (context current).
-pub(super) fn flush(driver: &Driver, state: &Device, device_id: i32) {
+pub(super) fn flush(driver: &Driver, state: &DeviceState, device_id: i32) {
     if !ANY_DEFERRED.load(Ordering::Acquire) {
         return;
     }
@@ -92,7 +86,7 @@ pub(super) fn flush(driver: &Driver, state: &Device, device_id: i32) {
 /// afterwards.
 pub(super) unsafe fn free_now(
     driver: &Driver,
-    state: &Device,
+    state: &DeviceState,
     device_id: i32,
     ptr: usize,
     nbytes: usize,
@@ -123,6 +117,6 @@ pub(super) unsafe fn free_now(
     }
     // SAFETY: per the contract.
     check(driver, "cuMemFreeAsync", unsafe { (driver.cuMemFreeAsync)(ptr as CUdeviceptr, stream as CUstream) })
-        .inspect(|()| unreserve(device_id, nbytes))
+        .inspect(|()| unreserved(device_id, nbytes))
         .and(waited)
 }

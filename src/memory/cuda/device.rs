@@ -9,12 +9,12 @@ use cudarc::driver::sys::{
 };
 use once_cell::sync::OnceCell;
 
+use super::driver::{self, check, Driver};
 use crate::error::{Error, Result};
 use crate::memory::blocking::blocking;
-use crate::memory::driver::{self, check, Driver};
 
 /// What dlpx keeps per device: its primary context, and the pool device memory comes from.
-pub(super) struct Device {
+pub(super) struct DeviceState {
     pub(super) context: usize,
     /// A dlpx-owned pool that keeps freed memory for reuse (release threshold: never), or 0 on a
     /// device without memory pools, where memory comes from cuMemAlloc.
@@ -27,10 +27,10 @@ pub(super) struct Device {
 /// Most free events kept per device.
 pub(super) const EVENT_POOL_SIZE: usize = 64;
 
-pub(super) static DEVICES: OnceCell<Box<[OnceCell<Device>]>> = OnceCell::new();
+pub(super) static DEVICES: OnceCell<Box<[OnceCell<DeviceState>]>> = OnceCell::new();
 
 /// The state of `device_id`, after checking that the device exists; set up once per device.
-fn device(device_id: i32) -> Result<(&'static Driver, &'static Device)> {
+fn device(device_id: i32) -> Result<(&'static Driver, &'static DeviceState)> {
     let driver = driver::get()?;
     let count = driver::device_count()?;
     if device_id < 0 || device_id >= count {
@@ -48,7 +48,7 @@ fn device(device_id: i32) -> Result<(&'static Driver, &'static Device)> {
     Ok((driver, state))
 }
 
-fn set_up(driver: &Driver, device_id: i32) -> Result<Device> {
+fn set_up(driver: &Driver, device_id: i32) -> Result<DeviceState> {
     let mut device: CUdevice = 0;
     let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: valid out pointers; the ordinal was checked against the device count.
@@ -58,7 +58,7 @@ fn set_up(driver: &Driver, device_id: i32) -> Result<Device> {
     }
     let count = driver::device_count()?;
     match with_context(driver, ctx, || Ok(create_pool(driver, device, count))) {
-        Ok(pool) => Ok(Device { context: ctx as usize, pool: pool as usize, events: Mutex::new(Vec::new()) }),
+        Ok(pool) => Ok(DeviceState { context: ctx as usize, pool: pool as usize, events: Mutex::new(Vec::new()) }),
         Err(err) => {
             // Not set up: the next request retries from the start, so give the retain back.
             // SAFETY: the retain made above.
@@ -156,7 +156,10 @@ pub(super) fn synchronise_context(driver: &Driver) {
 }
 
 /// Runs `f` on `device_id` with its primary context current.
-pub(super) fn on_device<T>(device_id: i32, f: impl FnOnce(&'static Driver, &'static Device) -> Result<T>) -> Result<T> {
+pub(super) fn on_device<T>(
+    device_id: i32,
+    f: impl FnOnce(&'static Driver, &'static DeviceState) -> Result<T>,
+) -> Result<T> {
     let (driver, state) = device(device_id)?;
     with_context(driver, state.context as CUcontext, || f(driver, state))
 }
@@ -170,7 +173,7 @@ pub fn synchronise_device(device_id: i32) {
 }
 
 /// A set-up device's state (events are only made on those).
-pub(super) fn device_state(device_id: i32) -> Option<&'static Device> {
+pub(super) fn device_state(device_id: i32) -> Option<&'static DeviceState> {
     DEVICES.get()?.get(usize::try_from(device_id).ok()?)?.get()
 }
 
@@ -190,7 +193,7 @@ pub(super) fn devices_in_use(driver: &'static Driver) -> impl Iterator<Item = i3
 }
 
 /// The devices dlpx has set up so far, with their state.
-pub(super) fn set_up_devices() -> impl Iterator<Item = (i32, &'static Device)> {
+pub(super) fn set_up_devices() -> impl Iterator<Item = (i32, &'static DeviceState)> {
     DEVICES
         .get()
         .into_iter()
@@ -201,7 +204,12 @@ pub(super) fn set_up_devices() -> impl Iterator<Item = (i32, &'static Device)> {
 /// CUDA_ERROR_OUT_OF_MEMORY, the driver's own error otherwise.
 pub(super) fn out_of_memory(driver: &Driver, code: i32, nbytes: usize, device_id: i32) -> Result<()> {
     if code == driver::CUDA_ERROR_OUT_OF_MEMORY {
-        return Err(Error::memory(format!("out of memory allocating {nbytes} bytes on CUDA device {device_id}")));
+        return Err(no_memory(nbytes, device_id));
     }
     check(driver, "CUDA allocation", code)
+}
+
+/// MemoryError naming the size.
+pub(super) fn no_memory(nbytes: usize, device_id: i32) -> Error {
+    Error::memory(format!("out of memory allocating {nbytes} bytes on CUDA device {device_id}"))
 }

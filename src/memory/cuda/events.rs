@@ -5,11 +5,10 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys::{CUevent, CUstream};
 
-use super::device::{device_state, on_device, Device, EVENT_POOL_SIZE};
-use super::same_stream;
+use super::device::{device_state, on_device, DeviceState, EVENT_POOL_SIZE};
+use super::driver::{self, check, same_stream, Driver};
+use super::uses::{Fence, Uses};
 use crate::error::Result;
-use crate::memory::driver::{self, check, Driver};
-use crate::memory::uses::{Fence, Uses};
 
 /// CU_EVENT_DISABLE_TIMING: ordering events need no timestamps, and are cheaper without.
 const EVENT_DISABLE_TIMING: u32 = 0x2;
@@ -59,7 +58,7 @@ pub(super) fn release_fences(driver: &Driver, fences: &[Fence]) {
 
 /// An event recorded on `stream`, from the device's pool when it has one (the device's context
 /// is current).
-pub(super) fn record_event(driver: &Driver, state: &Device, stream: usize) -> Result<usize> {
+pub(super) fn record_event(driver: &Driver, state: &DeviceState, stream: usize) -> Result<usize> {
     let pooled = state.events.lock().unwrap_or_else(|p| p.into_inner()).pop();
     let event = match pooled {
         Some(event) => event,
@@ -81,7 +80,7 @@ pub(super) fn record_event(driver: &Driver, state: &Device, stream: usize) -> Re
 
 /// Returns an event to its device's pool. Re-recording it later does not disturb waits already
 /// enqueued: a wait uses the record current when the wait was enqueued.
-pub(super) fn release_event(driver: &Driver, state: &Device, event: usize) {
+pub(super) fn release_event(driver: &Driver, state: &DeviceState, event: usize) {
     let mut pool = state.events.lock().unwrap_or_else(|p| p.into_inner());
     if pool.len() < EVENT_POOL_SIZE {
         pool.push(event);
@@ -93,7 +92,7 @@ pub(super) fn release_event(driver: &Driver, state: &Device, event: usize) {
 }
 
 /// Makes `consumer` wait for the work enqueued so far on `producer` (current context's device).
-pub(super) fn enqueue_wait(driver: &Driver, state: &Device, producer: usize, consumer: usize) -> Result<()> {
+pub(super) fn enqueue_wait(driver: &Driver, state: &DeviceState, producer: usize, consumer: usize) -> Result<()> {
     let event = record_event(driver, state, producer)?;
     // SAFETY: an event just recorded and a stream (any device may wait on it).
     let waited = check(driver, "cuStreamWaitEvent", unsafe {

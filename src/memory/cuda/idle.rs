@@ -9,9 +9,9 @@ use std::sync::Mutex;
 
 use super::block::{Block, StreamKey};
 use super::classes::MAX_DEVICES;
+use super::driver::Driver;
 use super::events::{fences_done, release_fences};
-use crate::memory::driver::Driver;
-use crate::memory::uses::Fence;
+use super::uses::Fence;
 
 /// A block used on other streams, and the events that mark the end of those uses.
 pub struct Fenced {
@@ -20,7 +20,7 @@ pub struct Fenced {
 }
 
 #[derive(Default)]
-struct Shared {
+struct IdleLists {
     /// By (stream, thread, class): reusable on that stream now.
     ready: HashMap<(usize, u64, usize), Vec<NonNull<Block>>>,
     fenced: Vec<Fenced>,
@@ -28,13 +28,13 @@ struct Shared {
 
 // SAFETY: the blocks are owned by the list (heap records any thread may free); the mutex orders
 // every access.
-unsafe impl Send for Shared {}
+unsafe impl Send for IdleLists {}
 
-static SHARED: [Mutex<Option<Shared>>; MAX_DEVICES] = [const { Mutex::new(None) }; MAX_DEVICES];
+static SHARED: [Mutex<Option<IdleLists>>; MAX_DEVICES] = [const { Mutex::new(None) }; MAX_DEVICES];
 
-fn with<R>(device_id: i32, f: impl FnOnce(&mut Shared) -> R) -> R {
+fn with<R>(device_id: i32, f: impl FnOnce(&mut IdleLists) -> R) -> R {
     let mut shared = SHARED[device_id as usize].lock().unwrap_or_else(|p| p.into_inner());
-    f(shared.get_or_insert_with(Shared::default))
+    f(shared.get_or_insert_with(IdleLists::default))
 }
 
 /// Keeps an idle block, reusable at once on its stream.

@@ -1,30 +1,35 @@
 //! CUDA memory through the driver API: device memory from a dlpx-owned stream-ordered pool per
 //! device, pinned host memory with event-fenced reuse, managed memory, and the events that order
-//! one stream after another. One file per concept:
+//! one stream after another: everything CUDA below the device seam (`devices/cuda.rs`), read
+//! from the bottom up. One file per concept; every arrow points down, none back into this file:
 //!
-//! - `device`: per-device set-up (primary context, pool, peer access) and running on a device;
-//! - `events`: the event pool, fences, and ordering one stream after another;
-//! - `pool`: device memory from the driver, and managed memory; `deferred`: its frees, put off
-//!   while their stream is being captured;
-//! - the block cache in front of the pool (docs/cuda.md, "The CUDA block cache"): `cache` (the
-//!   allocation and free), `classes` (size classes, settings), `block` (a cached block and its
-//!   stream key), `thread_cache` (per-thread bins), `idle` (shared and event-fenced blocks),
-//!   `release` (blocks back to the driver, the exit hook), `owner_lock` (the bins' lock),
-//!   `counters` and `stats`;
-//! - `pinned`: the pinned host-memory cache;
-//! - `pointer`: which device (and kind of memory) an address lies in;
-//! - `copy`: device-to-host and device-to-device copies.
+//! - the driver: `driver` (its functions, codes and built-in streams, how a blocking call
+//!   waits), `uses` (what a free waits for: streams used, fences), `device` (per-device set-up:
+//!   primary context, pool, peer access; running on a device), `events` (the event pool,
+//!   fences, one stream after another), `pool` (one request for device memory, the frees, and
+//!   managed memory) and `deferred` (frees put off while their stream is captured), `pointer`
+//!   (which device and kind of memory an address lies in), `copy` (device to host and within a
+//!   device);
+//! - the block cache in front of the pool (docs/cuda.md, "The CUDA block cache"): `classes`
+//!   (size classes, settings), `block` (a cached block and its stream key), `owner_lock` (the
+//!   bins' lock), `thread_cache` (per-thread bins), `idle` (the device's shared and
+//!   event-fenced blocks), `release` (idle blocks back to the driver, the exit hook), and
+//!   `cache`: the allocation ladder (`cache::climb`) and the free, each in one function;
+//! - `accounting`: every counter, written by one call per path and read by `memory_stats`
+//!   (`stats`: the C struct it fills);
+//! - `pinned`: the pinned host-memory cache.
 //!
 //! The library loads where no driver exists: the driver is looked for on first use only, and
 //! without it every path fails with "CUDA driver not found" (see `driver`).
 
+mod accounting;
 mod block;
 mod cache;
 mod classes;
 mod copy;
-mod counters;
 mod deferred;
 mod device;
+mod driver;
 mod events;
 mod idle;
 mod owner_lock;
@@ -34,95 +39,46 @@ mod pool;
 mod release;
 mod stats;
 mod thread_cache;
+mod uses;
 
 use std::ffi::c_void;
 
+pub use accounting::memory_stats;
 pub use cache::{alloc_device, free_device, Grant};
 pub use copy::{copy_device_to_device, copy_to_host};
 pub use device::{check_device, synchronise_device};
+pub use driver::{
+    as_recordable, is_built_in, present as driver_present, same_stream, STREAM_LEGACY, STREAM_PER_THREAD,
+};
 pub use events::{fence, order_after};
-pub use pinned::{alloc_pinned, free_pinned, pinned_capacity};
+pub use pinned::{alloc_pinned, pinned_capacity};
 pub use pointer::{pointer_device, PointerKind};
 pub use pool::{alloc_managed, free_managed};
-pub use stats::{memory_stats, DlpxCudaMemoryStats};
+pub use stats::DlpxCudaMemoryStats;
+pub use uses::Uses;
 
-use super::driver;
+use crate::error::Result;
+use driver::Wait;
 
-/// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD, the driver's names for DLPack's stream 1 and 2.
-pub const STREAM_LEGACY: usize = 0x1;
-pub const STREAM_PER_THREAD: usize = 0x2;
-
-/// The stream a use on `stream` is recorded as: the per-thread default stream (2) names a
-/// different stream on each thread, so a use there is recorded as the legacy stream, which
-/// waits for all of them (and which every thread can name later, at the free).
-pub fn as_recordable(stream: *mut c_void) -> *mut c_void {
-    if stream as usize == STREAM_PER_THREAD {
-        STREAM_LEGACY as *mut c_void
-    } else {
-        stream
+/// Returns a pinned block to its cache (or to the driver when the cache is full), fenced after
+/// the work enqueued so far on the streams in `uses` and on every used device's legacy stream.
+///
+/// # Safety
+/// `ptr` came from `alloc_pinned(capacity)` and is not used afterwards.
+pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Result<()> {
+    // SAFETY: per the contract.
+    if unsafe { pinned::free_pinned(ptr, capacity, uses) }? {
+        release::register_exit_hook();
     }
-}
-
-/// Whether no one can destroy `stream`: NULL, the legacy and the per-thread default streams.
-/// A consumer owns every other stream it names and may destroy it as soon as `__dlpack__`
-/// returns; the real driver does not refuse a destroyed handle, it crashes inside the call
-/// (cuEventRecord, driver 580 on an H100), so dlpx keeps only built-in streams past the call.
-pub fn is_built_in(stream: *mut c_void) -> bool {
-    matches!(stream as usize, 0 | STREAM_LEGACY | STREAM_PER_THREAD)
-}
-
-/// Whether a CUDA driver is present (without initialising it).
-pub fn driver_present() -> bool {
-    driver::present()
-}
-
-/// Whether two stream handles name the same stream (NULL is the legacy default stream).
-pub fn same_stream(a: usize, b: usize) -> bool {
-    let normalise = |s: usize| if s == 0 { STREAM_LEGACY } else { s };
-    normalise(a) == normalise(b)
+    Ok(())
 }
 
 /// Gives the CUDA memory dlpx keeps for reuse back to the driver: the block cache's idle blocks
 /// and its pools' free memory on every device set up so far, and pinned blocks whose work has
 /// finished.
-pub fn empty_cache() -> crate::error::Result<()> {
+pub fn empty_cache() -> Result<()> {
     let released = release::release_all(Wait::Hooked);
     pool::trim_pools()?;
     pinned::empty_pinned_cache(Wait::Hooked)?;
     released
-}
-
-static EXIT_HOOK: std::sync::Once = std::sync::Once::new();
-
-/// Registers the exit hook, on the first block a cache keeps (device or pinned).
-fn register_exit_hook() {
-    EXIT_HOOK.call_once(|| {
-        // SAFETY: registers a function that takes no argument and returns nothing.
-        unsafe { libc::atexit(release_at_exit) };
-    });
-}
-
-/// The exit hook: a libc `atexit` function, so it runs after Python's finalisation (it never
-/// touches Python) and while the driver is still loaded (a driver already shut down answers
-/// its calls with an error, which is ignored: the process is ending). What the caches keep goes
-/// back to the driver, so that a leak check at exit sees only memory live tensors hold.
-extern "C" fn release_at_exit() {
-    crate::error::guard("exit", release::at_exit);
-}
-
-/// How a release may wait for the device.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Wait {
-    /// Through the blocking hook (other Python threads run meanwhile).
-    Hooked,
-    /// Directly: at exit, when Python may be finalised already.
-    AtExit,
-}
-
-/// Runs a blocking driver call as `wait` allows.
-fn wait_for<T>(wait: Wait, f: impl FnOnce() -> T) -> T {
-    match wait {
-        Wait::Hooked => super::blocking::blocking(f),
-        Wait::AtExit => f(),
-    }
 }

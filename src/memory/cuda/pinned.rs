@@ -7,12 +7,11 @@ use std::sync::Mutex;
 use cudarc::driver::sys::CUevent;
 
 use super::device::{devices_in_use, on_device, out_of_memory, synchronise_context};
+use super::driver::{self, check, wait_for, Driver, Wait, STREAM_LEGACY};
 use super::events::{fences_done, record_event, release_fences};
-use super::{wait_for, Wait, STREAM_LEGACY};
+use super::uses::{Fence, Uses};
 use crate::error::Result;
 use crate::memory::blocking::blocking;
-use crate::memory::driver::{self, check, Driver};
-use crate::memory::uses::{Fence, Uses};
 
 /// A freed pinned block kept for reuse, with the events that mark the end of the work that was
 /// enqueued on it (reused only once they have all completed).
@@ -62,9 +61,11 @@ fn take_pinned(driver: &Driver, capacity: usize) -> Option<usize> {
 /// device dlpx has used (which covers every blocking stream: a consumer such as torch copying
 /// from the block on its default stream records nothing).
 ///
+/// Returns whether the cache kept the block (the caller then registers the exit hook).
+///
 /// # Safety
 /// `ptr` came from `alloc_pinned(capacity)` and is not used afterwards.
-pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Result<()> {
+pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Result<bool> {
     let driver = driver::get()?;
     let mut fences = uses.fences.clone();
     let legacy = devices_in_use(driver).map(|device_id| (device_id, STREAM_LEGACY));
@@ -84,8 +85,7 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Res
         let kept: usize = cache.iter().map(|b| b.capacity).sum();
         if kept + capacity <= PINNED_CACHE_BYTES {
             cache.push(PinnedBlock { capacity, ptr: ptr as usize, fences });
-            super::register_exit_hook();
-            return Ok(());
+            return Ok(true);
         }
     }
     // The cache is full: wait for the fenced work (without the GIL), then give the block back.
@@ -98,6 +98,7 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Res
         // SAFETY: per the contract.
         check(driver, "cuMemFreeHost", blocking(|| unsafe { (driver.cuMemFreeHost)(ptr) }))
     })
+    .map(|()| false)
 }
 
 /// Frees every cached pinned block whose fences have completed.

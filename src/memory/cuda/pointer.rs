@@ -6,8 +6,8 @@ use std::ffi::{c_int, c_void};
 
 use cudarc::driver::sys::CUdeviceptr;
 
+use super::driver::{self, check};
 use crate::error::{Error, Result};
-use crate::memory::driver::{self, check};
 
 /// CU_POINTER_ATTRIBUTE_MEMORY_TYPE, _IS_MANAGED, _DEVICE_ORDINAL; CU_MEMORYTYPE_HOST.
 const MEMORY_TYPE: c_int = 2;

@@ -1,72 +1,46 @@
-//! Device memory from the driver: dlpx's pool per device (freed on its allocation stream after
-//! the streams that used it, put off while that stream is being captured into a CUDA graph:
-//! `deferred`), and managed memory. The block cache (`cache`) stands in front of it.
+//! Device memory from the driver: dlpx's pool per device (one request at a time: the retries
+//! after an out-of-memory answer are the cache's ladder, `cache::climb`; freed on its
+//! allocation stream after the streams that used it, put off while that stream is being
+//! captured into a CUDA graph: `deferred`), and managed memory.
 
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
 
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUmemoryPool, CUstream};
 
-use super::deferred::{capturing, defer, flush, free_now, unreserve, Deferred};
-use super::device::{on_device, out_of_memory, set_up_devices, synchronise_context, with_context, Device, DEVICES};
+use super::accounting::unreserved;
+use super::deferred::{capturing, defer, flush, free_now, Deferred};
+use super::device::{on_device, out_of_memory, set_up_devices, with_context, DeviceState, DEVICES};
+use super::driver::{self, check, Driver};
 use super::events::release_fences;
-use super::release::release_device;
-use super::{counters, Wait};
+use super::uses::Uses;
 use crate::error::Result;
 use crate::memory::blocking::blocking;
-use crate::memory::driver::{self, check, Driver};
-use crate::memory::uses::Uses;
 
-/// `nbytes` of device memory on `device_id` from the driver, ordered on `stream` (NULL: the
-/// legacy default). On an out-of-memory answer the device's idle cached blocks and its pool's
-/// free memory go back to the driver and the allocation is retried, once more after
-/// synchronising the device when blocks went back (their frees are stream-ordered); then
-/// MemoryError, naming the size.
-pub fn driver_alloc(device_id: i32, nbytes: usize, stream: *mut c_void) -> Result<*mut c_void> {
-    on_device(device_id, |driver, state| {
-        flush(driver, state, device_id);
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: a valid out pointer; the stream belongs to the caller (or is NULL).
-        let allocate = |ptr: &mut CUdeviceptr| unsafe {
-            match state.pool {
-                0 => (driver.cuMemAlloc_v2)(ptr, nbytes),
-                pool => (driver.cuMemAllocFromPoolAsync)(ptr, nbytes, pool as CUmemoryPool, stream as CUstream),
-            }
-        };
-        let counters = counters::of(device_id);
-        let mut code = allocate(&mut ptr);
-        if code == driver::CUDA_ERROR_OUT_OF_MEMORY {
-            if let Some(c) = counters {
-                c.alloc_retries.fetch_add(1, Ordering::Relaxed);
-            }
-            // What dlpx keeps for reuse goes back (others may hold the rest), then the retry.
-            let released = release_device(driver, state, device_id, Wait::Hooked).unwrap_or(0);
-            trim(driver, state);
-            code = allocate(&mut ptr);
-            if code == driver::CUDA_ERROR_OUT_OF_MEMORY && released > 0 {
-                if let Some(c) = counters {
-                    c.syncs.fetch_add(1, Ordering::Relaxed);
-                }
-                synchronise_context(driver);
-                trim(driver, state);
-                code = allocate(&mut ptr);
-            }
-            if code == driver::CUDA_ERROR_OUT_OF_MEMORY {
-                if let Some(c) = counters {
-                    c.ooms.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+/// One request to the driver for `nbytes` of device memory on the current context's device,
+/// ordered on `stream` (NULL: the legacy default): the address, or None when the driver is out
+/// of memory (the cache's ladder, `cache::climb`, then gives memory back and asks again).
+pub(super) fn allocate(
+    driver: &Driver,
+    state: &DeviceState,
+    nbytes: usize,
+    stream: *mut c_void,
+) -> Result<Option<*mut c_void>> {
+    let mut ptr: CUdeviceptr = 0;
+    // SAFETY: a valid out pointer; the stream belongs to the caller (or is NULL).
+    let code = unsafe {
+        match state.pool {
+            0 => (driver.cuMemAlloc_v2)(&mut ptr, nbytes),
+            pool => (driver.cuMemAllocFromPoolAsync)(&mut ptr, nbytes, pool as CUmemoryPool, stream as CUstream),
         }
-        out_of_memory(driver, code, nbytes, device_id)?;
-        if let Some(c) = counters {
-            c.reserve(nbytes);
-        }
-        Ok(ptr as *mut c_void)
-    })
+    };
+    match code {
+        driver::CUDA_ERROR_OUT_OF_MEMORY => Ok(None),
+        _ => check(driver, "CUDA allocation", code).map(|()| Some(ptr as *mut c_void)),
+    }
 }
 
 /// Gives the pool's free memory back to the driver (nothing where the device has no pool).
-fn trim(driver: &Driver, state: &Device) {
+pub(super) fn trim(driver: &Driver, state: &DeviceState) {
     if state.pool != 0 {
         // SAFETY: a pool dlpx created.
         unsafe { (driver.cuMemPoolTrimTo)(state.pool as CUmemoryPool, 0) };
@@ -78,7 +52,7 @@ fn trim(driver: &Driver, state: &Device) {
 /// overwritten while a consumer's stream still reads it).
 ///
 /// # Safety
-/// `ptr` came from `driver_alloc(device_id, nbytes, stream)` and is not used afterwards.
+/// `ptr` is `nbytes` from `allocate` on `device_id`, ordered on `stream`, not used afterwards.
 pub unsafe fn driver_free(
     device_id: i32,
     ptr: *mut c_void,
@@ -92,7 +66,7 @@ pub unsafe fn driver_free(
             // cuMemFree waits for the device's work on the memory itself (without the GIL).
             // SAFETY: per the contract.
             let code = blocking(|| unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) });
-            return check(driver, "cuMemFree", code).inspect(|()| unreserve(device_id, nbytes));
+            return check(driver, "cuMemFree", code).inspect(|()| unreserved(device_id, nbytes));
         }
         flush(driver, state, device_id);
         if capturing(driver, stream as usize) {

@@ -11,17 +11,18 @@
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Once;
 
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUevent, CUmemoryPool, CUstream};
 
 use super::block::Block;
 use super::classes::MAX_DEVICES;
 use super::deferred::capture_underway;
-use super::device::{set_up_devices, with_context, Device};
+use super::device::{set_up_devices, with_context, DeviceState};
+use super::driver::{self, check, wait_for, Driver, Wait, STREAM_LEGACY};
 use super::events::release_fences;
-use super::{counters, idle, pinned, thread_cache, wait_for, Wait, STREAM_LEGACY};
+use super::{accounting, idle, pinned, thread_cache};
 use crate::error::Result;
-use crate::memory::driver::{self, check, Driver};
 
 /// Set once the exit hook ran: later frees go to the driver instead of the cache.
 static EXITED: AtomicBool = AtomicBool::new(false);
@@ -32,7 +33,7 @@ pub fn exited() -> bool {
 
 /// Gives every idle cached block of `device_id` back to the driver (its context current).
 /// Returns how many blocks went back.
-pub(super) fn release_device(driver: &Driver, state: &Device, device_id: i32, wait: Wait) -> Result<usize> {
+pub(super) fn release_device(driver: &Driver, state: &DeviceState, device_id: i32, wait: Wait) -> Result<usize> {
     if usize::try_from(device_id).map_or(true, |d| d >= MAX_DEVICES) {
         return Ok(0);
     }
@@ -53,9 +54,7 @@ pub(super) fn release_device(driver: &Driver, state: &Device, device_id: i32, wa
         !unsafe { b.as_ref() }.key().is_built_in()
     };
     if blocks.iter().chain(fenced.iter().map(|f| &f.block)).any(named) {
-        if let Some(counters) = counters::of(device_id) {
-            counters.syncs.fetch_add(1, Ordering::Relaxed);
-        }
+        accounting::synchronised(device_id);
         // SAFETY: the device's context is current (the caller's `with_context`).
         let code = wait_for(wait, || unsafe { (driver.cuCtxSynchronize)() });
         first_error = first_error.and(check(driver, "cuCtxSynchronize", code));
@@ -81,7 +80,7 @@ pub(super) fn release_device(driver: &Driver, state: &Device, device_id: i32, wa
 ///
 /// # Safety
 /// `block` is an idle block of this device owned by the caller; the device's context is current.
-pub(super) unsafe fn give_back(driver: &Driver, state: &Device, block: NonNull<Block>, wait: Wait) -> Result<()> {
+pub(super) unsafe fn give_back(driver: &Driver, state: &DeviceState, block: NonNull<Block>, wait: Wait) -> Result<()> {
     // SAFETY: owned by the caller, per the contract; made by `Box::into_raw`.
     let block = unsafe { Box::from_raw(block.as_ptr()) };
     let code = match state.pool {
@@ -90,14 +89,12 @@ pub(super) unsafe fn give_back(driver: &Driver, state: &Device, block: NonNull<B
         // SAFETY: pool memory of this device, freed on the legacy stream after its work.
         _ => unsafe { (driver.cuMemFreeAsync)(block.ptr as CUdeviceptr, STREAM_LEGACY as CUstream) },
     };
-    if let Some(counters) = counters::of(block.device_id) {
-        counters.unreserve(block.bytes());
-    }
+    accounting::unreserved(block.device_id, block.bytes());
     check(driver, if state.pool == 0 { "cuMemFree" } else { "cuMemFreeAsync" }, code)
 }
 
 /// Gives every set-up device's idle blocks back, then its pool's free memory.
-pub fn release_all(wait: Wait) -> Result<()> {
+pub(super) fn release_all(wait: Wait) -> Result<()> {
     let driver = driver::get()?;
     let mut first_error = Ok(());
     for (device_id, state) in set_up_devices() {
@@ -121,8 +118,24 @@ pub fn release_all(wait: Wait) -> Result<()> {
     first_error
 }
 
-/// What the exit hook does: later frees go to the driver, and every idle block goes back now.
-pub(super) fn at_exit() {
-    EXITED.store(true, Ordering::Relaxed);
-    let _ = release_all(Wait::AtExit);
+static EXIT_HOOK: Once = Once::new();
+
+/// Registers the exit hook, on the first block a cache keeps (device or pinned).
+pub(super) fn register_exit_hook() {
+    EXIT_HOOK.call_once(|| {
+        // SAFETY: registers a function that takes no argument and returns nothing.
+        unsafe { libc::atexit(release_at_exit) };
+    });
+}
+
+/// The exit hook: a libc `atexit` function, so it runs after Python's finalisation (it never
+/// touches Python) and while the driver is still loaded (a driver already shut down answers
+/// its calls with an error, which is ignored: the process is ending). Later frees go to the
+/// driver, and what the caches keep goes back to it now, so that a leak check at exit sees
+/// only memory live tensors hold.
+extern "C" fn release_at_exit() {
+    crate::error::guard("exit", || {
+        EXITED.store(true, Ordering::Relaxed);
+        let _ = release_all(Wait::AtExit);
+    });
 }

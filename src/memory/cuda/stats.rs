@@ -1,12 +1,8 @@
-//! Memory statistics of one CUDA device, for `dlpx_cuda_memory_stats` and
-//! `dlpx.cuda.memory_stats(device)` (a dict under torch's names where torch has one).
+//! Memory statistics of one CUDA device as C and Python see them, for `dlpx_cuda_memory_stats`
+//! and `dlpx.cuda.memory_stats(device)` (a dict under torch's names where torch has one); filled
+//! by `accounting::memory_stats`, read by cbindgen for dlpx.h.
 
 use std::ffi::CStr;
-use std::sync::atomic::Ordering::Relaxed;
-
-use super::{counters, idle, thread_cache};
-use crate::error::{Error, Result};
-use crate::memory::driver;
 
 /// Statistics of dlpx's CUDA device memory on one device, since the process started. Bytes of a
 /// cached block count its whole size class (what the driver gave), as torch counts its blocks.
@@ -91,38 +87,4 @@ impl DlpxCudaMemoryStats {
             (c"fenced_blocks.all.current", self.fenced_blocks),
         ]
     }
-}
-
-/// The statistics of `device_id` (a device that exists; it need not have been used).
-pub fn memory_stats(device_id: i32) -> Result<DlpxCudaMemoryStats> {
-    let count = driver::device_count()?;
-    if device_id < 0 || device_id >= count {
-        return Err(Error::value(format!(
-            "device cuda:{device_id} does not exist: this machine has {count} CUDA device(s)"
-        )));
-    }
-    let mut stats = DlpxCudaMemoryStats { cache_limit_bytes: super::classes::settings().cap, ..Default::default() };
-    let Some(c) = counters::of(device_id) else { return Ok(stats) };
-    let t = thread_cache::sum(device_id);
-    stats.allocated_bytes = c.allocated.load(Relaxed);
-    stats.allocated_bytes_peak = c.allocated_peak.load(Relaxed);
-    stats.allocated_bytes_total = t.alloc_bytes;
-    stats.freed_bytes_total = t.free_bytes;
-    stats.reserved_bytes = c.reserved.load(Relaxed);
-    stats.reserved_bytes_peak = c.reserved_peak.load(Relaxed);
-    stats.cached_bytes = c.idle();
-    stats.allocations = t.allocs.saturating_sub(t.frees);
-    stats.allocations_total = t.allocs;
-    stats.frees_total = t.frees;
-    stats.segments = c.segments.load(Relaxed);
-    stats.cache_hits = t.hits;
-    stats.cache_misses = t.misses;
-    stats.device_allocs = c.driver_allocs.load(Relaxed);
-    stats.device_frees = c.driver_frees.load(Relaxed);
-    stats.alloc_retries = c.alloc_retries.load(Relaxed);
-    stats.ooms = c.ooms.load(Relaxed);
-    stats.syncs = c.syncs.load(Relaxed);
-    stats.fenced_frees = c.fenced_frees.load(Relaxed);
-    stats.fenced_blocks = idle::count(device_id).1 as u64;
-    Ok(stats)
 }

@@ -1,4 +1,5 @@
-//! The CUDA driver functions dlpx calls, resolved once from the libcuda that cudarc finds.
+//! The bottom of dlpx's CUDA: the driver functions it calls, resolved once from the libcuda that
+//! cudarc finds; the driver's names for its built-in streams; and how a blocking call waits.
 //!
 //! cudarc's own wrappers are not used for the calls: they return `CUresult` as a Rust enum, so a
 //! code newer than its bindings (a driver from a later CUDA) would be undefined behaviour, and a
@@ -19,11 +20,56 @@ pub const CUDA_SUCCESS: c_int = 0;
 pub const CUDA_ERROR_INVALID_VALUE: c_int = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: c_int = 2;
 pub const CUDA_ERROR_NO_DEVICE: c_int = 100;
-pub const CUDA_ERROR_NOT_READY: c_int = 600;
 /// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED.
 pub const ATTRIBUTE_MEMORY_POOLS_SUPPORTED: c_int = 115;
 /// CU_MEMPOOL_ATTR_RELEASE_THRESHOLD.
 pub const MEMPOOL_ATTR_RELEASE_THRESHOLD: c_int = 4;
+
+/// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD, the driver's names for DLPack's stream 1 and 2.
+pub const STREAM_LEGACY: usize = 0x1;
+pub const STREAM_PER_THREAD: usize = 0x2;
+
+/// The stream a use on `stream` is recorded as: the per-thread default stream (2) names a
+/// different stream on each thread, so a use there is recorded as the legacy stream, which
+/// waits for all of them (and which every thread can name later, at the free).
+pub fn as_recordable(stream: *mut c_void) -> *mut c_void {
+    if stream as usize == STREAM_PER_THREAD {
+        STREAM_LEGACY as *mut c_void
+    } else {
+        stream
+    }
+}
+
+/// Whether no one can destroy `stream`: NULL, the legacy and the per-thread default streams.
+/// A consumer owns every other stream it names and may destroy it as soon as `__dlpack__`
+/// returns; the real driver does not refuse a destroyed handle, it crashes inside the call
+/// (cuEventRecord, driver 580 on an H100), so dlpx keeps only built-in streams past the call.
+pub fn is_built_in(stream: *mut c_void) -> bool {
+    matches!(stream as usize, 0 | STREAM_LEGACY | STREAM_PER_THREAD)
+}
+
+/// Whether two stream handles name the same stream (NULL is the legacy default stream).
+pub fn same_stream(a: usize, b: usize) -> bool {
+    let normalise = |s: usize| if s == 0 { STREAM_LEGACY } else { s };
+    normalise(a) == normalise(b)
+}
+
+/// How a call that blocks on the device (a synchronisation, cuMemFree) may wait.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Through the blocking hook (other Python threads run meanwhile).
+    Hooked,
+    /// Directly: at exit, when Python may be finalised already.
+    AtExit,
+}
+
+/// Runs a blocking driver call as `wait` allows.
+pub fn wait_for<T>(wait: Wait, f: impl FnOnce() -> T) -> T {
+    match wait {
+        Wait::Hooked => crate::memory::blocking::blocking(f),
+        Wait::AtExit => f(),
+    }
+}
 
 /// Declares the table and its loader from one list, so a name cannot be declared and not loaded.
 macro_rules! driver_functions {
