@@ -86,7 +86,8 @@ export PYTEST_ADDOPTS="-rs ${PYTEST_ADDOPTS:-}"
 setup_full() {
   stage "what the tests need"
   # Room on disk, asked first: a full disk would otherwise fail a late stage with pip's or the
-  # linker's ENOSPC, after many minutes. The need was measured on a clean clone (design.md, "CI").
+  # linker's ENOSPC, after many minutes. The need was measured on a clean clone
+  # (docs/reliability.md, "CI").
   local need_gib=${DLPX_TEST_DISK_GIB:-18} free_gib
   free_gib=$(($(df -Pk . | awk 'NR == 2 { print $4 }') / 1048576))
   echo "disk: ${free_gib} GiB free under $(pwd) (the run needs about ${need_gib})"

@@ -1,6 +1,6 @@
 //! Managed tensors that describe a Python object's memory and hold what keeps it valid until
 //! their deleter runs: a reference to the object (numpy's arrays, which dlpx reads directly
-//! instead of through `__dlpack__`: docs/design.md, "What each direct read rests on"), or
+//! instead of through `__dlpack__`: docs/python.md, "What each direct read rests on"), or
 //! whatever else a row's read must keep that may be moved, as a [`Hold`] (a `Py_buffer` may not:
 //! `held_buffer` fills it in place). One block from the per-thread cache holds the managed tensor, its shape and strides
 //! (copied, so the object may change its own afterwards) and the held value, after room for

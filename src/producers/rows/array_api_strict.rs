@@ -1,4 +1,4 @@
-//! The `array_api_strict` row: arrays read through the numpy array they wrap (docs/design.md,
+//! The `array_api_strict` row: arrays read through the numpy array they wrap (docs/python.md,
 //! "What each direct read rests on").
 
 use pyo3_ffi::{PyObject, PyTypeObject};

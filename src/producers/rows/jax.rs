@@ -1,5 +1,5 @@
 //! The `jax` row: an array on one device exported by the jaxlib function its `__dlpack__` ends
-//! in (docs/design.md, "What each direct read rests on"); the result is jax's own capsule.
+//! in (docs/python.md, "What each direct read rests on"); the result is jax's own capsule.
 
 use std::ptr::{self};
 

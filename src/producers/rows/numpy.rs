@@ -1,4 +1,4 @@
-//! The `numpy` row: arrays read through numpy's own array struct (docs/design.md, "What each
+//! The `numpy` row: arrays read through numpy's own array struct (docs/python.md, "What each
 //! direct read rests on").
 
 use std::ffi::{c_char, c_int, c_void};

@@ -1,4 +1,4 @@
-//! The `tvm_ffi` row: tensors read through tvm-ffi's stable C ABI (docs/design.md, "What each
+//! The `tvm_ffi` row: tensors read through tvm-ffi's stable C ABI (docs/python.md, "What each
 //! direct read rests on"); a kernel view is the object's own `DLTensor`.
 
 use std::ffi::{c_int, c_void};

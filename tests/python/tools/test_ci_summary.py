@@ -1,6 +1,6 @@
 """The closing table of scripts/test.sh (scripts/ci_summary.py): each stage's row counts what the
 tools' own closing lines say, lists what was skipped and why, and the stage a failed run stopped
-in is marked (docs/design.md, "CI")."""
+in is marked (docs/reliability.md, "CI")."""
 
 import os
 import subprocess
