@@ -191,4 +191,13 @@ pub trait Producer: Sync {
     fn refuse_before_dlpack(&self, _py: Python<'_>, _object: *mut PyObject) -> Result<()> {
         Ok(())
     }
+
+    /// The attribute that carries the row's protocol (`__dlpack__`, `__cuda_array_interface__`,
+    /// `__array_interface__`), for a row that reads a protocol rather than a producer's types: it
+    /// claims the types that have it, and an object whose type no row claims but that has it on
+    /// itself goes to the first such row in `ROWS` (R12's order, written once: `rows::buffer`).
+    /// None for the other rows.
+    fn protocol(&self) -> Option<&'static std::ffi::CStr> {
+        None
+    }
 }

@@ -32,6 +32,10 @@ impl Producer for ArrayInterface {
         crate::producers::type_has(py, ty, c"__array_interface__")
     }
 
+    fn protocol(&self) -> Option<&'static std::ffi::CStr> {
+        Some(c"__array_interface__")
+    }
+
     fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
         let interface = interface_dict::interface_of(py, object, Kind::Host)?;
         match (interface.unaligned.is_some(), ask.request.copy == Some(true)) {

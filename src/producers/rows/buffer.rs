@@ -6,7 +6,6 @@
 //! managed tensor until its deleter runs (`held_buffer`). The `buffer` row: the last, after DLPack
 //! and the array interfaces (docs/design.md R12's order).
 
-use std::ffi::CStr;
 use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, PyTypeObject};
@@ -33,11 +32,11 @@ impl Producer for BufferProtocol {
         true
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
+    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
         match managed_of(py, object) {
             // SAFETY: a managed tensor this read made from the view it checked, valid as made.
             Ok(Some(managed)) => Ok(unsafe { Reading::made(managed) }),
-            Ok(None) => on_the_instance(py, object, entry, ask),
+            Ok(None) => on_the_instance(py, object, ask),
             // Strides that are not whole items cross only as a copy, and a copy was asked for.
             Err(err) if ask.request.copy == Some(true) && err.kind == ErrorKind::BufferError => {
                 match copy_of(py, object)? {
@@ -47,7 +46,7 @@ impl Producer for BufferProtocol {
                         // SAFETY: an export of dlpx's own tensor, handed over.
                         Ok(unsafe { Reading::managed(copy) })
                     }
-                    None => on_the_instance(py, object, entry, ask),
+                    None => on_the_instance(py, object, ask),
                 }
             }
             Err(err) => Err(err),
@@ -56,20 +55,18 @@ impl Producer for BufferProtocol {
 }
 
 /// An object whose type claims no protocol may still carry one on itself (an attribute set on
-/// the instance: numpy looks there too). Asked in R12's order, only when the buffer failed.
+/// the instance: numpy looks there too). Only when the buffer failed: the rows of `ROWS` that
+/// read a protocol, in its order (R12), asked of the instance instead of its type, each read
+/// with its own entry as if its type had claimed the object.
 #[cold]
-fn on_the_instance<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
-    let has = |name: &CStr| crate::cpython::attribute(py, object, name).is_some();
-    if has(c"__dlpack__") {
-        return super::dlpack::ROW.producer.read(py, object, entry, ask);
+fn on_the_instance<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Answer<'py> {
+    let carried = |row: &&&'static Row| {
+        row.producer.protocol().is_some_and(|name| crate::cpython::attribute(py, object, name).is_some())
+    };
+    match crate::producers::ROWS.iter().find(carried) {
+        Some(&row) => row.producer.read(py, object, Entry { row, table: row.table(None) }, ask),
+        None => Err(speaks_nothing(py, object)),
     }
-    if has(c"__cuda_array_interface__") {
-        return super::cuda_array_interface::ROW.producer.read(py, object, entry, ask);
-    }
-    if has(c"__array_interface__") {
-        return super::array_interface::ROW.producer.read(py, object, entry, ask);
-    }
-    Err(speaks_nothing(py, object))
 }
 
 /// The refusal of an object that speaks no protocol dlpx reads.

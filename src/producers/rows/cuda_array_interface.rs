@@ -35,6 +35,10 @@ impl Producer for CudaArrayInterface {
         crate::producers::type_has(py, ty, c"__cuda_array_interface__")
     }
 
+    fn protocol(&self) -> Option<&'static std::ffi::CStr> {
+        Some(c"__cuda_array_interface__")
+    }
+
     fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
         let interface = interface_dict::interface_of(py, object, Kind::Cuda)?;
         if let Some(unaligned) = interface.unaligned {

@@ -25,6 +25,10 @@ impl Producer for Dlpack {
         crate::producers::type_has(py, ty, c"__dlpack__")
     }
 
+    fn protocol(&self) -> Option<&'static std::ffi::CStr> {
+        Some(c"__dlpack__")
+    }
+
     fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
         export(py, object, ask.request)
     }

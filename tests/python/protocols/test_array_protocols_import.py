@@ -320,6 +320,20 @@ def test_an_interface_set_on_the_instance_is_read_too():
     assert t.data_ptr == a.ctypes.data and list(values(t)) == [0.0, 1.0, 2.0]
 
 
+def test_protocols_set_on_the_instance_go_to_the_rows_in_their_order():
+    class Plain:
+        pass
+
+    a, b = np.arange(3.0), np.arange(10.0, 13.0)
+    holder = Plain()
+    holder.__array_interface__ = b.__array_interface__
+    holder.__dlpack__, holder.__dlpack_device__ = a.__dlpack__, a.__dlpack_device__
+    # ROWS' order (R12): the dlpack row before the array interface's, on the instance as on types.
+    assert list(values(dlpx.from_dlpack(holder))) == [0.0, 1.0, 2.0]
+    del holder.__dlpack__
+    assert list(values(dlpx.from_dlpack(holder))) == [10.0, 11.0, 12.0]
+
+
 def test_an_object_that_speaks_nothing_is_still_a_type_error_naming_what_was_looked_for():
     with pytest.raises(TypeError, match="__array_interface__"):
         dlpx.from_dlpack(object())
