@@ -15,11 +15,13 @@ pub use host::HOST;
 
 /// Every device dlpx allocates on, copies from or orders work on, with the device types each
 /// serves (data, not a method: [`of`], on every hot path, is then a few comparisons).
-pub static DEVICES: [Row; 2] =
-    [Row { types: host::TYPES, device: &host::HOST }, Row { types: cuda::TYPES, device: &cuda::CUDA }];
+pub static DEVICES: [Implementation; 2] = [
+    Implementation { types: host::TYPES, device: &host::HOST },
+    Implementation { types: cuda::TYPES, device: &cuda::CUDA },
+];
 
 /// One implementation of [`Device`] and the device types it serves.
-pub struct Row {
+pub struct Implementation {
     pub types: &'static [DeviceType],
     pub device: &'static dyn Device,
 }
@@ -34,7 +36,7 @@ pub struct Memory {
 }
 
 pub trait Device: Sync {
-    /// The device types it allocates on (a subset of those its [`Row`] names).
+    /// The device types it allocates on (a subset of those its [`Implementation`] names).
     fn allocates(&self) -> &'static [DeviceType];
 
     /// Whether the host reads memory of `device_type` directly.
