@@ -2,6 +2,7 @@
 example kernel wheel (examples/kernel_wheel): the kernels run with numpy and dlpx tensors, give
 the right values and types, and share the process's one libdlpx (no second copy loaded)."""
 
+import ctypes
 import os
 import sys
 import sysconfig
@@ -28,9 +29,30 @@ except TypeError as err:
     assert "add" in str(err) and "'b'" in str(err), err
 else:
     raise AssertionError("a str for a tensor is a TypeError")
-with open("/proc/self/maps") as maps:
-    paths = {line.split()[-1] for line in maps if ".so" in line.split()[-1]}
-loaded = {os.path.realpath(p) for p in paths if os.path.basename(p).startswith("libdlpx.so")}
+
+class LinkMap(ctypes.Structure):
+    """glibc's `struct link_map` (<link.h>): its public head."""
+
+
+LinkMap._fields_ = [("l_addr", ctypes.c_void_p), ("l_name", ctypes.c_char_p), ("l_ld", ctypes.c_void_p),
+                    ("l_next", ctypes.POINTER(LinkMap)), ("l_prev", ctypes.POINTER(LinkMap))]
+
+
+def loaded_objects():
+    """The paths of every shared object loaded, as the dynamic linker lists them (dlinfo's
+    RTLD_DI_LINKMAP: no /proc needed, which the chroot of plain 3.14/3.15 has not)."""
+    libc = ctypes.CDLL(None)
+    libc.dlopen.restype = ctypes.c_void_p
+    libc.dlinfo.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    head = ctypes.POINTER(LinkMap)()
+    assert libc.dlinfo(libc.dlopen(None, 1), 2, ctypes.byref(head)) == 0, "dlinfo(RTLD_DI_LINKMAP)"
+    while head:
+        if head.contents.l_name:
+            yield head.contents.l_name.decode()
+        head = head.contents.l_next
+
+
+loaded = {os.path.realpath(p) for p in loaded_objects() if os.path.basename(p).startswith("libdlpx.so")}
 assert loaded == {os.path.realpath(dlpx.library_path())}, f"one libdlpx, dlpx's: {loaded}"
 free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 assert not (free_threaded and sys._is_gil_enabled()), "the kernels enabled the GIL"
