@@ -13,11 +13,12 @@
 
 #include "dlpx/kernel.h"
 #include "test_util.h"
+#include "kernel_call_util.h"
 
 /* `huge` asks for 128 TiB. */
 TEST_HUGE_ALLOCATIONS_MAY_FAIL
 
-static const char *cases_path, *newer_path, *empty_path, *bad_signature_path, *not_a_library;
+static const char *newer_path, *empty_path, *bad_signature_path, *not_a_library;
 
 /* The same numbers src/kernels/export.rs asserts of its mirrors (LP64). */
 static void test_kernel_h_has_the_layout_the_loader_reads(void) {
@@ -29,60 +30,10 @@ static void test_kernel_h_has_the_layout_the_loader_reads(void) {
   CHECK(sizeof(DlpxKernelLibrary) == 16 && offsetof(DlpxKernelLibrary, first) == 8, "record");
 }
 
-static const DlpxKernel *find(const char *name) {
-  const DlpxKernel *kernel = NULL;
-  int rc = dlpx_kernel_find(cases_path, name, &kernel);
-  CHECK(rc == 0 && kernel != NULL, "dlpx_kernel_find(%s): %s", name, test_str(dlpx_last_error()));
-  return kernel;
-}
-
-static DlpxValue value(int32_t kind) {
-  DlpxValue v;
-  memset(&v, 0, sizeof v);
-  v.kind = kind;
-  return v;
-}
-
-static DlpxValue tensor(const DLTensor *t) {
-  DlpxValue v = value(DLPX_VALUE_TENSOR);
-  v.tensor = t;
-  return v;
-}
-
-static DlpxValue str(const char *s) {
-  DlpxValue v = value(DLPX_VALUE_STR);
-  v.str_data = s;
-  v.str_size = strlen(s);
-  return v;
-}
-
 /* Expects dlpx_kernel_call to fail with `kind` and `needle` in the message, no result. */
 static void check_fails(const char *name, const DlpxValue *args, size_t nargs, const char *kind, const char *needle) {
-  DlpxValue results[4];
-  size_t n = 99;
-  int rc = dlpx_kernel_call(find(name), args, nargs, results, 4, &n);
-  CHECK(rc == -1, "%s: rc %d", name, rc);
-  CHECK(n == 99, "%s: nresults written on failure (%zu)", name, n);
-  CHECK(test_streq(dlpx_last_error_kind(), kind), "%s: kind %s, expected %s", name, test_str(dlpx_last_error_kind()),
-        kind);
-  CHECK(test_contains(dlpx_last_error(), needle), "%s: \"%s\" lacks \"%s\"", name, test_str(dlpx_last_error()), needle);
-}
-
-/* A 1-d float32 tensor of 4 values with stride 2 over `data` (8 floats). */
-static DLTensor strided(float *data, int64_t *shape, int64_t *strides) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = 1;
-  t.dtype.code = kDLFloat;
-  t.dtype.bits = 32;
-  t.dtype.lanes = 1;
-  shape[0] = 4;
-  strides[0] = 2;
-  t.shape = shape;
-  t.strides = strides;
-  return t;
+  const char *message = call_fails(name, args, nargs, kind);
+  CHECK(test_contains(message, needle), "%s: \"%s\" lacks \"%s\"", name, test_str(message), needle);
 }
 
 static void test_scalars_in_and_out_with_defaults(void) {
@@ -107,7 +58,7 @@ static void test_scalars_in_and_out_with_defaults(void) {
 static void test_tensor_results_are_the_callers_to_delete(void) {
   float data[8] = {0, -1, 1, -1, 2, -1, 3, -1};
   int64_t shape[1], strides[1];
-  DLTensor a = strided(data, shape, strides);
+  DLTensor a = strided(data, 32, shape, strides);
   DlpxValue args[1] = {tensor(&a)};
   DlpxValue results[2];
   size_t n = 0;
@@ -129,7 +80,7 @@ static void test_tensor_results_are_the_callers_to_delete(void) {
 static void test_kinds_of_optional_and_keyword_only_parameters(void) {
   float data[8] = {0};
   int64_t shape[1], strides[1];
-  DLTensor a = strided(data, shape, strides);
+  DLTensor a = strided(data, 32, shape, strides);
   DlpxValue args[1] = {tensor(&a)};
   DlpxValue results[4];
   size_t n = 0;
@@ -146,7 +97,7 @@ static void test_kinds_of_optional_and_keyword_only_parameters(void) {
 static void test_bad_calls_fail_cleanly_and_lose_nothing(void) {
   float data[8] = {0};
   int64_t shape[1], strides[1];
-  DLTensor a = strided(data, shape, strides);
+  DLTensor a = strided(data, 32, shape, strides);
   DlpxValue one[1] = {tensor(&a)};
   check_fails("ninth", one, 1, "IndexError", "dlpx: ninth: argument 9 asked for; the call has 1");
   check_fails("ninth_ignored", one, 1, "IndexError", "dlpx: ninth_ignored: argument 9");

@@ -13,59 +13,14 @@
 
 #include "dlpx/kernel.h"
 #include "test_util.h"
+#include "kernel_call_util.h"
 
 /* `huge` asks for 128 TiB. */
 TEST_HUGE_ALLOCATIONS_MAY_FAIL
 
-static const char *cases_path;
-
-static const DlpxKernel *find(const char *name) {
-  const DlpxKernel *kernel = NULL;
-  int rc = dlpx_kernel_find(cases_path, name, &kernel);
-  CHECK(rc == 0 && kernel != NULL, "dlpx_kernel_find(%s): %s", name, test_str(dlpx_last_error()));
-  return kernel;
-}
-
-static DlpxValue value(int32_t kind) {
-  DlpxValue v;
-  memset(&v, 0, sizeof v);
-  v.kind = kind;
-  return v;
-}
-
-static DlpxValue str(const char *s) {
-  DlpxValue v = value(DLPX_VALUE_STR);
-  v.str_data = s;
-  v.str_size = strlen(s);
-  return v;
-}
-
-/* A 1-d tensor of 4 values with stride 2 over `data` (8 values of `bits` bits, float). */
-static DLTensor strided(void *data, uint8_t bits, int64_t *shape, int64_t *strides) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = 1;
-  t.dtype.code = kDLFloat;
-  t.dtype.bits = bits;
-  t.dtype.lanes = 1;
-  shape[0] = 4;
-  strides[0] = 2;
-  t.shape = shape;
-  t.strides = strides;
-  return t;
-}
-
 static void check_fails(const char *name, const DlpxValue *args, size_t nargs, const char *kind, const char *message) {
-  DlpxValue results[4];
-  size_t n = 99;
-  int rc = dlpx_kernel_call(find(name), args, nargs, results, 4, &n);
-  CHECK(rc == -1 && n == 99, "%s: rc %d, n %zu", name, rc, n);
-  CHECK(test_streq(dlpx_last_error_kind(), kind), "%s: kind %s, expected %s", name, test_str(dlpx_last_error_kind()),
-        kind);
-  CHECK(test_streq(dlpx_last_error(), message), "%s: \"%s\", expected \"%s\"", name, test_str(dlpx_last_error()),
-        message);
+  const char *got = call_fails(name, args, nargs, kind);
+  CHECK(test_streq(got, message), "%s: \"%s\", expected \"%s\"", name, test_str(got), message);
 }
 
 static void test_scale_reads_any_stride_and_returns_an_output_to_delete(void) {

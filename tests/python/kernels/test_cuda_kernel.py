@@ -10,7 +10,6 @@ a GPU and torch with CUDA, and say so when skipped."""
 
 import os
 import shutil
-import subprocess
 import sys
 import sysconfig
 import time
@@ -18,6 +17,7 @@ import time
 import numpy as np
 import pytest
 
+import c_build
 import dlpx
 from cuda_peers import GPU, cupy, needs_cupy, needs_gpu, torch
 from examples_build import configure_and_build
@@ -63,12 +63,9 @@ def kernel(library_path):
 
 
 def test_the_library_has_no_python_in_it(library_path):
-    nm = shutil.which("nm")
-    if nm is None:
-        pytest.fail("nm (binutils) is needed to read the library's symbols")
-    symbols = subprocess.run([nm, "-D", library_path], capture_output=True, text=True, check=True).stdout
-    assert [line for line in symbols.splitlines() if line.split()[-1].startswith("Py")] == []
-    assert any(line.split()[-1] == "dlpx_kernel_library" for line in symbols.splitlines())
+    names = [fields[-1] for fields in c_build.dynamic_symbols(library_path)]
+    assert [name for name in names if name.startswith("Py")] == []
+    assert "dlpx_kernel_library" in names
 
 
 def test_the_kernels_carry_their_signatures(kernel):

@@ -27,15 +27,7 @@ CASES = os.path.join(REPO, "c_tests", "kernel_cases")
 
 def build_library(tmp_path_factory, source, name):
     """A kernel library built as a user builds one (hidden visibility, linked to libdlpx)."""
-    directory = tmp_path_factory.mktemp(name)
-    path = os.path.join(directory, f"lib{name}.so")
-    try:
-        done = c_build.build("c", [source], path, flags=["-shared", "-fPIC", "-fvisibility=hidden"],
-                             libraries=c_build.link_dlpx(str(directory)))
-    except c_build.NoCompiler as missing:
-        c_build.skip_or_fail(str(missing))
-    assert done.returncode == 0, c_build.failure(done)
-    return path
+    return c_build.kernel_library(tmp_path_factory, "c", source, name)
 
 
 @pytest.fixture(scope="module")

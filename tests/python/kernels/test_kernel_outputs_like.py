@@ -17,16 +17,8 @@ REPO = c_build.REPO
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("outputs_like")
-    path = os.path.join(directory, "libdlpx_example_kernels.so")
-    try:
-        done = c_build.build("c", [os.path.join(REPO, "examples", "kernel_library", "kernels.c")], path,
-                             flags=["-shared", "-fPIC", "-fvisibility=hidden"],
-                             libraries=c_build.link_dlpx(str(directory)))
-    except c_build.NoCompiler as missing:
-        c_build.skip_or_fail(str(missing))
-    assert done.returncode == 0, c_build.failure(done)
-    return dlpx.load_library(path)
+    source = os.path.join(REPO, "examples", "kernel_library", "kernels.c")
+    return dlpx.load_library(c_build.kernel_library(tmp_path_factory, "c", source, "dlpx_example_kernels"))
 
 
 def test_the_first_tensor_argument_decides_without_it(lib):
