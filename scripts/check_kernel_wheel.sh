@@ -17,8 +17,8 @@ root=$PWD
 dist=$(realpath "${1:-dist}")
 work=$root/build/kernel-wheel
 ft_cache=${DLPX_FT_CACHE:-$HOME/.cache/dlpx/free-threaded}
-chroot_dir=$root/build/forky-chroot
-passed=0 failed=0 skipped=0
+source scripts/interpreters.sh
+chroot_dir=$forky_chroot
 start=$SECONDS
 quiet=(-q --disable-pip-version-check)
 
@@ -62,19 +62,10 @@ check() {
     failed=$((failed + 1))
   fi
 }
-unavailable() {
-  if [ -n "${DLPX_REQUIRE_ALL_TESTS:-}" ]; then
-    echo "FAILED: $1: $2 (DLPX_REQUIRE_ALL_TESTS=1: every interpreter is checked)"
-    failed=$((failed + 1))
-  else
-    echo "== $1: skipped: $2"
-    skipped=$((skipped + 1))
-  fi
-}
 
 runner=() dist_in=$dist wheel_in=$wheel smoke_in=$root/scripts/kernel_wheel_smoke_test.py
 for minor in 9 10 11 12 13; do
-  py=$(ls -d "$HOME"/.pyenv/versions/3."$minor".*/bin/python3 2>/dev/null | sort -V | tail -n 1 || true)
+  py=$(pyenv_python "$minor")
   if [ -z "$py" ]; then unavailable "CPython 3.$minor" "not found under ~/.pyenv/versions"; continue; fi
   check "CPython 3.$minor ($py)" "$py" "$work/venv-3.$minor"
 done
@@ -94,7 +85,7 @@ else
   rm -rf "${chroot_dir:?}$inside" && mkdir -p "$chroot_dir$inside/dist"
   cp "$dist"/dlpx-*.whl "$chroot_dir$inside/dist/"
   cp "$wheel" "$root/scripts/kernel_wheel_smoke_test.py" "$chroot_dir$inside/"
-  runner=(env -u PIP_FIND_LINKS PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root chroot "$chroot_dir")
+  runner=("${in_forky[@]}")
   dist_in=$inside/dist wheel_in=$inside/$(basename "$wheel") smoke_in=$inside/kernel_wheel_smoke_test.py
   for minor in 14 15; do
     check "CPython 3.$minor (Debian forky, chroot)" "/usr/bin/python3.$minor" "$inside/venv-3.$minor"

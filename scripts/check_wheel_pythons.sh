@@ -15,8 +15,8 @@ cd "$(dirname "$0")/.."
 root=$PWD
 wheel=$(realpath "${1:-$(ls dist/dlpx-*-cp39-abi3-manylinux*x86_64.whl)}")
 work=$root/build/wheel-pythons
-chroot_dir=$root/build/forky-chroot
-passed=0 failed=0 skipped=0
+source scripts/interpreters.sh
+chroot_dir=$forky_chroot
 
 # check LABEL PYTHON VENV: a fresh VENV from PYTHON, the wheel and the peers, the smoke test run
 # from VENV's parent (outside the source tree, so `import dlpx` is the wheel's). Paths are as the
@@ -33,21 +33,11 @@ check() {
     failed=$((failed + 1))
   fi
 }
-# unavailable LABEL WHY: an interpreter this machine cannot provide.
-unavailable() {
-  if [ -n "${DLPX_REQUIRE_ALL_TESTS:-}" ]; then
-    echo "FAILED: $1: $2 (DLPX_REQUIRE_ALL_TESTS=1: every interpreter is checked)"
-    failed=$((failed + 1))
-  else
-    echo "== $1: skipped: $2"
-    skipped=$((skipped + 1))
-  fi
-}
 
 runner=() wheel_in=$wheel smoke_in=$root/scripts/wheel_smoke_test.py
 mkdir -p "$work"
 for minor in 9 10 11 12 13; do
-  py=$(ls -d "$HOME"/.pyenv/versions/3."$minor".*/bin/python3 2>/dev/null | sort -V | tail -n 1 || true)
+  py=$(pyenv_python "$minor")
   if [ -z "$py" ]; then unavailable "CPython 3.$minor" "not found under ~/.pyenv/versions"; continue; fi
   check "CPython 3.$minor ($py)" "$py" "$work/venv-3.$minor"
 done
@@ -97,8 +87,7 @@ else
     cp --remove-destination /etc/resolv.conf "$chroot_dir/etc/resolv.conf"
     rm -f "$chroot_dir"/dlpx-check/dlpx-*.whl
     cp "$wheel" "$root/scripts/wheel_smoke_test.py" "$chroot_dir/dlpx-check/"
-    # The host's PIP_FIND_LINKS and PATH name directories the chroot does not have.
-    runner=(env -u PIP_FIND_LINKS PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root chroot "$chroot_dir")
+    runner=("${in_forky[@]}")
     wheel_in=/dlpx-check/$(basename "$wheel") smoke_in=/dlpx-check/wheel_smoke_test.py
     for minor in 14 15; do
       check "CPython 3.$minor (Debian forky, chroot)" "/usr/bin/python3.$minor" "/dlpx-check/venv-3.$minor"
