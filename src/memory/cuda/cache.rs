@@ -73,20 +73,20 @@ fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, strea
     }
     let from_driver = on_device(device_id, |driver, state| {
         flush(driver, state, device_id);
-        if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
+        if let Some(ptr) = pool::allocate(driver, state, device_id, nbytes, stream)? {
             return Ok(ptr);
         }
         accounting::retried(device_id);
         let released = release::release_device(driver, state, device_id, Wait::Hooked).unwrap_or(0);
         pool::trim(driver, state);
-        if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
+        if let Some(ptr) = pool::allocate(driver, state, device_id, nbytes, stream)? {
             return Ok(ptr);
         }
         if released > 0 {
             accounting::synchronised(device_id);
             synchronise_context(driver);
             pool::trim(driver, state);
-            if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
+            if let Some(ptr) = pool::allocate(driver, state, device_id, nbytes, stream)? {
                 return Ok(ptr);
             }
         }
@@ -102,7 +102,6 @@ fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, strea
             return Err(err);
         }
     };
-    accounting::reserved(device_id, nbytes);
     let Some((key, class)) = class else {
         accounting::handed_out_uncached(device_id, nbytes);
         return Ok(Grant { ptr, block: 0, word: nbytes as u64 });
