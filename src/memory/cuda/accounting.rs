@@ -3,17 +3,61 @@
 //!
 //! Two halves. Per device, counters every thread updates: only the bytes tensors hold change on
 //! the hot path (one atomic add per allocation and per free, so that the current value and its
-//! peak are exact across threads); the rest change only when dlpx calls the driver. Per thread,
-//! what its cache did (allocations, frees, hits, misses): the bins count their own hits and
-//! frees inside their owner's section (`thread_cache::take`, `put`: no second entry on the hot
-//! path), the other paths through `thread_cache::count`, and a statistics call sums them.
+//! peak are exact across threads); the rest change off it (a driver allocation or free, counted
+//! where the driver is called; a retry, a synchronisation, a fenced free). Per thread, [`Counts`] of what its cache did (allocations, frees,
+//! hits, misses), which `thread_cache` stores (each thread's, and the sum of threads that
+//! exited) and hands to a function below inside its owner's section: only the owner writes
+//! them, with no atomic read-modify-write. A path that changes both makes one call for both: a
+//! hit and a cached free from inside the section `thread_cache::take` and `put` already hold
+//! (the hot path enters it once), the cold paths through `thread_cache::count`. A statistics
+//! call is handed the sum of every thread's counts (`thread_cache::sum`, passed in by `mod.rs`:
+//! `thread_cache` calls this file, so this file does not call it).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::classes::{settings, MAX_DEVICES};
 use super::stats::DlpxCudaMemoryStats;
-use super::{driver, idle, thread_cache};
+use super::{driver, idle};
 use crate::error::{Error, Result};
+
+/// What one thread did with one device's blocks (summed over threads for statistics). Written
+/// only by the functions of this file.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Counts {
+    // Counts apart from bytes: a hit or a free then adds to two fields that are not neighbours,
+    // two instructions (neighbours, the compiler packs into one vector add of six).
+    allocs: u64,
+    frees: u64,
+    /// Allocations of a size class served from the thread's bins, and those that were not.
+    hits: u64,
+    misses: u64,
+    alloc_bytes: u64,
+    free_bytes: u64,
+}
+
+impl Counts {
+    #[inline]
+    fn allocation(&mut self, bytes: usize) {
+        self.allocs += 1;
+        self.alloc_bytes += bytes as u64;
+    }
+
+    #[inline]
+    fn free(&mut self, bytes: usize) {
+        self.frees += 1;
+        self.free_bytes += bytes as u64;
+    }
+
+    /// Adds another's counts: a thread that exits to those that did, a thread to a sum.
+    pub fn add(&mut self, other: &Counts) {
+        self.allocs += other.allocs;
+        self.alloc_bytes += other.alloc_bytes;
+        self.frees += other.frees;
+        self.free_bytes += other.free_bytes;
+        self.hits += other.hits;
+        self.misses += other.misses;
+    }
+}
 
 /// One device's counters, on cache lines of their own.
 #[repr(align(128))]
@@ -96,58 +140,73 @@ impl DeviceCounters {
     }
 }
 
-/// A block of a size class handed to a tensor (counted on the thread already: a hit in its bins,
-/// or a miss).
+/// A block of `bytes` from the thread's bins handed to a tensor (a hit): an allocation and a hit
+/// on the thread, and the bytes on the device. Called inside the owner's section
+/// (`thread_cache::take`).
 #[inline]
-pub fn handed_out(device_id: i32, bytes: usize) {
+pub fn hit(counts: &mut Counts, device_id: i32, bytes: usize) {
+    counts.allocation(bytes);
+    counts.hits += 1;
     if let Some(c) = of(device_id) {
         c.hand_out(bytes);
     }
 }
 
-/// A block given back by a tensor (the thread counts the free as the block goes on); returns
-/// the idle bytes dlpx then keeps (reserved minus allocated), what the cap is checked against
-/// (`u64::MAX` for a device not counted).
-#[inline]
-pub fn taken_back(device_id: i32, bytes: usize) -> u64 {
-    of(device_id).map_or(u64::MAX, |c| c.take_back(bytes))
+/// A block of `bytes` for an allocation the thread's bins could not serve (a miss), from the
+/// device's shared lists or the driver: an allocation and a miss on the thread, and the bytes
+/// on the device.
+pub fn missed(counts: &mut Counts, device_id: i32, bytes: usize) {
+    counts.allocation(bytes);
+    counts.misses += 1;
+    if let Some(c) = of(device_id) {
+        c.hand_out(bytes);
+    }
 }
 
-/// A miss of the thread's bins that the driver could not serve: not an allocation after all.
-pub fn refused(device_id: i32, bytes: usize) {
-    thread_cache::count(device_id, |c| {
-        c.allocs -= 1;
-        c.alloc_bytes -= bytes as u64;
-    });
+/// A miss of the thread's bins that the driver could not serve either: a miss, and not an
+/// allocation.
+pub fn refused(counts: &mut Counts) {
+    counts.misses += 1;
 }
 
 /// Memory straight from the driver handed to a tensor (no size class, a graph's, no cache).
-pub fn handed_out_uncached(device_id: i32, bytes: usize) {
-    thread_cache::count(device_id, |c| {
-        c.allocs += 1;
-        c.alloc_bytes += bytes as u64;
-    });
-    handed_out(device_id, bytes);
+pub fn handed_out_uncached(counts: &mut Counts, device_id: i32, bytes: usize) {
+    counts.allocation(bytes);
+    if let Some(c) = of(device_id) {
+        c.hand_out(bytes);
+    }
+}
+
+/// A cached block of `bytes` given back by a tensor (then kept in the thread's bins, the
+/// device's shared list, or given to the driver): a free on the thread, the bytes taken back on
+/// the device. Returns the idle bytes dlpx then keeps (reserved minus allocated), what the cap
+/// is checked against (`u64::MAX` for a device not counted). Called inside the owner's section
+/// (`thread_cache::put`).
+#[inline]
+pub fn freed(counts: &mut Counts, device_id: i32, bytes: usize) -> u64 {
+    counts.free(bytes);
+    of(device_id).map_or(u64::MAX, |c| c.take_back(bytes))
+}
+
+/// A cached block of `bytes` used on other streams given back by a tensor: a free on the thread,
+/// the bytes taken back on the device, and, when the idle bytes dlpx then keeps are within
+/// `cap`, a fenced free (the block is kept until events recorded on those streams complete;
+/// else it goes to the driver after them). Returns whether it is kept.
+pub fn fenced(counts: &mut Counts, device_id: i32, bytes: usize, cap: u64) -> bool {
+    counts.free(bytes);
+    let Some(c) = of(device_id) else { return false };
+    let kept = c.take_back(bytes) <= cap;
+    if kept {
+        c.fenced_frees.fetch_add(1, Relaxed);
+    }
+    kept
 }
 
 /// Memory straight from the driver given back by a tensor.
-pub fn taken_back_uncached(device_id: i32, bytes: usize) {
-    thread_cache::count(device_id, |c| {
-        c.frees += 1;
-        c.free_bytes += bytes as u64;
-    });
-    taken_back(device_id, bytes);
-}
-
-/// A free of a block used on other streams, kept until events recorded there complete (after
-/// [`taken_back`]).
-pub fn fenced(device_id: i32, bytes: usize) {
-    thread_cache::count(device_id, |c| {
-        c.frees += 1;
-        c.free_bytes += bytes as u64;
-    });
+pub fn taken_back_uncached(counts: &mut Counts, device_id: i32, bytes: usize) {
+    counts.free(bytes);
     if let Some(c) = of(device_id) {
-        c.fenced_frees.fetch_add(1, Relaxed);
+        c.take_back(bytes);
     }
 }
 
@@ -187,8 +246,9 @@ pub fn ran_out(device_id: i32) {
     }
 }
 
-/// The statistics of `device_id` (a device that exists; it need not have been used).
-pub fn memory_stats(device_id: i32) -> Result<DlpxCudaMemoryStats> {
+/// The statistics of `device_id` (a device that exists; it need not have been used), with
+/// `threads`, which sums every thread's [`Counts`] for a device (`thread_cache::sum`).
+pub fn memory_stats(device_id: i32, threads: impl FnOnce(i32) -> Counts) -> Result<DlpxCudaMemoryStats> {
     let count = driver::device_count()?;
     if device_id < 0 || device_id >= count {
         return Err(Error::value(format!(
@@ -197,7 +257,7 @@ pub fn memory_stats(device_id: i32) -> Result<DlpxCudaMemoryStats> {
     }
     let mut stats = DlpxCudaMemoryStats { cache_limit_bytes: settings().cap, ..Default::default() };
     let Some(c) = of(device_id) else { return Ok(stats) };
-    let t = thread_cache::sum(device_id);
+    let t = threads(device_id);
     stats.allocated_bytes = c.allocated.load(Relaxed);
     stats.allocated_bytes_peak = c.allocated_peak.load(Relaxed);
     stats.allocated_bytes_total = t.alloc_bytes;

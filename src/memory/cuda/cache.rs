@@ -21,8 +21,9 @@ use super::device::{no_memory, on_device, synchronise_context, synchronise_devic
 use super::driver::{self, Wait, STREAM_LEGACY, STREAM_PER_THREAD};
 use super::events::record_event;
 use super::pool::{self, driver_free};
+use super::thread_cache::{self, Put};
 use super::uses::{Fence, Uses};
-use super::{accounting, idle, release, thread_cache};
+use super::{accounting, idle, release};
 use crate::error::{Error, Result};
 
 /// Device memory handed to a tensor: the address, the block it is (0: memory straight from the
@@ -51,6 +52,7 @@ pub fn alloc_device(device_id: i32, nbytes: usize, stream: *mut c_void) -> Resul
     }
     let bytes = class_bytes(class);
     match thread_cache::take(device_id, stream as usize, class, bytes) {
+        // Counted as a hit inside the bins' section.
         Ok(block) => Ok(hand_out(block)),
         Err(key) => climb(device_id, bytes, Some((key, class)), stream),
     }
@@ -68,25 +70,25 @@ fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, strea
         let driver = driver::get()?;
         // No event is queried while a capture dlpx knows of may be underway (a query breaks it).
         if let Some(block) = idle::take(driver, device_id, key, class, !deferred::any()) {
-            return Ok(hand_out(block));
+            return Ok(hand_out_missed(block));
         }
     }
     let from_driver = on_device(device_id, |driver, state| {
         flush(driver, state, device_id);
-        if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
+        if let Some(ptr) = pool::allocate(driver, state, device_id, nbytes, stream)? {
             return Ok(ptr);
         }
         accounting::retried(device_id);
         let released = release::release_device(driver, state, device_id, Wait::Hooked).unwrap_or(0);
         pool::trim(driver, state);
-        if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
+        if let Some(ptr) = pool::allocate(driver, state, device_id, nbytes, stream)? {
             return Ok(ptr);
         }
         if released > 0 {
             accounting::synchronised(device_id);
             synchronise_context(driver);
             pool::trim(driver, state);
-            if let Some(ptr) = pool::allocate(driver, state, nbytes, stream)? {
+            if let Some(ptr) = pool::allocate(driver, state, device_id, nbytes, stream)? {
                 return Ok(ptr);
             }
         }
@@ -97,19 +99,18 @@ fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, strea
         Ok(ptr) => ptr,
         Err(err) => {
             if class.is_some() {
-                accounting::refused(device_id, nbytes);
+                thread_cache::count(device_id, accounting::refused);
             }
             return Err(err);
         }
     };
-    accounting::reserved(device_id, nbytes);
     let Some((key, class)) = class else {
-        accounting::handed_out_uncached(device_id, nbytes);
+        thread_cache::count(device_id, |c| accounting::handed_out_uncached(c, device_id, nbytes));
         return Ok(Grant { ptr, block: 0, word: nbytes as u64 });
     };
     release::register_exit_hook();
     let block = Box::new(Block::new(ptr as usize, device_id, class, key));
-    Ok(hand_out(NonNull::from(Box::leak(block))))
+    Ok(hand_out_missed(NonNull::from(Box::leak(block))))
 }
 
 /// Whether `device_id` has a cache now.
@@ -131,13 +132,22 @@ fn captured(device_id: i32, stream: *mut c_void) -> Result<bool> {
     }
 }
 
+/// Hands an idle block the caller took from the cache to a tensor (counted by the caller).
 #[inline]
 fn hand_out(block: NonNull<Block>) -> Grant {
     // SAFETY: an idle block the caller took from the cache: nobody else holds it.
     let b = unsafe { block.as_ref() };
     let word = b.hand_out();
-    accounting::handed_out(b.device_id, b.bytes());
     Grant { ptr: b.ptr as *mut c_void, block: block.as_ptr() as usize, word }
+}
+
+/// Hands out a block for a miss of the thread's bins (from the device's shared lists or the
+/// driver), counted as one.
+fn hand_out_missed(block: NonNull<Block>) -> Grant {
+    // SAFETY: as for `hand_out`.
+    let b = unsafe { block.as_ref() };
+    thread_cache::count(b.device_id, |c| accounting::missed(c, b.device_id, b.bytes()));
+    hand_out(block)
 }
 
 /// Frees memory from [`alloc_device`], the one choice: memory straight from the driver back to
@@ -161,33 +171,45 @@ pub unsafe fn free_device(device_id: i32, grant: Grant, stream: *mut c_void, use
     if b.ptr != grant.ptr as usize || b.device_id != device_id || !b.take_back(grant.word) {
         return Err(freed_twice(device_id, grant.ptr));
     }
-    let bytes = b.bytes();
-    let idle = accounting::taken_back(device_id, bytes);
-    // A free during a capture of its stream is put off until the capture ends (the driver's
-    // path does that, as before the cache): a release meanwhile then knows of the capture and
-    // leaves it alone. Asking names the stream, which the tensor's owner keeps alive until
-    // this free; nothing names it after.
-    let fits = idle <= settings().cap && !release::exited() && !freed_while_captured(device_id, b.key());
-    let used_elsewhere = !(uses.streams.is_empty() && uses.fences.is_empty());
-    if fits && used_elsewhere && settings().fault != Fault::IgnoreUses {
-        return keep_fenced(device_id, block, uses);
+    // The idle bytes the cache may keep: none after the exit hook, nor during a capture of the
+    // block's stream: such a free is put off until the capture ends (the driver's path does
+    // that, as before the cache), so a release meanwhile knows of the capture and leaves it
+    // alone. Asking names the stream, which the tensor's owner keeps alive until this free;
+    // nothing names it after.
+    let cap = match release::exited() || freed_while_captured(device_id, b.key()) {
+        true => None,
+        false => Some(settings().cap),
+    };
+    let used_elsewhere = !(uses.streams.is_empty() && uses.fences.is_empty()) && settings().fault != Fault::IgnoreUses;
+    if let Some(cap) = cap.filter(|_| used_elsewhere) {
+        return free_used_elsewhere(device_id, block, cap, stream, uses);
     }
-    match thread_cache::put(device_id, bytes, block, fits) {
-        None => Ok(()),
-        Some(block) if fits => {
+    match thread_cache::put(device_id, block, cap) {
+        Put::Kept => Ok(()),
+        Put::Full(block) => {
             // A full bin, or a thread that is exiting: the device's shared list keeps it.
             b.set_key(b.key().seen_from(thread_cache::thread_id()));
             idle::keep(block);
             Ok(())
         }
-        Some(block) => {
-            // Beyond the cap: back to the driver, after the streams that used it.
-            // SAFETY: the block is this thread's alone now; made by `Box::leak`.
-            let block = unsafe { Box::from_raw(block.as_ptr()) };
-            // SAFETY: per the contract, the memory is the block's and nobody uses it.
-            unsafe { driver_free(device_id, block.ptr as *mut c_void, bytes, stream, uses) }
-        }
+        // Beyond the cap, after the exit hook, or during a capture of its stream: back to the
+        // driver, after the streams that used it.
+        // SAFETY: per the contract.
+        Put::Unfit(block) => unsafe { give_to_driver(device_id, block, stream, uses) },
     }
+}
+
+/// Gives a block the cache does not keep back to the driver, on `stream` after the streams in
+/// `uses`.
+///
+/// # Safety
+/// As for [`free_device`]; `block` is the caller's alone now.
+#[cold]
+unsafe fn give_to_driver(device_id: i32, block: NonNull<Block>, stream: *mut c_void, uses: Uses) -> Result<()> {
+    // SAFETY: the block is the caller's alone; made by `Box::leak`.
+    let block = unsafe { Box::from_raw(block.as_ptr()) };
+    // SAFETY: per the contract, the memory is the block's and nobody uses it.
+    unsafe { driver_free(device_id, block.ptr as *mut c_void, block.bytes(), stream, uses) }
 }
 
 /// Whether the stream of `key` is being captured into a graph now (the legacy stream cannot
@@ -208,20 +230,41 @@ fn freed_twice(device_id: i32, ptr: *mut c_void) -> Error {
 #[cold]
 unsafe fn free_uncached(device_id: i32, grant: Grant, stream: *mut c_void, uses: Uses) -> Result<()> {
     let nbytes = grant.word as usize;
-    accounting::taken_back_uncached(device_id, nbytes);
+    thread_cache::count(device_id, |c| accounting::taken_back_uncached(c, device_id, nbytes));
     // SAFETY: per the contract.
     unsafe { driver_free(device_id, grant.ptr, nbytes, stream, uses) }
+}
+
+/// Frees a block used on other streams: kept until events recorded there now have completed
+/// when the idle bytes then are within `cap` (a fenced free), else back to the driver after
+/// those streams.
+///
+/// # Safety
+/// As for [`free_device`]; the caller took the block back.
+#[cold]
+unsafe fn free_used_elsewhere(
+    device_id: i32,
+    block: NonNull<Block>,
+    cap: u64,
+    stream: *mut c_void,
+    uses: Uses,
+) -> Result<()> {
+    // SAFETY: the caller took the block back: it is this thread's alone.
+    let bytes = unsafe { block.as_ref() }.bytes();
+    match thread_cache::count(device_id, |c| accounting::fenced(c, device_id, bytes, cap)) {
+        true => keep_fenced(block, uses),
+        // SAFETY: per the contract.
+        false => unsafe { give_to_driver(device_id, block, stream, uses) },
+    }
 }
 
 /// Keeps a block used on other streams until events recorded there now have completed (those
 /// of fences recorded earlier too). A stream that is gone (its event cannot be recorded) is
 /// waited for by synchronising its device, rather than the block reused under a reader.
-#[cold]
-fn keep_fenced(device_id: i32, block: NonNull<Block>, uses: Uses) -> Result<()> {
+fn keep_fenced(block: NonNull<Block>, uses: Uses) -> Result<()> {
     // SAFETY: the caller took the block back: it is this thread's alone.
     let b = unsafe { block.as_ref() };
     b.set_key(b.key().seen_from(thread_cache::thread_id()));
-    accounting::fenced(device_id, b.bytes());
     let mut fences = uses.fences;
     let mut first_error = Ok(());
     for &(used_device, used_on) in &uses.streams {

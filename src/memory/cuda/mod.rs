@@ -15,8 +15,9 @@
 //!   bins' lock), `thread_cache` (per-thread bins), `idle` (the device's shared and
 //!   event-fenced blocks), `release` (idle blocks back to the driver, the exit hook), and
 //!   `cache`: the allocation ladder (`cache::climb`) and the free, each in one function;
-//! - `accounting`: every counter, written by one call per path and read by `memory_stats`
-//!   (`stats`: the C struct it fills);
+//! - `accounting`: every counter, the device's and each thread's `Counts` (which `thread_cache`
+//!   stores beside its bins), written there alone by one call per path and read by
+//!   `memory_stats` (`stats`: the C struct it fills);
 //! - `pinned`: the pinned host-memory cache.
 //!
 //! The library loads where no driver exists: the driver is looked for on first use only, and
@@ -43,7 +44,6 @@ mod uses;
 
 use std::ffi::c_void;
 
-pub use accounting::memory_stats;
 pub use cache::{alloc_device, free_device, Grant};
 pub use copy::{copy_device_to_device, copy_to_host};
 pub use device::{check_device, synchronise_device};
@@ -71,6 +71,12 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Res
         release::register_exit_hook();
     }
     Ok(())
+}
+
+/// The memory statistics of `device_id`: every counter, read by `accounting`, handed the sum of
+/// every thread's counts (`thread_cache`, which stores them).
+pub fn memory_stats(device_id: i32) -> Result<DlpxCudaMemoryStats> {
+    accounting::memory_stats(device_id, thread_cache::sum)
 }
 
 /// Gives the CUDA memory dlpx keeps for reuse back to the driver: the block cache's idle blocks

@@ -7,7 +7,7 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUmemoryPool, CUstream};
 
-use super::accounting::unreserved;
+use super::accounting::{reserved, unreserved};
 use super::deferred::{capturing, defer, flush, free_now, Deferred};
 use super::device::{on_device, out_of_memory, set_up_devices, with_context, DeviceState, DEVICES};
 use super::driver::{self, check, Driver};
@@ -16,12 +16,14 @@ use super::uses::Uses;
 use crate::error::Result;
 use crate::memory::blocking::blocking;
 
-/// One request to the driver for `nbytes` of device memory on the current context's device,
-/// ordered on `stream` (NULL: the legacy default): the address, or None when the driver is out
-/// of memory (the cache's ladder, `cache::climb`, then gives memory back and asks again).
+/// One request to the driver for `nbytes` of device memory on `device_id`, the current context's
+/// device, ordered on `stream` (NULL: the legacy default): the address (counted, as every driver
+/// allocation and free is where the driver is called), or None when the driver is out of memory
+/// (the cache's ladder, `cache::climb`, then gives memory back and asks again).
 pub(super) fn allocate(
     driver: &Driver,
     state: &DeviceState,
+    device_id: i32,
     nbytes: usize,
     stream: *mut c_void,
 ) -> Result<Option<*mut c_void>> {
@@ -35,7 +37,10 @@ pub(super) fn allocate(
     };
     match code {
         driver::CUDA_ERROR_OUT_OF_MEMORY => Ok(None),
-        _ => check(driver, "CUDA allocation", code).map(|()| Some(ptr as *mut c_void)),
+        _ => check(driver, "CUDA allocation", code).map(|()| {
+            reserved(device_id, nbytes);
+            Some(ptr as *mut c_void)
+        }),
     }
 }
 

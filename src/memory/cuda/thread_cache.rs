@@ -6,11 +6,16 @@
 //! empty every thread's bins and a statistics call can sum every thread's counts: the cache is
 //! behind an [`OwnerLock`], which its owner enters without an atomic read-modify-write. A
 //! thread that exits gives its blocks to the device's shared idle list (`idle`).
+//!
+//! The thread's [`Counts`] live here, beside its bins, but `accounting` writes them: a hit and a
+//! free are counted by one call there from inside the section [`take`] and [`put`] hold (the
+//! thread's counts and the device's at once), the other paths through [`count`].
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::accounting::{self, Counts};
 use super::block::{Block, StreamKey};
 use super::classes::{CLASSES, MAX_DEVICES};
 use super::idle;
@@ -18,29 +23,6 @@ use super::owner_lock::{self, OwnerLock};
 
 /// Blocks kept per thread, stream and class before the rest go to the shared list.
 const KEEP: usize = 16;
-
-/// What one thread did with one device's blocks (summed over threads for statistics).
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
-pub struct Counts {
-    pub allocs: u64,
-    pub alloc_bytes: u64,
-    pub frees: u64,
-    pub free_bytes: u64,
-    /// Allocations served from a cached block without the driver, and those that were not.
-    pub hits: u64,
-    pub misses: u64,
-}
-
-impl Counts {
-    fn add(&mut self, other: &Counts) {
-        self.allocs += other.allocs;
-        self.alloc_bytes += other.alloc_bytes;
-        self.frees += other.frees;
-        self.free_bytes += other.free_bytes;
-        self.hits += other.hits;
-        self.misses += other.misses;
-    }
-}
 
 struct Stack {
     len: usize,
@@ -100,14 +82,14 @@ impl Drop for Handle {
         let mut retired = RETIRED.lock().unwrap_or_else(|p| p.into_inner());
         self.0.with(|inner| {
             for (device_id, counts) in inner.counts.iter_mut().enumerate() {
-                if *counts == Counts::default() {
+                let counts = std::mem::take(counts);
+                if counts == Counts::default() {
                     continue;
                 }
                 match retired.iter_mut().find(|(d, _)| *d == device_id as i32) {
-                    Some((_, total)) => total.add(counts),
-                    None => retired.push((device_id as i32, *counts)),
+                    Some((_, total)) => total.add(&counts),
+                    None => retired.push((device_id as i32, counts)),
                 }
-                *counts = Counts::default();
             }
             for block in take_blocks(inner, |_| true) {
                 // SAFETY: taken out of the bins: this thread's alone.
@@ -152,9 +134,9 @@ impl Inner {
     }
 }
 
-/// Counts an allocation of `bytes` of `class` on `stream` of `device_id` (a device below
-/// [`MAX_DEVICES`]) and takes a cached block for it: the block (a hit), or the key a block for it
-/// has (a miss).
+/// Takes a cached block of `class` on `stream` of `device_id` (a device below [`MAX_DEVICES`])
+/// for an allocation of `bytes`: the block, counted as a hit ([`accounting::hit`]), or the key a
+/// block for it has (a miss, counted by the rest of the ladder with what served it).
 #[inline]
 pub fn take(device_id: i32, stream: usize, class: usize, bytes: usize) -> Result<NonNull<Block>, StreamKey> {
     let taken = MINE.try_with(|mine| {
@@ -165,54 +147,59 @@ pub fn take(device_id: i32, stream: usize, class: usize, bytes: usize) -> Result
                 stack.len = stack.len.checked_sub(1)?;
                 NonNull::new(stack.blocks[stack.len].cast_mut())
             });
-            let counts = &mut inner.counts[device_id as usize];
-            counts.allocs += 1;
-            counts.alloc_bytes += bytes as u64;
-            match block {
-                Some(_) => counts.hits += 1,
-                None => counts.misses += 1,
-            }
-            block.ok_or(key)
+            let block = block.ok_or(key)?;
+            accounting::hit(&mut inner.counts[device_id as usize], device_id, bytes);
+            Ok(block)
         })
     });
     // A thread that is exiting has no cache: no thread of its own either.
     taken.unwrap_or(Err(StreamKey::of(stream, 0)))
 }
 
-/// Counts a free of `bytes` on `device_id` and, when `keep`, keeps `block` in this thread's bin
-/// for its stream (another thread's per-thread stream is the legacy stream here). Returns the
-/// block when it was not kept (not asked to, the bin is full, or the thread is exiting).
+/// Where a freed block went.
+pub enum Put {
+    /// Into this thread's bin for its stream.
+    Kept,
+    /// Nowhere yet, though it fits the cap: the bin is full, or the thread is exiting.
+    Full(NonNull<Block>),
+    /// Nowhere: beyond the cap, or not to be kept.
+    Unfit(NonNull<Block>),
+}
+
+/// Counts the free of `block`, a block of `device_id` (a device below [`MAX_DEVICES`]), with
+/// [`accounting::freed`], and keeps it in this thread's bin for its stream (another thread's
+/// per-thread stream is the legacy stream here) when the idle bytes then are within `cap`
+/// (None: not to be kept).
 #[inline]
-pub fn put(device_id: i32, bytes: usize, block: NonNull<Block>, keep: bool) -> Option<NonNull<Block>> {
-    let kept = MINE.try_with(|mine| {
+pub fn put(device_id: i32, block: NonNull<Block>, cap: Option<u64>) -> Put {
+    // SAFETY: the caller holds the block: nobody frees it meanwhile.
+    let b = unsafe { block.as_ref() };
+    let fits = |idle: u64| cap.is_some_and(|cap| idle <= cap);
+    let put = MINE.try_with(|mine| {
         mine.0.with(|inner| {
-            let counts = &mut inner.counts[device_id as usize];
-            counts.frees += 1;
-            counts.free_bytes += bytes as u64;
-            if !keep {
-                return false;
+            if !fits(accounting::freed(&mut inner.counts[device_id as usize], device_id, b.bytes())) {
+                return Put::Unfit(block);
             }
-            // SAFETY: the caller holds the block: nobody frees it meanwhile.
-            let block_ref = unsafe { block.as_ref() };
-            let key = block_ref.key().seen_from(mine.0.id);
-            block_ref.set_key(key);
+            let key = b.key().seen_from(mine.0.id);
+            b.set_key(key);
             let bin = match inner.bin(device_id, key) {
                 Some(bin) => bin,
                 None => inner.new_bin(device_id, key),
             };
-            let stack = &mut bin.stacks[block_ref.class];
+            let stack = &mut bin.stacks[b.class];
             if stack.len == KEEP {
-                return false;
+                return Put::Full(block);
             }
             stack.blocks[stack.len] = block.as_ptr();
             stack.len += 1;
-            true
+            Put::Kept
         })
     });
-    match kept {
-        Ok(true) => None,
-        _ => Some(block),
-    }
+    // A thread that is exiting has no bins, nor counts of its own (they went to RETIRED).
+    put.unwrap_or_else(|_| match fits(accounting::freed(&mut Counts::default(), device_id, b.bytes())) {
+        true => Put::Full(block),
+        false => Put::Unfit(block),
+    })
 }
 
 /// This thread's cache id; 0 while the thread exits (no per-thread stream is then its own).
@@ -220,11 +207,22 @@ pub fn thread_id() -> u64 {
     MINE.try_with(|mine| mine.0.id).unwrap_or(0)
 }
 
-/// Counts an allocation or a free that did not go through the bins (memory too large for a
-/// class, or allocated while a stream was being captured).
-pub fn count(device_id: i32, f: impl FnOnce(&mut Counts)) {
-    if usize::try_from(device_id).is_ok_and(|d| d < MAX_DEVICES) {
-        let _ = MINE.try_with(|mine| mine.0.with(|inner| f(&mut inner.counts[device_id as usize])));
+/// Runs `f` (a function of `accounting`) on this thread's counts for `device_id`, inside its
+/// owner's section: for the paths that do not go through the bins (a miss, memory too large for a
+/// class or allocated while a stream was being captured, a fenced free). A device beyond
+/// [`MAX_DEVICES`], or a thread that is exiting, has no counts of its own: `f` gets counts that
+/// are then dropped, so that what it counts on the device still counts.
+pub fn count<R>(device_id: i32, f: impl FnOnce(&mut Counts) -> R) -> R {
+    let Some(d) = usize::try_from(device_id).ok().filter(|&d| d < MAX_DEVICES) else {
+        return f(&mut Counts::default());
+    };
+    // `f` moves into the section only if the thread still has its cache.
+    let mut f = Some(f);
+    let counted = MINE.try_with(|mine| mine.0.with(|inner| f.take().map(|f| f(&mut inner.counts[d]))));
+    match (counted, f) {
+        (Ok(Some(result)), _) => result,
+        (_, Some(f)) => f(&mut Counts::default()),
+        _ => unreachable!("`f` ran inside the section"),
     }
 }
 
