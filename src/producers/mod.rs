@@ -13,7 +13,6 @@ mod held;
 mod held_buffer;
 mod home;
 mod interface_dict;
-pub mod kernel;
 mod one_path;
 mod rows;
 mod served;
@@ -27,7 +26,7 @@ pub use cache::{entry_of, entry_of_object_or_type, entry_of_type, row_name, tabl
 pub use faithful::{Suspect, Suspicion};
 pub use guard::{warn_of_unknown_names, Guard};
 pub use handover::Handover;
-pub use home::to_py_like;
+pub use home::{current_stream_in, table_like, to_py_in, to_py_like};
 pub use one_path::{import, managed, view, view_in_place};
 pub use rows::table::published_head;
 pub use served::{counted, served};
