@@ -9,7 +9,7 @@ use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::abi::{DLDevice, DeviceType};
+use crate::abi::{DLDevice, DLPackExchangeAPI, DeviceType};
 use crate::error::{boundary, Error, LastError, Result};
 
 /// Most (device type, device id) pairs one thread can hold a current stream for.
@@ -153,6 +153,13 @@ unsafe extern "C" fn current_work_stream_checked(
         unsafe { out.as_ptr().write(stream) };
         Ok(0)
     })
+}
+
+/// Whether this registry serves `table`'s `current_work_stream` (dlpx's table and the synthetic
+/// ones): then [`current`] answers without the entry, and without the GIL.
+pub fn serves(table: &DLPackExchangeAPI) -> bool {
+    type Entry = unsafe extern "C" fn(DeviceType, i32, *mut *mut c_void) -> c_int;
+    table.current_work_stream.is_some_and(|entry| std::ptr::fn_addr_eq(entry, current_work_stream_entry as Entry))
 }
 
 #[cfg(test)]

@@ -2,7 +2,6 @@
 //! used a tensor's memory, and giving the memory kept for reuse back.
 
 use std::ffi::{c_int, c_void};
-use std::ptr::NonNull;
 
 use super::entry::c_entry;
 use crate::abi::*;
@@ -27,8 +26,7 @@ pub unsafe extern "C" fn dlpx_record_stream(
     device_id: i32,
     stream: *mut c_void,
 ) -> c_int {
-    c_entry!(LastError, "record_stream", out(), || {
-        let tensor = NonNull::new(tensor.cast_mut()).ok_or_else(|| Error::null("tensor"))?;
+    c_entry!(LastError, "record_stream", out(), given(tensor), || {
         if device_id < 0 {
             return Err(Error::value(format!("device_id = {device_id} is negative")));
         }

@@ -42,9 +42,9 @@ fn on_call<T: FailureValue>(
     context: &'static str,
     body: impl FnOnce(&mut Call) -> Result<T>,
 ) -> T {
-    c_entry!(IntoCall(call), context, out(), || {
-        // SAFETY: the pointer the kernel was handed, valid while it runs, or NULL.
-        let call = unsafe { call.cast::<Call<'static>>().as_mut() }.ok_or_else(|| Error::null("call"))?;
+    c_entry!(IntoCall(call), context, out(), given(call), || {
+        // SAFETY: the pointer the kernel was handed, valid while it runs.
+        let call = unsafe { call.cast::<Call<'static>>().as_mut() };
         body(&mut *call).map_err(|err| err.at(call.kernel.name))
     })
 }
@@ -207,9 +207,7 @@ pub unsafe extern "C" fn dlpx_call_allocate(
     out: *mut *mut DLTensor,
 ) -> c_int {
     on_call(call, "call_allocate", |call| {
-        if out.is_null() {
-            return Err(Error::null("out"));
-        }
+        let out = super::entry::out(out, "out")?;
         let ndim = crate::layout::checked_ndim(ndim)?;
         let shape: &[i64] = match (ndim, shape.is_null()) {
             (0, _) => &[],
@@ -217,8 +215,8 @@ pub unsafe extern "C" fn dlpx_call_allocate(
             // SAFETY: `ndim` values, by the function's contract.
             (n, false) => unsafe { std::slice::from_raw_parts(shape, n) },
         };
-        let tensor = call.allocate(device, dtype, shape)?;
-        write(out, "out", tensor)
+        out.put(call.allocate(device, dtype, shape)?);
+        Ok(0)
     })
 }
 

@@ -1,8 +1,10 @@
 //! The boundary every C entry point shares, written once as the Python ones share
 //! `shell::attached!`: [`c_entry!`] runs the body inside `error::boundary` on the function's error
 //! channel (a Python exception, `dlpx_last_error()`, the caller's `SetError`), checks each
-//! out-pointer it names (a NULL one is the error "<name> is NULL", the parameter's own name), and
-//! with `|py|` gives the body the token its contract promises (the caller holds the GIL).
+//! out-pointer and each required in-pointer it names (a NULL one is the error "<name> is NULL",
+//! the parameter's own name), and with `|py|` gives the body the token its contract promises (the
+//! caller holds the GIL). What lies below gets its pointers checked: no NULL check of a caller's
+//! pointer is written twice.
 
 use std::ptr::NonNull;
 
@@ -31,21 +33,32 @@ pub fn out<T>(pointer: *mut T, name: &'static str) -> Result<Out<T>> {
     NonNull::new(pointer).map(Out).ok_or_else(|| Error::null(name))
 }
 
-/// `c_entry!(channel, "context", out(a, b), |py| { ... })`: the body inside the boundary, `a` and
-/// `b` (out-pointer parameters) shadowed by their checked [`Out`]s, `py` the token. With `|| ...`
+/// A required in-pointer (`const` or not) checked non-NULL, or the error naming the parameter
+/// `name`. What it points to is the entry point's contract, not this check's.
+#[inline(always)]
+pub fn given<T>(pointer: *const T, name: &'static str) -> Result<NonNull<T>> {
+    NonNull::new(pointer.cast_mut()).ok_or_else(|| Error::null(name))
+}
+
+/// `c_entry!(channel, "context", out(a, b), given(x), |py| { ... })`: the body inside the
+/// boundary, `a` and `b` (out-pointer parameters) shadowed by their checked [`Out`]s, `x` (an
+/// in-pointer the caller must give; `given(...)` may be left out) by its checked `NonNull`, `py`
+/// the token. The checks run in that order: out-pointers, the token, in-pointers. With `|| ...`
 /// the body gets no token (entry points that need no interpreter, or take the GIL's word later).
 macro_rules! c_entry {
-    ($channel:expr, $context:expr, out($($out:ident),*), |$py:ident| $body:expr) => {
+    ($channel:expr, $context:expr, out($($out:ident),*), $(given($($given:ident),*),)? |$py:ident| $body:expr) => {
         $crate::error::boundary($channel, $context, || {
             $(let $out = $crate::exports::entry::out($out, stringify!($out))?;)*
             // SAFETY: the caller holds the GIL, by the entry point's contract.
             let $py = unsafe { $crate::cpython::Python::assume_attached()? };
+            $($(let $given = $crate::exports::entry::given($given, stringify!($given))?;)*)?
             $body
         })
     };
-    ($channel:expr, $context:expr, out($($out:ident),*), || $body:expr) => {
+    ($channel:expr, $context:expr, out($($out:ident),*), $(given($($given:ident),*),)? || $body:expr) => {
         $crate::error::boundary($channel, $context, || {
             $(let $out = $crate::exports::entry::out($out, stringify!($out))?;)*
+            $($(let $given = $crate::exports::entry::given($given, stringify!($given))?;)*)?
             $body
         })
     };

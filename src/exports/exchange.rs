@@ -40,8 +40,9 @@ unsafe extern "C" fn managed_tensor_from_py_object_no_sync(
     py_object: *mut c_void,
     out: *mut *mut DLManagedTensorVersioned,
 ) -> c_int {
-    c_entry!(Raise, "managed_tensor_from_py_object_no_sync", out(), |py| {
-        tensor::managed_from_py(py, py_object.cast(), out)
+    c_entry!(Raise, "managed_tensor_from_py_object_no_sync", out(out), given(py_object), |py| {
+        out.put(tensor::managed_from_py(py, py_object.as_ptr().cast())?.as_ptr());
+        Ok(0)
     })
 }
 
@@ -81,8 +82,9 @@ unsafe extern "C" fn record_current_stream(py_object: *mut c_void) -> c_int {
 
 #[cold]
 unsafe extern "C" fn dltensor_from_py_object_checked(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
-    c_entry!(Raise, "dltensor_from_py_object_no_sync", out(), |py| {
-        tensor::dltensor_from_py(py, py_object.cast(), out)
+    c_entry!(Raise, "dltensor_from_py_object_no_sync", out(out), given(py_object), |py| {
+        out.put(tensor::dltensor_from_py(py, py_object.as_ptr().cast())?);
+        Ok(0)
     })
 }
 

@@ -1,5 +1,7 @@
 //! The kernel API (GIL held): Python objects of any framework in C kernels. Each function is the
-//! shell around one call of the producer seam (`producers`), which reads every object by its row.
+//! shell around the producer seam (`producers`), which reads every object by its row and knows
+//! the framework an object `like` names (`producers::table_like`); the shell checks the caller's
+//! pointers (`c_entry!`'s `out(...)` and `given(...)`).
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -7,7 +9,7 @@ use super::entry::c_entry;
 use crate::abi::*;
 use crate::cpython::{Python, Raise};
 use crate::error::{Error, ErrorCallback, LastError};
-use crate::producers::kernel;
+use crate::producers;
 
 use super::exchange::EXCHANGE_API;
 
@@ -24,8 +26,8 @@ use super::exchange::EXCHANGE_API;
 /// The GIL is held; `py_object` is NULL or a live `PyObject*`.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const DLPackExchangeAPI {
-    c_entry!(Raise, "exchange_api_of", out(), |py| {
-        kernel::table_of(py, py_object.cast()).map(|api| api as *const DLPackExchangeAPI)
+    c_entry!(Raise, "exchange_api_of", out(), given(py_object), |py| {
+        Ok(producers::table_of(py, py_object.as_ptr().cast()) as *const DLPackExchangeAPI)
     })
 }
 
@@ -38,8 +40,8 @@ pub unsafe extern "C" fn dlpx_exchange_api_of(py_object: *mut c_void) -> *const 
 /// The GIL is held; `py_object` is NULL or a live `PyObject*`; `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_import(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
-    c_entry!(Raise, "import", out(out), |py| {
-        out.put(kernel::import_managed(py, py_object.cast())?.as_ptr());
+    c_entry!(Raise, "import", out(out), given(py_object), |py| {
+        out.put(producers::managed(py, py_object.as_ptr().cast())?.as_ptr());
         Ok(0)
     })
 }
@@ -93,16 +95,17 @@ pub unsafe extern "C" fn dlpx_read_view_of(py_object: *mut c_void, out: *mut Dlp
 /// # Safety
 /// As for `dlpx_view_of`.
 unsafe fn view_of(py_object: *mut c_void, out: *mut DlpxTensorView, read_only: bool, name: &'static str) -> c_int {
-    c_entry!(Raise, name, out(out), || {
-        let mut out = out;
-        let out = out.get_mut();
+    // A view that fails, on any check, leaves nothing to release: `out` says so first.
+    // SAFETY: NULL (checked at the boundary) or writable, by the contract; two plain stores.
+    if let Some(out) = unsafe { out.as_mut() } {
         out.owner = std::ptr::null_mut();
         out.flags = 0;
-        // SAFETY: the caller holds the GIL, by this function's contract (taken after `out` is
-        // reset, so that a view that fails here leaves nothing to release).
-        let py = unsafe { Python::assume_attached()? };
+    }
+    c_entry!(Raise, name, out(out), given(py_object), |py| {
         crate::module::install_gil_release();
-        (out.owner, out.flags) = kernel::view(py, py_object.cast(), &mut out.tensor, read_only)?;
+        let mut out = out;
+        let out = out.get_mut();
+        (out.owner, out.flags) = producers::view(py, py_object.as_ptr().cast(), &mut out.tensor, read_only)?;
         Ok(0)
     })
 }
@@ -153,14 +156,7 @@ pub unsafe extern "C" fn dlpx_allocate_like(
         }
         // SAFETY: the caller holds the GIL, by this function's contract.
         let py = unsafe { Python::assume_attached()? };
-        let api = kernel::allocator_table_of(py, like_py_object.cast()).map_err(|err| {
-            match err.is_python_pending() {
-                // A Python exception is already set: move it into SetError's channel.
-                true => crate::cpython::take_pending(py),
-                false => err,
-            }
-        })?;
-        Ok(api as *const DLPackExchangeAPI)
+        Ok(producers::table_of(py, like_py_object.cast()) as *const DLPackExchangeAPI)
     });
     if api.is_null() {
         return -1;
@@ -190,7 +186,8 @@ pub unsafe extern "C" fn dlpx_to_py_like(
     out_py_object: *mut *mut c_void,
 ) -> c_int {
     c_entry!(Raise, "to_py_like", out(out_py_object), |py| {
-        out_py_object.put(kernel::to_py_like(py, like_py_object.cast(), managed)?.cast());
+        let table = producers::table_like(py, like_py_object.cast())?;
+        out_py_object.put(producers::to_py_in(py, table, managed)?.cast());
         Ok(0)
     })
 }
@@ -209,7 +206,8 @@ pub unsafe extern "C" fn dlpx_current_stream_of(
     out_stream: *mut *mut c_void,
 ) -> c_int {
     c_entry!(Raise, "current_stream_of", out(out_stream), |py| {
-        out_stream.put(kernel::current_stream_of(py, like_py_object.cast(), DLDevice { device_type, device_id })?);
+        let table = producers::table_like(py, like_py_object.cast())?;
+        out_stream.put(producers::current_stream_in(py, table, DLDevice { device_type, device_id })?);
         Ok(0)
     })
 }

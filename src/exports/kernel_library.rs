@@ -8,7 +8,7 @@ use std::ptr;
 
 use super::entry::c_entry;
 use crate::abi::*;
-use crate::error::{Error, LastError, Result};
+use crate::error::{Error, LastError};
 use crate::kernels::bind::{bind, Source};
 use crate::kernels::signature::Type;
 use crate::kernels::value::*;
@@ -57,18 +57,10 @@ pub unsafe extern "C" fn dlpx_kernel_find(
     name: *const c_char,
     out: *mut *const DlpxKernel,
 ) -> c_int {
-    c_entry!(LastError, "kernel_find", out(), || {
-        let text = |p: *const c_char, what: &'static str| -> Result<String> {
-            if p.is_null() {
-                return Err(Error::null(what));
-            }
-            // SAFETY: non-NULL and NUL-terminated, by the function's contract.
-            Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-        };
-        let (path, name) = (text(path, "path")?, text(name, "name")?);
-        if out.is_null() {
-            return Err(Error::null("out"));
-        }
+    c_entry!(LastError, "kernel_find", out(out), given(path, name), || {
+        // SAFETY: NUL-terminated, by the function's contract.
+        let text = |p: ptr::NonNull<c_char>| unsafe { CStr::from_ptr(p.as_ptr()) }.to_string_lossy().into_owned();
+        let (path, name) = (text(path), text(name));
         let library = library::open(&path)?;
         let kernel = library.kernel(&name).ok_or_else(|| {
             let names: Vec<&str> = library.kernels.iter().map(|k| k.name).collect();
@@ -77,8 +69,7 @@ pub unsafe extern "C" fn dlpx_kernel_find(
                 format!("{path} has no kernel '{name}' (it has {})", names.join(", ")),
             )
         })?;
-        // SAFETY: non-NULL and writable.
-        unsafe { out.write((kernel as *const Kernel).cast()) };
+        out.put((kernel as *const Kernel).cast());
         Ok(0)
     })
 }
@@ -90,9 +81,9 @@ pub unsafe extern "C" fn dlpx_kernel_find(
 /// `kernel` is NULL or from `dlpx_kernel_find`.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_kernel_signature(kernel: *const DlpxKernel) -> *const c_char {
-    c_entry!(LastError, "kernel_signature", out(), || {
-        // SAFETY: a kernel from dlpx_kernel_find (process lifetime), or NULL.
-        let kernel = unsafe { kernel.cast::<Kernel>().as_ref() }.ok_or_else(|| Error::null("kernel"))?;
+    c_entry!(LastError, "kernel_signature", out(), given(kernel), || {
+        // SAFETY: a kernel from dlpx_kernel_find (process lifetime).
+        let kernel = unsafe { kernel.cast::<Kernel>().as_ref() };
         Ok(kernel.described.as_ptr())
     })
 }
@@ -117,10 +108,9 @@ pub unsafe extern "C" fn dlpx_kernel_call(
     capacity: usize,
     nresults: *mut usize,
 ) -> c_int {
-    c_entry!(LastError, "kernel_call", out(), || {
-        // SAFETY: a kernel from dlpx_kernel_find (process lifetime), or NULL.
-        let kernel: &'static Kernel =
-            unsafe { kernel.cast::<Kernel>().as_ref() }.ok_or_else(|| Error::null("kernel"))?;
+    c_entry!(LastError, "kernel_call", out(), given(kernel), || {
+        // SAFETY: a kernel from dlpx_kernel_find (process lifetime).
+        let kernel: &'static Kernel = unsafe { kernel.cast::<Kernel>().as_ref() };
         if nresults.is_null() || (capacity > 0 && results.is_null()) || (nargs > 0 && args.is_null()) {
             return Err(Error::null("nresults, results or args"));
         }

@@ -20,7 +20,7 @@ use crate::args::FastArgs;
 use crate::cpython::{released, FastCallKeywords, Owned, Python};
 use crate::error::{Error, Result};
 use crate::kernels::{Call, Environment, Kernel};
-use crate::producers::kernel::{current_stream_in, is_dlpx_stream};
+use crate::producers::current_stream_in;
 
 /// What a kernel's function object holds: the kernel, its parameters' names interned (a
 /// keyword at a call site is matched by address), and the method definition CPython keeps a
@@ -166,7 +166,7 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
 fn stream_of(table: Option<&'static DLPackExchangeAPI>, device: DLDevice) -> Result<*mut c_void> {
     match table {
         None => Ok(crate::stream::current(device)),
-        Some(table) if is_dlpx_stream(table) => Ok(crate::stream::current(device)),
+        Some(table) if crate::stream::serves(table) => Ok(crate::stream::current(device)),
         Some(table) => Python::with_gil(|py| {
             current_stream_in(py, table, device).map_err(|err| match err.is_python_pending() {
                 true => crate::cpython::take_pending(py),

@@ -14,7 +14,7 @@ use crate::producers::{self, published_head};
 
 /// `exchange_api_of(type_or_object)`: the table as a capsule named `dlpack_exchange_api`.
 pub(super) fn exchange_api_of(py: Python<'_>, _module: *mut PyObject, object: *mut PyObject) -> Result<*mut PyObject> {
-    let table = producers::kernel::table_of(py, object)?;
+    let table = producers::table_of(py, object);
     // SAFETY: the token proves the GIL is held; the table lives for the process, so the capsule
     // needs no destructor.
     py.check(unsafe {

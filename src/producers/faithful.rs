@@ -1,4 +1,4 @@
-//! The rule every reading goes through: dlpx never hands out data whose values differ from what
+//! The rule every handover goes through: dlpx never hands out data whose values differ from what
 //! the producer's tensor means (docs/design.md, "Faithful import", R11).
 
 use std::ptr::NonNull;
@@ -7,7 +7,7 @@ use pyo3_ffi::PyObject;
 
 use super::guard::State;
 use super::rows::dlpack;
-use super::{Answer, Ask, Entry, Reading, Request};
+use super::{Answer, Ask, Entry, Handover, Request};
 use crate::abi::DLTensor;
 use crate::cpython::{take_pending, type_name, Owned, Python};
 use crate::error::{Error, Result};
@@ -40,8 +40,8 @@ pub trait Suspect: Sync {
     fn resolved(&self, py: Python<'_>, object: *mut PyObject) -> Result<Option<NonNull<PyObject>>>;
 }
 
-/// The producer's own `__dlpack__` where the row has no reading (it does not cover the object, or
-/// its guard is off): its answer is the reading. A direct read's row serves a `device=` or
+/// The producer's own `__dlpack__` where the row hands nothing over (it does not cover the object,
+/// or its guard is off): its answer is the handover. A direct read's row serves a `device=` or
 /// `copy=` request itself, after the read: so does its fallback, whatever the producer's
 /// `__dlpack__` can do (tvm_ffi's cannot copy).
 #[cold]
@@ -51,7 +51,7 @@ pub fn uncovered<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask:
     dlpack::export(py, object, request)
 }
 
-/// A guard's first use: the row's reading (`ours`, an owner) held against the producer's own
+/// A guard's first use: the row's handover (`ours`, an owner) held against the producer's own
 /// `__dlpack__`, the row's where the two agree (its view, where the entry point takes one), else
 /// the producer's (`Guard::judge`).
 #[cold]
@@ -61,7 +61,7 @@ pub fn first_use<'py>(
     object: *mut PyObject,
     entry: Entry,
     ask: Ask<'_>,
-    ours: Reading<'py>,
+    ours: Handover<'py>,
 ) -> Answer<'py> {
     let theirs = dlpack::export(py, object, Request::PLAIN);
     let guard = entry.row.guard.expect("a first use is a guard's");
@@ -69,25 +69,25 @@ pub fn first_use<'py>(
     // Once the check trusts the row, a view is the row's own, for this object as for every
     // later one (the agreed owner is dropped).
     if ask.view.is_some() && guard.state(py) == State::Trusted {
-        if let view @ Reading::View = entry.row.producer.read(py, object, entry, ask)? {
+        if let view @ Handover::View = entry.row.producer.answer(py, object, entry, ask)? {
             return Ok(view);
         }
     }
     Ok(answer)
 }
 
-/// A reading the row suspects is not handed on: dropped, and the table's exception, if any,
-/// makes way for the producer's own answer. What is left of it: nothing (`Reading::Uncovered`).
+/// A handover the row suspects is not handed on: dropped, and the table's exception, if any,
+/// makes way for the producer's own answer. What is left of it: nothing (`Handover::Uncovered`).
 #[cold]
 #[inline(never)]
-pub fn set_aside<'py>(py: Python<'py>, ours: Reading<'py>) -> Reading<'py> {
+pub fn set_aside<'py>(py: Python<'py>, ours: Handover<'py>) -> Handover<'py> {
     drop(ours);
     // SAFETY: the token proves the GIL is held.
     unsafe { (py.PyErr_Clear)() };
-    Reading::Uncovered
+    Handover::Uncovered
 }
 
-/// A reading the row suspects (set aside): the producer's verdict, its refusal a BufferError
+/// A handover the row suspects (set aside): the producer's verdict, its refusal a BufferError
 /// carrying its message (first line: no C++ backtrace); memory holding negated values refused,
 /// or under `copy=True` the values the producer resolves (`resolved`).
 #[cold]
@@ -101,7 +101,7 @@ pub fn suspected<'py>(
 ) -> Answer<'py> {
     let theirs = match suspicion.ask_producer {
         true => dlpack::export(py, object, Request::PLAIN),
-        false => Ok(Reading::Uncovered),
+        false => Ok(Handover::Uncovered),
     };
     let theirs = theirs.map_err(|err| {
         let err = if err.is_python_pending() { take_pending(py) } else { err };
@@ -117,7 +117,7 @@ pub fn suspected<'py>(
 }
 
 /// The values a tensor whose memory holds them negated means: under `copy=True`, a new object of
-/// the producer's that the reading then holds alone (`Suspect::resolved`, read by the row);
+/// the producer's that the handover then holds alone (`Suspect::resolved`, read by the row);
 /// refused otherwise, and where the producer cannot resolve them.
 fn resolved<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
     let negated = || {
@@ -134,10 +134,10 @@ fn resolved<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<
     };
     let Some(resolved) = resolved else { return Err(negated()) };
     let resolved = Owned::new(py, resolved.as_ptr())?;
-    let reading = entry.row.producer.read(py, resolved.as_ptr(), entry, ask)?;
+    let handover = entry.row.producer.answer(py, resolved.as_ptr(), entry, ask)?;
     // `finish` copies it as `copy=True` asks: dlpx holds the result alone.
-    match reading.dl_tensor(ask).map(|dl| suspect.suspicion(py, resolved.as_ptr(), dl)).transpose()? {
-        Some(None) => Ok(reading),
+    match handover.dl_tensor(ask).map(|dl| suspect.suspicion(py, resolved.as_ptr(), dl)).transpose()? {
+        Some(None) => Ok(handover),
         _ => Err(negated()),
     }
 }

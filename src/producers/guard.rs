@@ -6,7 +6,7 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::served::Served;
-use super::Reading;
+use super::Handover;
 use crate::abi::*;
 use crate::cpython::{attribute, imported_module, GilVar, Python};
 use crate::error::{Error, Result};
@@ -49,7 +49,7 @@ impl Guard {
         Guard { row, module, tested, state: GilVar::new(State::Unknown), served: Served::of(row) }
     }
 
-    /// The read answered a call: its reading is handed out.
+    /// The read answered a call: its handover is handed out.
     #[inline(always)]
     pub fn served(&self, py: Python<'_>) {
         self.served.count(py)
@@ -119,28 +119,28 @@ impl Guard {
         crate::cpython::warn(py, "PyExc_RuntimeWarning\0", &message)
     }
 
-    /// The first-use check's verdict on `ours`, the row's reading of an object, held against
+    /// The first-use check's verdict on `ours`, the row's handover for an object, held against
     /// `theirs`, what `__dlpack__` answered for it: the two compared by value (and read-only
     /// flag), agreement trusting the row, a difference turning it off. The answer is the row's
-    /// reading where they agree, else `__dlpack__`'s; the caller applies the faithful-import rule
-    /// to it, as to every reading. A read that refused the object outright refused it before
+    /// handover where they agree, else `__dlpack__`'s; the caller applies the faithful-import rule
+    /// to it, as to every handover. A read that refused the object outright refused it before
     /// `__dlpack__` was asked (tvm_ffi's would dereference a moved-out handle); one that does not
     /// cover it, and two refusals, decide nothing.
     #[cold]
     pub fn judge<'py>(
         &self,
         py: Python<'py>,
-        ours: Reading<'py>,
-        theirs: Result<Reading<'py>>,
-    ) -> Result<Reading<'py>> {
-        if let Reading::Uncovered = ours {
+        ours: Handover<'py>,
+        theirs: Result<Handover<'py>>,
+    ) -> Result<Handover<'py>> {
+        if let Handover::Uncovered = ours {
             return theirs;
         }
-        // Both as managed tensors, each checked on its way out of its reading, compared.
+        // Both as managed tensors, each checked on its way out of its handover, compared.
         let ours = ours.into_managed(py)?;
         let theirs = theirs.and_then(|theirs| {
             // A legacy capsule's read-only flag is dlpx's assumption, not the producer's word.
-            let legacy = matches!(&theirs, Reading::Capsule(c) if crate::capsule::is_legacy(py, c.as_ptr()));
+            let legacy = matches!(&theirs, Handover::Capsule(c) if crate::capsule::is_legacy(py, c.as_ptr()));
             Ok((theirs.into_managed(py)?, legacy))
         });
         let (theirs, legacy) = match theirs {
@@ -187,7 +187,7 @@ impl Guard {
         // SAFETY: both are ours; the unused one is deleted once, here, the answer handed on.
         unsafe {
             crate::tensor::delete_managed(unused);
-            Ok(Reading::managed(answer))
+            Ok(Handover::managed(answer))
         }
     }
 }

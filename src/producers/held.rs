@@ -60,7 +60,7 @@ fn block_capacity<H>(ndim: usize) -> Capacity {
 
 /// A managed tensor of `tensor` (its `shape` and `strides` are ignored: `dims` gives them,
 /// `(extent, stride)` per dimension, `ndim` of them) that holds `held`, released by its deleter,
-/// with the core's room in front of it (a reading `Made`). On failure `held` is released here.
+/// with the core's room in front of it (a `Handover::Made`). On failure `held` is released here.
 ///
 /// # Safety
 /// GIL held; `held` keeps `tensor.data` valid while it is held; `dims` yields `tensor.ndim` pairs

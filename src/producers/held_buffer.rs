@@ -89,7 +89,7 @@ impl<'py> HeldView<'py> {
 
     /// A managed tensor of `tensor` (its `shape` and `strides` are ignored: the first `2 × ndim`
     /// of [`HeldView::parts`]' dimensions give them) that owns the view and releases it when
-    /// deleted, with the core's room in front of it (a reading `Made`).
+    /// deleted, with the core's room in front of it (a `Handover::Made`).
     /// A layout whose byte offsets overflow is refused (`validate::check_made`), the view released.
     ///
     /// # Safety

@@ -1,11 +1,16 @@
-//! The way back: a tensor dlpx holds (a kernel's output) as an object of the producer's own
-//! type. A row whose producer publishes a table uses the table's `to_py` (torch in →
-//! `torch.Tensor` out); a row without one names its producer's `from_dlpack` here, found in the
-//! producer's loaded module once and kept, and gets the `dlpx.Tensor` it would give otherwise
-//! turned into the producer's type by it (numpy in → `numpy.ndarray` out). Rows that name none
-//! (capsules, any `__dlpack__`, the older protocols) give the `dlpx.Tensor`.
+//! A kernel's home: the framework its caller's tensors come from, named by an object `like` (the
+//! C kernel API's `*_like` entries) or by its entry (the kernel loader's first tensor argument).
+//! Its table's allocator makes the kernel's outputs (`table_like`), its current stream is where
+//! the kernel launches (`current_stream_in`), and its `to_py` is the way back (`to_py_in`).
+//!
+//! The loader's way back goes further: a tensor dlpx holds (a kernel's output) as an object of
+//! the producer's own type. A row whose producer publishes a table uses the table's `to_py`
+//! (torch in → `torch.Tensor` out); a row without one names its producer's `from_dlpack` here,
+//! found in the producer's loaded module once and kept, and gets the `dlpx.Tensor` it would give
+//! otherwise turned into the producer's type by it (numpy in → `numpy.ndarray` out). Rows that
+//! name none (capsules, any `__dlpack__`, the older protocols) give the `dlpx.Tensor`.
 
-use std::ffi::CStr;
+use std::ffi::{c_void, CStr};
 use std::ptr::{self, NonNull};
 
 use pyo3_ffi::PyObject;
@@ -43,6 +48,53 @@ impl Home {
     }
 }
 
+/// The table whose allocator and `to_py` serve outputs like `like`: its type's (`table_of`), or
+/// dlpx's own for NULL.
+pub fn table_like(py: Python<'_>, like: *mut PyObject) -> Result<&'static DLPackExchangeAPI> {
+    match like.is_null() {
+        true => tensor_type::own_table().ok_or_else(tensor_type::not_initialised),
+        false => Ok(super::table_of(py, like)),
+    }
+}
+
+/// `managed` as an object of `table`'s framework, by its `to_py`. On failure the caller keeps
+/// ownership of `managed` (docs/design.md R4).
+#[inline]
+pub fn to_py_in(
+    py: Python<'_>,
+    table: &DLPackExchangeAPI,
+    managed: *mut DLManagedTensorVersioned,
+) -> Result<*mut PyObject> {
+    let _ = py; // the table's contract: the GIL held
+    let Some(to_py) = table.managed_tensor_to_py_object_no_sync else {
+        return Err(Error::buffer("the producer's table has no managed_tensor_to_py_object_no_sync"));
+    };
+    let mut object: *mut c_void = ptr::null_mut();
+    // SAFETY: the table's contract: the GIL held (the token); `managed` moves only on success.
+    match unsafe { to_py(managed, &mut object) } {
+        0 => Ok(object.cast()),
+        _ => Err(Error::python_pending()),
+    }
+}
+
+/// The current work stream `table`'s framework reports for a device: dlpx's own registry where
+/// it serves the table (`stream::serves`), else the table's `current_work_stream`, with the GIL.
+pub fn current_stream_in(py: Python<'_>, table: &DLPackExchangeAPI, device: DLDevice) -> Result<*mut c_void> {
+    let _ = py; // the table's contract: the GIL held
+    let Some(stream) = table.current_work_stream else {
+        return Err(Error::buffer("the table has no current_work_stream"));
+    };
+    if crate::stream::serves(table) {
+        return Ok(crate::stream::current(device));
+    }
+    let mut out: *mut c_void = ptr::null_mut();
+    // SAFETY: the producer's contract (the GIL held, a writable out).
+    match unsafe { stream(device.device_type, device.device_id, &mut out) } {
+        0 => Ok(out),
+        _ => Err(Error::python_pending()),
+    }
+}
+
 /// `managed` (owned by the caller, who gives it up here, on success and on failure alike) as an
 /// object of the framework of `like`, the entry of the caller's first tensor argument: its
 /// table's `to_py`, else its producer's `from_dlpack` of a `dlpx.Tensor`, else the
@@ -56,20 +108,12 @@ pub fn to_py_like(
         Some(entry) if entry.row.synthetic.is_none() => entry.table,
         _ => tensor_type::own_table().ok_or_else(tensor_type::not_initialised)?,
     };
-    let to_py = table.managed_tensor_to_py_object_no_sync;
-    let mut object: *mut std::ffi::c_void = ptr::null_mut();
-    // SAFETY: the table's contract: the GIL held (the token); `managed` moves only on success.
-    let status = to_py.map_or(-1, |to_py| unsafe { to_py(managed.as_ptr(), &mut object) });
-    if status != 0 {
+    let object = to_py_in(py, table, managed.as_ptr()).inspect_err(|_| {
         // R4: a failed `to_py` leaves the tensor with the caller, here.
         // SAFETY: still owned here; deleted once.
-        unsafe { crate::tensor::delete_managed(managed) };
-        return Err(match to_py {
-            Some(_) => Error::python_pending(),
-            None => Error::buffer("the producer's table has no managed_tensor_to_py_object_no_sync"),
-        });
-    }
-    let object = Owned::new(py, object.cast())?;
+        unsafe { crate::tensor::delete_managed(managed) }
+    })?;
+    let object = Owned::new(py, object)?;
     match like.and_then(|entry| entry.row.home) {
         Some(home) if like.is_some_and(|entry| entry.row.synthetic.is_some()) => {
             let function = home.function(py)?;

@@ -8,13 +8,12 @@ mod discovered;
 mod dlpack_call;
 mod faithful;
 mod guard;
+mod handover;
 mod held;
 mod held_buffer;
 mod home;
 mod interface_dict;
-pub mod kernel;
 mod one_path;
-mod reading;
 mod rows;
 mod served;
 mod synthetic;
@@ -26,9 +25,9 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 pub use cache::{entry_of, entry_of_object_or_type, entry_of_type, row_name, table_of};
 pub use faithful::{Suspect, Suspicion};
 pub use guard::{warn_of_unknown_names, Guard};
-pub use home::to_py_like;
+pub use handover::Handover;
+pub use home::{current_stream_in, table_like, to_py_in, to_py_like};
 pub use one_path::{import, managed, view, view_in_place};
-pub use reading::Reading;
 pub use rows::table::published_head;
 pub use served::{counted, served};
 
@@ -95,7 +94,7 @@ impl Request {
 }
 
 /// What an entry point asks of a row: the importer's request, where a borrowed view goes when one
-/// will do (a kernel's view: a row that has one writes it there and answers [`Reading::View`]),
+/// will do (a kernel's view: a row that has one writes it there and hands over [`Handover::View`]),
 /// and whether the tensor's data is next used on dlpx's current stream (a `dlpx.Tensor`) rather
 /// than on the stream the row's table reports (C: a kernel launches there).
 #[derive(Clone, Copy)]
@@ -164,26 +163,27 @@ pub struct Entry {
     pub table: &'static DLPackExchangeAPI,
 }
 
-/// What a row answers: its reading of the object ([`Reading::Uncovered`] where it does not cover
-/// the object: the `dlpack` row, the producer's own `__dlpack__`, then answers), or the refusal of
-/// an object it refuses for good.
-pub type Answer<'py> = Result<Reading<'py>>;
+/// A row's answer for an object ([`Producer::answer`]): what it hands over ([`Handover::Uncovered`]
+/// where it does not cover the object: the `dlpack` row, the producer's own `__dlpack__`, then
+/// answers), or the refusal of an object it refuses for good.
+pub type Answer<'py> = Result<Handover<'py>>;
 
-/// How a row reads a producer's tensors. A row answers one question: the managed tensor for this object, in the form the producer hands
-/// it over (a table's pointer, a capsule, a block dlpx fills from what it read), or a borrowed
-/// view where the entry point takes one. What to do with it — validate it, make it a `Tensor`,
+/// How a row reads a producer's tensors. A row answers one question ([`Producer::answer`]): the
+/// managed tensor for this object, in the form the producer hands it over (a table's pointer, a
+/// capsule, a block dlpx fills from what it read), or a borrowed view where the entry point takes
+/// one. What to do with it — validate it, make it a `Tensor`,
 /// hand it to C — is the seam's, once, for every row (`one_path`).
 pub trait Producer: Sync {
     /// Whether objects of type `ty` are this row's; `published` is the major-1 table the type
     /// publishes, if any. Asked once per type, in `ROWS` order.
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, published: Option<&'static DLPackExchangeAPI>) -> bool;
 
-    /// The managed tensor for `object` (`managed_tensor_from_py_object_no_sync`), or a borrowed
-    /// view, written to `ask.view`, where the entry point takes one and the row has one
-    /// (`dltensor_from_py_object_no_sync`). The row may
-    /// ask the producer for what `ask.request` wants (the `dlpack` row passes it to
+    /// The row's answer for `object`: the managed tensor it hands over
+    /// (`managed_tensor_from_py_object_no_sync`), or a borrowed view, written to `ask.view`, where
+    /// the entry point takes one and the row has one (`dltensor_from_py_object_no_sync`). The row
+    /// may ask the producer for what `ask.request` wants (the `dlpack` row passes it to
     /// `__dlpack__`); the seam serves the rest.
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py>;
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py>;
 
     /// What stands between an object and a crash in the producer's own `__dlpack__`, checked
     /// where the row's read is switched off (`DLPX_DIRECT_OFF`) and `__dlpack__` answers: a

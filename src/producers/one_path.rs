@@ -1,7 +1,8 @@
 //! The one path of the producer seam: every entry point — `from_dlpack`, `dlpx.Tensor(x)`, the
-//! kernel API, the synthetic tables — asks [`reading_of`] for an object's reading, and the object's
-//! guard and the faithful-import rule are applied there, once (docs/design.md, "Producers: one
-//! seam", "Faithful import"). What the entry point makes of the reading is said once too: a
+//! kernel API, the synthetic tables — asks [`answer_of`] for what an object's row hands over, and
+//! the object's guard and the faithful-import rule are applied there, once (docs/design.md,
+//! "Producers: one seam", "Faithful import"). What the entry point makes of the handover is said
+//! once too: a
 //! `Tensor` (`import`), an owning managed tensor (`managed`) or a view (`view`).
 
 use std::cell::Cell;
@@ -10,7 +11,7 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::PyObject;
 
 use super::guard::State;
-use super::{entry_of, entry_of_type, faithful, Ask, Reading, Request, Suspicion};
+use super::{entry_of, entry_of_type, faithful, Answer, Ask, Handover, Request, Suspicion};
 use crate::abi::*;
 use crate::copy;
 use crate::cpython::{type_of, Python};
@@ -20,13 +21,13 @@ use crate::tensor::Tensor;
 /// `object` (a tensor of any DLPack producer, or a DLPack capsule) as a [`Tensor`]:
 /// `from_dlpack`, `dlpx.Tensor(x)`. Its errors name `from_dlpack`, whichever entry point called.
 pub fn import(py: Python<'_>, object: *mut PyObject, request: Request) -> Result<Tensor> {
-    let tensor = reading_of(py, object, Ask::tensor(request)).and_then(|reading| reading.into_tensor(py));
+    let tensor = answer_of(py, object, Ask::tensor(request)).and_then(|handover| handover.into_tensor(py));
     tensor.and_then(|t| finish(t, request)).map_err(|err| err.at("from_dlpack"))
 }
 
 /// An owning managed tensor of `object` for C (`dlpx_import`, the synthetic tables).
 pub fn managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
-    reading_of(py, object, Ask::MANAGED)?.into_managed(py)
+    answer_of(py, object, Ask::MANAGED)?.into_managed(py)
 }
 
 /// A view of `object` for a kernel: `out` filled, the managed tensor that keeps it valid (NULL
@@ -44,14 +45,14 @@ pub fn view(
     let asked = if read_only { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 };
     let slot = Cell::from_mut(out);
     let ask = Ask::view(slot, read_only);
-    let owner = match reading_of(py, object, ask)? {
-        Reading::Own(tensor) => {
+    let owner = match answer_of(py, object, ask)? {
+        Handover::Own(tensor) => {
             slot.set(share(tensor));
             return Ok((ptr::null_mut(), asked | (tensor.flags() & DLPACK_FLAG_BITMASK_READ_ONLY)));
         }
-        Reading::View if view_is_whole(slot)? => return Ok((ptr::null_mut(), asked)),
-        Reading::View => reading_of(py, object, ask.managed())?.into_managed(py)?,
-        reading => reading.into_managed(py)?,
+        Handover::View if view_is_whole(slot)? => return Ok((ptr::null_mut(), asked)),
+        Handover::View => answer_of(py, object, ask.managed())?.into_managed(py)?,
+        handover => handover.into_managed(py)?,
     };
     // SAFETY: a live managed tensor the caller owns until it releases the view.
     let owned = unsafe { owner.as_ref() };
@@ -75,10 +76,10 @@ pub fn view_in_place(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) 
         return Ok(false);
     }
     let slot = Cell::from_mut(out);
-    match reading_of(py, object, Ask::view(slot, false))? {
-        Reading::Own(tensor) if tensor.is_readonly() => return Ok(false),
-        Reading::Own(tensor) => slot.set(share(tensor)),
-        Reading::View if view_is_whole(slot)? => {}
+    match answer_of(py, object, Ask::view(slot, false))? {
+        Handover::Own(tensor) if tensor.is_readonly() => return Ok(false),
+        Handover::Own(tensor) => slot.set(share(tensor)),
+        Handover::View if view_is_whole(slot)? => {}
         _ => return Ok(false),
     }
     Ok(true)
@@ -93,29 +94,29 @@ fn view_is_whole(view: &Cell<DLTensor>) -> Result<bool> {
     unsafe { crate::validate::check_view(&*view.as_ptr()) }
 }
 
-/// The reading of `object` that the entry point's `ask` gets: dlpx's own tensor for an exact
+/// The answer for `object` that the entry point's `ask` gets: dlpx's own tensor for an exact
 /// `dlpx.Tensor` (the `dlpx` row's share, answered by one comparison: the hot case), else its
-/// row's, behind the row's guard, admitted by the faithful-import rule. Where the reading cannot
+/// row's, behind the row's guard, admitted by the faithful-import rule. Where the handover cannot
 /// stand alone — the row does not cover the object, its guard is off or on its first use, or
 /// the row suspects its read — the producer's own `__dlpack__` decides, one question each
 /// (`faithful::uncovered`, `faithful::first_use`, `faithful::suspected`).
 #[inline(always)]
-fn reading_of<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Result<Reading<'py>> {
+fn answer_of<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Answer<'py> {
     if let Some(tensor) = crate::tensor_type::exact_tensor_of(py, object) {
-        return Ok(Reading::Own(tensor));
+        return Ok(Handover::Own(tensor));
     }
     // Not an exact dlpx.Tensor: the type's row is the cache's answer.
     let entry = entry_of_type(py, type_of(py, object));
     let row = entry.row;
     let state = row.guard.map_or(State::Trusted, |guard| guard.state(py));
     let ours = match state {
-        State::Trusted => row.producer.read(py, object, entry, ask)?,
-        State::Off => row.producer.refuse_before_dlpack(py, object).map(|()| Reading::Uncovered)?,
+        State::Trusted => row.producer.answer(py, object, entry, ask)?,
+        State::Off => row.producer.refuse_before_dlpack(py, object).map(|()| Handover::Uncovered)?,
         // The first-use check holds an owner against the one `__dlpack__` exports.
-        State::Unknown | State::Unverified => row.producer.read(py, object, entry, Ask::MANAGED)?,
+        State::Unknown | State::Unverified => row.producer.answer(py, object, entry, Ask::MANAGED)?,
     };
     let suspicion = match (row.suspect, &ours) {
-        (_, Reading::Refused) => Some(Suspicion::ASKED),
+        (_, Handover::Refused) => Some(Suspicion::ASKED),
         (Some(suspect), ours) => match ours.dl_tensor(ask) {
             Some(dl) => suspect.suspicion(py, object, dl)?,
             None => None,
@@ -130,7 +131,7 @@ fn reading_of<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Resu
             faithful::set_aside(py, ours);
             faithful::suspected(py, object, entry, ask, suspicion)
         }
-        (Reading::Uncovered, false, None) => faithful::uncovered(py, object, entry, ask),
+        (Handover::Uncovered, false, None) => faithful::uncovered(py, object, entry, ask),
         _ => {
             if let Some(guard) = row.guard {
                 guard.served(py);

@@ -187,17 +187,10 @@ fn this<'a>(py: Python<'a>, object: *mut PyObject) -> Result<&'a Tensor> {
 
 // ---- the exchange table's PyObject entries ---------------------------------------------------
 
-/// `managed_tensor_from_py_object_no_sync` for dlpx tensors.
-pub fn managed_from_py(
-    py: Python<'_>,
-    object: *mut PyObject,
-    out: *mut *mut DLManagedTensorVersioned,
-) -> Result<c_int> {
-    let (tensor, out) = checked_args(py, object, out)?;
-    let managed = tensor.export_versioned(0)?;
-    // SAFETY: `out` is non-NULL and writable by the caller's contract.
-    unsafe { out.as_ptr().write(managed.as_ptr()) };
-    Ok(0)
+/// `managed_tensor_from_py_object_no_sync` for dlpx tensors: `object` (not NULL: the entry
+/// point's shell checks it) exported.
+pub fn managed_from_py(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManagedTensorVersioned>> {
+    checked_tensor(py, object)?.export_versioned(0)
 }
 
 /// `dltensor_from_py_object_no_sync` for dlpx tensors: the view's shape and strides live in
@@ -207,31 +200,27 @@ pub fn managed_from_py(
 /// consumer (a kernel's argument) would write where it may not. The managed entry, whose flags
 /// say read-only, serves it; tvm-ffi and torch fall back to it, or to `__dlpack__`, on
 /// BufferError (docs/design.md, "Read-only").
-pub fn dltensor_from_py(py: Python<'_>, object: *mut PyObject, out: *mut DLTensor) -> Result<c_int> {
-    let (tensor, out) = checked_args(py, object, out)?;
+pub fn dltensor_from_py(py: Python<'_>, object: *mut PyObject) -> Result<DLTensor> {
+    let tensor = checked_tensor(py, object)?;
     if tensor.is_readonly() {
         return Err(Error::buffer(
             "a read-only dlpx.Tensor has no view: a DLTensor cannot say read-only (use managed_tensor_from_py_object_no_sync, whose flags do)",
         ));
     }
-    // SAFETY: `out` is non-NULL and writable by the caller's contract.
-    unsafe { out.as_ptr().write(*tensor.dl_tensor()) };
-    Ok(0)
+    Ok(*tensor.dl_tensor())
 }
 
+/// The tensor of `object` (not NULL), a dlpx.Tensor whose data a kernel is about to use on
+/// dlpx's current stream (recorded).
 #[inline(always)]
-fn checked_args<'a, T>(py: Python<'a>, object: *mut PyObject, out: *mut T) -> Result<(&'a Tensor, NonNull<T>)> {
+fn checked_tensor<'a>(py: Python<'a>, object: *mut PyObject) -> Result<&'a Tensor> {
     if tensor_type().is_null() {
         return Err(not_initialised());
     }
-    if object.is_null() {
-        return Err(Error::value("py_object is NULL"));
-    }
-    let Some(out) = NonNull::new(out) else { return Err(Error::value("out is NULL")) };
     match tensor_of(py, object) {
         Some(tensor) => {
             tensor.record_current_stream();
-            Ok((tensor, out))
+            Ok(tensor)
         }
         None => Err(Error::type_error(format!("expected a dlpx.Tensor, got {}", type_name(py, object)))),
     }

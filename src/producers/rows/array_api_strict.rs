@@ -8,7 +8,7 @@ use crate::abi::*;
 use crate::cpython::{attribute, imported_module, interned_attribute, Interned, Owned, Python};
 use crate::producers::discovered::Discovered;
 use crate::producers::home::Home;
-use crate::producers::{synthetic, Answer, Ask, Entry, Guard, Producer, Reading, Row};
+use crate::producers::{synthetic, Answer, Ask, Entry, Guard, Handover, Producer, Row};
 
 pub static ROW: Row = Row {
     name: "array_api_strict",
@@ -45,17 +45,17 @@ impl Producer for ArrayApiStrict {
 
     /// The wrapped numpy array, read the numpy row's way, on the CPU device while the API version
     /// is new enough; None otherwise (its own `__dlpack__` answers, or refuses).
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
-        let Some(found) = FOUND.get(py) else { return Ok(Reading::Uncovered) };
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
+        let Some(found) = FOUND.get(py) else { return Ok(Handover::Uncovered) };
         if !on_cpu(py, object, found) || !api_new_enough(py, found) {
-            return Ok(Reading::Uncovered);
+            return Ok(Handover::Uncovered);
         }
         let Some(array) = ARRAY.get(py).ok().and_then(|name| interned_attribute(py, object, name)) else {
-            return Ok(Reading::Uncovered);
+            return Ok(Handover::Uncovered);
         };
         // SAFETY: a managed tensor the numpy read filled, ours, valid as made.
         Ok(numpy::managed_of(py, array.as_ptr())?
-            .map_or(Reading::Uncovered, |managed| unsafe { Reading::made(managed) }))
+            .map_or(Handover::Uncovered, |managed| unsafe { Handover::made(managed) }))
     }
 }
 

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::producers::held::{self, Reference};
 use crate::producers::held_buffer::HeldView;
 use crate::producers::interface_dict::{self, Data, Interface, Kind};
-use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Reading, Row};
+use crate::producers::{synthetic, Answer, Ask, Entry, Handover, Producer, Row};
 
 pub static ROW: Row = Row {
     name: "array_interface",
@@ -36,14 +36,14 @@ impl Producer for ArrayInterface {
         Some(c"__array_interface__")
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
         let interface = interface_dict::interface_of(py, object, Kind::Host)?;
         match (interface.unaligned.is_some(), ask.request.copy == Some(true)) {
             // SAFETY: an export of dlpx's own tensor, handed over.
-            (true, true) => Ok(unsafe { Reading::managed(copied(py, &interface)?) }),
+            (true, true) => Ok(unsafe { Handover::managed(copied(py, &interface)?) }),
             (true, false) => Err(interface.unaligned.unwrap_or_else(|| Error::buffer("unaligned strides"))),
             // SAFETY: a managed tensor this read made from the interface it checked, valid as made.
-            (false, _) => Ok(unsafe { Reading::made(managed_of(py, object, &interface)?) }),
+            (false, _) => Ok(unsafe { Handover::made(managed_of(py, object, &interface)?) }),
         }
     }
 }

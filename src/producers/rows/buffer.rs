@@ -17,7 +17,7 @@ use crate::cpython::Python;
 use crate::error::{Error, ErrorKind, Result};
 use crate::layout::{self, MAX_NDIM};
 use crate::producers::held_buffer::HeldView;
-use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Reading, Row};
+use crate::producers::{synthetic, Answer, Ask, Entry, Handover, Producer, Row};
 use crate::tensor::Tensor;
 
 pub static ROW: Row =
@@ -32,10 +32,10 @@ impl Producer for BufferProtocol {
         true
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
         match managed_of(py, object) {
             // SAFETY: a managed tensor this read made from the view it checked, valid as made.
-            Ok(Some(managed)) => Ok(unsafe { Reading::made(managed) }),
+            Ok(Some(managed)) => Ok(unsafe { Handover::made(managed) }),
             Ok(None) => on_the_instance(py, object, ask),
             // Strides that are not whole items cross only as a copy, and a copy was asked for.
             Err(err) if ask.request.copy == Some(true) && err.kind == ErrorKind::BufferError => {
@@ -44,7 +44,7 @@ impl Producer for BufferProtocol {
                     Some(copy) => {
                         let copy = copy.export_versioned(DLPACK_FLAG_BITMASK_IS_COPIED)?;
                         // SAFETY: an export of dlpx's own tensor, handed over.
-                        Ok(unsafe { Reading::managed(copy) })
+                        Ok(unsafe { Handover::managed(copy) })
                     }
                     None => on_the_instance(py, object, ask),
                 }
@@ -64,7 +64,7 @@ fn on_the_instance<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) ->
         row.producer.protocol().is_some_and(|name| crate::cpython::attribute(py, object, name).is_some())
     };
     match crate::producers::ROWS.iter().find(carried) {
-        Some(&row) => row.producer.read(py, object, Entry { row, table: row.table(None) }, ask),
+        Some(&row) => row.producer.answer(py, object, Entry { row, table: row.table(None) }, ask),
         None => Err(speaks_nothing(py, object)),
     }
 }

@@ -6,7 +6,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 use crate::abi::*;
 use crate::cpython::{Owned, Python};
-use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Reading, Row};
+use crate::producers::{synthetic, Answer, Ask, Entry, Handover, Producer, Row};
 
 pub static ROW: Row =
     Row { name: "capsule", synthetic: Some(&TABLE), guard: None, suspect: None, home: None, producer: &CapsuleObject };
@@ -18,9 +18,9 @@ impl Producer for CapsuleObject {
         ty.cast::<PyObject>() == py.capsule_type
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
         // SAFETY: the caller's object, live while the token lives.
         let capsule = Owned::from_borrowed(py, unsafe { NonNull::new_unchecked(object) });
-        Ok(Reading::capsule(capsule))
+        Ok(Handover::capsule(capsule))
     }
 }

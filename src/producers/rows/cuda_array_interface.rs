@@ -17,7 +17,7 @@ use crate::devices;
 use crate::error::{Error, Result};
 use crate::producers::held::{self, Reference};
 use crate::producers::interface_dict::{self, Data, Kind};
-use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Reading, Row};
+use crate::producers::{synthetic, Answer, Ask, Entry, Handover, Producer, Row};
 
 pub static ROW: Row = Row {
     name: "cuda_array_interface",
@@ -39,7 +39,7 @@ impl Producer for CudaArrayInterface {
         Some(c"__cuda_array_interface__")
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
         let interface = interface_dict::interface_of(py, object, Kind::Cuda)?;
         if let Some(unaligned) = interface.unaligned {
             return Err(unaligned); // device memory: dlpx gathers host items only
@@ -71,7 +71,7 @@ impl Producer for CudaArrayInterface {
         // SAFETY: GIL held; the exporting object keeps its memory while the import holds it; a
         // managed tensor this read made from the interface it checked, valid as made.
         unsafe {
-            Ok(Reading::made(held::managed_holding(
+            Ok(Handover::made(held::managed_holding(
                 py,
                 Reference::to(py, NonNull::new(object).ok_or_else(|| Error::null("object"))?),
                 tensor,

@@ -35,7 +35,7 @@ impl Producer for Cupy {
         found.is_some_and(|found| found.ndarray == ty)
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
         dlpack::export(py, object, ask.request)
     }
 }

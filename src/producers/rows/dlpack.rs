@@ -13,7 +13,7 @@ use crate::capsule;
 use crate::cpython::{int_tuple, type_name, Owned, Python};
 use crate::error::{Error, ErrorKind, Result};
 use crate::producers::dlpack_call;
-use crate::producers::{synthetic, Answer, Ask, Entry, Producer, Reading, Request, Row};
+use crate::producers::{synthetic, Answer, Ask, Entry, Handover, Producer, Request, Row};
 
 pub static ROW: Row =
     Row { name: "dlpack", synthetic: Some(&TABLE), guard: None, suspect: None, home: None, producer: &Dlpack };
@@ -29,7 +29,7 @@ impl Producer for Dlpack {
         Some(c"__dlpack__")
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
         export(py, object, ask.request)
     }
 }
@@ -37,11 +37,11 @@ impl Producer for Dlpack {
 /// The capsule of `object.__dlpack__(...)`, the producer's own export: with the request's
 /// `dl_device` and `copy`, and dlpx's current stream on the object's CUDA device when one is set.
 /// What every row leaves to the producer ends here.
-pub fn export<'py>(py: Python<'py>, object: *mut PyObject, request: Request) -> Result<Reading<'py>> {
+pub fn export<'py>(py: Python<'py>, object: *mut PyObject, request: Request) -> Result<Handover<'py>> {
     // A stream belongs to the object's own device: none when another device is asked for.
     let stream = if request.device.is_none() { stream_request(py, object)? } else { None };
     if !request.asks_more() && request.copy.is_none() && stream.is_none() {
-        return dlpack_call::call(py, object).map(Reading::capsule);
+        return dlpack_call::call(py, object).map(Handover::capsule);
     }
     // SAFETY: the token proves the GIL is held; every new reference is owned by an `Owned`.
     let result = unsafe {
@@ -67,7 +67,7 @@ pub fn export<'py>(py: Python<'py>, object: *mut PyObject, request: Request) -> 
         }
         result
     };
-    Owned::new(py, result).map(Reading::capsule)
+    Owned::new(py, result).map(Handover::capsule)
 }
 
 /// The managed tensor inside a capsule a producer returned, handed on as it is where it can be

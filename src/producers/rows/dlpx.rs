@@ -4,7 +4,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 use crate::abi::*;
 use crate::cpython::Python;
-use crate::producers::{Answer, Ask, Entry, Producer, Reading, Row};
+use crate::producers::{Answer, Ask, Entry, Handover, Producer, Row};
 use crate::tensor_type::{self, own_table, tensor_of};
 
 pub static ROW: Row = Row { name: "dlpx", synthetic: None, guard: None, suspect: None, home: None, producer: &Own };
@@ -24,7 +24,7 @@ impl Producer for Own {
     }
 
     /// The tensor itself, shared (a view, an export or a clone is the entry point's to make).
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
-        Ok(tensor_of(py, object).map_or(Reading::Uncovered, Reading::Own))
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
+        Ok(tensor_of(py, object).map_or(Handover::Uncovered, Handover::Own))
     }
 }

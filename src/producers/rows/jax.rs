@@ -9,7 +9,7 @@ use crate::abi::*;
 use crate::cpython::{attribute, interned_attribute, type_of, vectorcall_method, Interned, Owned, Python};
 use crate::producers::discovered::Discovered;
 use crate::producers::home::Home;
-use crate::producers::{synthetic, Answer, Ask, Entry, Guard, Producer, Reading, Row};
+use crate::producers::{synthetic, Answer, Ask, Entry, Guard, Handover, Producer, Row};
 
 pub static ROW: Row =
     Row { name: "jax", synthetic: Some(&TABLE), guard: Some(&GUARD), suspect: None, home: Some(&HOME), producer: &Jax };
@@ -34,8 +34,8 @@ impl Producer for Jax {
         FOUND.get_or_find(py, find).is_some_and(|found| found.array == ty)
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
-        Ok(capsule_of(py, object).map_or(Reading::Uncovered, Reading::capsule))
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
+        Ok(capsule_of(py, object).map_or(Handover::Uncovered, Handover::capsule))
     }
 }
 

@@ -14,7 +14,7 @@ use crate::layout::MAX_NDIM;
 use crate::producers::discovered::Discovered;
 use crate::producers::held::{self, Reference};
 use crate::producers::home::Home;
-use crate::producers::{synthetic, Answer, Ask, Entry, Guard, Producer, Reading, Row};
+use crate::producers::{synthetic, Answer, Ask, Entry, Guard, Handover, Producer, Row};
 
 pub static ROW: Row = Row {
     name: "numpy",
@@ -37,9 +37,9 @@ impl Producer for Numpy {
         ARRAY_TYPE.get_or_find(py, |py, _| read_array_api(py).and_then(NonNull::new)) == NonNull::new(ty)
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
         // SAFETY: a managed tensor this read filled, ours, valid as made.
-        Ok(managed_of(py, object)?.map_or(Reading::Uncovered, |managed| unsafe { Reading::made(managed) }))
+        Ok(managed_of(py, object)?.map_or(Handover::Uncovered, |managed| unsafe { Handover::made(managed) }))
     }
 }
 

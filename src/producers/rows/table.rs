@@ -8,7 +8,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 use crate::abi::*;
 use crate::cpython::{Owned, Python};
 use crate::error::{Error, Result};
-use crate::producers::{Answer, Ask, Entry, Producer, Reading, Row};
+use crate::producers::{Answer, Ask, Entry, Handover, Producer, Row};
 
 pub static ROW: Row = Row { name: "table", synthetic: None, guard: None, suspect: None, home: None, producer: &Table };
 struct Table;
@@ -18,7 +18,7 @@ impl Producer for Table {
         published.is_some()
     }
 
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
         read_through(py, object, entry.table, ask)
     }
 }
@@ -34,12 +34,12 @@ pub fn read_through<'py>(
     object: *mut PyObject,
     api: &'static DLPackExchangeAPI,
     ask: Ask<'_>,
-) -> Result<Reading<'py>> {
+) -> Result<Handover<'py>> {
     if let (Some(out), Some(view)) = (ask.view, api.dltensor_from_py_object_no_sync) {
         // SAFETY: the producer's contract: the GIL held (the token), an object of its type, a
         // writable DLTensor (the cell's, which nothing else borrows during the call).
         if unsafe { view(object.cast(), out.as_ptr()) } == 0 {
-            return Ok(Reading::View);
+            return Ok(Handover::View);
         }
         // A view the table cannot give — dlpx's own refuses a read-only tensor, which a view
         // cannot flag; torch's fails where its managed entry fails too — the owning read asks
@@ -60,12 +60,12 @@ pub fn read_through<'py>(
     let managed =
         NonNull::new(managed).ok_or_else(|| Error::buffer("the producer returned success and a NULL tensor"))?;
     // SAFETY: the table hands its caller the managed tensor.
-    let reading = unsafe { Reading::managed(managed) };
+    let handover = unsafe { Handover::managed(managed) };
     if ask.on_dlpx_stream {
         // SAFETY: live, ours; the device is read before any check (an unknown one has no streams).
         order_after_producer(api, unsafe { managed.as_ref() }.dl_tensor.device)?;
     }
-    Ok(reading)
+    Ok(handover)
 }
 
 /// Where memory is stream-ordered, dlpx's current stream waits for the producer's current work

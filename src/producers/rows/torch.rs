@@ -12,7 +12,7 @@ use crate::cpython::{imported_module, vectorcall_method, GilVar, Interned, Owned
 use crate::error::{Error, Result};
 use crate::producers::discovered::Discovered;
 use crate::producers::served::Served;
-use crate::producers::{Answer, Ask, Entry, Producer, Reading, Row, Suspect, Suspicion};
+use crate::producers::{Answer, Ask, Entry, Handover, Producer, Row, Suspect, Suspicion};
 
 pub static ROW: Row =
     Row { name: "torch", synthetic: None, guard: None, suspect: Some(&Torch), home: None, producer: &Torch };
@@ -33,14 +33,14 @@ impl Producer for Torch {
     ///
     /// A read-only ask (a kernel that only reads) goes through torch's const table where torch
     /// has one: the same tensor, flagged read-only, its copy-on-write storage left shared.
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
         let table = match ask.read_only {
             true => torch_const_table(py).unwrap_or(entry.table),
             false => entry.table,
         };
         match table::read_through(py, object, table, ask) {
-            Ok(reading) => Ok(reading),
-            Err(err) if err.is_python_pending() => Ok(Reading::Refused),
+            Ok(handover) => Ok(handover),
+            Err(err) if err.is_python_pending() => Ok(Handover::Refused),
             Err(err) => Err(err),
         }
     }

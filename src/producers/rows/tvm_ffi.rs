@@ -14,7 +14,7 @@ use crate::error::{guard, Error, Result};
 use crate::memory::cpu;
 use crate::producers::discovered::Discovered;
 use crate::producers::home::Home;
-use crate::producers::{synthetic, Answer, Ask, Entry, Guard, Producer, Reading, Row};
+use crate::producers::{synthetic, Answer, Ask, Entry, Guard, Handover, Producer, Row};
 use crate::tensor::MANAGED_BLOCK;
 
 pub static ROW: Row = Row {
@@ -73,19 +73,19 @@ impl Producer for TvmFfi {
 
     /// The object's own `DLTensor` where a view will do (borrowed: valid while the caller holds
     /// the wrapper, which holds the object), else an owning read.
-    fn read<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
+    fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, ask: Ask<'_>) -> Answer<'py> {
         let Some(out) = ask.view else {
             // SAFETY: a managed tensor this read filled, ours.
             return Ok(
-                managed_of(py, object)?.map_or(Reading::Uncovered, |managed| unsafe { Reading::managed(managed) })
+                managed_of(py, object)?.map_or(Handover::Uncovered, |managed| unsafe { Handover::managed(managed) })
             );
         };
-        let Some(found) = FOUND.get(py) else { return Ok(Reading::Uncovered) };
-        let Some(handle) = handle_of(py, object, found)? else { return Ok(Reading::Uncovered) };
+        let Some(found) = FOUND.get(py) else { return Ok(Handover::Uncovered) };
+        let Some(handle) = handle_of(py, object, found)? else { return Ok(Handover::Uncovered) };
         // SAFETY: the object's DLTensor; its shape and strides are `ndim` long and live in it,
         // as long as the caller's reference to the wrapper.
         out.set(unsafe { handle.dl_tensor().read() });
-        Ok(Reading::View)
+        Ok(Handover::View)
     }
 
     /// A wrapper whose handle was moved out, asked through tvm_ffi's own `__chandle__()` (the

@@ -130,7 +130,7 @@ def test_copy_true_of_a_strided_padded_int4x2_tensor_copies_whole_elements():
     assert settled(tensor) == 1
 
 
-# ---- the C kernel API validates what a producer's table returns (src/producers/kernel.rs) ----
+# ---- the C kernel API validates what a producer's table returns (src/producers/handover.rs) ----
 
 
 REFUSED_FROM_TABLES = {

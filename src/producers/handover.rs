@@ -1,4 +1,5 @@
-//! What a row answers for an object, and what the seam makes of it: a [`Tensor`] for Python,
+//! What a row hands over for an object (a [`Handover`]: the managed tensor in the form the
+//! producer gave it, a view, or nothing), and what the seam makes of it: a [`Tensor`] for Python,
 //! an owning managed tensor for C. Whatever a producer handed over is checked on the way out as
 //! hostile input (docs/design.md, "Hostile input"), whichever row read it, and a refused one is
 //! deleted once; what dlpx made from fields it checked (`Made`) is handed on as made.
@@ -17,9 +18,10 @@ use crate::cpython::{Owned, Python};
 use crate::error::{Error, Result};
 use crate::tensor::{self, Tensor};
 
-/// A row's answer: the object's managed tensor, in the form the row got it, or a borrowed view.
-/// Dropped unused, it lets go of what it holds (a managed tensor's deleter runs once).
-pub enum Reading<'py> {
+/// What a row hands over for an object (inside its [`Answer`](super::Answer)): the object's
+/// managed tensor, in the form the row got it, or a borrowed view; or nothing, where the
+/// producer's own `__dlpack__` answers or judges instead. Dropped unused, it lets go of what it holds (a managed tensor's deleter runs once).
+pub enum Handover<'py> {
     /// dlpx's own tensor, shared (the `dlpx` row), valid while the caller holds the object.
     Own(&'py Tensor),
     /// An owning versioned managed tensor a producer handed over (its table's, or one dlpx filled
@@ -38,7 +40,7 @@ pub enum Reading<'py> {
     Uncovered,
     /// The row's read refused the object where the producer's own `__dlpack__` may not (torch's
     /// table fails on what its `__dlpack__` refuses with BufferError): the producer's verdict
-    /// stands, as for a suspect reading.
+    /// stands, as for a suspect handover.
     Refused,
 }
 
@@ -59,7 +61,7 @@ impl Managed {
 }
 
 /// A strong reference to a DLPack capsule, released on drop. One word (where `Owned` keeps its
-/// token too), so that a [`Reading`] is two and a row's answer travels in registers.
+/// token too), so that a [`Handover`] is two and a row's answer travels in registers.
 pub struct Capsule<'py> {
     object: NonNull<PyObject>,
     attached: PhantomData<Python<'py>>,
@@ -94,30 +96,30 @@ impl Drop for Managed {
     }
 }
 
-impl<'py> Reading<'py> {
-    /// A reading of the capsule a producer's export made.
-    pub fn capsule(capsule: Owned<'py>) -> Reading<'py> {
+impl<'py> Handover<'py> {
+    /// The handover of the capsule a producer's export made.
+    pub fn capsule(capsule: Owned<'py>) -> Handover<'py> {
         let object = NonNull::new(capsule.into_ptr()).expect("an owned reference is not NULL");
-        Reading::Capsule(Capsule { object, attached: PhantomData })
+        Handover::Capsule(Capsule { object, attached: PhantomData })
     }
 
-    /// A reading of an owning managed tensor a producer handed over.
+    /// The handover of an owning managed tensor a producer handed over.
     ///
     /// # Safety
     /// As for [`Managed::new`].
-    pub unsafe fn managed(managed: NonNull<DLManagedTensorVersioned>) -> Reading<'py> {
+    pub unsafe fn managed(managed: NonNull<DLManagedTensorVersioned>) -> Handover<'py> {
         // SAFETY: forwarded contract.
-        Reading::Managed(unsafe { Managed::new(managed) })
+        Handover::Managed(unsafe { Managed::new(managed) })
     }
 
-    /// A reading of an owning managed tensor dlpx made valid from what a row read and checked.
+    /// The handover of an owning managed tensor dlpx made valid from what a row read and checked.
     ///
     /// # Safety
     /// As for [`Managed::new`]; `managed` is valid as `Tensor::from_managed` checks it, and has
     /// room for a core in front of it as `Tensor::from_made` asks (`held`, `held_buffer`).
-    pub unsafe fn made(managed: NonNull<DLManagedTensorVersioned>) -> Reading<'py> {
+    pub unsafe fn made(managed: NonNull<DLManagedTensorVersioned>) -> Handover<'py> {
         // SAFETY: forwarded contract.
-        Reading::Made(unsafe { Managed::new(managed) })
+        Handover::Made(unsafe { Managed::new(managed) })
     }
 
     /// The tensor's description, where one is at hand without taking the tensor out: not in a
@@ -126,48 +128,48 @@ impl<'py> Reading<'py> {
     #[inline(always)]
     pub fn dl_tensor<'a>(&'a self, ask: Ask<'a>) -> Option<&'a DLTensor> {
         match self {
-            Reading::Own(tensor) => Some(tensor.dl_tensor()),
+            Handover::Own(tensor) => Some(tensor.dl_tensor()),
             // SAFETY: a live managed tensor we own: its version first (in every major's prefix),
             // and the rest only of a major whose layout dlpx knows (the check on the way out
             // refuses the others).
-            Reading::Managed(managed) => unsafe {
+            Handover::Managed(managed) => unsafe {
                 match crate::validate::major_of(managed.0.as_ptr()) {
                     DLPACK_MAJOR_VERSION => Some(&managed.0.as_ref().dl_tensor),
                     _ => None,
                 }
             },
             // SAFETY: a live managed tensor dlpx made, of its own major.
-            Reading::Made(managed) => Some(unsafe { &managed.0.as_ref().dl_tensor }),
-            Reading::Capsule(_) | Reading::Uncovered | Reading::Refused => None,
+            Handover::Made(managed) => Some(unsafe { &managed.0.as_ref().dl_tensor }),
+            Handover::Capsule(_) | Handover::Uncovered | Handover::Refused => None,
             // SAFETY: the row wrote the view; nothing writes the cell while the reference lives.
-            Reading::View => ask.view.map(|view| unsafe { &*view.as_ptr() }),
+            Handover::View => ask.view.map(|view| unsafe { &*view.as_ptr() }),
         }
     }
 
-    /// The reading as a [`Tensor`] (`from_dlpack`, `dlpx.Tensor(x)`): checked, a refused tensor
+    /// The handover as a [`Tensor`] (`from_dlpack`, `dlpx.Tensor(x)`): checked, a refused tensor
     /// deleted once.
     #[inline]
     pub fn into_tensor(self, py: Python<'py>) -> Result<Tensor> {
         match self {
-            Reading::Own(tensor) => Ok(tensor.clone()),
+            Handover::Own(tensor) => Ok(tensor.clone()),
             // SAFETY: ours; a refused tensor is deleted there.
-            Reading::Managed(managed) => unsafe { Tensor::from_managed_or_delete(managed.into_raw()) },
+            Handover::Managed(managed) => unsafe { Tensor::from_managed_or_delete(managed.into_raw()) },
             // SAFETY: ours, valid as made, with the core's room (`made`'s contract).
-            Reading::Made(managed) => Ok(unsafe { Tensor::from_made(managed.into_raw()) }),
-            Reading::Capsule(capsule) => capsule::consume(py, capsule.as_ptr()),
-            Reading::View | Reading::Uncovered | Reading::Refused => Err(unexpected()),
+            Handover::Made(managed) => Ok(unsafe { Tensor::from_made(managed.into_raw()) }),
+            Handover::Capsule(capsule) => capsule::consume(py, capsule.as_ptr()),
+            Handover::View | Handover::Uncovered | Handover::Refused => Err(unexpected()),
         }
     }
 
-    /// The reading as an owning managed tensor for C (`dlpx_import`, a view's owner, the
+    /// The handover as an owning managed tensor for C (`dlpx_import`, a view's owner, the
     /// synthetic tables), checked as `from_dlpack` checks it and handed on as the producer made
     /// it where it can be: a legacy one in a versioned wrapper (`legacy::wrap`); one whose
     /// strides are NULL (an old producer's compact row-major), which a C caller cannot index,
     /// spelled out by an export of a [`Tensor`].
     pub fn into_managed(self, py: Python<'py>) -> Result<NonNull<DLManagedTensorVersioned>> {
         match self {
-            Reading::Own(tensor) => tensor.export_versioned(0),
-            Reading::Managed(managed) => {
+            Handover::Own(tensor) => tensor.export_versioned(0),
+            Handover::Managed(managed) => {
                 let managed = managed.into_raw();
                 // SAFETY: ours; a refused tensor is deleted there.
                 if unsafe { tensor::check_managed_or_delete(managed)? } {
@@ -176,14 +178,14 @@ impl<'py> Reading<'py> {
                 // SAFETY: checked and ours; a failure deletes it.
                 unsafe { Tensor::from_managed_or_delete(managed)? }.export_versioned(0)
             }
-            Reading::Made(managed) => Ok(managed.into_raw()),
-            Reading::Capsule(capsule) => dlpack::hand_on(py, capsule.into_owned(py)),
-            Reading::View | Reading::Uncovered | Reading::Refused => Err(unexpected()),
+            Handover::Made(managed) => Ok(managed.into_raw()),
+            Handover::Capsule(capsule) => dlpack::hand_on(py, capsule.into_owned(py)),
+            Handover::View | Handover::Uncovered | Handover::Refused => Err(unexpected()),
         }
     }
 }
 
-/// A reading no entry point takes where it stands: a view where an owner was asked for, or a
+/// A handover no entry point takes where it stands: a view where an owner was asked for, or a
 /// row's "not mine", which the seam answers before any entry point sees it.
 #[cold]
 fn unexpected() -> Error {
