@@ -184,11 +184,21 @@ fn parameter(py: Python<'_>, kernel: &Kernel, names: &[usize], keyword: *mut PyO
 }
 
 impl Drop for Arguments<'_> {
+    /// Inline, as most rows' views own nothing: the release is out of line (see `Call`'s drop).
+    #[inline(always)]
     fn drop(&mut self) {
-        let owners = self.owners.as_slice();
-        if owners.is_empty() {
-            return;
+        if !self.owners.is_empty() {
+            self.release_owners();
         }
+    }
+}
+
+impl Arguments<'_> {
+    /// Releases the managed tensors that backed views.
+    #[cold]
+    #[inline(never)]
+    fn release_owners(&mut self) {
+        let owners = self.owners.as_slice();
         // A deleter may run Python code: an exception an argument's conversion left stays aside.
         let _guard = ExceptionGuard::save_with_gil(self.py);
         for &owner in owners.iter().rev() {

@@ -7,6 +7,7 @@
 //! environment (allocator, stream) is the caller's to make safe without it.
 
 use std::ffi::{c_char, c_void};
+use std::mem::ManuallyDrop;
 use std::ptr::{self, NonNull};
 
 use super::inline::Inline;
@@ -31,13 +32,21 @@ pub struct Call<'a> {
     /// Tensors allocated through the call and not returned yet: the call owns them.
     outputs: Inline<NonNull<DLManagedTensorVersioned>, 2>,
     results: Inline<Returned, 2>,
-    /// The first error: the kernel's report, or a failed request of the kernel's.
-    error: Option<Error>,
+    /// The first error: the kernel's report, or a failed request of the kernel's (dropped by
+    /// `delete_left`, out of line).
+    error: ManuallyDrop<Option<Error>>,
 }
 
 impl<'a> Call<'a> {
     pub fn new(kernel: &'static Kernel, arguments: &'a [Value], environment: Environment<'a>) -> Self {
-        Call { kernel, arguments, environment, outputs: Inline::new(), results: Inline::new(), error: None }
+        Call {
+            kernel,
+            arguments,
+            environment,
+            outputs: Inline::new(),
+            results: Inline::new(),
+            error: ManuallyDrop::new(None),
+        }
     }
 
     /// Runs the kernel on this call (through `run`, which may release the GIL around it) and
@@ -75,7 +84,7 @@ impl<'a> Call<'a> {
     pub fn record(&mut self, err: Error) -> Error {
         let err = self.named(err);
         if self.error.is_none() {
-            self.error = Some(err.clone());
+            *self.error = Some(err.clone());
         }
         err
     }
@@ -193,10 +202,25 @@ impl<'a> Call<'a> {
 }
 
 impl Drop for Call<'_> {
+    /// Inline, as the common call has nothing left to delete: the check stays among the call's
+    /// own lines, and the deletions are out of line (a separate function is lines to fetch again
+    /// on every call, once a CUDA launch has evicted them: docs/cuda.md).
+    #[inline(always)]
     fn drop(&mut self) {
-        if self.outputs.is_empty() && self.results.is_empty() {
-            return;
+        if !(self.outputs.is_empty() && self.results.is_empty() && self.error.is_none()) {
+            self.delete_left();
         }
+    }
+}
+
+impl Call<'_> {
+    /// Deletes the outputs the kernel did not return, the results nobody took and an error
+    /// nobody took.
+    #[cold]
+    #[inline(never)]
+    fn delete_left(&mut self) {
+        // SAFETY: dropped once, here, as the call goes.
+        unsafe { ManuallyDrop::drop(&mut self.error) };
         for &managed in self.outputs.as_slice() {
             // SAFETY: outputs the call owns, never handed out; each is deleted once (the call
             // is going: nothing reads the list after this).

@@ -2,13 +2,23 @@
 //! with no heap allocation for the usual few (a `Vec` per call costs a nop kernel a third of its
 //! time; the two an `add` grew from empty cost it 410 instructions).
 
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 
 pub struct Inline<T: Copy, const N: usize> {
     items: [MaybeUninit<T>; N],
     len: usize,
-    /// Everything, once there were more than N.
-    spilled: Vec<T>,
+    /// Everything, once there were more than N; freed by `Drop` (whose check is inline: the
+    /// call's drops stay among its own lines, docs/cuda.md).
+    spilled: ManuallyDrop<Vec<T>>,
+}
+
+impl<T: Copy, const N: usize> Drop for Inline<T, N> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.spilled.capacity() != 0 {
+            self.free_spilled();
+        }
+    }
 }
 
 impl<T: Copy, const N: usize> Default for Inline<T, N> {
@@ -20,7 +30,7 @@ impl<T: Copy, const N: usize> Default for Inline<T, N> {
 impl<T: Copy, const N: usize> Inline<T, N> {
     #[inline(always)]
     pub fn new() -> Self {
-        Inline { items: [const { MaybeUninit::uninit() }; N], len: 0, spilled: Vec::new() }
+        Inline { items: [const { MaybeUninit::uninit() }; N], len: 0, spilled: ManuallyDrop::new(Vec::new()) }
     }
 
     #[inline(always)]
@@ -40,9 +50,16 @@ impl<T: Copy, const N: usize> Inline<T, N> {
         if self.spilled.is_empty() {
             let mut spilled = Vec::with_capacity(2 * N);
             spilled.extend_from_slice(self.as_slice());
-            self.spilled = spilled;
+            *self.spilled = spilled;
         }
         self.spilled.push(value);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn free_spilled(&mut self) {
+        // SAFETY: dropped once, here, as the list goes.
+        unsafe { ManuallyDrop::drop(&mut self.spilled) };
     }
 
     /// Pushes `value` and gives it back to be written in place.
