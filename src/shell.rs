@@ -7,7 +7,11 @@
 //! calling convention's arguments (`args::FastArgs` for METH_FASTCALL | METH_KEYWORDS).
 //!
 //! The shell is named after its body (`dlpx::module::METHODS::from_dlpack`), so a profile tells
-//! the entry points apart.
+//! the entry points apart. A function C calls (a `dlpx_*` function, an exchange table's PyObject
+//! entry) has its own boundary beside this one, [`entry::c_entry!`]: here, below `exports/`, so
+//! dlpx's table and the producer seam's synthetic tables share it.
+
+pub mod entry;
 
 /// The inside of every shell: the one boundary around `$call`, with `$py` the token. CPython
 /// calls a module's functions, an object's methods, getters and `tp_repr` with the GIL held.

@@ -3,9 +3,9 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::entry::c_entry;
 use crate::abi::*;
 use crate::error::{Error, LastError};
+use crate::shell::entry::c_entry;
 
 /// Records that work on `tensor`'s data is being enqueued on `stream` of CUDA device
 /// `device_id` (torch's `record_stream`): when the tensor is deleted, dlpx's allocator waits for

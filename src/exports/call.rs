@@ -10,11 +10,11 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::entry::c_entry;
 use crate::abi::*;
 use crate::error::{c_text, set_last_error, Channel, Error, FailureValue, Result};
 use crate::kernels::value::{DlpxValueKind, Returned, Value};
 use crate::kernels::Call;
+use crate::shell::entry::c_entry;
 
 /// One call of a kernel, valid until the kernel returns. Opaque.
 pub struct DlpxCall {
@@ -57,7 +57,7 @@ fn read_argument<T>(call: &Call, index: i32, kind: &'static str, read: impl FnOn
 
 /// Writes `value` through `out`, a caller's pointer that must not be NULL.
 fn write<T>(out: *mut T, what: &'static str, value: T) -> Result<c_int> {
-    super::entry::out(out, what)?.put(value);
+    crate::shell::entry::out(out, what)?.put(value);
     Ok(0)
 }
 
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn dlpx_call_allocate(
     out: *mut *mut DLTensor,
 ) -> c_int {
     on_call(call, "call_allocate", |call| {
-        let out = super::entry::out(out, "out")?;
+        let out = crate::shell::entry::out(out, "out")?;
         let ndim = crate::layout::checked_ndim(ndim)?;
         let shape: &[i64] = match (ndim, shape.is_null()) {
             (0, _) => &[],

@@ -3,9 +3,9 @@
 
 use std::ffi::{c_char, c_void};
 
-use super::entry::c_entry;
 use crate::cpython::{Python, Raise};
 use crate::error::{self, Channel, Error, ErrorKind, LastError};
+use crate::shell::entry::c_entry;
 
 /// The message of the last error on the calling thread ("dlpx: allocator: shape[2] = -3 is
 /// negative"), or NULL if none. Valid until the next failing dlpx call on this thread.

@@ -5,10 +5,10 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::entry::c_entry;
 use crate::abi::*;
 use crate::cpython::Raise;
 use crate::error::LastError;
+use crate::shell::entry::c_entry;
 use crate::tensor_type as tensor;
 
 /// dlpx's v1 table. It is the tail of its chain: no older major version exists

@@ -5,11 +5,11 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::entry::c_entry;
 use crate::abi::*;
 use crate::cpython::{Python, Raise};
 use crate::error::{Error, ErrorCallback, LastError};
 use crate::producers;
+use crate::shell::entry::c_entry;
 
 use super::exchange::EXCHANGE_API;
 

@@ -6,13 +6,13 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::ptr;
 
-use super::entry::c_entry;
 use crate::abi::*;
 use crate::error::{Error, LastError};
 use crate::kernels::bind::{bind, Source};
 use crate::kernels::signature::Type;
 use crate::kernels::value::*;
 use crate::kernels::{library, Call, Environment, Kernel, Returned, Value};
+use crate::shell::entry::c_entry;
 
 /// A kernel of a loaded kernel library; lives for the process. Opaque.
 pub struct DlpxKernel {

@@ -2,11 +2,10 @@
 //! its entry as a Python extension), errors, streams, the allocator, the kernel API, a kernel
 //! library's calls (`call`: the kernel's side; `kernel_library`: a C caller's). cbindgen
 //! writes the `dlpx_*` functions and their docs into `include/dlpx/dlpx.h`. Each function is a
-//! shell: the one boundary (`entry::c_entry!`) around one call below (docs/design.md, "Layers").
+//! shell: the one boundary (`shell::entry::c_entry!`) around one call below (docs/design.md, "Layers").
 
 pub mod allocator;
 pub mod call;
-pub mod entry;
 pub mod errors;
 pub mod exchange;
 pub mod kernel;

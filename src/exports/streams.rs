@@ -3,9 +3,9 @@
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 
-use super::entry::c_entry;
 use crate::abi::*;
 use crate::error::LastError;
+use crate::shell::entry::c_entry;
 
 /// Makes `stream` the calling thread's current work stream on (`device_type`, `device_id`);
 /// NULL restores the default. The previous stream is written to `*previous` when `previous`

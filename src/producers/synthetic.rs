@@ -4,13 +4,13 @@
 //! own row.
 
 use std::ffi::{c_int, c_void};
-use std::ptr::NonNull;
 
 use pyo3_ffi::PyObject;
 
 use crate::abi::*;
-use crate::cpython::{type_name, Python, Raise};
-use crate::error::{boundary, Error};
+use crate::cpython::{type_name, Raise};
+use crate::error::Error;
+use crate::shell::entry::c_entry;
 use crate::tensor_type;
 
 /// A synthetic table; `views`: whether it has `dltensor_from_py_object_no_sync` (rows that can
@@ -29,34 +29,25 @@ pub const fn table(views: bool) -> DLPackExchangeAPI {
     }
 }
 
-/// `managed_tensor_from_py_object_no_sync`: `object` read by its own row, as `dlpx_import` reads it.
-unsafe extern "C" fn from_py(object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
-    boundary(Raise, "managed_tensor_from_py_object_no_sync", || {
-        // SAFETY: the table's contract: the caller holds the GIL.
-        let py = unsafe { Python::assume_attached()? };
-        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
-        let object = NonNull::new(object.cast::<PyObject>()).ok_or_else(|| Error::null("py_object"))?;
-        let managed = super::managed(py, object.as_ptr())?;
-        // SAFETY: non-NULL and writable by the caller's contract.
-        unsafe { out.as_ptr().write(managed.as_ptr()) };
+/// `managed_tensor_from_py_object_no_sync`: `py_object` read by its own row, as `dlpx_import`
+/// reads it.
+unsafe extern "C" fn from_py(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
+    c_entry!(Raise, "managed_tensor_from_py_object_no_sync", out(out), given(py_object), |py| {
+        out.put(super::managed(py, py_object.as_ptr().cast())?.as_ptr());
         Ok(0)
     })
 }
 
-/// `dltensor_from_py_object_no_sync`: a non-owning view, where `object`'s row has one.
-unsafe extern "C" fn view(object: *mut c_void, out: *mut DLTensor) -> c_int {
-    boundary(Raise, "dltensor_from_py_object_no_sync", || {
-        // SAFETY: the table's contract: the caller holds the GIL.
-        let py = unsafe { Python::assume_attached()? };
-        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
-        let object = NonNull::new(object.cast::<PyObject>()).ok_or_else(|| Error::null("py_object"))?;
-        // SAFETY: non-NULL and writable by the caller's contract.
-        if super::view_in_place(py, object.as_ptr(), unsafe { &mut *out.as_ptr() })? {
+/// `dltensor_from_py_object_no_sync`: a non-owning view, where `py_object`'s row has one.
+unsafe extern "C" fn view(py_object: *mut c_void, out: *mut DLTensor) -> c_int {
+    c_entry!(Raise, "dltensor_from_py_object_no_sync", out(out), given(py_object), |py| {
+        let (object, mut out) = (py_object.as_ptr().cast::<PyObject>(), out);
+        if super::view_in_place(py, object, out.get_mut())? {
             return Ok(0);
         }
         Err(Error::buffer(format!(
             "a {} has no non-owning view (take it with managed_tensor_from_py_object_no_sync)",
-            type_name(py, object.as_ptr())
+            type_name(py, object)
         )))
     })
 }

@@ -24,7 +24,8 @@ pub use type_spec::{create_type, Import};
 
 use crate::abi::*;
 use crate::cpython::{type_name, type_of, Python, Raise};
-use crate::error::{boundary, Error, Result};
+use crate::error::{Error, Result};
+use crate::shell::entry::{c_entry, Out};
 use crate::tensor::Tensor;
 
 /// The object's own fields, after the interpreter's object header (`cpython::layout`: 16 or 32
@@ -232,11 +233,10 @@ pub fn not_initialised() -> Error {
     Error::runtime("the dlpx module is not initialised (import dlpx first)")
 }
 
-/// `managed_tensor_to_py_object_no_sync`: any producer's managed tensor becomes a dlpx.Tensor.
-/// Ownership moves only on success (docs/design.md R4): on failure the caller still owns `managed`.
-pub fn to_py(py: Python<'_>, managed: *mut DLManagedTensorVersioned, out: *mut *mut PyObject) -> Result<c_int> {
-    let managed = NonNull::new(managed).ok_or_else(|| Error::null("tensor"))?;
-    let out = NonNull::new(out).ok_or_else(|| Error::null("out_py_object"))?;
+/// `managed_tensor_to_py_object_no_sync`: any producer's managed tensor becomes a dlpx.Tensor,
+/// written to `out`. Ownership moves only on success (docs/design.md R4): on failure the caller
+/// still owns `managed`.
+fn to_py(py: Python<'_>, managed: NonNull<DLManagedTensorVersioned>, out: Out<*mut c_void>) -> Result<c_int> {
     if tensor_type().is_null() {
         return Err(not_initialised());
     }
@@ -245,11 +245,9 @@ pub fn to_py(py: Python<'_>, managed: *mut DLManagedTensorVersioned, out: *mut *
     // SAFETY: the caller owns `managed` and gives it up only if this succeeds.
     match unsafe { Tensor::from_managed(managed) } {
         Ok(tensor) => {
-            // SAFETY: a fresh object, not yet visible to anyone; `out` is writable.
-            unsafe {
-                PyTensor::init(object, tensor);
-                out.as_ptr().write(object);
-            }
+            // SAFETY: a fresh object, not yet visible to anyone.
+            unsafe { PyTensor::init(object, tensor) };
+            out.put(object.cast());
             Ok(0)
         }
         Err(err) => {
@@ -262,12 +260,10 @@ pub fn to_py(py: Python<'_>, managed: *mut DLManagedTensorVersioned, out: *mut *
 /// `managed_tensor_to_py_object_no_sync` of dlpx's table and of the synthetic tables.
 ///
 /// # Safety
-/// The table's contract: the GIL is held; `tensor` is NULL or owned by the caller; `out` is
-/// NULL or writable.
-pub unsafe extern "C" fn to_py_entry(tensor: *mut DLManagedTensorVersioned, out: *mut *mut c_void) -> c_int {
-    boundary(Raise, "managed_tensor_to_py_object_no_sync", || {
-        // SAFETY: the table's contract: the caller holds the GIL.
-        let py = unsafe { Python::assume_attached()? };
-        to_py(py, tensor, out.cast())
+/// The table's contract: the GIL is held; `tensor` is NULL or owned by the caller;
+/// `out_py_object` is NULL or writable.
+pub unsafe extern "C" fn to_py_entry(tensor: *mut DLManagedTensorVersioned, out_py_object: *mut *mut c_void) -> c_int {
+    c_entry!(Raise, "managed_tensor_to_py_object_no_sync", out(out_py_object), given(tensor), |py| {
+        to_py(py, tensor, out_py_object)
     })
 }

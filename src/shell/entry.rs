@@ -5,6 +5,11 @@
 //! the parameter's own name), and with `|py|` gives the body the token its contract promises (the
 //! caller holds the GIL). What lies below gets its pointers checked: no NULL check of a caller's
 //! pointer is written twice.
+//!
+//! It lives in the Python layer, beside `attached!`, so that every C entry point above the core
+//! uses it: the `dlpx_*` functions (`exports/`), the synthetic tables' entries (`producers/`) and
+//! the PyObject entries both kinds of table share (`tensor_type/`). The core's table entries (the
+//! allocator, `current_work_stream`) may not name this layer; they write their own one check.
 
 use std::ptr::NonNull;
 
@@ -48,17 +53,17 @@ pub fn given<T>(pointer: *const T, name: &'static str) -> Result<NonNull<T>> {
 macro_rules! c_entry {
     ($channel:expr, $context:expr, out($($out:ident),*), $(given($($given:ident),*),)? |$py:ident| $body:expr) => {
         $crate::error::boundary($channel, $context, || {
-            $(let $out = $crate::exports::entry::out($out, stringify!($out))?;)*
+            $(let $out = $crate::shell::entry::out($out, stringify!($out))?;)*
             // SAFETY: the caller holds the GIL, by the entry point's contract.
             let $py = unsafe { $crate::cpython::Python::assume_attached()? };
-            $($(let $given = $crate::exports::entry::given($given, stringify!($given))?;)*)?
+            $($(let $given = $crate::shell::entry::given($given, stringify!($given))?;)*)?
             $body
         })
     };
     ($channel:expr, $context:expr, out($($out:ident),*), $(given($($given:ident),*),)? || $body:expr) => {
         $crate::error::boundary($channel, $context, || {
-            $(let $out = $crate::exports::entry::out($out, stringify!($out))?;)*
-            $($(let $given = $crate::exports::entry::given($given, stringify!($given))?;)*)?
+            $(let $out = $crate::shell::entry::out($out, stringify!($out))?;)*
+            $($(let $given = $crate::shell::entry::given($given, stringify!($given))?;)*)?
             $body
         })
     };
