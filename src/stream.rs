@@ -6,7 +6,6 @@
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::abi::{DLDevice, DLPackExchangeAPI, DeviceType};
@@ -147,10 +146,7 @@ unsafe extern "C" fn current_work_stream_checked(
     out: *mut *mut c_void,
 ) -> c_int {
     boundary(LastError, "current_work_stream", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::null("out_current_stream"))?;
-        let stream = current(DLDevice { device_type, device_id });
-        // SAFETY: non-NULL and writable by the caller's contract.
-        unsafe { out.as_ptr().write(stream) };
+        crate::error::out(out, "out_current_stream")?.put(current(DLDevice { device_type, device_id }));
         Ok(0)
     })
 }

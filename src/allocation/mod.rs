@@ -173,12 +173,10 @@ pub unsafe extern "C" fn allocator_entry(
     set_error: SetErrorFn,
 ) -> c_int {
     boundary(ErrorCallback(error_ctx, set_error), "allocator", || {
-        let out = NonNull::new(out).ok_or_else(|| Error::null("out"))?;
-        let prototype = NonNull::new(prototype).ok_or_else(|| Error::null("prototype"))?;
+        let out = crate::error::out(out, "out")?;
+        let prototype = crate::error::given(prototype, "prototype")?;
         // SAFETY: non-NULL; the caller promises a valid prototype whose shape has ndim values.
-        let managed = unsafe { allocate(prototype.as_ref())? };
-        // SAFETY: `out` is non-NULL and writable by the caller's contract.
-        unsafe { out.as_ptr().write(managed.as_ptr()) };
+        out.put(unsafe { allocate(prototype.as_ref())? }.as_ptr());
         Ok(0)
     })
 }

@@ -13,8 +13,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::abi::SetErrorFn;
 
 mod kind;
+mod pointers;
 
 pub use kind::{ErrorKind, EXCEPTION_COUNT};
+pub use pointers::{given, out, Out};
 
 /// Where the message's entry-point prefix comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]

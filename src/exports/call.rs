@@ -57,7 +57,7 @@ fn read_argument<T>(call: &Call, index: i32, kind: &'static str, read: impl FnOn
 
 /// Writes `value` through `out`, a caller's pointer that must not be NULL.
 fn write<T>(out: *mut T, what: &'static str, value: T) -> Result<c_int> {
-    crate::shell::entry::out(out, what)?.put(value);
+    crate::error::out(out, what)?.put(value);
     Ok(0)
 }
 
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn dlpx_call_allocate(
     out: *mut *mut DLTensor,
 ) -> c_int {
     on_call(call, "call_allocate", |call| {
-        let out = crate::shell::entry::out(out, "out")?;
+        let out = crate::error::out(out, "out")?;
         let ndim = crate::layout::checked_ndim(ndim)?;
         let shape: &[i64] = match (ndim, shape.is_null()) {
             (0, _) => &[],

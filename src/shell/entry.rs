@@ -8,42 +8,9 @@
 //!
 //! It lives in the Python layer, beside `attached!`, so that every C entry point above the core
 //! uses it: the `dlpx_*` functions (`exports/`), the synthetic tables' entries (`producers/`) and
-//! the PyObject entries both kinds of table share (`tensor_type/`). The core's table entries (the
-//! allocator, `current_work_stream`) may not name this layer; they write their own one check.
-
-use std::ptr::NonNull;
-
-use crate::error::{Error, Result};
-
-/// A caller's out-pointer, checked non-NULL: written once, with [`Out::put`].
-pub struct Out<T>(NonNull<T>);
-
-impl<T> Out<T> {
-    /// Writes `value` through the pointer.
-    pub fn put(self, value: T) {
-        // SAFETY: non-NULL (checked by `out`), and writable by every entry point's contract.
-        unsafe { self.0.as_ptr().write(value) }
-    }
-
-    /// The pointee, to fill field by field.
-    pub fn get_mut(&mut self) -> &mut T {
-        // SAFETY: as for `put`; the entry point's caller keeps it valid for the call.
-        unsafe { self.0.as_mut() }
-    }
-}
-
-/// `pointer` as an [`Out`], or the error naming the parameter `name`.
-#[inline(always)]
-pub fn out<T>(pointer: *mut T, name: &'static str) -> Result<Out<T>> {
-    NonNull::new(pointer).map(Out).ok_or_else(|| Error::null(name))
-}
-
-/// A required in-pointer (`const` or not) checked non-NULL, or the error naming the parameter
-/// `name`. What it points to is the entry point's contract, not this check's.
-#[inline(always)]
-pub fn given<T>(pointer: *const T, name: &'static str) -> Result<NonNull<T>> {
-    NonNull::new(pointer.cast_mut()).ok_or_else(|| Error::null(name))
-}
+//! the PyObject entries both kinds of table share (`tensor_type/`). The pointer checks themselves
+//! (`error::out`, `error::given`) live in the bottom layer, so that the core's table entries (the
+//! allocator, `current_work_stream`), which may not name this one, check theirs with them too.
 
 /// `c_entry!(channel, "context", out(a, b), given(x), |py| { ... })`: the body inside the
 /// boundary, `a` and `b` (out-pointer parameters) shadowed by their checked [`Out`]s, `x` (an
@@ -53,17 +20,17 @@ pub fn given<T>(pointer: *const T, name: &'static str) -> Result<NonNull<T>> {
 macro_rules! c_entry {
     ($channel:expr, $context:expr, out($($out:ident),*), $(given($($given:ident),*),)? |$py:ident| $body:expr) => {
         $crate::error::boundary($channel, $context, || {
-            $(let $out = $crate::shell::entry::out($out, stringify!($out))?;)*
+            $(let $out = $crate::error::out($out, stringify!($out))?;)*
             // SAFETY: the caller holds the GIL, by the entry point's contract.
             let $py = unsafe { $crate::cpython::Python::assume_attached()? };
-            $($(let $given = $crate::shell::entry::given($given, stringify!($given))?;)*)?
+            $($(let $given = $crate::error::given($given, stringify!($given))?;)*)?
             $body
         })
     };
     ($channel:expr, $context:expr, out($($out:ident),*), $(given($($given:ident),*),)? || $body:expr) => {
         $crate::error::boundary($channel, $context, || {
-            $(let $out = $crate::shell::entry::out($out, stringify!($out))?;)*
-            $($(let $given = $crate::shell::entry::given($given, stringify!($given))?;)*)?
+            $(let $out = $crate::error::out($out, stringify!($out))?;)*
+            $($(let $given = $crate::error::given($given, stringify!($given))?;)*)?
             $body
         })
     };

@@ -24,8 +24,9 @@ pub use type_spec::{create_type, Import};
 
 use crate::abi::*;
 use crate::cpython::{type_name, type_of, Python, Raise};
+use crate::error::Out;
 use crate::error::{Error, Result};
-use crate::shell::entry::{c_entry, Out};
+use crate::shell::entry::c_entry;
 use crate::tensor::Tensor;
 
 /// The object's own fields, after the interpreter's object header (`cpython::layout`: 16 or 32
