@@ -24,8 +24,7 @@ pub use type_spec::{create_type, Import};
 
 use crate::abi::*;
 use crate::cpython::{type_name, type_of, Python, Raise};
-use crate::error::Out;
-use crate::error::{Error, Result};
+use crate::error::{Error, Out, Result};
 use crate::shell::entry::c_entry;
 use crate::tensor::Tensor;
 

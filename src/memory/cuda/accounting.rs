@@ -4,10 +4,10 @@
 //! Two halves. Per device, counters every thread updates: only the bytes tensors hold change on
 //! the hot path (one atomic add per allocation and per free, so that the current value and its
 //! peak are exact across threads); the rest change off it (a driver allocation or free, counted
-//! where the driver is called; a retry, a synchronisation, a fenced free). Per thread, [`Counts`] of what its cache did (allocations, frees,
-//! hits, misses), which `thread_cache` stores (each thread's, and the sum of threads that
-//! exited) and hands to a function below inside its owner's section: only the owner writes
-//! them, with no atomic read-modify-write. A path that changes both makes one call for both: a
+//! where the driver is called; a retry, a synchronisation, a fenced free). Per thread,
+//! [`Counts`] of what its cache did (allocations, frees, hits, misses), which `thread_cache`
+//! stores (each thread's, and the sum of threads that exited) and hands to a function below
+//! inside its owner's section: only the owner writes them, with no atomic read-modify-write. A path that changes both makes one call for both: a
 //! hit and a cached free from inside the section `thread_cache::take` and `put` already hold
 //! (the hot path enters it once), the cold paths through `thread_cache::count`. A statistics
 //! call is handed the sum of every thread's counts (`thread_cache::sum`, passed in by `mod.rs`:
@@ -36,16 +36,24 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// An allocation of `bytes` on this thread, and its bytes handed out on `device_id`: what
+    /// every path that gives a tensor memory counts.
     #[inline]
-    fn allocation(&mut self, bytes: usize) {
+    fn allocation(&mut self, device_id: i32, bytes: usize) {
         self.allocs += 1;
         self.alloc_bytes += bytes as u64;
+        if let Some(c) = of(device_id) {
+            c.hand_out(bytes);
+        }
     }
 
+    /// A free of `bytes` on this thread, and its bytes taken back on `device_id`: the idle bytes
+    /// dlpx then keeps (reserved minus allocated; `u64::MAX` for a device not counted).
     #[inline]
-    fn free(&mut self, bytes: usize) {
+    fn free(&mut self, device_id: i32, bytes: usize) -> u64 {
         self.frees += 1;
         self.free_bytes += bytes as u64;
+        of(device_id).map_or(u64::MAX, |c| c.take_back(bytes))
     }
 
     /// Adds another's counts: a thread that exits to those that did, a thread to a sum.
@@ -145,22 +153,16 @@ impl DeviceCounters {
 /// (`thread_cache::take`).
 #[inline]
 pub fn hit(counts: &mut Counts, device_id: i32, bytes: usize) {
-    counts.allocation(bytes);
     counts.hits += 1;
-    if let Some(c) = of(device_id) {
-        c.hand_out(bytes);
-    }
+    counts.allocation(device_id, bytes);
 }
 
 /// A block of `bytes` for an allocation the thread's bins could not serve (a miss), from the
 /// device's shared lists or the driver: an allocation and a miss on the thread, and the bytes
 /// on the device.
 pub fn missed(counts: &mut Counts, device_id: i32, bytes: usize) {
-    counts.allocation(bytes);
     counts.misses += 1;
-    if let Some(c) = of(device_id) {
-        c.hand_out(bytes);
-    }
+    counts.allocation(device_id, bytes);
 }
 
 /// A miss of the thread's bins that the driver could not serve either: a miss, and not an
@@ -171,10 +173,7 @@ pub fn refused(counts: &mut Counts) {
 
 /// Memory straight from the driver handed to a tensor (no size class, a graph's, no cache).
 pub fn handed_out_uncached(counts: &mut Counts, device_id: i32, bytes: usize) {
-    counts.allocation(bytes);
-    if let Some(c) = of(device_id) {
-        c.hand_out(bytes);
-    }
+    counts.allocation(device_id, bytes);
 }
 
 /// A cached block of `bytes` given back by a tensor (then kept in the thread's bins, the
@@ -184,8 +183,7 @@ pub fn handed_out_uncached(counts: &mut Counts, device_id: i32, bytes: usize) {
 /// (`thread_cache::put`).
 #[inline]
 pub fn freed(counts: &mut Counts, device_id: i32, bytes: usize) -> u64 {
-    counts.free(bytes);
-    of(device_id).map_or(u64::MAX, |c| c.take_back(bytes))
+    counts.free(device_id, bytes)
 }
 
 /// A cached block of `bytes` used on other streams given back by a tensor: a free on the thread,
@@ -193,21 +191,16 @@ pub fn freed(counts: &mut Counts, device_id: i32, bytes: usize) -> u64 {
 /// `cap`, a fenced free (the block is kept until events recorded on those streams complete;
 /// else it goes to the driver after them). Returns whether it is kept.
 pub fn fenced(counts: &mut Counts, device_id: i32, bytes: usize, cap: u64) -> bool {
-    counts.free(bytes);
-    let Some(c) = of(device_id) else { return false };
-    let kept = c.take_back(bytes) <= cap;
-    if kept {
-        c.fenced_frees.fetch_add(1, Relaxed);
-    }
-    kept
+    let idle = counts.free(device_id, bytes);
+    // A device not counted keeps nothing fenced.
+    let Some(c) = of(device_id).filter(|_| idle <= cap) else { return false };
+    c.fenced_frees.fetch_add(1, Relaxed);
+    true
 }
 
 /// Memory straight from the driver given back by a tensor.
 pub fn taken_back_uncached(counts: &mut Counts, device_id: i32, bytes: usize) {
-    counts.free(bytes);
-    if let Some(c) = of(device_id) {
-        c.take_back(bytes);
-    }
+    counts.free(device_id, bytes);
 }
 
 /// A driver allocation of `bytes`.
