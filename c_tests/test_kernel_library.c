@@ -22,12 +22,41 @@ static const char *newer_path, *empty_path, *bad_signature_path, *not_a_library;
 
 /* The same numbers src/kernels/export.rs asserts of its mirrors (LP64). */
 static void test_kernel_h_has_the_layout_the_loader_reads(void) {
-  CHECK(DLPX_KERNEL_ABI_VERSION == 1, "version %d", DLPX_KERNEL_ABI_VERSION);
+  CHECK(DLPX_KERNEL_ABI_VERSION == 2, "version %d", DLPX_KERNEL_ABI_VERSION);
   CHECK(sizeof(DlpxKernelExport) == 40, "%zu", sizeof(DlpxKernelExport));
   CHECK(offsetof(DlpxKernelExport, flags) == 4 && offsetof(DlpxKernelExport, name) == 8, "name");
   CHECK(offsetof(DlpxKernelExport, signature) == 16 && offsetof(DlpxKernelExport, function) == 24, "function");
   CHECK(offsetof(DlpxKernelExport, next) == 32, "next");
   CHECK(sizeof(DlpxKernelLibrary) == 16 && offsetof(DlpxKernelLibrary, first) == 8, "record");
+  /* What src/kernels/value.rs asserts of its enum (repr(C, i32)) and kernels/call.rs's head. */
+  CHECK(sizeof(DlpxArgument) == 64 && offsetof(DlpxArgument, value) == 8, "%zu", sizeof(DlpxArgument));
+  CHECK(offsetof(DlpxArgument, value.tensor.flags) == 56 && offsetof(DlpxArgument, value.str.size) == 16, "members");
+  CHECK(offsetof(struct DlpxCall, arguments) == 0 && offsetof(struct DlpxCall, argument_count) == 8, "call");
+}
+
+static void check_fails(const char *name, const DlpxValue *args, size_t nargs, const char *kind, const char *needle);
+
+/* Every argument a kernel reads in place is what the call functions give (the kernel `agree`
+ * compares them), and the in-place readers refuse as the functions do. */
+static void test_arguments_read_in_place_agree_with_the_functions(void) {
+  float data[8] = {0};
+  int64_t shape[1], strides[1];
+  DLTensor a = strided(data, 32, shape, strides);
+  DlpxValue args[4] = {tensor(&a), value(DLPX_VALUE_NONE), tensor(&a), tensor(&a)};
+  args[2].flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+  DlpxValue results[1];
+  size_t n = 0;
+  for (size_t nargs = 1; nargs <= 4; ++nargs) {
+    int rc = dlpx_kernel_call(find("agree"), args, nargs, results, 1, &n);
+    /* a, bias, *rest (what is left over), then n, x, flag, text, none at their defaults. */
+    const int64_t expected = (int64_t)(nargs < 2 ? 2 : nargs) + 5;
+    CHECK(rc == 0 && n == 1 && results[0].int64 == expected, "%zu args: rc %d, %lld: %s", nargs, rc,
+          (long long)results[0].int64, test_str(dlpx_last_error()));
+  }
+  DlpxValue one[1] = {tensor(&a)};
+  check_fails("ninth_in_place", one, 1, "IndexError", "dlpx: ninth_in_place: argument 9 asked for; the call has 1");
+  check_fails("wrong_kind_in_place", one, 1, "TypeError",
+              "dlpx: wrong_kind_in_place: argument 0 ('a') is a tensor, not an int");
 }
 
 /* Expects dlpx_kernel_call to fail with `kind` and `needle` in the message, no result. */
@@ -142,8 +171,8 @@ static void check_find_fails(const char *path, const char *name, const char *kin
 static void test_libraries_that_cannot_serve_are_refused(void) {
   check_find_fails(not_a_library, "f", "OSError", "dlpx: kernel_find: cannot load");
   check_find_fails(empty_path, "f", "ImportError", "holds no dlpx kernels");
-  check_find_fails(newer_path, "f", "ImportError", "built for dlpx kernel ABI 2; this libdlpx");
-  check_find_fails(newer_path, "f", "ImportError", "reads kernel ABI 1 and older");
+  check_find_fails(newer_path, "f", "ImportError", "built for dlpx kernel ABI 3; this libdlpx");
+  check_find_fails(newer_path, "f", "ImportError", "reads kernel ABI 2 and older");
   check_find_fails(bad_signature_path, "f", "ImportError", "kernel 'f': signature:");
   check_find_fails(cases_path, "no_such_kernel", "ImportError", "has no kernel 'no_such_kernel'");
 }
@@ -166,6 +195,7 @@ int main(int argc, char **argv) {
   bad_signature_path = argv[4];
   not_a_library = argv[5];
   test_kernel_h_has_the_layout_the_loader_reads();
+  test_arguments_read_in_place_agree_with_the_functions();
   test_scalars_in_and_out_with_defaults();
   test_tensor_results_are_the_callers_to_delete();
   test_kinds_of_optional_and_keyword_only_parameters();

@@ -62,6 +62,68 @@ static int ninth_ignored(DlpxCall *call) {
 }
 DLPX_EXPORT_KERNEL(ninth_ignored, ninth_ignored, "ninth_ignored(a): asks for argument 9, ignores the failure.")
 
+/* The arguments read in place (`call->arguments`, kernel ABI 2) agree with what the dlpx_call_*
+ * functions and the dlpx_argument_* readers give, argument by argument: returns how many. */
+static int agree(DlpxCall *call) {
+  if (call->argument_count != dlpx_call_argument_count(call)) return dlpx_call_error(call, "AssertionError", "count");
+  for (int32_t i = 0; i < call->argument_count; ++i) {
+    const DlpxArgument *arg = &call->arguments[i];
+    int same = arg->kind == dlpx_call_argument_kind(call, i);
+    const DLTensor *t = NULL, *u = NULL;
+    uint64_t tf = 0, uf = 0;
+    int64_t n = 0, m = 0;
+    double x = 0, y = 0;
+    bool f = false, g = false;
+    const char *s = NULL, *r = NULL;
+    size_t ns = 0, nr = 0;
+    switch (arg->kind) {
+      case DLPX_VALUE_TENSOR:
+        same = same && !dlpx_call_tensor(call, i, &t, &tf) && !dlpx_argument_tensor(call, i, &u, &uf) &&
+               t == &arg->value.tensor.tensor && u == t && tf == arg->value.tensor.flags && uf == tf;
+        break;
+      case DLPX_VALUE_INT:
+        same = same && !dlpx_call_int(call, i, &n) && !dlpx_argument_int(call, i, &m) && n == arg->value.int64 && m == n;
+        break;
+      case DLPX_VALUE_FLOAT:
+        same = same && !dlpx_call_float(call, i, &x) && !dlpx_argument_float(call, i, &y) && x == arg->value.float64 &&
+               y == x;
+        break;
+      case DLPX_VALUE_BOOL:
+        same = same && !dlpx_call_bool(call, i, &f) && !dlpx_argument_bool(call, i, &g) && f == arg->value.boolean &&
+               g == f;
+        break;
+      case DLPX_VALUE_STR:
+        same = same && !dlpx_call_str(call, i, &s, &ns) && !dlpx_argument_str(call, i, &r, &nr) &&
+               s == arg->value.str.data && ns == arg->value.str.size && r == s && nr == ns;
+        break;
+      default:
+        same = same && arg->kind == DLPX_VALUE_NONE;
+    }
+    if (!same) {
+      char message[64];
+      snprintf(message, sizeof message, "argument %d read in place disagrees", (int)i);
+      return dlpx_call_error(call, "AssertionError", message);
+    }
+  }
+  return dlpx_call_return_int(call, call->argument_count);
+}
+DLPX_EXPORT_KERNEL(agree, agree,
+                   "agree(a, bias=None, *rest, n=7, x=1.5, flag=True, text=\"abc\", none: int | None = None) -> int: "
+                   "the count of arguments read alike in place and by the call functions.")
+
+/* The in-place reader's refusals are the call functions': argument 9 of 1, a tensor as an int. */
+static int ninth_in_place(DlpxCall *call) {
+  const DLTensor *t;
+  return dlpx_argument_tensor(call, 9, &t, NULL);
+}
+DLPX_EXPORT_KERNEL(ninth_in_place, ninth_in_place, "ninth_in_place(a): asks dlpx_argument_tensor for argument 9.")
+
+static int wrong_kind_in_place(DlpxCall *call) {
+  int64_t n;
+  return dlpx_argument_int(call, 0, &n);
+}
+DLPX_EXPORT_KERNEL(wrong_kind_in_place, wrong_kind_in_place, "wrong_kind_in_place(a): reads a tensor as an int in place.")
+
 /* Reads a tensor as an int: a TypeError naming the parameter. */
 static int wrong_kind(DlpxCall *call) {
   int64_t n;
@@ -184,11 +246,12 @@ DLPX_EXPORT_KERNEL_SHORT(sleep_held, sleep_held, "sleep_held(ms: int): sleeps wi
 
 /* nop_released(*tensors): the example's nop, releasing the GIL (what short saves). */
 static int nop_released(DlpxCall *call) {
-  int32_t n = dlpx_call_argument_count(call);
-  for (int32_t i = 0; i < n; ++i) {
-    const DLTensor *t;
-    if (dlpx_call_tensor(call, i, &t, NULL)) return -1;
+  volatile int64_t sink = 0;
+  for (int32_t i = 0; i < call->argument_count; ++i) {
+    const DLTensor *t = &call->arguments[i].value.tensor.tensor;
+    sink += t->ndim + (int64_t)(intptr_t)t->data;
   }
+  (void)sink;
   return 0;
 }
 DLPX_EXPORT_KERNEL(nop_released, nop_released, "nop_released(*tensors): views each tensor, returns None, without the GIL.")

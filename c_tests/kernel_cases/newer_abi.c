@@ -1,4 +1,4 @@
-/* A library that says it was built for kernel ABI 2, by hand (no kernel.h): the loader refuses
+/* A library that says it was built for kernel ABI 3, by hand (no kernel.h): the loader refuses
  * it naming both versions. */
 #include <stdint.h>
 #include <stddef.h>
@@ -9,7 +9,7 @@ struct record {
   const void *first;
 };
 
-static const struct record record = {2, 0, NULL};
+static const struct record record = {3, 0, NULL};
 
 __attribute__((visibility("default"))) const struct record *dlpx_kernel_library(void);
 __attribute__((visibility("default"))) const struct record *dlpx_kernel_library(void) { return &record; }

@@ -11,7 +11,7 @@
  *     const DLTensor *x;
  *     double alpha;
  *     DLTensor *out;
- *     if (dlpx_call_tensor(call, 0, &x, NULL) || dlpx_call_float(call, 1, &alpha)) return -1;
+ *     if (dlpx_argument_tensor(call, 0, &x, NULL) || dlpx_argument_float(call, 1, &alpha)) return -1;
  *     if (dlpx_call_allocate(call, x->device, x->dtype, x->ndim, x->shape, &out)) return -1;
  *     ...                                           // compute out = alpha * x
  *     return dlpx_call_return_tensor(call, out);
@@ -19,8 +19,10 @@
  *   DLPX_EXPORT_KERNEL(scale, scale, "scale(x, alpha=1.0) -> tensor: alpha * x, in x's framework.")
  *
  * A kernel is `int fn(DlpxCall *call)`: it returns 0, or -1 after an error was reported
- * (`dlpx_call_error`, or a `dlpx_call_*` function that failed and returned -1). The `dlpx_call_*`
- * functions (declared in dlpx.h) are its whole interface to the caller; they need no GIL. A
+ * (`dlpx_call_error`, or a `dlpx_call_*` function that failed and returned -1). It reads its
+ * arguments in place (`call->arguments`, or the `dlpx_argument_*` readers below, which do the
+ * checks and report what fails); the `dlpx_call_*` functions (declared in dlpx.h) are the rest
+ * of its interface to the caller: outputs, the stream, results, errors. None needs the GIL. A
  * kernel runs without the GIL unless it is exported with DLPX_EXPORT_KERNEL_SHORT.
  *
  * The signature string is `name(parameters) [-> returns] [: doc]`, Python's syntax: a
@@ -35,6 +37,8 @@
 #ifndef DLPX_KERNEL_H
 #define DLPX_KERNEL_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dlpx.h"
@@ -42,9 +46,10 @@
 /**
  * The kernel ABI version this header writes into every export and library record. A loader
  * refuses a library of a newer version (naming both); every later version keeps the
- * `abi_version` fields first, where an older loader reads them.
+ * `abi_version` fields first, where an older loader reads them. 2: kernels read their arguments
+ * in place (`struct DlpxCall`, `DlpxArgument`); a loader of 2 runs libraries of 1 unchanged.
  */
-#define DLPX_KERNEL_ABI_VERSION 1
+#define DLPX_KERNEL_ABI_VERSION 2
 
 /**
  * `DlpxKernelExport.flags`: the kernel keeps the GIL while it runs. For kernels that return in
@@ -56,6 +61,113 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/**
+ * One argument of a call, read in place (`call->arguments[i]`): `kind` (`DLPX_VALUE_*`) says
+ * which member of `value` holds it. Everything it points to is the caller's, valid until the
+ * kernel returns; a kernel never writes an argument. 64 bytes.
+ */
+typedef struct DlpxArgument {
+  /** `DLPX_VALUE_*`: NONE (an optional parameter left at None), TENSOR, INT, FLOAT, BOOL, STR. */
+  int32_t kind;
+  union {
+    /** DLPX_VALUE_TENSOR. */
+    struct {
+      /** The tensor: shape and strides never NULL (strides are filled in for a compact tensor). */
+      DLTensor tensor;
+      /**
+       * Its DLPack flags: `DLPACK_FLAG_BITMASK_READ_ONLY` means the kernel must not write
+       * through `data` (`bytes`, a read-only numpy array, a jax array), whichever way dlpx read
+       * it (`DlpxTensorView.flags`' rule). The other bits are 0.
+       */
+      uint64_t flags;
+    } tensor;
+    /** DLPX_VALUE_INT. */
+    int64_t int64;
+    /** DLPX_VALUE_FLOAT. */
+    double float64;
+    /** DLPX_VALUE_BOOL. */
+    bool boolean;
+    /** DLPX_VALUE_STR: UTF-8 bytes, `size` of them, not NUL-terminated. */
+    struct {
+      const char *data;
+      size_t size;
+    } str;
+  } value;
+} DlpxArgument;
+
+/**
+ * One call of a kernel, as the kernel sees it: its arguments, in parameter order with `*name`'s
+ * values where it stands, each already of its parameter's type (a `tensor` parameter's is a
+ * tensor, an `int | None` one's an int or NONE, `*name`'s are tensors): a kernel may read the
+ * member its signature names without checking `kind`. The rest of the call is dlpx's (a kernel
+ * never copies or makes one); the `dlpx_call_*` functions reach it. Valid until the kernel
+ * returns.
+ */
+struct DlpxCall {
+  /** `argument_count` arguments; NULL when there are none. */
+  const DlpxArgument *arguments;
+  /** How many: what `dlpx_call_argument_count` returns. */
+  int32_t argument_count;
+};
+
+/*
+ * The readers: argument `index` as a kind, read in place when it is one; otherwise the
+ * `dlpx_call_*` function of the same name, which records the error in the call (`argument 9
+ * asked for; the call has 3`, `argument 1 ('b') is a str, not a tensor`) and returns -1. Each
+ * returns 0, or -1: the kernel then returns -1. `call` is the call the kernel was handed (never
+ * NULL); a NULL out-pointer is an error the function reports.
+ */
+
+/** Argument `index` as a tensor (`*out_flags` its flags; `out_flags` may be NULL). */
+static inline int dlpx_argument_tensor(DlpxCall *call, int32_t index, const DLTensor **out_tensor,
+                                       uint64_t *out_flags) {
+  if ((uint32_t)index < (uint32_t)call->argument_count && call->arguments[index].kind == DLPX_VALUE_TENSOR &&
+      out_tensor) {
+    *out_tensor = &call->arguments[index].value.tensor.tensor;
+    if (out_flags) *out_flags = call->arguments[index].value.tensor.flags;
+    return 0;
+  }
+  return dlpx_call_tensor(call, index, out_tensor, out_flags);
+}
+
+/** Argument `index` as an `int64_t`. */
+static inline int dlpx_argument_int(DlpxCall *call, int32_t index, int64_t *out) {
+  if ((uint32_t)index < (uint32_t)call->argument_count && call->arguments[index].kind == DLPX_VALUE_INT && out) {
+    *out = call->arguments[index].value.int64;
+    return 0;
+  }
+  return dlpx_call_int(call, index, out);
+}
+
+/** Argument `index` as a `double`. */
+static inline int dlpx_argument_float(DlpxCall *call, int32_t index, double *out) {
+  if ((uint32_t)index < (uint32_t)call->argument_count && call->arguments[index].kind == DLPX_VALUE_FLOAT && out) {
+    *out = call->arguments[index].value.float64;
+    return 0;
+  }
+  return dlpx_call_float(call, index, out);
+}
+
+/** Argument `index` as a `bool`. */
+static inline int dlpx_argument_bool(DlpxCall *call, int32_t index, bool *out) {
+  if ((uint32_t)index < (uint32_t)call->argument_count && call->arguments[index].kind == DLPX_VALUE_BOOL && out) {
+    *out = call->arguments[index].value.boolean;
+    return 0;
+  }
+  return dlpx_call_bool(call, index, out);
+}
+
+/** Argument `index` as a string: `*out_size` UTF-8 bytes at `*out_data`, not NUL-terminated. */
+static inline int dlpx_argument_str(DlpxCall *call, int32_t index, const char **out_data, size_t *out_size) {
+  if ((uint32_t)index < (uint32_t)call->argument_count && call->arguments[index].kind == DLPX_VALUE_STR && out_data &&
+      out_size) {
+    *out_data = call->arguments[index].value.str.data;
+    *out_size = call->arguments[index].value.str.size;
+    return 0;
+  }
+  return dlpx_call_str(call, index, out_data, out_size);
+}
 
 /** A kernel: reads its arguments from `call`, returns 0, or -1 with an error reported there. */
 typedef int (*DlpxKernelFunction)(DlpxCall *call);

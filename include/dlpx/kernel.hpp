@@ -193,7 +193,7 @@ class Call {
   DlpxCall* get() const noexcept { return call_; }
 
   /** How many arguments the call has (the parameters, `*name`'s tensors where it stands). */
-  int32_t argument_count() const noexcept { return dlpx_call_argument_count(call_); }
+  int32_t argument_count() const noexcept { return call_->argument_count; }
 
   /**
    * A new output of `ndim` extents at `shape` from the caller's framework, compact row-major,
@@ -286,7 +286,7 @@ class TensorList {
     }
     const DLTensor* t = nullptr;
     uint64_t flags = 0;
-    if (dlpx_call_tensor(call_, first_ + static_cast<int32_t>(i), &t, &flags) != 0) {
+    if (dlpx_argument_tensor(call_, first_ + static_cast<int32_t>(i), &t, &flags) != 0) {
       throw CallError("TypeError", "dlpx: TensorList: the argument is not a tensor");
     }
     return TensorArg(*t, flags);
@@ -502,7 +502,7 @@ struct Slot {
 
 inline const DLTensor* call_tensor(DlpxCall* call, int32_t index, uint64_t* flags) {
   const DLTensor* t = nullptr;
-  if (dlpx_call_tensor(call, index, &t, flags) != 0 || t == nullptr) {
+  if (dlpx_argument_tensor(call, index, &t, flags) != 0 || t == nullptr) {
     throw CallError("TypeError", "dlpx: the argument is not a tensor");
   }
   return t;
@@ -582,7 +582,7 @@ struct param<I, std::enable_if_t<is_int_parameter<I>>> {
   static constexpr bool optional = false;
   static I read(DlpxCall* call, Slot slot) {
     int64_t v = 0;
-    if (dlpx_call_int(call, slot.index, &v) != 0) throw CallError("TypeError", "dlpx: the argument is not an int");
+    if (dlpx_argument_int(call, slot.index, &v) != 0) throw CallError("TypeError", "dlpx: the argument is not an int");
     if constexpr (!std::is_same<I, int64_t>::value) {
       const bool fits = std::is_signed<I>::value
                             ? (v >= static_cast<int64_t>(std::numeric_limits<I>::min()) &&
@@ -604,7 +604,7 @@ struct param<F, std::enable_if_t<std::is_floating_point<F>::value>> {
   static constexpr bool optional = false;
   static F read(DlpxCall* call, Slot slot) {
     double v = 0;
-    if (dlpx_call_float(call, slot.index, &v) != 0) throw CallError("TypeError", "dlpx: the argument is not a float");
+    if (dlpx_argument_float(call, slot.index, &v) != 0) throw CallError("TypeError", "dlpx: the argument is not a float");
     return static_cast<F>(v);
   }
 };
@@ -615,7 +615,7 @@ struct param<bool> {
   static constexpr bool optional = false;
   static bool read(DlpxCall* call, Slot slot) {
     bool v = false;
-    if (dlpx_call_bool(call, slot.index, &v) != 0) throw CallError("TypeError", "dlpx: the argument is not a bool");
+    if (dlpx_argument_bool(call, slot.index, &v) != 0) throw CallError("TypeError", "dlpx: the argument is not a bool");
     return v;
   }
 };
@@ -627,7 +627,7 @@ struct param<std::string_view> {
   static std::string_view read(DlpxCall* call, Slot slot) {
     const char* data = nullptr;
     std::size_t size = 0;
-    if (dlpx_call_str(call, slot.index, &data, &size) != 0) throw CallError("TypeError", "dlpx: the argument is not a str");
+    if (dlpx_argument_str(call, slot.index, &data, &size) != 0) throw CallError("TypeError", "dlpx: the argument is not a str");
     return std::string_view(data, size);
   }
 };
@@ -644,7 +644,8 @@ struct param<std::optional<T>> {
   static constexpr int kind = param<T>::kind;
   static constexpr bool optional = true;
   static std::optional<T> read(DlpxCall* call, Slot slot) {
-    const DlpxValueKind k = dlpx_call_argument_kind(call, slot.index);
+    const bool in_range = static_cast<uint32_t>(slot.index) < static_cast<uint32_t>(call->argument_count);
+    const DlpxValueKind k = in_range ? call->arguments[slot.index].kind : dlpx_call_argument_kind(call, slot.index);
     if (k < 0) throw CallError("IndexError", "dlpx: no such argument");
     if (k == DLPX_VALUE_NONE) return std::nullopt;
     return param<T>::read(call, slot);

@@ -1,8 +1,10 @@
 //! The kernel's side of a call (`<dlpx/kernel.h>`): a kernel is `int fn(DlpxCall *call)`, and
-//! these functions are all it needs — its arguments by index, outputs from the caller's
-//! framework, the caller's stream, its results, its error. Each is a shell over one method of
-//! `kernels::Call`. They need no GIL and touch no Python; call them from the thread that runs
-//! the kernel (the call is not shared between threads).
+//! these functions are what it needs besides its arguments, which it reads in place
+//! (`call->arguments`, ABI 2): outputs from the caller's framework, the caller's stream, its
+//! results, its error; and its arguments by index, for a caller without kernel.h (ABI 1
+//! libraries, other languages) and for kernel.h's readers when a read fails. Each is a shell
+//! over one method of `kernels::Call`. They need no GIL and touch no Python; call them from the
+//! thread that runs the kernel (the call is not shared between threads).
 //!
 //! Every function that fails returns -1 (or says so in its result) and records the error in the
 //! call: the kernel then returns -1, and the caller raises it, named after the kernel

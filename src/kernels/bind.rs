@@ -3,7 +3,7 @@
 //! are flattened in parameter order (the variadic values where `*name` stands), which is how
 //! the kernel indexes them.
 
-use super::signature::{Default, Kind, Signature};
+use super::signature::{Default, Kind, Signature, MAX_PARAMETERS};
 use crate::error::{Error, Result};
 
 /// Where a flattened argument comes from.
@@ -17,6 +17,11 @@ pub enum Source<'s> {
     Default(&'s Default),
 }
 
+#[cold]
+fn too_many(positional: usize) -> Error {
+    Error::type_error(format!("{positional} arguments: a kernel takes at most {}", i32::MAX as usize - MAX_PARAMETERS))
+}
+
 /// Calls `take(parameter, source)` for every flattened argument, in order, with the call's
 /// `positional` arguments and `keywords` (the parameter index each keyword names; the caller
 /// matched the names and refused unknown ones). TypeErrors say what Python's would.
@@ -26,6 +31,10 @@ pub fn bind<'s>(
     keywords: &[usize],
     mut take: impl FnMut(usize, Source<'s>) -> Result<()>,
 ) -> Result<()> {
+    // A call hands its kernel an `int32_t` count (kernel.h's `struct DlpxCall`).
+    if positional > i32::MAX as usize - MAX_PARAMETERS {
+        return Err(too_many(positional));
+    }
     let fixed = signature.positional();
     let variadic = signature.variadic();
     if keywords.is_empty() && signature.filled_by(positional) {

@@ -7,6 +7,7 @@
 //! environment (allocator, stream) is the caller's to make safe without it.
 
 use std::ffi::{c_char, c_void};
+use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ptr::{self, NonNull};
 
@@ -25,9 +26,15 @@ pub struct Environment<'a> {
     pub stream: &'a dyn Fn(DLDevice) -> Result<*mut c_void>,
 }
 
+/// `repr(C)`: its first two fields are kernel.h's `struct DlpxCall`, which kernels read in place
+/// (kernel ABI 2): the arguments and their number. Nothing else of it is theirs.
+#[repr(C)]
 pub struct Call<'a> {
+    arguments: *const Value,
+    argument_count: i32,
     pub kernel: &'static Kernel,
-    arguments: &'a [Value],
+    /// The arguments are the caller's, borrowed for the call.
+    borrowed: PhantomData<&'a [Value]>,
     environment: Environment<'a>,
     /// Tensors allocated through the call and not returned yet: the call owns them.
     outputs: Inline<NonNull<DLManagedTensorVersioned>, 2>,
@@ -38,10 +45,14 @@ pub struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
+    /// A call of `kernel` with `arguments` (at most `i32::MAX`: `bind` refuses more).
     pub fn new(kernel: &'static Kernel, arguments: &'a [Value], environment: Environment<'a>) -> Self {
+        debug_assert!(i32::try_from(arguments.len()).is_ok(), "bind refuses more arguments");
         Call {
+            arguments: arguments.as_ptr(),
+            argument_count: arguments.len() as i32,
             kernel,
-            arguments,
+            borrowed: PhantomData,
             environment,
             outputs: Inline::new(),
             results: Inline::new(),
@@ -90,20 +101,21 @@ impl<'a> Call<'a> {
     }
 
     pub fn argument_count(&self) -> usize {
-        self.arguments.len()
+        self.argument_count as usize
     }
 
     /// The arguments, in the kernel's order.
     #[inline]
     pub fn arguments(&self) -> &'a [Value] {
-        self.arguments
+        // SAFETY: `new` took them from a slice of this many, borrowed for 'a.
+        unsafe { std::slice::from_raw_parts(self.arguments, self.argument_count as usize) }
     }
 
     /// Argument `index`; an IndexError beyond the last one (argument 9 of 3 is an error, never
     /// a read past the end).
     pub fn argument(&self, index: i64) -> Result<&Value> {
-        let n = self.arguments.len();
-        usize::try_from(index).ok().and_then(|i| self.arguments.get(i)).ok_or_else(|| {
+        let n = self.argument_count();
+        usize::try_from(index).ok().and_then(|i| self.arguments().get(i)).ok_or_else(|| {
             Error::new(
                 ErrorKind::IndexError,
                 format!("argument {index} asked for; the call has {n} (0 to {})", n as i64 - 1),
@@ -113,7 +125,7 @@ impl<'a> Call<'a> {
 
     /// A TypeError: argument `index` is not of the kind the kernel asked for.
     pub fn wrong_kind(&self, index: i64, value: &Value, wanted: &str) -> Error {
-        let param = self.kernel.signature.param_of(index as usize, self.arguments.len()).map(|p| p.name.as_str());
+        let param = self.kernel.signature.param_of(index as usize, self.argument_count()).map(|p| p.name.as_str());
         Error::type_error(format!(
             "argument {index} ('{}') is {}, not {wanted}",
             param.unwrap_or("?"),

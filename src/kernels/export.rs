@@ -6,7 +6,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 /// The newest kernel ABI this libdlpx reads (`DLPX_KERNEL_ABI_VERSION` of kernel.h).
-pub const KERNEL_ABI_VERSION: u32 = 1;
+pub const KERNEL_ABI_VERSION: u32 = 2;
 
 /// `DLPX_KERNEL_FLAG_SHORT`: the kernel keeps the GIL (it returns sooner than releasing and
 /// taking the GIL back would take).

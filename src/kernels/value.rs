@@ -22,17 +22,21 @@ pub const DLPX_VALUE_BOOL: DlpxValueKind = 4;
 /// A string: UTF-8 bytes and their length (not NUL-terminated).
 pub const DLPX_VALUE_STR: DlpxValueKind = 5;
 
-/// An argument as the kernel reads it. A tensor's shape and strides, and a string's bytes, are
-/// the caller's: valid for the call.
+/// An argument as the kernel reads it, in place: kernel.h's `DlpxArgument` (kernel ABI 2), whose
+/// layout is this enum's. `repr(C, i32)` fixes it (RFC 2195): an `int32_t` kind (the
+/// discriminant, `DLPX_VALUE_*`), then a union of each variant's fields as a C struct, at
+/// offset 8; 64 bytes in all. A tensor's shape and strides, and a string's bytes, are the
+/// caller's: valid for the call.
 #[derive(Clone, Copy)]
+#[repr(C, i32)]
 pub enum Value {
-    None,
+    None = DLPX_VALUE_NONE,
     /// The tensor and its DLPack flags (READ_ONLY where it may not be written).
-    Tensor(DLTensor, u64),
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-    Str(*const u8, usize),
+    Tensor(DLTensor, u64) = DLPX_VALUE_TENSOR,
+    Int(i64) = DLPX_VALUE_INT,
+    Float(f64) = DLPX_VALUE_FLOAT,
+    Bool(bool) = DLPX_VALUE_BOOL,
+    Str(*const u8, usize) = DLPX_VALUE_STR,
 }
 
 impl Value {
@@ -90,5 +94,43 @@ impl Returned {
             // SAFETY: the result owns `managed` and gives it up here, once.
             unsafe { crate::tensor::delete_managed(managed) }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::size_of;
+
+    /// The bytes of `value` at `offset`, as a `T` (what a C kernel reads of `DlpxArgument`).
+    fn at<T: Copy>(value: &Value, offset: usize) -> T {
+        // SAFETY: within the 64-byte value; read unaligned, as the test asks any offset.
+        unsafe { (value as *const Value).cast::<u8>().add(offset).cast::<T>().read_unaligned() }
+    }
+
+    #[test]
+    fn values_have_kernel_h_s_dlpx_argument_layout() {
+        // The same numbers as c_tests/test_kernel_library.c asserts of DlpxArgument.
+        assert_eq!(size_of::<Value>(), 64);
+        let shape = [4i64];
+        let tensor = DLTensor {
+            data: 0x1000 as *mut _,
+            device: crate::abi::DLDevice::CPU,
+            ndim: 1,
+            dtype: crate::abi::DLDataType { code: 2, bits: 32, lanes: 1 },
+            shape: shape.as_ptr().cast_mut(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 24,
+        };
+        let value = Value::Tensor(tensor, 7);
+        assert_eq!(at::<i32>(&value, 0), DLPX_VALUE_TENSOR);
+        assert_eq!((at::<usize>(&value, 8), at::<u64>(&value, 8 + 40), at::<u64>(&value, 56)), (0x1000, 24, 7));
+        assert_eq!(at::<i32>(&Value::None, 0), DLPX_VALUE_NONE);
+        assert_eq!((at::<i32>(&Value::Int(-3), 0), at::<i64>(&Value::Int(-3), 8)), (DLPX_VALUE_INT, -3));
+        assert_eq!((at::<i32>(&Value::Float(2.5), 0), at::<f64>(&Value::Float(2.5), 8)), (DLPX_VALUE_FLOAT, 2.5));
+        assert_eq!((at::<i32>(&Value::Bool(true), 0), at::<u8>(&Value::Bool(true), 8)), (DLPX_VALUE_BOOL, 1));
+        let text = "abc";
+        let s = Value::Str(text.as_ptr(), 3);
+        assert_eq!((at::<i32>(&s, 0), at::<usize>(&s, 8), at::<usize>(&s, 16)), (DLPX_VALUE_STR, text.as_ptr() as usize, 3));
     }
 }

@@ -224,8 +224,23 @@ def test_a_path_that_is_no_kernel_library_is_refused_naming_it(tmp_path_factory,
 
 def test_a_newer_kernel_abi_is_refused_naming_both_versions(tmp_path_factory):
     newer = build_library(tmp_path_factory, os.path.join(CASES, "newer_abi.c"), "newer_abi")
-    with pytest.raises(ImportError, match="built for dlpx kernel ABI 2; this libdlpx .* reads kernel ABI 1 and older"):
+    with pytest.raises(ImportError, match="built for dlpx kernel ABI 3; this libdlpx .* reads kernel ABI 2 and older"):
         dlpx.load_library(newer)
+
+
+def test_a_library_of_kernel_abi_1_still_runs(tmp_path_factory):
+    # Its kernels read their arguments through the call functions; ABI 2 added the in-place ones.
+    older = dlpx.load_library(build_library(tmp_path_factory, os.path.join(CASES, "older_abi.c"), "older_abi"))
+    assert older.tensors(np.ones(2), np.ones(3, np.float32), dlpx.empty((1,), "float32")) == 3
+
+
+def test_arguments_read_in_place_agree_with_the_call_functions(cases):
+    a = np.ones(3, np.float32)
+    frozen = np.ones(2)
+    frozen.flags.writeable = False
+    # a, bias, *rest, then n, x, flag, text, none: 2 + len(rest) + 5 arguments, each compared.
+    assert cases.agree(a) == 7
+    assert cases.agree(a, frozen, a, frozen, n=-3, x=2.0, flag=False, text="é", none=4) == 9
 
 
 def test_a_signature_the_loader_cannot_read_is_refused_naming_the_kernel(tmp_path_factory):
@@ -286,6 +301,8 @@ def test_a_kind_dlpx_does_not_know_is_a_runtime_error_keeping_its_name(cases):
     ("ninth", IndexError, r"dlpx: ninth: argument 9 asked for; the call has 1 \(0 to 0\)"),
     ("ninth_ignored", IndexError, "dlpx: ninth_ignored: argument 9 asked for"),
     ("wrong_kind", TypeError, r"dlpx: wrong_kind: argument 0 \('a'\) is a tensor, not an int"),
+    ("ninth_in_place", IndexError, r"dlpx: ninth_in_place: argument 9 asked for; the call has 1 \(0 to 0\)"),
+    ("wrong_kind_in_place", TypeError, r"dlpx: wrong_kind_in_place: argument 0 \('a'\) is a tensor, not an int"),
     ("allocate_then_fail", ValueError, "dlpx: allocate_then_fail: failed after allocating"),
     ("huge", MemoryError, "dlpx: huge: output: allocator: out of memory"),
     ("return_twice", ValueError, "dlpx: return_twice: returned a tensor this call did not allocate, or returned it twice"),
