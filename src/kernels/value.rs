@@ -131,6 +131,9 @@ mod tests {
         assert_eq!((at::<i32>(&Value::Bool(true), 0), at::<u8>(&Value::Bool(true), 8)), (DLPX_VALUE_BOOL, 1));
         let text = "abc";
         let s = Value::Str(text.as_ptr(), 3);
-        assert_eq!((at::<i32>(&s, 0), at::<usize>(&s, 8), at::<usize>(&s, 16)), (DLPX_VALUE_STR, text.as_ptr() as usize, 3));
+        assert_eq!(
+            (at::<i32>(&s, 0), at::<usize>(&s, 8), at::<usize>(&s, 16)),
+            (DLPX_VALUE_STR, text.as_ptr() as usize, 3)
+        );
     }
 }
