@@ -3,7 +3,9 @@ examples/cuda_kernel's kernel library (`launch_empty`: a view of each argument, 
 stream, an empty kernel launched there, through dlpx.load_library), beside the same launch written
 by hand as a CPython extension (benches/cuda_kernel_overhead), the floor (that extension's launch
 with no tensors: what is left above it is the cost of taking tensors), torch.add on the same
-tensors and tvm-ffi's testing.nop taking them (skipped when apache-tvm-ffi is not installed).
+tensors, the library's launch_empty_c (the same kernel on the C ABI alone: what the C++ layer's
+wrapper costs) and tvm-ffi's testing.nop taking them (skipped when apache-tvm-ffi is not
+installed).
 Needs a CUDA GPU.
 
     NVCC=nvcc bash scripts/check_cuda_example.sh     # builds both into build/cuda_kernel/
@@ -91,9 +93,9 @@ def main():
     print(f"ns per call, median (best) of {batches} interleaved batches of {args.batch} calls; "
           "16-element float32 CUDA tensors; targets: library <= 1.0x the extension, <= 0.6x torch.add\n")
     print("| torch CUDA args | kernel library launch_empty | CPython extension launch_empty | floor: launch, no tensors "
-          "| torch.add(first, last) | tvm_ffi testing.nop(*args) | library / extension | library / torch.add "
-          "| library - floor |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| torch.add(first, last) | library launch_empty_c (C ABI) | tvm_ffi testing.nop(*args) | library / extension "
+          "| library / torch.add | library - floor | C ABI / extension |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     stream = torch.cuda.current_stream().cuda_stream
     for n in (1, 3, 8):
         tensors = [torch.zeros(16, device="cuda") for _ in range(n)]
@@ -103,13 +105,14 @@ def main():
             lambda: extension.launch_empty(*tensors),
             lambda: extension.launch_floor(stream),
             lambda: torch.add(first, last),
+            lambda: library.launch_empty_c(*tensors),
         ]
         if nop is not None:
             calls.append(lambda: nop(*tensors))
         rows = interleaved(calls, args.batch, batches, torch.cuda.synchronize)
         cells = [f"{median:.0f} ({best:.0f})" for median, best in rows] + ([] if nop else ["not installed"])
-        lib, ext, floor, add = (median for median, _ in rows[:4])
-        cells += [f"{lib / ext:.2f}x", f"{lib / add:.2f}x", f"{lib - floor:.0f}"]
+        lib, ext, floor, add, c_abi = (median for median, _ in rows[:5])
+        cells += [f"{lib / ext:.2f}x", f"{lib / add:.2f}x", f"{lib - floor:.0f}", f"{c_abi / ext:.2f}x"]
         print(f"| {n} | " + " | ".join(cells) + " |")
 
 

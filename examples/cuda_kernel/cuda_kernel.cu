@@ -225,6 +225,47 @@ void launch_empty(dlpx::Call& call, dlpx::TensorList tensors) {
   check_launch();
 }
 
+// launch_empty on the C ABI alone (kernel.h: its arguments read in place, dlpx_call_stream,
+// dlpx_call_error), with the same checks and messages: beside launch_empty, the benchmark shows
+// what the C++ layer's wrapper costs a call (benches/cuda_kernel_bench.py).
+int refuse_tensor(DlpxCall* call, int32_t i, const DLTensor& t, const DLDevice& first) {
+  try {
+    check_float32_cuda({"tensors", i}, dlpx::TensorView(t), i ? &first : nullptr);
+  } catch (const dlpx::Error& e) {
+    return dlpx_call_error(call, e.kind().c_str(), e.what());
+  }
+  return dlpx_call_error(call, "TypeError", "a tensor that is not float32 on the first one's GPU");
+}
+
+int launch_empty_c(DlpxCall* call) {
+  const int32_t n = call->argument_count;
+  if (n < 1 || n > kMaxEmptyArgs) return dlpx_call_error(call, "TypeError", "takes 1 to 16 tensors");
+  Pointers pointers{};
+  // `*tensors`: every argument is a tensor (the loader converted each before the call).
+  const DLDevice device = call->arguments[0].value.tensor.tensor.device;
+  for (int32_t i = 0; i < n; ++i) {
+    const DLTensor& t = call->arguments[i].value.tensor.tensor;
+    if (t.device.device_type != kDLCUDA || t.device.device_id != device.device_id || t.dtype.code != kDLFloat ||
+        t.dtype.bits != 32 || t.dtype.lanes != 1) {
+      return refuse_tensor(call, i, t, device);
+    }
+    pointers.p[i] = static_cast<const char*>(t.data) + t.byte_offset;
+  }
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess ||
+      (previous != device.device_id && cudaSetDevice(device.device_id) != cudaSuccess)) {
+    return dlpx_call_error(call, "RuntimeError", "cannot make the tensors' device current");
+  }
+  void* stream = nullptr;
+  int rc = dlpx_call_stream(call, device, &stream);
+  if (rc == 0) {
+    empty_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(pointers);
+    if (cudaGetLastError() != cudaSuccess) rc = dlpx_call_error(call, "RuntimeError", "kernel launch failed");
+  }
+  if (previous != device.device_id) cudaSetDevice(previous);
+  return rc;
+}
+
 }  // namespace
 
 // Long kernels release the GIL while they run (the launch and the allocator's call); the empty
@@ -238,3 +279,6 @@ DLPX_EXPORT_TYPED_KERNEL(row_sum, row_sum,
 DLPX_EXPORT_TYPED_KERNEL_SHORT(launch_empty, launch_empty,
                          "launch_empty(*tensors) -> None: launches an empty kernel taking 1 to 16 float32 CUDA "
                          "tensors on the first one's stream (what this path costs on the host).")
+DLPX_EXPORT_KERNEL_SHORT(launch_empty_c, launch_empty_c,
+                         "launch_empty_c(*tensors) -> None: launch_empty written on the C ABI alone (kernel.h), "
+                         "for the benchmark.")

@@ -58,6 +58,7 @@ def kernel(library_path):
         x = torch.ones(4, device="cuda")
         module.row_sum(module.axpby(1.0, x, x).view(2, 2))
         module.launch_empty(x)
+        module.launch_empty_c(x)
         torch.cuda.synchronize()
     return module
 
@@ -72,6 +73,7 @@ def test_the_kernels_carry_their_signatures(kernel):
     assert kernel.axpby.__text_signature__ == "(a, x, y, b=1.0)"
     assert kernel.row_sum.__text_signature__ == "(x)"
     assert kernel.launch_empty.__text_signature__ == "(*tensors)"
+    assert kernel.launch_empty_c.__text_signature__ == "(*tensors)"
     assert "a * x + b * y" in kernel.axpby.__doc__
 
 
@@ -96,6 +98,7 @@ def cpu_tensors():
     (lambda k, x: k.axpby(2.0, x, x), "axpby: x"),
     (lambda k, x: k.row_sum(x), "row_sum: x"),
     (lambda k, x: k.launch_empty(x, x), r"launch_empty: tensors\[0\]"),
+    (lambda k, x: k.launch_empty_c(x, x), r"launch_empty_c: tensors\[0\]"),
 ])
 def test_a_cpu_tensor_is_a_value_error_naming_its_device(kernel, framework, x, call, name):
     with pytest.raises(ValueError, match=rf"^dlpx: {name} is on cpu:0; expected a cuda tensor$"):
@@ -118,6 +121,9 @@ def test_wrong_arguments_are_type_errors(kernel):
         kernel.launch_empty(*[x] * 17)
     with pytest.raises(TypeError, match=r"^dlpx: launch_empty: takes 1 to 16 tensors$"):
         kernel.launch_empty()
+    for n in (0, 17):
+        with pytest.raises(TypeError, match=r"^dlpx: launch_empty_c: takes 1 to 16 tensors$"):
+            kernel.launch_empty_c(*[x] * n)
     with pytest.raises(TypeError, match="does not support DLPack"):
         kernel.row_sum(object())
 
@@ -272,6 +278,7 @@ def test_calls_captured_in_a_cuda_graph_replay_on_new_inputs(kernel):
         z = kernel.axpby(2.0, x, y)
         sums = kernel.row_sum(z)
         kernel.launch_empty(x, y, z)
+        kernel.launch_empty_c(x, y, z)
     # The outputs were allocated by torch, in the graph's private pool: replay writes there.
     pool = tuple(graph.pool())
     for out in (z, sums):
@@ -304,6 +311,7 @@ def test_bad_cuda_inputs_give_clear_errors(kernel):
         (lambda: kernel.row_sum(x[0]), ValueError, r"row_sum: x has 1 dimensions; expected 2 \(rows, columns\)$"),
         (lambda: kernel.row_sum(x[:1].expand(3, 6)), ValueError, r"row_sum: x cannot be read as a strided view \(dlpx: as_mdspan: strides\[0\] = 0 is not positive"),
         (lambda: kernel.launch_empty(x, x.int()), TypeError, r"launch_empty: tensors\[1\] has dtype int32"),
+        (lambda: kernel.launch_empty_c(x, x.int()), TypeError, r"launch_empty_c: tensors\[1\] has dtype int32"),
     ]
     for call, error, message in cases:
         with pytest.raises(error, match=message):
