@@ -105,7 +105,7 @@ typedef struct DlpxArgument {
  * returns.
  */
 struct DlpxCall {
-  /** `argument_count` arguments; NULL when there are none. */
+  /** `argument_count` arguments (none to read when it is 0: then it need not be NULL). */
   const DlpxArgument *arguments;
   /** How many: what `dlpx_call_argument_count` returns. */
   int32_t argument_count;
