@@ -111,6 +111,9 @@ mod tests {
             sources(text, positional, keywords).unwrap_err().fact().to_string()
         };
         assert_eq!(message("f(a, b)", 3, &[]), "takes at most 2 positional arguments (3 given)");
+        // More than a kernel's int32_t count holds (kernel.h's `struct DlpxCall`), before any is taken.
+        let huge = i32::MAX as usize;
+        assert_eq!(message("nop(*xs)", huge, &[]), format!("{huge} arguments: a kernel takes at most {}", huge - 64));
         assert_eq!(message("f(a, b)", 1, &[]), "missing required argument 'b'");
         assert_eq!(message("f(a, b)", 1, &[0]), "got multiple values for argument 'a'");
         assert_eq!(message("f(a, *xs)", 1, &[1]), "got an unexpected keyword argument 'xs'");
