@@ -226,6 +226,21 @@ static int stream(DlpxCall *call) {
 }
 DLPX_EXPORT_KERNEL(stream, stream, "stream(a) -> bool: whether the stream on a's device is NULL.")
 
+/* stream_on(a, device_type, device_id) -> int: the stream a's framework gives on that device, as
+ * an address; short (asked with the GIL the call holds) and released (the GIL taken to ask). */
+static int stream_on(DlpxCall *call) {
+  int64_t type, id;
+  void *s = NULL;
+  if (dlpx_argument_int(call, 1, &type) || dlpx_argument_int(call, 2, &id)) return -1;
+  DLDevice device = {(DLDeviceType)type, (int32_t)id};
+  if (dlpx_call_stream(call, device, &s)) return -1;
+  return dlpx_call_return_int(call, (int64_t)(intptr_t)s);
+}
+DLPX_EXPORT_KERNEL(stream_on_released, stream_on,
+                   "stream_on_released(a, device_type: int, device_id: int) -> int: a's framework's stream there.")
+DLPX_EXPORT_KERNEL_SHORT(stream_on_short, stream_on,
+                         "stream_on_short(a, device_type: int, device_id: int) -> int: a's framework's stream there.")
+
 static void sleep_ms(int64_t ms) {
   struct timespec t = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
   nanosleep(&t, NULL);

@@ -145,7 +145,9 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
         arguments.bind(kernel, &object.names, args).map_err(|err| err.at(kernel.name))?;
         let like = super::outputs_like::chosen().or(arguments.like);
         let table = like.map(|entry| entry.table).or_else(crate::tensor_type::own_table);
-        let stream = |device: DLDevice| stream_of(table, device);
+        // A short kernel runs with the GIL this call holds: its stream is asked with it.
+        let holding = kernel.short.then_some(py);
+        let stream = |device: DLDevice| stream_of(table, device, holding);
         let allocator = table.and_then(|t| t.managed_tensor_allocator);
         let mut call = Call::new(kernel, arguments.values(), Environment { allocator, stream: &stream });
         let returned = call.run(|run| match kernel.short {
@@ -161,18 +163,25 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
 }
 
 /// The caller's current stream on a non-CPU device, asked of its framework's table: dlpx's own
-/// registry needs no GIL; another framework's entry is called with the GIL, taken here when the
-/// kernel released it.
-fn stream_of(table: Option<&'static DLPackExchangeAPI>, device: DLDevice) -> Result<*mut c_void> {
-    match table {
-        None => Ok(crate::stream::current(device)),
-        Some(table) if crate::stream::serves(table) => Ok(crate::stream::current(device)),
-        Some(table) => Python::with_gil(|py| {
-            current_stream_in(py, table, device).map_err(|err| match err.is_python_pending() {
-                true => crate::cpython::take_pending(py),
-                false => err,
-            })
+/// registry needs no GIL; another framework's entry is called with the GIL: `holding`'s, the
+/// token of a short kernel's call (no check: a GPU launch has evicted the code a check runs,
+/// docs/cuda.md), else taken here, as the kernel released it.
+fn stream_of(
+    table: Option<&'static DLPackExchangeAPI>,
+    device: DLDevice,
+    holding: Option<Python<'_>>,
+) -> Result<*mut c_void> {
+    let ask = |py: Python<'_>, table| {
+        current_stream_in(py, table, device).map_err(|err| match err.is_python_pending() {
+            true => crate::cpython::take_pending(py),
+            false => err,
         })
-        .unwrap_or_else(|| Err(Error::runtime("no Python interpreter to ask the caller's stream"))),
+    };
+    match (table, holding) {
+        (None, _) => Ok(crate::stream::current(device)),
+        (Some(table), _) if crate::stream::serves(table) => Ok(crate::stream::current(device)),
+        (Some(table), Some(py)) => ask(py, table),
+        (Some(table), None) => Python::with_gil(|py| ask(py, table))
+            .unwrap_or_else(|| Err(Error::runtime("no Python interpreter to ask the caller's stream"))),
     }
 }

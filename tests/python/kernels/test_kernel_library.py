@@ -228,6 +228,25 @@ def test_a_newer_kernel_abi_is_refused_naming_both_versions(tmp_path_factory):
         dlpx.load_library(newer)
 
 
+def stream_outcome(kernel, x, device):
+    try:
+        return "stream", kernel(x, *device)
+    except Exception as err:  # noqa: BLE001 - the two kernels must fail alike
+        # The first line: torch's message goes on with its C++ frames, addresses and all.
+        return type(err), str(err).replace(kernel.__name__, "<kernel>").splitlines()[0]
+
+
+def test_a_short_kernel_asks_the_stream_as_a_released_one_does(cases):
+    # A short kernel's stream is asked with the GIL its call holds, a released one's with the GIL
+    # taken back: the same answer, or the same error, either way (kDLCUDA 0 and 1; kDLCUDAHost).
+    torch = pytest.importorskip("torch")
+    inputs = [np.ones(2), dlpx.empty((2,), "float32"), torch.ones(2)]
+    for x in inputs:
+        for device in ((2, 0), (2, 1), (3, 0)):
+            short = stream_outcome(cases.stream_on_short, x, device)
+            assert short == stream_outcome(cases.stream_on_released, x, device), (type(x), device)
+
+
 def test_a_library_of_kernel_abi_1_still_runs(tmp_path_factory):
     # Its kernels read their arguments through the call functions; ABI 2 added the in-place ones.
     older = dlpx.load_library(build_library(tmp_path_factory, os.path.join(CASES, "older_abi.c"), "older_abi"))
