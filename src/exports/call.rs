@@ -70,10 +70,6 @@ fn write<T>(out: *mut T, what: &'static str, value: T) -> Result<c_int> {
 /// `call` is the call the kernel was handed, or NULL.
 #[no_mangle]
 pub unsafe extern "C" fn dlpx_call_argument_count(call: *const DlpxCall) -> i32 {
-    // SAFETY: the pointer the kernel was handed, valid while it runs, or NULL.
-    if let Some(call) = unsafe { call.cast::<Call<'static>>().as_ref() } {
-        return call.argument_count() as i32; // nothing to fail: no boundary needed
-    }
     on_call(call.cast_mut(), "call_argument_count", |call| Ok(call.argument_count() as i32))
 }
 
@@ -103,24 +99,8 @@ pub unsafe extern "C" fn dlpx_call_tensor(
     out_tensor: *mut *const DLTensor,
     out_flags: *mut u64,
 ) -> c_int {
-    // Every kernel asks this for every tensor: the answer that cannot fail is given here, before
-    // the boundary (nothing below panics); everything else takes the checked way.
-    // SAFETY: the pointer the kernel was handed, valid while it runs, or NULL.
-    if let Some(call) = unsafe { call.cast::<Call<'static>>().as_ref() } {
-        if let (Some(Value::Tensor(tensor, flags)), false) =
-            (usize::try_from(index).ok().and_then(|i| call.arguments().get(i)), out_tensor.is_null())
-        {
-            // SAFETY: `out_tensor` is not NULL and writable by the contract; `out_flags` is NULL
-            // or writable.
-            unsafe {
-                out_tensor.write(tensor);
-                if !out_flags.is_null() {
-                    out_flags.write(*flags);
-                }
-            }
-            return 0;
-        }
-    }
+    // The fast way is kernel.h's: `dlpx_argument_tensor` reads in place and comes here only to
+    // report what fails.
     on_call(call, "call_tensor", |call| {
         let (tensor, flags) = read_argument(call, index, "a tensor", |value| match value {
             Value::Tensor(tensor, flags) => Some((tensor as *const DLTensor, *flags)),
