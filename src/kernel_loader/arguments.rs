@@ -3,7 +3,7 @@
 //! view, as `dlpx_view_of` takes it, a scalar by its parameter's type — and the views released
 //! when the call is done (`Drop`), on every path.
 
-use std::ptr::{self, NonNull};
+use std::ptr::NonNull;
 
 use pyo3_ffi::PyObject;
 
@@ -67,11 +67,7 @@ impl<'py> Arguments<'py> {
                 // move of the 64-byte value through the converter's result would cost more
                 // than the write itself).
                 true => self.tensor(param, object),
-                false => {
-                    let value = self.convert(param, object)?;
-                    self.values.push(value);
-                    Ok(())
-                }
+                false => self.convert(param, object),
             }
         })
     }
@@ -81,16 +77,34 @@ impl<'py> Arguments<'py> {
         self.values.as_slice()
     }
 
-    /// `object` as `param` takes it.
+    /// `object` as `param` takes it, as the next argument. Each kind is pushed where it is made:
+    /// a 64-byte value moved through a `Result` is copied whole, with wide loads of the narrow
+    /// stores just made, which stall (`Value::empty_tensor_in`).
     #[inline]
-    fn convert(&mut self, param: &Param, object: *mut PyObject) -> Result<Value> {
+    fn convert(&mut self, param: &Param, object: *mut PyObject) -> Result<()> {
         let py = self.py;
-        if object == py.none {
-            return match param.optional {
+        let value = match object == py.none {
+            true => match param.optional {
                 true => Ok(Value::None),
                 false => Err(wrong_type(py, param, object)),
-            };
+            },
+            false => self.scalar(param, object),
+        };
+        match value? {
+            Value::None => self.values.push(Value::None),
+            Value::Int(value) => self.values.push(Value::Int(value)),
+            Value::Float(value) => self.values.push(Value::Float(value)),
+            Value::Bool(value) => self.values.push(Value::Bool(value)),
+            Value::Str(data, size) => self.values.push(Value::Str(data, size)),
+            Value::Tensor(..) => unreachable!("bind converts tensors in place"),
         }
+        Ok(())
+    }
+
+    /// `object`, not None, as `param` takes it.
+    #[inline]
+    fn scalar(&self, param: &Param, object: *mut PyObject) -> Result<Value> {
+        let py = self.py;
         match param.ty {
             Type::Tensor => unreachable!("bind converts tensors in place"),
             Type::Int => match args::int_value(py, object, &param.name) {
@@ -126,9 +140,8 @@ impl<'py> Arguments<'py> {
     #[inline(always)]
     fn tensor(&mut self, param: &Param, object: *mut PyObject) -> Result<()> {
         let py = self.py;
-        let Value::Tensor(view, flags) = self.values.push_in_place(Value::Tensor(EMPTY, 0)) else {
-            unreachable!("a tensor was pushed")
-        };
+        // SAFETY: the slot is written whole at once.
+        let (view, flags) = Value::empty_tensor_in(unsafe { self.values.push_uninit() });
         match producers::view(py, object, view, false) {
             Ok((owner, read_flags)) => {
                 *flags = read_flags;
@@ -207,16 +220,6 @@ impl Arguments<'_> {
         }
     }
 }
-
-const EMPTY: DLTensor = DLTensor {
-    data: ptr::null_mut(),
-    device: DLDevice::CPU,
-    ndim: 0,
-    dtype: DLDataType { code: 0, bits: 0, lanes: 0 },
-    shape: ptr::null_mut(),
-    strides: ptr::null_mut(),
-    byte_offset: 0,
-};
 
 /// "parameter 'b' takes a tensor, got str".
 #[cold]

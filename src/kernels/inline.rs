@@ -2,20 +2,27 @@
 //! with no heap allocation for the usual few (a `Vec` per call costs a nop kernel a third of its
 //! time; the two an `add` grew from empty cost it 410 instructions).
 
-use std::mem::{ManuallyDrop, MaybeUninit};
+use std::mem::MaybeUninit;
 
+/// `len` of a list whose items moved to the heap.
+const SPILLED: usize = usize::MAX;
+
+/// A list of at most N items in place, all of them on the heap past that. Made with one store
+/// (`len`), checked on drop with one compare: a call makes four of them.
 pub struct Inline<T: Copy, const N: usize> {
     items: [MaybeUninit<T>; N],
+    /// How many items are in `items`; [`SPILLED`] once a push found no room, from then on.
     len: usize,
-    /// Everything, once there were more than N; freed by `Drop` (whose check is inline: the
-    /// call's drops stay among its own lines, docs/cuda.md).
-    spilled: ManuallyDrop<Vec<T>>,
+    /// Every item, once spilled (uninitialised before: `len` says which); freed by `Drop`,
+    /// whose check is inline: the call's drops stay among its own lines, docs/cuda.md. Each
+    /// slot is written as it is pushed (`push_uninit`'s contract), as the inline ones are.
+    spilled: MaybeUninit<Vec<MaybeUninit<T>>>,
 }
 
 impl<T: Copy, const N: usize> Drop for Inline<T, N> {
     #[inline(always)]
     fn drop(&mut self) {
-        if self.spilled.capacity() != 0 {
+        if self.len == SPILLED {
             self.free_spilled();
         }
     }
@@ -30,64 +37,89 @@ impl<T: Copy, const N: usize> Default for Inline<T, N> {
 impl<T: Copy, const N: usize> Inline<T, N> {
     #[inline(always)]
     pub fn new() -> Self {
-        Inline { items: [const { MaybeUninit::uninit() }; N], len: 0, spilled: ManuallyDrop::new(Vec::new()) }
+        Inline { items: [const { MaybeUninit::uninit() }; N], len: 0, spilled: MaybeUninit::uninit() }
+    }
+
+    /// The heap's items, once spilled.
+    ///
+    /// # Safety
+    /// `self.len == SPILLED`.
+    #[inline(always)]
+    unsafe fn heap(&mut self) -> &mut Vec<MaybeUninit<T>> {
+        // SAFETY: initialised when the list spilled (the caller's contract).
+        unsafe { self.spilled.assume_init_mut() }
     }
 
     #[inline(always)]
     pub fn push(&mut self, value: T) {
-        if self.len < N {
-            self.items[self.len].write(value);
-            self.len += 1;
-        } else {
-            self.spill(value);
-        }
-    }
-
-    /// The push past the inline room: everything moves to the heap.
-    #[cold]
-    #[inline(never)]
-    fn spill(&mut self, value: T) {
-        if self.spilled.is_empty() {
-            let mut spilled = Vec::with_capacity(2 * N);
-            spilled.extend_from_slice(self.as_slice());
-            *self.spilled = spilled;
-        }
-        self.spilled.push(value);
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn free_spilled(&mut self) {
-        // SAFETY: dropped once, here, as the list goes.
-        unsafe { ManuallyDrop::drop(&mut self.spilled) };
+        self.push_in_place(value);
     }
 
     /// Pushes `value` and gives it back to be written in place.
     #[inline(always)]
     pub fn push_in_place(&mut self, value: T) -> &mut T {
-        self.push(value);
-        match self.spilled.is_empty() {
-            // SAFETY: `push` wrote the item at `len - 1`.
-            true => unsafe { self.items[self.len - 1].assume_init_mut() },
-            false => self.spilled.last_mut().expect("pushed"),
+        // SAFETY: written at once.
+        unsafe { self.push_uninit() }.write(value)
+    }
+
+    /// The slot of a new last item, for the caller to write in place (a large value built
+    /// first and moved in goes through the stack: `Value::empty_tensor_in`).
+    ///
+    /// # Safety
+    /// The caller writes the slot whole before the list is used again.
+    #[inline(always)]
+    pub unsafe fn push_uninit(&mut self) -> &mut MaybeUninit<T> {
+        match self.len < N {
+            true => {
+                self.len += 1;
+                &mut self.items[self.len - 1]
+            }
+            false => self.spilled_slot(),
         }
+    }
+
+    /// The slot past the inline room (its push writes it): everything moves to the heap, the
+    /// first time. The value is not passed here, or it is built on the stack for every push.
+    #[cold]
+    #[inline(never)]
+    fn spilled_slot(&mut self) -> &mut MaybeUninit<T> {
+        if self.len != SPILLED {
+            let mut spilled = Vec::with_capacity(2 * N);
+            spilled.extend_from_slice(&self.items[..self.len]);
+            self.spilled.write(spilled);
+            self.len = SPILLED;
+        }
+        // SAFETY: spilled, just above or before.
+        let heap = unsafe { self.heap() };
+        heap.push(MaybeUninit::uninit());
+        heap.last_mut().expect("pushed")
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn free_spilled(&mut self) {
+        // SAFETY: spilled (`Drop` checks), dropped once, here, as the list goes.
+        unsafe { self.spilled.assume_init_drop() };
     }
 
     /// Forgets the last item pushed.
     #[inline]
     pub fn pop(&mut self) {
-        match self.spilled.is_empty() {
-            true => self.len -= 1,
-            false => {
-                self.spilled.pop();
-            }
+        match self.len {
+            // SAFETY: spilled.
+            SPILLED => drop(unsafe { self.heap() }.pop()),
+            _ => self.len -= 1,
         }
     }
 
     /// How many items.
     #[inline]
     pub fn len(&self) -> usize {
-        self.as_slice().len()
+        match self.len {
+            // SAFETY: spilled.
+            SPILLED => unsafe { self.spilled.assume_init_ref() }.len(),
+            len => len,
+        }
     }
 
     #[inline]
@@ -97,16 +129,15 @@ impl<T: Copy, const N: usize> Inline<T, N> {
 
     /// Removes item `index` (in bounds), the last one taking its place.
     pub fn swap_remove(&mut self, index: usize) -> T {
-        match self.spilled.is_empty() {
-            true => {
-                let slice = self.as_mut_slice();
-                let last = slice.len() - 1;
-                slice.swap(index, last);
-                let item = slice[last];
+        match self.len {
+            // SAFETY: spilled; every spilled slot was written by its push.
+            SPILLED => unsafe { self.heap().swap_remove(index).assume_init() },
+            len => {
+                self.items.swap(index, len - 1);
                 self.len -= 1;
-                item
+                // SAFETY: item `len - 1` was written by its push.
+                unsafe { self.items[len - 1].assume_init() }
             }
-            false => self.spilled.swap_remove(index),
         }
     }
 
@@ -115,18 +146,19 @@ impl<T: Copy, const N: usize> Inline<T, N> {
         std::mem::take(self)
     }
 
-    fn as_mut_slice(&mut self) -> &mut [T] {
-        // SAFETY: the first `len` items were written by `push`.
-        unsafe { std::slice::from_raw_parts_mut(self.items.as_mut_ptr().cast::<T>(), self.len) }
-    }
-
     #[inline]
     pub fn as_slice(&self) -> &[T] {
-        match self.spilled.is_empty() {
-            // SAFETY: the first `len` items were written by `push`.
-            true => unsafe { std::slice::from_raw_parts(self.items.as_ptr().cast::<T>(), self.len) },
-            false => &self.spilled,
-        }
+        let (items, len) = match self.len {
+            SPILLED => {
+                // SAFETY: spilled.
+                let heap = unsafe { self.spilled.assume_init_ref() };
+                (heap.as_ptr(), heap.len())
+            }
+            len => (self.items.as_ptr(), len),
+        };
+        // SAFETY: every slot up to `len` was written by its push (`MaybeUninit<T>` is laid out
+        // as `T`).
+        unsafe { std::slice::from_raw_parts(items.cast::<T>(), len) }
     }
 }
 
@@ -163,6 +195,16 @@ mod tests {
             assert!(list.is_empty());
             assert_eq!(taken.len(), n as usize - 1);
         }
+    }
+
+    #[test]
+    fn pops_every_spilled_item() {
+        let mut list: Inline<u32, 2> = Inline::new();
+        (0..3).for_each(|i| list.push(i));
+        (0..3).for_each(|_| list.pop());
+        assert!(list.is_empty());
+        list.push(9);
+        assert_eq!(list.as_slice(), [9]);
     }
 
     #[test]
