@@ -249,6 +249,7 @@ stage_python() {
   stage "the CUDA example, compiled with nvcc from PyPI (no GPU needed)" && DLPX_PYTHON="$PY" bash scripts/check_cuda_example.sh
 
   for b in interop kernel_overhead kernel_add; do "$PY" benches/$b.py --quick | tail -n 2; done  # benchmark smoke run
+  "$PY" benches/straddled_loads.py | tail -n 1  # the kernel call's loads that straddle fresh stores (a report)
   stage "scripts/gpu_check.sh --simulated: the GPU check's logic on the simulated driver (not CUDA numbers)"
   DLPX_PYTHON="$PY" DLPX_SIM_CUDA_DIR="$sim_cuda" DLPX_CUDA_KERNEL="$PWD/build/cuda_kernel/libdlpx_cuda_kernel.so" \
     OUT=build/gpu_check bash scripts/gpu_check.sh --simulated --quick \

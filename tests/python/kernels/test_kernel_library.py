@@ -262,6 +262,24 @@ def test_arguments_read_in_place_agree_with_the_call_functions(cases):
     assert cases.agree(a, frozen, a, frozen, n=-3, x=2.0, flag=False, text="é", none=4) == 9
 
 
+def test_arguments_past_the_inline_room_agree_and_are_all_released(cases):
+    # A call keeps 16 arguments, and 16 views' owners, in place; past that, all move to the heap.
+    # numpy views own a managed tensor each, so both lists spill; every one is released once.
+    a = np.ones(3, np.float32)
+    frozen = np.ones(2)
+    frozen.flags.writeable = False
+    rest = [a, frozen, dlpx.empty((2,), "float32")] * 10
+    refs = (sys.getrefcount(a), sys.getrefcount(frozen))
+    for _ in range(3):
+        assert cases.agree(a, frozen, *rest, n=1, text="xyz") == 2 + len(rest) + 5
+        # A conversion that fails past the spill drops what was taken, and loses nothing.
+        with pytest.raises(TypeError, match="dlpx: agree: parameter 'rest' takes a tensor, got str"):
+            cases.agree(a, frozen, *rest, "not a tensor")
+        with pytest.raises(TypeError, match="dlpx: agree: parameter 'x' takes a float, got str"):
+            cases.agree(a, frozen, *rest, x="not a float")
+    assert (sys.getrefcount(a), sys.getrefcount(frozen)) == refs
+
+
 def test_a_signature_the_loader_cannot_read_is_refused_naming_the_kernel(tmp_path_factory):
     bad = build_library(tmp_path_factory, os.path.join(CASES, "bad_signature.c"), "bad_signature")
     with pytest.raises(ImportError, match="kernel 'f': signature: parameter 'scale': default oops is not None"):
