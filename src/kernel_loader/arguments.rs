@@ -77,9 +77,10 @@ impl<'py> Arguments<'py> {
         self.values.as_slice()
     }
 
-    /// `object` as `param` takes it, as the next argument. Each kind is pushed where it is made:
-    /// a 64-byte value moved through a `Result` is copied whole, with wide loads of the narrow
-    /// stores just made, which stall (`Value::empty_tensor_in`).
+    /// `object` as `param` takes it, as the next argument. Each kind is pushed as its own
+    /// variant, so the push stores only that variant's fields: the 64-byte value `scalar`
+    /// returns, pushed whole, is copied with wide loads of the narrow stores just made, which
+    /// stall (`Value::empty_tensor_in`).
     #[inline]
     fn convert(&mut self, param: &Param, object: *mut PyObject) -> Result<()> {
         let py = self.py;

@@ -108,7 +108,8 @@ impl<T: Copy, const N: usize> Inline<T, N> {
         match self.len {
             // SAFETY: spilled.
             SPILLED => drop(unsafe { self.heap() }.pop()),
-            _ => self.len -= 1,
+            // Never wraps to SPILLED: an empty list's pop is refused.
+            len => self.len = len.checked_sub(1).expect("a pop of an empty list"),
         }
     }
 
@@ -133,9 +134,10 @@ impl<T: Copy, const N: usize> Inline<T, N> {
             // SAFETY: spilled; every spilled slot was written by its push.
             SPILLED => unsafe { self.heap().swap_remove(index).assume_init() },
             len => {
-                self.items.swap(index, len - 1);
+                // Within the written items (an index past them panics, as a slice's would).
+                self.items[..len].swap(index, len - 1);
                 self.len -= 1;
-                // SAFETY: item `len - 1` was written by its push.
+                // SAFETY: item `len - 1` was written by its push (it is item `index`'s now).
                 unsafe { self.items[len - 1].assume_init() }
             }
         }
@@ -195,6 +197,20 @@ mod tests {
             assert!(list.is_empty());
             assert_eq!(taken.len(), n as usize - 1);
         }
+    }
+
+    #[test]
+    #[should_panic(expected = "a pop of an empty list")]
+    fn an_empty_list_refuses_a_pop() {
+        Inline::<u32, 2>::new().pop();
+    }
+
+    #[test]
+    #[should_panic]
+    fn swap_remove_past_the_items_panics() {
+        let mut list: Inline<u32, 4> = Inline::new();
+        list.push(1);
+        list.swap_remove(2);
     }
 
     #[test]
