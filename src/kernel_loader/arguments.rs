@@ -77,43 +77,24 @@ impl<'py> Arguments<'py> {
         self.values.as_slice()
     }
 
-    /// `object` as `param` takes it, as the next argument. Each kind is pushed as its own
-    /// variant, so the push stores only that variant's fields: the 64-byte value `scalar`
-    /// returns, pushed whole, is copied with wide loads of the narrow stores just made, which
-    /// stall (`Value::empty_tensor_in`).
+    /// `object` as `param` takes it, pushed as the next argument. Each arm pushes the variant it
+    /// makes, so only that variant's fields are stored: a `Value` returned and then pushed is
+    /// copied whole, with wide loads of the narrow stores just made, which stall
+    /// (`Value::empty_tensor_in`).
     #[inline]
     fn convert(&mut self, param: &Param, object: *mut PyObject) -> Result<()> {
         let py = self.py;
-        let value = match object == py.none {
-            true => match param.optional {
-                true => Ok(Value::None),
-                false => Err(wrong_type(py, param, object)),
+        let values = &mut self.values;
+        match (object == py.none, param.ty) {
+            (true, _) if param.optional => values.push(Value::None),
+            (true, _) => return Err(wrong_type(py, param, object)),
+            (false, Type::Tensor) => unreachable!("bind converts tensors in place"),
+            (false, Type::Int) => match args::int_value(py, object, &param.name) {
+                Ok(value) => values.push(Value::Int(value)),
+                Err(err) if err.kind == crate::ErrorKind::TypeError => return Err(wrong_type(py, param, object)),
+                Err(err) => return Err(Error::new(err.kind, format!("parameter {}", err.fact()))),
             },
-            false => self.scalar(param, object),
-        };
-        match value? {
-            Value::None => self.values.push(Value::None),
-            Value::Int(value) => self.values.push(Value::Int(value)),
-            Value::Float(value) => self.values.push(Value::Float(value)),
-            Value::Bool(value) => self.values.push(Value::Bool(value)),
-            Value::Str(data, size) => self.values.push(Value::Str(data, size)),
-            Value::Tensor(..) => unreachable!("bind converts tensors in place"),
-        }
-        Ok(())
-    }
-
-    /// `object`, not None, as `param` takes it.
-    #[inline]
-    fn scalar(&self, param: &Param, object: *mut PyObject) -> Result<Value> {
-        let py = self.py;
-        match param.ty {
-            Type::Tensor => unreachable!("bind converts tensors in place"),
-            Type::Int => match args::int_value(py, object, &param.name) {
-                Ok(value) => Ok(Value::Int(value)),
-                Err(err) if err.kind == crate::ErrorKind::TypeError => Err(wrong_type(py, param, object)),
-                Err(err) => Err(Error::new(err.kind, format!("parameter {}", err.fact()))),
-            },
-            Type::Float => {
+            (false, Type::Float) => {
                 // SAFETY: GIL held; `object` is live; -1.0 with an exception set is the failure.
                 let value = unsafe { (py.PyFloat_AsDouble)(object) };
                 // SAFETY: GIL held.
@@ -122,18 +103,21 @@ impl<'py> Arguments<'py> {
                     unsafe { (py.PyErr_Clear)() };
                     return Err(wrong_type(py, param, object));
                 }
-                Ok(Value::Float(value))
+                values.push(Value::Float(value));
             }
-            Type::Bool if object == py.true_ || object == py.false_ => Ok(Value::Bool(object == py.true_)),
-            Type::Bool => Err(wrong_type(py, param, object)),
-            Type::Str => {
+            (false, Type::Bool) if object == py.true_ || object == py.false_ => {
+                values.push(Value::Bool(object == py.true_))
+            }
+            (false, Type::Bool) => return Err(wrong_type(py, param, object)),
+            (false, Type::Str) => {
                 // The text stays in the str, which the caller holds for the call.
                 let (data, size) = py
                     .with_str(object, "", |text| (text.as_ptr(), text.len()))
                     .map_err(|_| wrong_type(py, param, object))?;
-                Ok(Value::Str(data, size))
+                values.push(Value::Str(data, size));
             }
         }
+        Ok(())
     }
 
     /// A view of `object`, as `dlpx_view_of` takes it, as the next argument; the first one

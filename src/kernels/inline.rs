@@ -52,14 +52,8 @@ impl<T: Copy, const N: usize> Inline<T, N> {
 
     #[inline(always)]
     pub fn push(&mut self, value: T) {
-        self.push_in_place(value);
-    }
-
-    /// Pushes `value` and gives it back to be written in place.
-    #[inline(always)]
-    pub fn push_in_place(&mut self, value: T) -> &mut T {
         // SAFETY: written at once.
-        unsafe { self.push_uninit() }.write(value)
+        unsafe { self.push_uninit() }.write(value);
     }
 
     /// The slot of a new last item, for the caller to write in place (a large value built
@@ -172,13 +166,15 @@ mod tests {
     fn writes_in_place_and_pops_inline_and_spilled() {
         let mut list: Inline<u32, 2> = Inline::new();
         for i in 0..5 {
-            *list.push_in_place(0) = i * 10;
+            // SAFETY: written at once.
+            unsafe { list.push_uninit() }.write(i * 10);
         }
         assert_eq!(list.as_slice(), [0, 10, 20, 30, 40]);
         list.pop();
         assert_eq!(list.as_slice(), [0, 10, 20, 30]);
         let mut short: Inline<u32, 4> = Inline::new();
-        *short.push_in_place(1) = 7;
+        // SAFETY: written at once.
+        unsafe { short.push_uninit() }.write(7);
         short.push(8);
         short.pop();
         assert_eq!(short.as_slice(), [7]);
