@@ -183,12 +183,22 @@ pub fn reach(shape: &[i64], strides: &[i64], bits: u64) -> std::result::Result<R
 /// wherever it answers (`reach_in_bytes_agrees_with_reach_in_bits`).
 #[inline(always)]
 fn reach_in_bytes(shape: &[i64], strides: &[i64], item: u64) -> Option<Reach> {
-    let (mut below, mut above, mut steps, mut empty) = (0u64, item, 0u64, false);
+    count_and_reach(shape, strides, item).map(|(_, reach)| reach)
+}
+
+/// The element count and the [`Reach`] of whole-byte items of `item` bytes, in one pass (every
+/// import's and kernel view's check runs it): None where an extent is negative, the count
+/// overflows, or a product or sum passes `isize::MAX` bytes, for the exact reckoning to decide
+/// ([`numel`] and [`reach_in_bits`]). Agrees with them wherever it answers.
+#[inline(always)]
+pub fn count_and_reach(shape: &[i64], strides: &[i64], item: u64) -> Option<(u64, Reach)> {
+    let (mut numel, mut below, mut above, mut steps) = (1u64, 0u64, item, 0u64);
     for (&extent, &stride) in shape.iter().zip(strides) {
+        let extent = u64::try_from(extent).ok()?;
+        numel = numel.checked_mul(extent)?;
         let step = stride.unsigned_abs().checked_mul(item)?;
         steps |= step;
-        empty |= extent == 0;
-        let span = (extent.max(1) as u64 - 1).checked_mul(step)?;
+        let span = extent.saturating_sub(1).checked_mul(step)?;
         let side = if stride < 0 { &mut below } else { &mut above };
         *side = side.checked_add(span)?;
     }
@@ -196,7 +206,8 @@ fn reach_in_bytes(shape: &[i64], strides: &[i64], item: u64) -> Option<Reach> {
     if (steps | below | above) > isize::MAX as u64 {
         return None;
     }
-    Some(if empty { Reach { below: 0, above: 0 } } else { Reach { below, above } })
+    // No element (a zero extent): no address is reached.
+    Some((numel, if numel == 0 { Reach { below: 0, above: 0 } } else { Reach { below, above } }))
 }
 
 /// [`reach`] reckoned exactly, in bits.
@@ -365,6 +376,9 @@ mod tests {
             if let Some(fast) = reach_in_bytes(&shape, &strides, item) {
                 assert_eq!(Ok(fast), exact, "shape {shape:?} strides {strides:?} item {item}");
                 answered += 1;
+            }
+            if let Some((count, _)) = count_and_reach(&shape, &strides, item) {
+                assert_eq!(numel(&shape).ok(), Some(count), "shape {shape:?}");
             }
             assert_eq!(reach(&shape, &strides, item * 8), exact);
             cases += 1;

@@ -83,6 +83,22 @@ pub unsafe fn is_sound(dl: &DLTensor, flags: u64) -> bool {
     }
     // The caller's contract: `ndim` (checked above) extents and strides.
     let (shape, strides) = (dims(dl.shape, dl.ndim), dims(dl.strides, dl.ndim));
+    // Whole-byte items, the common case: the count and the reach in one pass.
+    let counted = match bits % 8 {
+        0 => layout::count_and_reach(shape, strides, bits / 8),
+        _ => None,
+    };
+    match counted {
+        Some((numel, reach)) => {
+            numel.checked_mul(bits).is_some() && (numel == 0 || (!dl.data.is_null() && addresses_fit(dl, reach)))
+        }
+        None => sound_in_bits(dl, shape, strides, bits),
+    }
+}
+
+/// [`is_sound`] for sub-byte items, and for what the one pass could not decide.
+#[inline(never)]
+fn sound_in_bits(dl: &DLTensor, shape: &[i64], strides: &[i64], bits: u64) -> bool {
     let mut numel: u64 = 1;
     for &extent in shape {
         // A negative extent, or a product that overflows (which a zero extent may still
@@ -192,6 +208,8 @@ mod tests {
             DLDataType { code: 2, bits: 0, lanes: 1 },
             DLDataType { code: 99, bits: 8, lanes: 1 },
             DLDataType { code: 5, bits: 33, lanes: 1 },
+            // Sub-byte items: the reckoning in bits.
+            DLDataType { code: 0, bits: 4, lanes: 1 },
         ];
         let devices = [DLDevice::CPU, DLDevice { device_type: DeviceType(5), device_id: 0 }];
         let mut cases = 0;
@@ -240,7 +258,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(cases, 8 * 3 * 4 * 2 * 5);
+        assert_eq!(cases, 8 * 3 * 5 * 2 * 5);
     }
 
     #[test]
