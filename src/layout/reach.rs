@@ -48,18 +48,18 @@ fn reach_in_bytes(shape: &[i64], strides: &[i64], item: u64) -> Option<Reach> {
 /// ([`numel`] and [`reach_in_bits`]). Agrees with them wherever it answers.
 #[inline(always)]
 pub fn count_and_reach(shape: &[i64], strides: &[i64], item: u64) -> Option<(u64, Reach)> {
-    let (mut numel, mut below, mut above, mut steps) = (1u64, 0u64, item, 0u64);
+    let (mut numel, mut below, mut above) = (1u64, 0u64, item);
     for (&extent, &stride) in shape.iter().zip(strides) {
         let extent = u64::try_from(extent).ok()?;
         numel = numel.checked_mul(extent)?;
-        let step = stride.unsigned_abs().checked_mul(item)?;
-        steps |= step;
+        // A byte stride fits isize (a test of its top bit: no register kept for a union).
+        let step = stride.unsigned_abs().checked_mul(item).filter(|&step| step <= isize::MAX as u64)?;
         let span = extent.saturating_sub(1).checked_mul(step)?;
         let side = if stride < 0 { &mut below } else { &mut above };
         *side = side.checked_add(span)?;
     }
     // Any value past isize::MAX has its top bit set, and so has their union.
-    if (steps | below | above) > isize::MAX as u64 {
+    if (below | above) > isize::MAX as u64 {
         return None;
     }
     // No element (a zero extent): no address is reached.
