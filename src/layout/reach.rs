@@ -45,7 +45,7 @@ fn reach_in_bytes(shape: &[i64], strides: &[i64], item: u64) -> Option<Reach> {
 /// The element count and the [`Reach`] of whole-byte items of `item` bytes, in one pass (every
 /// import's and kernel view's check runs it): None where an extent is negative, the count
 /// overflows, or a product or sum passes `isize::MAX` bytes, for the exact reckoning to decide
-/// ([`numel`] and [`reach_in_bits`]). Agrees with them wherever it answers.
+/// ([`super::numel`] and [`reach_in_bits`]). Agrees with them wherever it answers.
 #[inline(always)]
 pub fn count_and_reach(shape: &[i64], strides: &[i64], item: u64) -> Option<(u64, Reach)> {
     let (mut numel, mut below, mut above) = (1u64, 0u64, item);
