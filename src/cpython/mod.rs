@@ -315,7 +315,8 @@ impl Api {
     }
 
     /// `f` of the text of the str `object`, read in place (no copy; CPython keeps a str's UTF-8),
-    /// or a TypeError naming `what` for anything else.
+    /// a TypeError naming `what` for anything else, and a ValueError for a str with no UTF-8 (a
+    /// lone surrogate: `"\udcff"`, as `os.fsdecode` makes of undecodable bytes).
     pub fn with_str<R>(&self, object: *mut PyObject, what: &str, f: impl FnOnce(&str) -> R) -> Result<R> {
         let mut size: Py_ssize_t = 0;
         // SAFETY: `object` is a live reference held by the caller; the text lives as long as it.
@@ -323,7 +324,12 @@ impl Api {
         if text.is_null() {
             // SAFETY: GIL held; the failed conversion left an exception we replace.
             unsafe { (self.PyErr_Clear)() };
-            return Err(Error::type_error(format!("{what}: expected a str")));
+            // SAFETY: GIL held; a live object has a live type.
+            let is_str = unsafe { (self.PyType_GetFlags)(layout::type_at(object)) } & objects::STR_FLAG != 0;
+            return Err(match is_str {
+                true => Error::value(format!("{what}: a str with no UTF-8 encoding (it holds a lone surrogate)")),
+                false => Error::type_error(format!("{what}: expected a str")),
+            });
         }
         // SAFETY: `size` bytes at `text`, valid while `object` lives (all of `f`), and UTF-8:
         // CPython encodes a str it could encode, and fails (above) for one it could not (lone

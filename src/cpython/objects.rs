@@ -55,9 +55,12 @@ pub fn is_type(py: Python<'_>, object: *mut PyObject) -> bool {
     has_type_flag(py, object, 1 << 31)
 }
 
-/// Whether `object` is a str or an instance of a subclass (Py_TPFLAGS_UNICODE_SUBCLASS).
+/// Py_TPFLAGS_UNICODE_SUBCLASS: the type is str or a subclass.
+pub(super) const STR_FLAG: std::ffi::c_ulong = 1 << 28;
+
+/// Whether `object` is a str or an instance of a subclass.
 pub fn is_str(py: Python<'_>, object: *mut PyObject) -> bool {
-    has_type_flag(py, object, 1 << 28)
+    has_type_flag(py, object, STR_FLAG)
 }
 
 /// Whether `object` is a tuple or an instance of a subclass (Py_TPFLAGS_TUPLE_SUBCLASS).

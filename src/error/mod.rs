@@ -102,6 +102,21 @@ impl Error {
         Self::of(kind, Context::Verbatim, Cow::Owned(message))
     }
 
+    /// What a foreign `SetError` reported (an allocator's), with the C++ backtrace torch's errors
+    /// carry cut off: `c10::Error::what()` appends `Exception raised from … (most recent call
+    /// first):` and `frame #0: …` lines, which torch's own Python exceptions leave out (unless
+    /// `TORCH_SHOW_CPP_STACKTRACES` is set).
+    pub fn reported(kind: ErrorKind, message: String) -> Self {
+        let end = ["\nException raised from ", "\nframe #0: "]
+            .iter()
+            .filter_map(|marker| message.find(marker))
+            .min()
+            .unwrap_or(message.len());
+        let mut message = message;
+        message.truncate(end);
+        Self::verbatim(kind, message)
+    }
+
     pub fn is_python_pending(&self) -> bool {
         self.kind == ErrorKind::PythonPending
     }
@@ -309,6 +324,24 @@ mod tests {
     use super::*;
     use std::ffi::CStr;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn a_reported_message_loses_the_cpp_backtrace_torch_appends() {
+        let enforce = "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory\n\
+                       frame #0: c10::ThrowEnforceNotMet(char const*, int) + 0x6a (0x7f in libc10.so)\nframe #1: …";
+        let checked = "Expected a proper shape\nException raised from empty_cpu at aten/src/ATen/Empty.cpp:20 \
+                       (most recent call first):\nframe #0: c10::Error::Error(…)";
+        for (text, kept) in [
+            (enforce, "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory"),
+            (checked, "Expected a proper shape"),
+            ("two lines\nof an allocator's own", "two lines\nof an allocator's own"),
+            ("", ""),
+        ] {
+            let err = Error::reported(ErrorKind::MemoryError, text.to_string());
+            assert_eq!(err.message(), kept);
+            assert_eq!(err.kind, ErrorKind::MemoryError);
+        }
+    }
 
     #[test]
     fn the_boundary_names_the_entry_point_once() {

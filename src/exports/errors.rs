@@ -43,7 +43,7 @@ pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *c
         // SAFETY: NUL-terminated strings from the allocator, or NULL, by the contract.
         let (kind, message) = unsafe { (error::c_text(kind), error::c_text(message)) };
         let kind = ErrorKind::from_name(&kind).unwrap_or(ErrorKind::RuntimeError);
-        let err = Error::verbatim(kind, message);
+        let err = Error::reported(kind, message);
         if Python::with_gil(|_| Raise.deliver(&err)).is_none() {
             error::set_last_error(&err);
         }

@@ -112,8 +112,11 @@ impl<'py> Arguments<'py> {
             (false, Type::Str) => {
                 // The text stays in the str, which the caller holds for the call.
                 let (data, size) = py
-                    .with_str(object, "", |text| (text.as_ptr(), text.len()))
-                    .map_err(|_| wrong_type(py, param, object))?;
+                    .with_str(object, &format!("parameter '{}'", param.name), |text| (text.as_ptr(), text.len()))
+                    .map_err(|err| match err.kind {
+                        crate::ErrorKind::TypeError => wrong_type(py, param, object),
+                        _ => err,
+                    })?;
                 values.push(Value::Str(data, size));
             }
         }

@@ -252,6 +252,6 @@ unsafe extern "C" fn reported_error(context: *mut c_void, kind: *const c_char, m
         let kind = ErrorKind::from_name(&kind).unwrap_or(ErrorKind::RuntimeError);
         // SAFETY: `context` is the `Option<Error>` `Call::allocate` passed, live for the call.
         let slot = unsafe { &mut *context.cast::<Option<Error>>() };
-        slot.get_or_insert(Error::verbatim(kind, message));
+        slot.get_or_insert(Error::reported(kind, message));
     });
 }

@@ -316,6 +316,13 @@ def test_a_scalar_of_the_wrong_type_is_a_type_error_naming_the_parameter(cases, 
         call(cases)
 
 
+def test_a_str_with_no_utf8_is_a_value_error_naming_the_parameter(cases):
+    # A lone surrogate (what os.fsdecode makes of undecodable bytes) has no UTF-8 to hand over.
+    with pytest.raises(ValueError, match="^dlpx: scalars: parameter 'text': a str with no UTF-8 encoding"):
+        cases.scalars(1, text="caf\udce9")
+    assert cases.scalars(1, text="a\0b") == (2, 2.0, False, 3)
+
+
 def test_a_number_too_large_for_int64_is_a_value_error(cases):
     with pytest.raises(ValueError, match="parameter n does not fit in 64 bits"):
         cases.scalars(2**70)
@@ -357,8 +364,12 @@ def test_a_kernel_that_fails_without_saying_why_is_a_runtime_error(cases):
 
 def test_an_output_torch_cannot_allocate_is_an_error(cases):
     torch = pytest.importorskip("torch")
-    with pytest.raises((MemoryError, RuntimeError), match="dlpx: huge: output:"):
+    with pytest.raises((MemoryError, RuntimeError), match="dlpx: huge: output:") as info:
         cases.huge(torch.ones(3))
+    # torch's message as its own Python exceptions show it: without the C++ backtrace its
+    # SetError passes (c10::Error::what()).
+    message = str(info.value)
+    assert "frame #0" not in message and "Exception raised from" not in message, message
 
 
 # ---- the GIL -------------------------------------------------------------------------------------
