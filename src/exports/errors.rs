@@ -32,8 +32,9 @@ pub extern "C" fn dlpx_clear_last_error() {
 
 /// A ready `SetError` callback for allocators called from Python extension code: it raises
 /// the Python exception named by `kind` (ValueError, MemoryError, …; RuntimeError for names it
-/// does not know) with `message`, taking the GIL itself. `error_ctx` is unused. Without a
-/// Python interpreter in the process the message goes to `dlpx_last_error()`.
+/// does not know) with `message` (less the C++ backtrace torch's errors append), taking the GIL
+/// itself. `error_ctx` is unused. Without a Python interpreter in the process the message goes
+/// to `dlpx_last_error()`.
 ///
 /// # Safety
 /// The GIL is held; `kind` and `message` are NULL or NUL-terminated strings.
