@@ -70,8 +70,9 @@ def load_library(path):
     outputs as the type of its first tensor argument (docs/kernels.md, "Kernel libraries").
     Loaded once for the process: the same library, by any path, gives the same module. OSError
     when the path is no loadable library, ImportError when it holds no dlpx kernels or kernels
-    of a newer kernel ABI."""
-    return _native.load_library(os.fspath(path))
+    of a newer kernel ABI. ``path``: a str, bytes or path-like object; a name without ``/`` is
+    looked up on the library search path, as ``ctypes.CDLL`` does."""
+    return _native.load_library(os.fsdecode(path))
 
 
 class outputs_like:

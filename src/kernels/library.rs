@@ -52,7 +52,13 @@ pub fn open(path: &str) -> Result<&'static Library> {
     // exports into the library's list).
     let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if handle.is_null() {
-        return Err(Error::new(ErrorKind::OSError, format!("cannot load {path}: {}", dl_error())));
+        // dlopen looks a name without a '/' up on the library search path, never in the current
+        // directory (as ctypes.CDLL does): say so where the file is right there.
+        let hint = match !path.contains('/') && std::path::Path::new(path).is_file() {
+            true => format!(" (a name without '/' is looked up on the library search path: ./{path} is the one here)"),
+            false => String::new(),
+        };
+        return Err(Error::new(ErrorKind::OSError, format!("cannot load {path}: {}{hint}", dl_error())));
     }
     if let Some(known) = find(handle) {
         close(handle); // the first open's reference keeps it loaded

@@ -9,6 +9,7 @@ import inspect
 import os
 import subprocess
 import sys
+import shutil
 import threading
 import time
 
@@ -192,6 +193,17 @@ def test_loading_a_library_twice_gives_the_same_module(example_path, lib, tmp_pa
     link = tmp_path / "another_name.so"
     link.symlink_to(example_path)
     assert dlpx.load_library(link) is lib, "the same file by another path"
+    assert dlpx.load_library(os.fsencode(example_path)) is lib, "bytes, as os functions take"
+
+
+def test_a_bare_name_is_looked_up_as_dlopen_does_and_the_error_says_so(example_path, lib, tmp_path, monkeypatch):
+    shutil.copy(example_path, tmp_path / "copied_kernels.so")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OSError, match=r"library search path: \./copied_kernels\.so is the one here"):
+        dlpx.load_library("copied_kernels.so")
+    assert dlpx.load_library("./copied_kernels.so").add(np.ones(2), np.ones(2)).tolist() == [2.0, 2.0]
+    with pytest.raises(OSError, match=r"cannot load nowhere\.so: [^(]*$"):
+        dlpx.load_library("nowhere.so")
 
 
 def test_several_results_come_back_as_a_tuple_in_the_callers_type(cases):
