@@ -82,20 +82,28 @@ class outputs_like:
     its type back. ``None`` restores the first argument's rule. Nested blocks restore the outer
     choice; other threads keep their own."""
 
-    __slots__ = ("_framework", "_outer")
+    __slots__ = ("_framework",)
+    # Per thread: the choice in force and the outer choices of the blocks entered (a stack, not
+    # a field of the instance: one instance may be entered again, nested or in another thread).
     _local = __import__("threading").local()
 
     def __init__(self, x):
         self._framework = x
 
     def __enter__(self):
-        self._outer = getattr(outputs_like._local, "chosen", None)
+        local = outputs_like._local
+        outer = getattr(local, "chosen", None)
         _native._set_outputs_like(self._framework)  # TypeError for what is no framework's tensor
-        outputs_like._local.chosen = self._framework
+        local.__dict__.setdefault("outer", []).append(outer)
+        local.chosen = self._framework
 
     def __exit__(self, *exc_info):
-        _native._set_outputs_like(self._outer)
-        outputs_like._local.chosen = self._outer
+        local = outputs_like._local
+        outer = local.outer.pop()
+        _native._set_outputs_like(outer)
+        local.chosen = outer
+
+
 DLPACK_VERSION = _native.DLPACK_VERSION
 
 from . import cuda  # noqa: E402  (needs _native)

@@ -58,6 +58,35 @@ def test_blocks_nest_and_restore_on_errors(lib):
     assert type(lib.add(a, a)) is np.ndarray
 
 
+def test_one_block_entered_again_nested_or_in_another_thread_restores_each_outer_choice(lib):
+    a = np.ones(2, np.float32)
+    like_torch = dlpx.outputs_like(torch.Tensor)
+    with like_torch:
+        with like_torch:
+            assert type(lib.add(a, a)) is torch.Tensor
+        assert type(lib.add(a, a)) is torch.Tensor
+    assert type(lib.add(a, a)) is np.ndarray, "the outer choice (none) is back"
+
+    entered, left = threading.Event(), threading.Event()
+    seen = []
+
+    def other():
+        with dlpx.outputs_like(dlpx.Tensor):
+            with like_torch:
+                entered.set()
+                left.wait(10)
+            seen.append(type(lib.add(a, a)))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with like_torch:
+        entered.wait(10)
+        left.set()
+    thread.join()
+    assert seen == [dlpx.Tensor], "the other thread's own outer choice is back"
+    assert type(lib.add(a, a)) is np.ndarray
+
+
 def test_the_choice_is_this_thread_s(lib):
     a = np.ones(2, np.float32)
     seen = []
