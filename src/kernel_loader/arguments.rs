@@ -99,9 +99,7 @@ impl<'py> Arguments<'py> {
                 let value = unsafe { (py.PyFloat_AsDouble)(object) };
                 // SAFETY: GIL held.
                 if value == -1.0 && !unsafe { (py.PyErr_Occurred)() }.is_null() {
-                    // SAFETY: GIL held; the conversion's exception is replaced by ours.
-                    unsafe { (py.PyErr_Clear)() };
-                    return Err(wrong_type(py, param, object));
+                    return Err(float_error(py, param, object));
                 }
                 values.push(Value::Float(value));
             }
@@ -220,6 +218,22 @@ fn wrong_type(py: Python<'_>, param: &Param, object: *mut PyObject) -> Error {
         param.ty.name(),
         type_name(py, object)
     ))
+}
+
+/// Why `object` did not convert to a float (its exception pending): a TypeError — no number —
+/// replaced by ours naming the parameter; anything else (an int too large: OverflowError; a
+/// `__float__` that raised, KeyboardInterrupt included) raised as it is.
+#[cold]
+fn float_error(py: Python<'_>, param: &Param, object: *mut PyObject) -> Error {
+    // SAFETY: GIL held; an exception is pending.
+    match unsafe { (py.PyErr_ExceptionMatches)(py.exception(crate::ErrorKind::TypeError)) } != 0 {
+        true => {
+            // SAFETY: GIL held; the conversion's exception is replaced by ours.
+            unsafe { (py.PyErr_Clear)() };
+            wrong_type(py, param, object)
+        }
+        false => Error::python_pending(),
+    }
 }
 
 /// Why `object` is no tensor: a TypeError for what is plainly not one (a str, a number), else the

@@ -328,6 +328,18 @@ def test_a_scalar_of_the_wrong_type_is_a_type_error_naming_the_parameter(cases, 
         call(cases)
 
 
+def test_a_float_conversion_s_own_error_passes_unchanged(cases):
+    class Interrupting:
+        def __float__(self):
+            raise KeyboardInterrupt
+
+    with pytest.raises(OverflowError):
+        cases.scalars(1, 10**400)  # an int is a float parameter's, this one too large for a double
+    with pytest.raises(KeyboardInterrupt):
+        cases.scalars(1, Interrupting())
+    assert cases.scalars(1, 2**60) == (2, 2.0**61, False, 3)
+
+
 def test_a_str_with_no_utf8_is_a_value_error_naming_the_parameter(cases):
     # A lone surrogate (what os.fsdecode makes of undecodable bytes) has no UTF-8 to hand over.
     with pytest.raises(ValueError, match="^dlpx: scalars: parameter 'text': a str with no UTF-8 encoding"):
