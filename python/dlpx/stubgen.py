@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import keyword
+import math
 import os
 import re
 import sys
@@ -136,11 +137,20 @@ def _parameter(kernel: str, typed: str, runtime: inspect.Parameter) -> str:
     star = "*" if runtime.kind is inspect.Parameter.VAR_POSITIONAL else ""
     if runtime.default is inspect.Parameter.empty:
         return f"{star}{runtime.name}: {spelled}"
-    return f"{runtime.name}: {spelled} = {runtime.default!r}"
+    default = runtime.default
+    # inf and nan have no literal (their repr names nothing a stub defines): `...`, as typeshed
+    # writes a default it does not spell.
+    shown = "..." if isinstance(default, float) and not math.isfinite(default) else repr(default)
+    return f"{runtime.name}: {spelled} = {shown}"
 
 
 def _docstring(doc: str, indent: str) -> str:
-    doc = doc.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    doc = doc.replace("\\", "\\\\")
+    # A quote that ends the doc would run into the closing quotes on its line (escaped before
+    # the runs of three, which then cannot reach it).
+    if doc.endswith('"'):
+        doc = doc[:-1] + '\\"'
+    doc = doc.replace('"""', '\\"\\"\\"')
     lines = doc.splitlines() or [""]
     body = "\n".join(indent + line if line else "" for line in lines[1:])
     return f'{indent}"""{lines[0]}' + (f"\n{body}\n{indent}" if len(lines) > 1 else "") + '"""'

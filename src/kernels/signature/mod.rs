@@ -161,6 +161,10 @@ mod tests {
         let wrong = |text: &str| parse(text).unwrap_err().0;
         assert!(wrong("add").contains("no parameter list"));
         assert!(wrong("1add(a)").contains("not a name"));
+        assert!(wrong("class(a)").contains("'class' is not a name"));
+        assert!(wrong("kw(lambda, *, x=1)").contains("'lambda' is not a parameter name"));
+        assert!(wrong("kw(a, *, None=1)").contains("'None' is not a parameter name"));
+        assert!(parse("soft(match, case, type, _)").is_ok(), "soft keywords are names");
         assert!(wrong("add(a, a)").contains("appears twice"));
         assert!(wrong("add(a=1, b)").contains("'b' without a default"));
         assert!(wrong("add(a: matrix)").contains("unknown type 'matrix'"));

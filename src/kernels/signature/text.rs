@@ -97,10 +97,20 @@ fn literal(text: &str) -> Result<Default, SignatureError> {
     }
 }
 
+/// Python's keywords (`keyword.kwlist`, 3.9 to 3.15): no parameter or kernel may be named one —
+/// a call could not pass it by name, nor `inspect.signature` or a stub spell it.
+const KEYWORDS: [&str; 35] = [
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del",
+    "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal",
+    "not", "or", "pass", "raise", "return", "try", "while", "with", "yield",
+];
+
+/// An ASCII Python identifier that is no keyword.
 pub(super) fn is_identifier(name: &str) -> bool {
     let mut chars = name.chars();
     chars.next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+        && !KEYWORDS.contains(&name)
 }
 
 /// Reads the parameter list after `(`, up to and past its `)`.

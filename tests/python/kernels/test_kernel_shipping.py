@@ -4,6 +4,7 @@ dlpx.stubgen's stubs (the runtime's signatures under stubtest, a user's calls un
 finding the libdlpx that `import dlpx` loaded with no rpath to it. The wheel on every interpreter
 is scripts/check_kernel_wheel.sh's."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -86,6 +87,21 @@ def test_stubgen_writes_one_def_per_kernel_from_its_signature(example, cases, tm
         assert f.read() == stubgen.stub(example)
     done = subprocess.run([sys.executable, "-m", "dlpx.stubgen", example, "-o", "-"], capture_output=True, text=True)
     assert done.stdout == stubgen.stub(example)
+
+
+def test_stubgen_spells_a_quoted_doc_and_a_non_finite_default(tmp_path_factory, tmp_path):
+    source = tmp_path / "quoted.c"
+    source.write_text(textwrap.dedent(r"""
+        #include "dlpx/kernel.h"
+        static int mode(DlpxCall *call) { (void)call; return 0; }
+        DLPX_EXPORT_KERNEL(mode, mode, "mode(x=1e400, y: float = -1e400) -> None: Runs in the mode named \"fast\"")
+    """))
+    text = stubgen.stub(build(tmp_path_factory, str(source), "quoted"))
+    tree = ast.parse(text)  # a SyntaxError before: the doc's last quote ran into the closing ones
+    (mode,) = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    assert ast.get_docstring(mode) == 'Runs in the mode named "fast"'
+    # inf has no literal a stub could name: `...`, as typeshed writes it.
+    assert "def mode(x: float = ..., y: float = ...) -> None:" in text
 
 
 def test_stubgen_refuses_what_is_no_kernel_library(tmp_path):
