@@ -70,9 +70,15 @@ def load_library(path):
     outputs as the type of its first tensor argument (docs/kernels.md, "Kernel libraries").
     Loaded once for the process: the same library, by any path, gives the same module. OSError
     when the path is no loadable library, ImportError when it holds no dlpx kernels or kernels
-    of a newer kernel ABI. ``path``: a str, bytes or path-like object; a name without ``/`` is
-    looked up on the library search path, as ``ctypes.CDLL`` does."""
-    return _native.load_library(os.fsdecode(path))
+    of a newer kernel ABI. ``path``: a str, bytes or path-like object whose name is UTF-8; a name
+    without ``/`` is looked up on the library search path, as ``ctypes.CDLL`` does, and any other
+    is made absolute (the module's ``__file__``)."""
+    path = os.fsdecode(path)
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        raise OSError(f"dlpx: load_library: cannot load {path!r}: dlpx opens libraries by UTF-8 names") from None
+    return _native.load_library(os.path.abspath(path) if "/" in path else path)
 
 
 class outputs_like:

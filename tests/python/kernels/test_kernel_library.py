@@ -194,6 +194,15 @@ def test_loading_a_library_twice_gives_the_same_module(example_path, lib, tmp_pa
     link.symlink_to(example_path)
     assert dlpx.load_library(link) is lib, "the same file by another path"
     assert dlpx.load_library(os.fsencode(example_path)) is lib, "bytes, as os functions take"
+    with pytest.raises(OSError, match="dlpx opens libraries by UTF-8 names"):
+        dlpx.load_library(os.fsencode(str(tmp_path)) + b"/lib\xff.so")
+
+
+def test_a_module_s_file_is_the_absolute_path_it_was_first_loaded_by(example_path, tmp_path, monkeypatch):
+    shutil.copy(example_path, tmp_path / "relative_kernels.so")
+    monkeypatch.chdir(tmp_path)
+    module = dlpx.load_library("./relative_kernels.so")
+    assert module.__file__ == str(tmp_path / "relative_kernels.so")
 
 
 def test_a_bare_name_is_looked_up_as_dlopen_does_and_the_error_says_so(example_path, lib, tmp_path, monkeypatch):
