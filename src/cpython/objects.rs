@@ -103,9 +103,13 @@ pub fn type_name(py: Python<'_>, object: *mut PyObject) -> String {
     if object.is_null() {
         return "NULL".to_string();
     }
-    // SAFETY: GIL held; `object` is live; `__qualname__`/`__module__` reads do not keep references.
+    name_of_type(py, type_of(py, object).cast())
+}
+
+/// The qualified name of the type `ty` for messages (`torch.Tensor`, `memoryview`).
+pub fn name_of_type(py: Python<'_>, ty: *mut PyObject) -> String {
+    // SAFETY: GIL held; `ty` is live; `__qualname__`/`__module__` reads do not keep references.
     unsafe {
-        let ty = type_of(py, object).cast::<PyObject>();
         let read = |name: &CStr| -> Option<String> {
             let attr = Owned::new(py, (py.PyObject_GetAttrString)(ty, name.as_ptr())).ok()?;
             py.str_value(attr.as_ptr(), "type name").ok()

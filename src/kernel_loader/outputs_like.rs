@@ -47,12 +47,16 @@ pub fn set(py: Python<'_>, _module: *mut PyObject, object: *mut PyObject) -> Res
             // A framework whose own type comes back: a table of its own (torch, dlpx) or a
             // `from_dlpack` to call (numpy, jax, cupy, tvm_ffi, array_api_strict).
             if entry.row.synthetic.is_some() && entry.row.home.is_none() {
-                return Err(Error::type_error(format!(
-                    "outputs_like takes a tensor, or a tensor type, of a framework outputs go back to (torch, numpy, \
-                     jax, cupy, tvm_ffi, array_api_strict, dlpx); {} is read by the '{}' row, which has none",
-                    crate::cpython::type_name(py, object),
-                    entry.row.name
-                )));
+                // A type by its name, anything else by its type's: `memoryview`, `an instance of int`.
+                let given = match crate::cpython::is_type(py, object) {
+                    true => crate::cpython::name_of_type(py, object),
+                    false => format!("an instance of {}", crate::cpython::type_name(py, object)),
+                };
+                let err = Error::type_error(format!(
+                    "takes a tensor, or a tensor type, of a framework outputs go back to (torch, numpy, jax, cupy, \
+                     tvm_ffi, array_api_strict, dlpx); got {given}"
+                ));
+                return Err(err.at("outputs_like"));
             }
             Some(entry)
         }

@@ -107,9 +107,12 @@ def test_the_choice_is_this_thread_s(lib):
     assert seen == [np.ndarray]
 
 
-@pytest.mark.parametrize("x", ["a str", 3, object, object()], ids=["str", "int", "type", "object"])
-def test_what_is_no_framework_s_tensor_is_a_type_error(lib, x):
-    with pytest.raises(TypeError, match="outputs_like takes a tensor, or a tensor type, of a framework"):
+@pytest.mark.parametrize("x,given", [("a str", "an instance of str"), (3, "an instance of int"), (object, "object"),
+                                     (object(), "an instance of object"), (memoryview, "memoryview")],
+                         ids=["str", "int", "type", "object", "buffer type"])
+def test_what_is_no_framework_s_tensor_is_a_type_error(lib, x, given):
+    match = rf"^dlpx: outputs_like: takes a tensor, or a tensor type, of a framework .*; got {given}$"
+    with pytest.raises(TypeError, match=match):
         with dlpx.outputs_like(x):
             pass
     assert type(lib.add(np.ones(1), np.ones(1))) is np.ndarray  # nothing changed
