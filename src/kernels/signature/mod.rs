@@ -171,6 +171,10 @@ mod tests {
         assert!(wrong("add(a: int = 1.5)").contains("of type int cannot default to 1.5"));
         assert!(wrong("add(a, *)").contains("bare '*' must be followed"));
         assert!(wrong("add(a=[1])").contains("is not None, True, False"));
+        assert!(wrong("add(n=99999999999999999999)").contains("default 99999999999999999999 does not fit in 64 bits"));
+        assert!(wrong("add(n=-9223372036854775809)").contains("does not fit in 64 bits"));
+        assert!(parse("add(n=-9223372036854775808, x=1e400)").is_ok());
+        assert!(wrong("add(n=-)").contains("is not None, True, False"));
         assert!(wrong("add(a, b").contains("no ')'"));
         assert!(wrong("add(*xs=1)").contains("takes no default"));
         assert!(wrong("add(a) junk").contains("unexpected"));

@@ -89,6 +89,11 @@ fn literal(text: &str) -> Result<Default, SignatureError> {
     if let Ok(i) = text.parse::<i64>() {
         return Ok(Default::Int(i));
     }
+    // An integer literal (no '.', no exponent) that `i64` refused is too large, never a float.
+    let digits = text.strip_prefix(['+', '-']).unwrap_or(text);
+    if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) {
+        return error(format!("default {text} does not fit in 64 bits"));
+    }
     match text.parse::<f64>() {
         Ok(f) if !text.is_empty() && text.chars().all(|c| c.is_ascii_digit() || "+-.eE".contains(c)) => {
             Ok(Default::Float(f))
