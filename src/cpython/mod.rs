@@ -92,6 +92,7 @@ python_api! {
         PyErr_Occurred: fn() -> *mut PyObject;
         PyErr_ExceptionMatches: fn(*mut PyObject) -> c_int;
         PyErr_Clear: fn() -> ();
+        PyObject_IsTrue: fn(*mut PyObject) -> c_int;
         PyErr_WarnEx: fn(*mut PyObject, *const c_char, Py_ssize_t) -> c_int;
         PyErr_Fetch: fn(*mut *mut PyObject, *mut *mut PyObject, *mut *mut PyObject) -> ();
         PyErr_Restore: fn(*mut PyObject, *mut PyObject, *mut PyObject) -> ();

@@ -106,6 +106,11 @@ impl<'py> Arguments<'py> {
             (false, Type::Bool) if object == py.true_ || object == py.false_ => {
                 values.push(Value::Bool(object == py.true_))
             }
+            // numpy's bool scalar (`a[0] > 0`) as pybind11 takes it; no other truthy object.
+            (false, Type::Bool) if matches!(type_name(py, object).as_str(), "numpy.bool" | "numpy.bool_") => {
+                // SAFETY: GIL held; `object` is live; numpy's bool cannot fail to be true or false.
+                values.push(Value::Bool(unsafe { (py.PyObject_IsTrue)(object) } == 1))
+            }
             (false, Type::Bool) => return Err(wrong_type(py, param, object)),
             (false, Type::Str) => {
                 // The text stays in the str, which the caller holds for the call.

@@ -337,6 +337,13 @@ def test_a_scalar_of_the_wrong_type_is_a_type_error_naming_the_parameter(cases, 
         call(cases)
 
 
+def test_a_bool_parameter_takes_numpy_s_bool_as_pybind11_does(cases):
+    assert cases.scalars(1, flag=np.bool_(False)) == (2, 2.0, True, 3)
+    assert cases.scalars(1, flag=np.True_) == (2, 2.0, False, 3)
+    with pytest.raises(TypeError, match="parameter 'flag' takes a bool, got numpy.ndarray"):
+        cases.scalars(1, flag=np.ones(1) > 0)
+
+
 def test_a_float_conversion_s_own_error_passes_unchanged(cases):
     class Interrupting:
         def __float__(self):
