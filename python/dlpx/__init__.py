@@ -78,7 +78,11 @@ def load_library(path):
         path.encode()
     except UnicodeEncodeError:
         raise OSError(f"dlpx: load_library: cannot load {path!r}: dlpx opens libraries by UTF-8 names") from None
-    return _native.load_library(os.path.abspath(path) if "/" in path else path)
+    if "/" in path and not os.path.isabs(path):
+        # Joined to the working directory less its `.` parts; `..` stays: `link/../x.so` is
+        # dlopen's to resolve through the link.
+        path = os.path.join(os.getcwd(), *[part for part in path.split("/") if part not in ("", ".")])
+    return _native.load_library(path)
 
 
 class outputs_like:

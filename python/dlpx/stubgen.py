@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import keyword
 import math
 import os
 import re
@@ -145,13 +144,12 @@ def _parameter(kernel: str, typed: str, runtime: inspect.Parameter) -> str:
 
 
 def _docstring(doc: str, indent: str) -> str:
-    doc = doc.replace("\\", "\\\\")
-    # A quote that ends the doc would run into the closing quotes on its line (escaped before
-    # the runs of three, which then cannot reach it).
-    if doc.endswith('"'):
-        doc = doc[:-1] + '\\"'
-    doc = doc.replace('"""', '\\"\\"\\"')
-    lines = doc.splitlines() or [""]
+    lines = doc.replace("\\", "\\\\").splitlines() or [""]
+    # A quote that ends a one-line doc would run into the closing quotes (escaped before the runs
+    # of three, which then cannot reach it).
+    if len(lines) == 1 and lines[0].endswith('"'):
+        lines[0] = lines[0][:-1] + '\\"'
+    lines = [line.replace('"""', '\\"\\"\\"') for line in lines]
     body = "\n".join(indent + line if line else "" for line in lines[1:])
     return f'{indent}"""{lines[0]}' + (f"\n{body}\n{indent}" if len(lines) > 1 else "") + '"""'
 
@@ -169,8 +167,6 @@ def kernels(library: types.ModuleType) -> Dict[str, Callable[..., Any]]:
 def kernel_stub(kernel: Callable[..., Any]) -> str:
     """`def name(...) -> result:` and the kernel's doc, for one kernel."""
     name = kernel.__name__
-    if keyword.iskeyword(name):
-        raise StubError(f"kernel '{name}': a Python keyword cannot be called as an attribute")
     typed, returns = _typed_line(kernel)
     runtime = list(inspect.signature(kernel).parameters.values())
     params: List[str] = []

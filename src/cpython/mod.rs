@@ -323,11 +323,19 @@ impl Api {
         // SAFETY: `object` is a live reference held by the caller; the text lives as long as it.
         let text = unsafe { (self.PyUnicode_AsUTF8AndSize)(object, &mut size) };
         if text.is_null() {
-            // SAFETY: GIL held; the failed conversion left an exception we replace.
-            unsafe { (self.PyErr_Clear)() };
             // SAFETY: GIL held; a live object has a live type.
             let is_str = unsafe { (self.PyType_GetFlags)(layout::type_at(object)) } & objects::STR_FLAG != 0;
-            return Err(match is_str {
+            // SAFETY: GIL held; the conversion's exception is pending (UnicodeEncodeError is a
+            // ValueError).
+            let encoding =
+                is_str && unsafe { (self.PyErr_ExceptionMatches)(self.exception(ErrorKind::ValueError)) } != 0;
+            if is_str && !encoding {
+                // Not ours to word (a MemoryError): raised as it is.
+                return Err(Error::python_pending());
+            }
+            // SAFETY: GIL held; the failed conversion left an exception we replace.
+            unsafe { (self.PyErr_Clear)() };
+            return Err(match encoding {
                 true => Error::value(format!("{what}: a str with no UTF-8 encoding (it holds a lone surrogate)")),
                 false => Error::type_error(format!("{what}: expected a str")),
             });

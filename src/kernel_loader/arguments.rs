@@ -114,11 +114,11 @@ impl<'py> Arguments<'py> {
             (false, Type::Bool) => return Err(wrong_type(py, param, object)),
             (false, Type::Str) => {
                 // The text stays in the str, which the caller holds for the call.
-                let (data, size) = py
-                    .with_str(object, &format!("parameter '{}'", param.name), |text| (text.as_ptr(), text.len()))
-                    .map_err(|err| match err.kind {
+                let (data, size) =
+                    py.with_str(object, "", |text| (text.as_ptr(), text.len())).map_err(|err| match err.kind {
                         crate::ErrorKind::TypeError => wrong_type(py, param, object),
-                        _ => err,
+                        // `: a str with no UTF-8 …`, named here (not on every call's way in).
+                        _ => Error::new(err.kind, format!("parameter '{}'{}", param.name, err.fact())),
                     })?;
                 values.push(Value::Str(data, size));
             }

@@ -173,7 +173,9 @@ mod tests {
         assert!(wrong("add(a=[1])").contains("is not None, True, False"));
         assert!(wrong("add(n=99999999999999999999)").contains("default 99999999999999999999 does not fit in 64 bits"));
         assert!(wrong("add(n=-9223372036854775809)").contains("does not fit in 64 bits"));
-        assert!(parse("add(n=-9223372036854775808, x=1e400)").is_ok());
+        assert!(parse("add(n=-9223372036854775808, x=1e400, y: float = 99999999999999999999)").is_ok());
+        assert!(wrong("add(n: int = 99999999999999999999)").contains("does not fit in 64 bits"));
+        assert!(wrong("add(__debug__=1)").contains("not a parameter name"));
         assert!(wrong("add(n=-)").contains("is not None, True, False"));
         assert!(wrong("add(a, b").contains("no ')'"));
         assert!(wrong("add(*xs=1)").contains("takes no default"));

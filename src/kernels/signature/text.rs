@@ -34,6 +34,13 @@ impl Raw {
             Some(Default::Bool(_)) => Type::Bool,
             Some(Default::Str(_)) => Type::Str,
         };
+        // An integer literal that `i64` refused reads as a float: an int it cannot be (a float
+        // parameter may have it).
+        if let (Some(Default::Float(_)), Some(written)) = (&default, self.default.as_deref()) {
+            if is_integer_literal(written) && annotated != Some(Type::Float) {
+                return Err(at(format!("default {written} does not fit in 64 bits")));
+            }
+        }
         let ty = annotated.unwrap_or(inferred);
         let default = match (ty, default) {
             (Type::Float, Some(Default::Int(i))) => Some(Default::Float(i as f64)),
@@ -71,6 +78,12 @@ fn annotation_type(annotation: &str) -> Result<(Type, bool), SignatureError> {
     }
 }
 
+/// Digits, with a sign or not: Python reads an int.
+fn is_integer_literal(text: &str) -> bool {
+    let digits = text.strip_prefix(['+', '-']).unwrap_or(text);
+    !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
+}
+
 /// A default as written: `None`, `True`, `1`, `-2.5e-3`, `"text"` or `'text'`.
 fn literal(text: &str) -> Result<Default, SignatureError> {
     match text {
@@ -89,11 +102,6 @@ fn literal(text: &str) -> Result<Default, SignatureError> {
     if let Ok(i) = text.parse::<i64>() {
         return Ok(Default::Int(i));
     }
-    // An integer literal (no '.', no exponent) that `i64` refused is too large, never a float.
-    let digits = text.strip_prefix(['+', '-']).unwrap_or(text);
-    if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) {
-        return error(format!("default {text} does not fit in 64 bits"));
-    }
     match text.parse::<f64>() {
         Ok(f) if !text.is_empty() && text.chars().all(|c| c.is_ascii_digit() || "+-.eE".contains(c)) => {
             Ok(Default::Float(f))
@@ -102,15 +110,49 @@ fn literal(text: &str) -> Result<Default, SignatureError> {
     }
 }
 
-/// Python's keywords (`keyword.kwlist`, 3.9 to 3.15): no parameter or kernel may be named one —
-/// a call could not pass it by name, nor `inspect.signature` or a stub spell it.
-const KEYWORDS: [&str; 35] = [
-    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del",
-    "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal",
-    "not", "or", "pass", "raise", "return", "try", "while", "with", "yield",
+/// Python's keywords (`keyword.kwlist`, 3.9 to 3.15) and `__debug__`, which nothing may bind
+/// either: no parameter or kernel may be named one (a call could not pass it by name, nor
+/// `inspect.signature` or a stub spell it).
+const KEYWORDS: [&str; 36] = [
+    "False",
+    "None",
+    "True",
+    "and",
+    "as",
+    "assert",
+    "async",
+    "await",
+    "break",
+    "class",
+    "continue",
+    "def",
+    "del",
+    "elif",
+    "else",
+    "except",
+    "finally",
+    "for",
+    "from",
+    "global",
+    "if",
+    "import",
+    "in",
+    "is",
+    "lambda",
+    "nonlocal",
+    "not",
+    "or",
+    "pass",
+    "raise",
+    "return",
+    "try",
+    "while",
+    "with",
+    "yield",
+    "__debug__",
 ];
 
-/// An ASCII Python identifier that is no keyword.
+/// An ASCII Python identifier that is no keyword (nor `__debug__`).
 pub(super) fn is_identifier(name: &str) -> bool {
     let mut chars = name.chars();
     chars.next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
