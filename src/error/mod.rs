@@ -102,18 +102,11 @@ impl Error {
         Self::of(kind, Context::Verbatim, Cow::Owned(message))
     }
 
-    /// What a foreign `SetError` reported (an allocator's), with the C++ backtrace torch's errors
-    /// carry cut off: `c10::Error::what()` appends `Exception raised from … (most recent call
-    /// first):` and `frame #0: …` lines, which torch's own Python exceptions leave out (unless
-    /// `TORCH_SHOW_CPP_STACKTRACES` is set).
+    /// What a foreign `SetError` reported (an allocator's), less a C++ backtrace
+    /// ([`without_cpp_backtrace`]).
     pub fn reported(kind: ErrorKind, message: String) -> Self {
-        let end = ["\nException raised from ", "\nframe #0: "]
-            .iter()
-            .filter_map(|marker| message.find(marker))
-            .min()
-            .unwrap_or(message.len());
         let mut message = message;
-        message.truncate(end);
+        message.truncate(without_cpp_backtrace(&message).len());
         Self::verbatim(kind, message)
     }
 
@@ -181,6 +174,14 @@ pub unsafe fn c_text(text: *const c_char) -> String {
         // SAFETY: non-NULL and NUL-terminated, by the contract.
         false => unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned(),
     }
+}
+
+/// `text` with the C++ backtrace torch's errors carry cut off: `c10::Error::what()` appends
+/// `Exception raised from … (most recent call first):` and `frame #0: …` lines, which torch's own
+/// Python exceptions leave out (unless `TORCH_SHOW_CPP_STACKTRACES` is set).
+pub fn without_cpp_backtrace(text: &str) -> &str {
+    let end = ["\nException raised from ", "\nframe #0: "].iter().filter_map(|marker| text.find(marker)).min();
+    &text[..end.unwrap_or(text.len())]
 }
 
 /// Stores `err` as this thread's last error (what `dlpx_last_error()` returns). While the thread

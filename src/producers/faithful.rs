@@ -88,7 +88,7 @@ pub fn set_aside<'py>(py: Python<'py>, ours: Handover<'py>) -> Handover<'py> {
 }
 
 /// A handover the row suspects (set aside): the producer's verdict, its refusal a BufferError
-/// carrying its message (first line: no C++ backtrace); memory holding negated values refused,
+/// carrying its message (less a C++ backtrace); memory holding negated values refused,
 /// or under `copy=True` the values the producer resolves (`resolved`).
 #[cold]
 #[inline(never)]
@@ -106,8 +106,8 @@ pub fn suspected<'py>(
     let theirs = theirs.map_err(|err| {
         let err = if err.is_python_pending() { take_pending(py) } else { err };
         let text = err.message();
-        let first = text.lines().next().unwrap_or_default().trim_end();
-        Error::buffer(format!("{}.__dlpack__ refuses it: {first}", type_name(py, object)))
+        let said = crate::error::without_cpp_backtrace(&text).trim_end();
+        Error::buffer(format!("{}.__dlpack__ refuses it: {said}", type_name(py, object)))
     })?;
     if !suspicion.negated {
         return Ok(theirs);
