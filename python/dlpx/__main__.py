@@ -7,8 +7,6 @@ import sys
 import dlpx
 
 _HERE = os.path.dirname(os.path.abspath(dlpx.__file__))
-# A source checkout run with PYTHONPATH=python: the headers are the repository's own.
-_SOURCE_INCLUDE = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "include")
 
 
 def _directory(what: str, marker: str, *candidates: str) -> str:
@@ -32,7 +30,12 @@ def main(argv=None) -> int:
     if args.cmakedir:
         print(_directory("CMake package", "dlpxConfig.cmake", os.path.join(_HERE, "lib", "cmake", "dlpx")))
     elif args.includedir:
-        print(_directory("headers", os.path.join("dlpx", "dlpx.h"), os.path.join(_HERE, "include"), _SOURCE_INCLUDE))
+        from dlpx.cpp import include_dir  # the installed headers, else a source checkout's
+
+        try:
+            print(include_dir())
+        except FileNotFoundError as err:
+            raise SystemExit(str(err)) from None
     elif args.libdir:
         print(os.path.dirname(dlpx.library_path()))
     elif args.library:

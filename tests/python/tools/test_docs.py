@@ -86,7 +86,10 @@ def test_python_block_runs(block, tmp_path):
         pytest.skip(f"{block} imports {peer}, which this interpreter lacks")
     script = tmp_path / (os.path.basename(block.doc) + ".py")  # tracebacks: "python.md.py", line = the doc's
     script.write_text(doc_blocks.python_script(block), encoding="utf-8")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    # dlpx.cpp's builds go to the test's own cache (not the user's).
+    env = dict(os.environ, DLPX_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=env)
     assert done.returncode == 0, f"the Python example at {block} fails:\n{done.stderr[-3000:]}"
 
 

@@ -1,0 +1,230 @@
+"""Kernel libraries built from Python (python/dlpx/cpp.py, docs/kernels.md "Building from Python"):
+load_inline and load compile C, C++ and CUDA with the flags dlpx_add_kernel_library uses, cache
+each build by its sources, flags, compilers and the content of the headers they include, and
+refuse bad input with clear errors."""
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import dlpx
+from dlpx import cpp
+
+SCALE = r"""
+static int scale(DlpxCall *call) {
+  const DLTensor *x;
+  double alpha;
+  DLTensor *out;
+  if (dlpx_argument_tensor(call, 0, &x, NULL) || dlpx_argument_float(call, 1, &alpha)) return -1;
+  if (x->dtype.code != kDLFloat || x->dtype.bits != 64 || x->ndim != 1)
+    return dlpx_call_error(call, "TypeError", "scale takes a 1-d float64 tensor");
+  if (dlpx_call_allocate(call, x->device, x->dtype, 1, x->shape, &out)) return -1;
+  const double *in = (const double *)((const char *)x->data + x->byte_offset);
+  for (int64_t i = 0; i < x->shape[0]; ++i) ((double *)out->data)[i] = alpha * in[i * x->strides[0]];
+  return dlpx_call_return_tensor(call, out);
+}
+DLPX_EXPORT_KERNEL(scale, scale, "scale(x, alpha=2.0) -> tensor: alpha * x, in x's framework.")
+"""
+
+AXPY = r"""
+#include <stdexcept>
+dlpx::OutputTensor axpy(dlpx::Call& call, double alpha, dlpx::mdspan_t<const float, 1> x,
+                        dlpx::mdspan_t<const float, 1> y) {
+  if (x.extent(0) != y.extent(0)) throw std::invalid_argument("x and y differ in length");
+  dlpx::OutputTensor out = call.allocate({x.extent(0)}, dlpx::dtype_of<float>());
+  auto z = out.as_mdspan<float, 1>();
+  for (int64_t i = 0; i < x.extent(0); ++i) z(i) = static_cast<float>(alpha) * x(i) + y(i);
+  return out;
+}
+DLPX_EXPORT_TYPED_KERNEL(axpy, axpy, "axpy(alpha: float, x, y) -> tensor: alpha * x + y.")
+"""
+
+
+def answer(value, name="answer"):
+    """A kernel returning `value` (C text: a literal or a macro)."""
+    return (f"static int {name}(DlpxCall *call) {{ return dlpx_call_return_int(call, {value}); }}\n"
+            f'DLPX_EXPORT_KERNEL({name}, {name}, "{name}() -> int: a constant.")\n')
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    """Each test's own cache (a build of another test, or of the user's, is never found)."""
+    monkeypatch.setenv("DLPX_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def exported(path):
+    """The dynamic symbols `path` defines, and those it needs."""
+    def names(which):
+        listing = subprocess.run(["nm", "-D", which, path], capture_output=True, text=True, check=True).stdout
+        return [line.split()[-1] for line in listing.splitlines()]
+    return names("--defined-only"), names("--undefined-only")
+
+
+def test_a_c_kernel_from_text_takes_every_framework_and_returns_its_type():
+    lib = cpp.load_inline("scale", c_sources=SCALE)
+    y = lib.scale(np.arange(3.0))
+    assert type(y) is np.ndarray and y.tolist() == [0.0, 2.0, 4.0]
+    assert lib.scale(np.arange(3.0)[::-1], alpha=0.5).tolist() == [1.0, 0.5, 0.0]
+    torch = pytest.importorskip("torch")
+    t = lib.scale(torch.arange(3.0, dtype=torch.float64))
+    assert type(t) is torch.Tensor and t.tolist() == [0.0, 2.0, 4.0]
+    with pytest.raises(TypeError, match="dlpx: scale: scale takes a 1-d float64 tensor"):
+        lib.scale(np.arange(3, dtype=np.float32))
+    assert lib.scale.__doc__.startswith("scale(x: tensor, alpha: float = 2.0) -> tensor")
+
+
+def test_a_typed_cpp_kernel_and_its_exception():
+    lib = cpp.load_inline("axpy", cpp_sources=[AXPY])
+    assert lib.axpy(2.0, np.ones(3, np.float32), np.arange(3, dtype=np.float32)).tolist() == [2.0, 3.0, 4.0]
+    with pytest.raises(ValueError, match="x and y differ in length"):
+        lib.axpy(1.0, np.ones(3, np.float32), np.ones(2, np.float32))
+
+
+def test_the_library_exports_one_symbol_and_names_nothing_of_python():
+    path = cpp.build_inline("both", c_sources=SCALE, cpp_sources=AXPY)
+    defined, undefined = exported(path)
+    assert defined == ["dlpx_kernel_library"], defined
+    assert not [symbol for symbol in undefined if symbol.lstrip("_").startswith("Py")], undefined
+    lib = dlpx.load_library(path)
+    assert lib.scale(np.ones(2)).tolist() == [2.0, 2.0] and lib.axpy(1.0, np.ones(1, np.float32),
+                                                                    np.ones(1, np.float32)).tolist() == [2.0]
+
+
+def test_the_same_call_again_compiles_nothing_and_gives_the_same_module(capfd):
+    lib = cpp.load_inline("scale", c_sources=SCALE, verbose=True)
+    assert "-c" in capfd.readouterr().err  # the compile command, printed
+    before = os.stat(lib.__file__)
+    again = cpp.load_inline("scale", c_sources=SCALE, verbose=True)
+    assert again is lib and capfd.readouterr().err == ""
+    after = os.stat(lib.__file__)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    # Another process finds the build too: it compiles nothing.
+    code = "import dlpx.cpp, sys; print(dlpx.cpp.build_inline('scale', c_sources=sys.argv[1], verbose=True))"
+    done = subprocess.run([sys.executable, "-c", code, SCALE], capture_output=True, text=True, env=os.environ)
+    assert done.returncode == 0, done.stderr
+    assert (done.stdout.strip(), done.stderr) == (lib.__file__, "")
+
+
+def test_a_changed_source_is_a_new_library_in_the_same_process():
+    first = cpp.load_inline("answer", c_sources=answer(1))
+    second = cpp.load_inline("answer", c_sources=answer(2))
+    assert first is not second and first.__file__ != second.__file__
+    assert (first.answer(), second.answer()) == (1, 2)
+
+
+def test_a_changed_header_builds_anew(tmp_path):
+    include = tmp_path / "include"
+    include.mkdir()
+    header = include / "factor.h"
+    source = "#include <factor.h>\n" + answer("FACTOR")
+    header.write_text("#define FACTOR 2\n")
+    first = cpp.load_inline("factor", c_sources=source, extra_include_paths=[str(include)])
+    header.write_text("#define FACTOR 3\n")
+    second = cpp.load_inline("factor", c_sources=source, extra_include_paths=[str(include)])
+    assert (first.answer(), second.answer()) == (2, 3)
+    # Back to the first header: its build is found again, compiled once.
+    header.write_text("#define FACTOR 2\n")
+    assert cpp.load_inline("factor", c_sources=source, extra_include_paths=[str(include)]) is first
+
+
+def test_source_files_of_each_language_in_one_library(tmp_path):
+    (tmp_path / "scale.c").write_text("#include <dlpx/kernel.h>\n" + SCALE)
+    (tmp_path / "axpy.cpp").write_text("#include <dlpx/kernel.hpp>\n" + AXPY)
+    lib = cpp.load("files", [str(tmp_path / "scale.c"), tmp_path / "axpy.cpp"])
+    assert sorted(name for name in dir(lib) if not name.startswith("_")) == ["axpy", "scale"]
+    assert lib.scale(np.ones(1), alpha=3.0).tolist() == [3.0]
+    (tmp_path / "scale.c").write_text("#include <dlpx/kernel.h>\n" + SCALE.replace("alpha=2.0", "alpha=4.0"))
+    assert cpp.load("files", [str(tmp_path / "scale.c"), str(tmp_path / "axpy.cpp")]).scale(np.ones(1)).tolist() == [4.0]
+
+
+def test_a_compile_error_names_the_file_and_line_and_a_fixed_source_builds(cache):
+    with pytest.raises(cpp.BuildError, match=r"(?s)building broken failed.*broken\.c:3:.*undeclared_name.* undeclared"):
+        cpp.load_inline("broken", c_sources=["", "int f(void) { return undeclared_name; }"])
+    assert not [p for p in cache.rglob("*.so")]  # nothing half-built is left to be found
+    assert cpp.load_inline("broken", c_sources=answer(7)).answer() == 7
+
+
+def test_a_flag_reaches_the_compiler_and_the_linker():
+    lib = cpp.load_inline("flagged", c_sources=answer("VALUE"), extra_cflags=["-DVALUE=41", "-O0"],
+                          extra_ldflags=["-Wl,--build-id"])
+    assert lib.answer() == 41
+    with pytest.raises(cpp.BuildError, match="no-such-flag"):
+        cpp.build_inline("flagged", c_sources=answer(1), extra_ldflags=["-Wl,--no-such-flag"])
+
+
+@pytest.mark.parametrize("name", ["", "1st", "a-b", "a.b", "a b", None])
+def test_a_name_that_is_no_identifier_is_refused(name):
+    with pytest.raises(ValueError, match="is no identifier"):
+        cpp.build_inline(name, c_sources=answer(1))
+
+
+def test_bad_input_is_refused_before_anything_is_built(tmp_path, cache, monkeypatch):
+    with pytest.raises(ValueError, match="empty: no sources"):
+        cpp.build_inline("empty")
+    with pytest.raises(TypeError, match="extra_cflags is a sequence of str"):
+        cpp.build_inline("flags", c_sources=answer(1), extra_cflags="-O0")
+    with pytest.raises(TypeError, match="c sources are a str or a sequence of str"):
+        cpp.build_inline("texts", c_sources=[answer(1), 2])
+    fortran = tmp_path / "kernel.f90"
+    fortran.write_text("")
+    with pytest.raises(ValueError, match=r"kernel\.f90: not a C, C\+\+ or CUDA source"):
+        cpp.build("fortran", [str(fortran)])
+    with pytest.raises(FileNotFoundError):
+        cpp.build("missing", [str(tmp_path / "missing.c")])
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(cpp.BuildError, match=r"no c compiler \(tried .*no-such-cc\): install one or set \$CC"):
+        cpp.build_inline("nocc", c_sources=answer(1))
+    monkeypatch.setenv("DLPX_CUDA_ARCH_LIST", "hopper")
+    monkeypatch.setenv("NVCC", "/bin/true")
+    with pytest.raises(cpp.BuildError, match="'hopper' in DLPX_CUDA_ARCH_LIST is no CUDA architecture"):
+        cpp.build_inline("arch", cuda_sources="")
+    assert not [p for p in cache.rglob("*.so")] if cache.exists() else True
+
+
+def test_threads_building_one_library_at_once_get_one_module():
+    source = answer(5, "five")
+    results, errors = [], []
+
+    def load():
+        try:
+            results.append(cpp.load_inline("five", c_sources=source))
+        except Exception as err:  # reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(results) == 4 and all(module is results[0] for module in results)
+    assert results[0].five() == 5
+
+
+def test_a_cuda_source_builds_with_nvcc(monkeypatch):
+    try:
+        cpp._compiler("cuda")
+    except cpp.BuildError as err:
+        pytest.skip(str(err))
+    monkeypatch.setenv("DLPX_CUDA_ARCH_LIST", "9.0")
+    source = r"""
+__global__ void fill(float *p, int64_t n) { int64_t i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] = 1.0f; }
+static int ones(DlpxCall *call) {
+  const DLTensor *x;
+  if (dlpx_argument_tensor(call, 0, &x, NULL)) return -1;
+  fill<<<1, 32>>>((float *)x->data, x->shape[0]);
+  return 0;
+}
+DLPX_EXPORT_KERNEL(ones, ones, "ones(x) -> None: fills x with ones on the GPU.")
+"""
+    path = cpp.build_inline("ones", cuda_sources=source)
+    defined, undefined = exported(path)
+    assert defined == ["dlpx_kernel_library"], defined
+    assert not [symbol for symbol in undefined if symbol.lstrip("_").startswith("Py")]
+    needed = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    assert "libcudart" not in needed  # the runtime linked statically, as dlpx_add_kernel_library does
+    assert dlpx.load_library(path).ones.__doc__.startswith("ones(x: tensor) -> None")
