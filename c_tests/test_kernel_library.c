@@ -121,6 +121,17 @@ static void test_kinds_of_optional_and_keyword_only_parameters(void) {
   args[0].flags = DLPACK_FLAG_BITMASK_READ_ONLY;
   rc = dlpx_kernel_call(find("flags"), args, 1, results, 4, &n);
   CHECK(rc == 0 && results[0].int64 == (int64_t)DLPACK_FLAG_BITMASK_READ_ONLY, "flags");
+  /* A 0-d tensor with NULL shape and strides (legal for ndim 0) reaches the kernel with neither
+   * NULL, as kernel.h promises. */
+  DLTensor scalar = a;
+  scalar.ndim = 0;
+  scalar.shape = NULL;
+  scalar.strides = NULL;
+  args[0] = tensor(&scalar);
+  rc = dlpx_kernel_call(find("null_dims"), args, 1, results, 4, &n);
+  CHECK(rc == 0 && n == 1 && results[0].int64 == 0, "a 0-d tensor's dims: rc %d, got %lld", rc,
+        (long long)results[0].int64);
+  CHECK(scalar.shape == NULL && scalar.strides == NULL, "the caller's tensor is left as it was");
 }
 
 static void test_bad_calls_fail_cleanly_and_lose_nothing(void) {

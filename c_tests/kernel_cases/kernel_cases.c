@@ -48,6 +48,17 @@ static int flags(DlpxCall *call) {
 }
 DLPX_EXPORT_KERNEL_SHORT(flags, flags, "flags(a) -> int: a's DLPack flags.")
 
+/* null_dims(a) -> which of a's shape (1) and strides (2) are NULL, read in place and through
+ * dlpx_call_tensor: none ever are (kernel.h), a 0-d tensor's neither. */
+static int null_dims(DlpxCall *call) {
+  const DLTensor *a;
+  if (dlpx_call_tensor(call, 0, &a, NULL)) return -1;
+  const DLTensor *in_place = &call->arguments[0].value.tensor.tensor;
+  const int64_t got = (a->shape == NULL) + 2 * (a->strides == NULL);
+  return dlpx_call_return_int(call, got + 4 * ((in_place->shape == NULL) + 2 * (in_place->strides == NULL)));
+}
+DLPX_EXPORT_KERNEL_SHORT(null_dims, null_dims, "null_dims(a) -> int: 0 when a's shape and strides are not NULL.")
+
 /* Asks for argument 9 of 1 (an IndexError); returns its -1. */
 static int ninth(DlpxCall *call) {
   const DLTensor *t;

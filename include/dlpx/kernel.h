@@ -28,8 +28,9 @@
  * The signature string is `name(parameters) [-> returns] [: doc]`, Python's syntax: a
  * parameter is `name`, `name: type` or `name=default` (types tensor, int, float, bool, str,
  * `T | None`; without an annotation the default says it: none → tensor, 1.0 → float, 1 → int,
- * True → bool, "x" → str, None → optional tensor), `*name` takes any number of tensors, and the
- * parameters after it (or after a bare `*`) are keyword-only. The kernel reads its arguments by
+ * True → bool, "x" → str, None → optional tensor), `*name` takes any number of tensors (or of
+ * its annotated type: `*sizes: int`), and the parameters after it (or after a bare `*`) are
+ * keyword-only. The kernel reads its arguments by
  * index, in parameter order, with `*name`'s values where it stands.
  *
  * C11 or C++ (any standard dlpx's C API compiles with), GCC or Clang, ELF; no Python.h.

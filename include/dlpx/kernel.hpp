@@ -23,16 +23,19 @@
  *   tensor           dlpx::TensorView, dlpx::TensorArg (with the read-only flag),
  *                    dlpx::mdspan_t<T, R> (checked: rank R, T's dtype, a CPU tensor; a
  *                    non-const T also refuses a read-only tensor)
- *   int              int64_t (any integer type but bool and the character types; a value it
- *                    cannot hold is an OverflowError)
+ *   int              int64_t (any integer type of 64 bits or fewer but bool and the character
+ *                    types; a value it cannot hold is an OverflowError; an int argument is
+ *                    int64, so uint64_t takes 0 to 2**63-1)
  *   float            double (or float)
  *   bool             bool
  *   str              std::string_view (valid until the function returns), std::string
  *   T | None         std::optional<the type for T>
- *   *name            dlpx::TensorList (the tensors it took)
+ *   *name            dlpx::TensorList (the tensors it took; `*name: int` and other annotated
+ *                    ones have no C++ type: read them from call->arguments)
  *
  * and returns void (None), dlpx::OutputTensor (a tensor this call allocated), an integer, a
- * floating-point number, bool, or a std::tuple of them (a Python tuple).
+ * floating-point number, bool, or a std::tuple of two or more of them (a Python tuple; not
+ * nested: one result comes back as itself).
  *
  * Checked when the library is compiled (static_assert): that the signature names the kernel,
  * lists as many parameters as the function takes, and that each C++ type takes its
@@ -455,8 +458,10 @@ struct Type {
 // Parameter text -> its kind and whether None is allowed: the annotation says it, else the
 // default (none: tensor; None: optional tensor).
 constexpr Type type_of(std::string_view p) {
-  if (is_star(p)) return {kVariadic, false};
   const std::size_t colon = find_top(p, ':'), equals = find_top(p, '=');
+  // `*name` (or `*name: tensor`) takes tensors: dlpx::TensorList. `*name: int` and the like have
+  // no C++ type here; such a kernel reads call->arguments (kernel.h).
+  if (is_star(p)) return {colon == std::string_view::npos || trim(p.substr(colon + 1)) == "tensor" ? kVariadic : kUnknown, false};
   const std::string_view dflt = equals == std::string_view::npos ? std::string_view() : trim(p.substr(equals + 1));
   const bool defaults_to_none = dflt == "None";
   if (colon != std::string_view::npos && (equals == std::string_view::npos || colon < equals)) {
@@ -510,7 +515,8 @@ inline const DLTensor* call_tensor(DlpxCall* call, int32_t index, uint64_t* flag
 
 template <class T>
 inline constexpr bool is_int_parameter =
-    std::is_integral<T>::value && !std::is_same<T, bool>::value && !std::is_same<T, char>::value &&
+    std::is_integral<T>::value && sizeof(std::conditional_t<std::is_integral<T>::value, T, int>) <= sizeof(int64_t) &&
+    !std::is_same<T, bool>::value && !std::is_same<T, char>::value &&
     !std::is_same<T, wchar_t>::value && !std::is_same<T, char16_t>::value && !std::is_same<T, char32_t>::value
 #if defined(__cpp_char8_t)
     && !std::is_same<T, char8_t>::value
@@ -671,12 +677,16 @@ P read_parameter(DlpxCall* call, const char* signature, int n, Slot slot) {
 
 template <class R>
 struct result {
-  static constexpr bool ok = std::is_same<R, OutputTensor>::value || std::is_same<R, bool>::value ||
-                             is_int_parameter<R> || std::is_floating_point<R>::value;
+  static constexpr bool single = std::is_same<R, OutputTensor>::value || std::is_same<R, bool>::value ||
+                                 is_int_parameter<R> || std::is_floating_point<R>::value;
+  static constexpr bool ok = single;
 };
+// A tuple of two or more results, none of them a tuple: the call returns one result as itself
+// and several as a flat tuple, so `(x,)` and `(a, (b, c))` have no spelling.
 template <class... R>
 struct result<std::tuple<R...>> {
-  static constexpr bool ok = sizeof...(R) > 0 && (result<R>::ok && ...);
+  static constexpr bool single = false;
+  static constexpr bool ok = sizeof...(R) > 1 && (result<R>::single && ...);
 };
 
 inline int give(DlpxCall* call, OutputTensor&& out) {
@@ -888,8 +898,8 @@ int invoke(DlpxCall* raw) noexcept {
                 "bool: bool; str: std::string_view; T | None: std::optional<...>; *name: dlpx::TensorList)");      \
   static_assert(::dlpx::detail::result_fits<decltype(&function)>(),                                                 \
                 "DLPX_EXPORT_TYPED_KERNEL(" #name "): " #function                                                  \
-                " must return void, dlpx::OutputTensor, an integer, a floating-point number, bool or a "          \
-                "std::tuple of them");                                                                             \
+                " must return void, dlpx::OutputTensor, an integer (64 bits at most), a floating-point number, "  \
+                "bool or a std::tuple of two or more of them (not nested)");                                     \
   static constexpr char dlpx_typed_kernel_signature_##name[] = signature;                                          \
   static int dlpx_typed_kernel_##name(DlpxCall* call) noexcept {                                                   \
     return ::dlpx::detail::invoke<&function, dlpx_typed_kernel_signature_##name>(call);                            \

@@ -160,7 +160,9 @@ fn argument(value: &DlpxValue, ty: Type, optional: bool) -> std::result::Result<
             if !unsafe { crate::validate::check_view(tensor) }.map_err(|err| err.fact().to_string())? {
                 return Err("its strides are NULL (pass them: DLPack 1.2 and later)".into());
             }
-            Value::Tensor(*tensor, value.flags)
+            let mut tensor = *tensor;
+            crate::kernels::with_dims(&mut tensor);
+            Value::Tensor(tensor, value.flags)
         }
         (DLPX_VALUE_INT, Type::Int) => Value::Int(value.int64),
         (DLPX_VALUE_INT, Type::Float) => Value::Float(value.int64 as f64),

@@ -89,10 +89,9 @@ impl<'py> Arguments<'py> {
             (true, _) if param.optional => values.push(Value::None),
             (true, _) => return Err(wrong_type(py, param, object)),
             (false, Type::Tensor) => unreachable!("bind converts tensors in place"),
-            (false, Type::Int) => match args::int_value(py, object, &param.name) {
+            (false, Type::Int) => match args::int_value(py, object, "") {
                 Ok(value) => values.push(Value::Int(value)),
-                Err(err) if err.kind == crate::ErrorKind::TypeError => return Err(wrong_type(py, param, object)),
-                Err(err) => return Err(Error::new(err.kind, format!("parameter {}", err.fact()))),
+                Err(err) => return Err(int_error(py, param, object, err)),
             },
             (false, Type::Float) => {
                 // SAFETY: GIL held; `object` is live; -1.0 with an exception set is the failure.
@@ -135,6 +134,7 @@ impl<'py> Arguments<'py> {
         let (view, flags) = Value::empty_tensor_in(unsafe { self.values.push_uninit() });
         match producers::view(py, object, view, false) {
             Ok((owner, read_flags)) => {
+                crate::kernels::with_dims(view);
                 *flags = read_flags;
                 if let Some(owner) = NonNull::new(owner) {
                     self.owners.push(owner);
@@ -223,6 +223,34 @@ fn wrong_type(py: Python<'_>, param: &Param, object: *mut PyObject) -> Error {
         param.ty.name(),
         type_name(py, object)
     ))
+}
+
+/// Why `object` did not convert to an int: no integer (a TypeError, also one its `__index__`
+/// raised: a numpy array's) → ours naming the parameter; past int64 → an OverflowError, as
+/// CPython's own conversions and a C++ parameter's narrowing say; anything else (a
+/// KeyboardInterrupt from `__index__`) raised as it is.
+#[cold]
+fn int_error(py: Python<'_>, param: &Param, object: *mut PyObject, err: Error) -> Error {
+    let pending = err.is_python_pending();
+    let type_error = match pending {
+        // SAFETY: GIL held; asked only with an exception pending.
+        true => (unsafe { (py.PyErr_ExceptionMatches)(py.exception(crate::ErrorKind::TypeError)) } != 0),
+        false => err.kind == crate::ErrorKind::TypeError,
+    };
+    match (type_error, pending) {
+        (true, _) => {
+            if pending {
+                // SAFETY: GIL held; the conversion's exception is replaced by ours.
+                unsafe { (py.PyErr_Clear)() };
+            }
+            wrong_type(py, param, object)
+        }
+        (false, true) => err,
+        (false, false) => Error::new(
+            crate::ErrorKind::OverflowError,
+            format!("parameter '{}': the int does not fit in 64 bits (int64)", param.name),
+        ),
+    }
 }
 
 /// Why `object` did not convert to a float (its exception pending): a TypeError — no number —

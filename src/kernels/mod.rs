@@ -15,4 +15,4 @@ pub mod value;
 
 pub use call::{Call, Environment};
 pub use library::{Kernel, Library};
-pub use value::{Returned, Value};
+pub use value::{with_dims, Returned, Value};

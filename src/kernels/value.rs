@@ -66,6 +66,27 @@ const EMPTY: DLTensor = DLTensor {
     byte_offset: 0,
 };
 
+/// What a 0-d tensor argument's shape and strides point to where its producer left them NULL
+/// (dlpx's own, jax's, tvm-ffi's, capsules): kernel.h promises a kernel they never are. One
+/// element, so a kernel that reads `shape[0]` of a 0-d tensor by mistake reads a number.
+static NO_DIMS: [i64; 1] = [0];
+
+/// `tensor`, a validated argument, with its NULL shape and strides (a 0-d tensor's: validation
+/// refuses them where `ndim` > 0) pointing to [`NO_DIMS`]. Never written through: an argument
+/// is the caller's, read-only to the kernel.
+#[inline(always)]
+pub fn with_dims(tensor: &mut DLTensor) {
+    // One test on the hot path: only a 0-d tensor may have them NULL.
+    if tensor.ndim == 0 {
+        if tensor.shape.is_null() {
+            tensor.shape = NO_DIMS.as_ptr().cast_mut();
+        }
+        if tensor.strides.is_null() {
+            tensor.strides = NO_DIMS.as_ptr().cast_mut();
+        }
+    }
+}
+
 impl Value {
     /// Writes an empty tensor argument (no flags) into `slot`, field by field, and gives back
     /// its tensor and flags to fill. Built whole and moved there, the 64-byte value went

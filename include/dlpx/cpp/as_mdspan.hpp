@@ -263,8 +263,9 @@ mdspan_t<T, Rank> as_mdspan_impl(const DLTensor& t, DLDeviceType device_type, bo
                                                "broadcast or reversed dimensions");
             }
           }
-          as_mdspan_fail("ValueError", "the strides make elements overlap or the span overflow int64_t; a "
-                                       "layout_stride mdspan needs distinct elements");
+          as_mdspan_fail("ValueError", "the strides are no layout_stride mdspan's: one needs the dimensions "
+                                       "nested, each stride at least the span of those inside it (these "
+                                       "overlap or interleave), and a span that does not overflow int64_t");
         }
         // No element is reachable: any valid strides describe it.
         int64_t acc = 1;

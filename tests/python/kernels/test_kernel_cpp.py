@@ -214,6 +214,14 @@ DLPX_EXPORT_TYPED_KERNEL(optional, takes_double, "optional(x: float | None = Non
 DLPX_EXPORT_TYPED_KERNEL(named, takes_double, "other(x: float) -> None: another name.")
 static dlpx::ManagedTensor owned(double) { return {}; }
 DLPX_EXPORT_TYPED_KERNEL(result, owned, "result(x: float) -> tensor: a ManagedTensor is not the call's.")
+static std::tuple<int64_t> one(double) { return {1}; }
+DLPX_EXPORT_TYPED_KERNEL(one_tuple, one, "one_tuple(x: float) -> int: one result comes back as itself, not (1,).")
+static std::tuple<int64_t, std::tuple<int64_t, int64_t>> nested(double) { return {1, {2, 3}}; }
+DLPX_EXPORT_TYPED_KERNEL(nested_tuple, nested, "nested_tuple(x: float): results are one flat tuple.")
+static void wide(unsigned __int128) {}
+DLPX_EXPORT_TYPED_KERNEL(wide_int, wide, "wide_int(n: int) -> None: an int argument is int64.")
+static void ints(dlpx::TensorList) {}
+DLPX_EXPORT_TYPED_KERNEL(star_ints, ints, "star_ints(*xs: int) -> None: a TensorList takes tensors.")
 """
 
 
@@ -231,6 +239,10 @@ def test_a_function_that_does_not_fit_its_signature_does_not_compile(tmp_path):
         "DLPX_EXPORT_TYPED_KERNEL(optional): a parameter's C++ type does not take its signature type",
         "DLPX_EXPORT_TYPED_KERNEL(named): the signature must begin with named(",
         "DLPX_EXPORT_TYPED_KERNEL(result): owned must return void, dlpx::OutputTensor",
+        "DLPX_EXPORT_TYPED_KERNEL(one_tuple): one must return void",
+        "DLPX_EXPORT_TYPED_KERNEL(nested_tuple): nested must return void",
+        "DLPX_EXPORT_TYPED_KERNEL(wide_int): a parameter's C++ type does not take its signature type",
+        "DLPX_EXPORT_TYPED_KERNEL(star_ints): a parameter's C++ type does not take its signature type",
     ]:
         assert message in done.stderr, f"{message!r} not in:\n{done.stderr}"
 

@@ -367,9 +367,33 @@ def test_a_str_with_no_utf8_is_a_value_error_naming_the_parameter(cases):
     assert cases.scalars(1, text="a\0b") == (2, 2.0, False, 3)
 
 
-def test_a_number_too_large_for_int64_is_a_value_error(cases):
-    with pytest.raises(ValueError, match="parameter n does not fit in 64 bits"):
-        cases.scalars(2**70)
+def test_a_number_too_large_for_int64_is_an_overflow_error(cases):
+    # As CPython's own conversions say, and a typed C++ parameter that narrows it.
+    for n in (2**70, 2**63, -(2**63) - 1):
+        with pytest.raises(OverflowError, match="^dlpx: scalars: parameter 'n': the int does not fit in 64 bits"):
+            cases.scalars(n)
+    assert cases.scalars(-(2**63))[0] == -(2**63) + 1  # the ends of int64 are taken
+
+
+def test_a_0d_tensor_reaches_the_kernel_with_shape_and_strides(cases):
+    # dlpx's own, jax's and tvm-ffi's 0-d tensors carry NULL shape and strides (legal for ndim 0);
+    # kernel.h promises a kernel neither is NULL.
+    scalars = [np.float32(2.0) * np.ones(()), dlpx.from_dlpack(np.ones(()))]
+    for module, make in (("jax.numpy", lambda m: m.ones(())), ("tvm_ffi", lambda m: m.from_dlpack(np.ones(()))),
+                         ("torch", lambda m: m.ones(()))):
+        try:
+            scalars.append(make(__import__(module, fromlist=["_"])))
+        except ImportError:
+            pass
+    for x in scalars:
+        assert cases.null_dims(x) == 0, type(x)
+
+
+def test_an_array_for_an_int_parameter_is_a_type_error_naming_it(cases):
+    # numpy's __index__ raises its own TypeError ("only integer scalar arrays ..."): ours names the parameter.
+    with pytest.raises(TypeError, match="^dlpx: scalars: parameter 'n' takes an int, got numpy.ndarray"):
+        cases.scalars(np.ones(3))
+    assert cases.scalars(np.int64(3))[0] == 4
 
 
 @pytest.mark.parametrize("kind", ["ValueError", "TypeError", "IndexError", "KeyError", "MemoryError", "OverflowError",
