@@ -121,6 +121,11 @@ static void test_kinds_of_optional_and_keyword_only_parameters(void) {
   args[0].flags = DLPACK_FLAG_BITMASK_READ_ONLY;
   rc = dlpx_kernel_call(find("flags"), args, 1, results, 4, &n);
   CHECK(rc == 0 && results[0].int64 == (int64_t)DLPACK_FLAG_BITMASK_READ_ONLY, "flags");
+  /* Only READ_ONLY reaches the kernel (kernel.h: the other bits are 0). */
+  args[0].flags = ~(uint64_t)0;
+  rc = dlpx_kernel_call(find("flags"), args, 1, results, 4, &n);
+  CHECK(rc == 0 && results[0].int64 == (int64_t)DLPACK_FLAG_BITMASK_READ_ONLY, "a caller's other flags: %llx",
+        (unsigned long long)results[0].int64);
   /* A 0-d tensor with NULL shape and strides (legal for ndim 0) reaches the kernel with neither
    * NULL, as kernel.h promises. */
   DLTensor scalar = a;
@@ -156,7 +161,20 @@ static void test_bad_calls_fail_cleanly_and_lose_nothing(void) {
   check_fails("pair", two, 2, "TypeError", "dlpx: pair: takes at most 1 positional argument (2 given)");
   check_fails("pair", NULL, 0, "TypeError", "dlpx: pair: missing required argument 'a'");
   DlpxValue text[1] = {str("a")};
-  check_fails("pair", text, 1, "TypeError", "dlpx: pair: parameter 'a': takes tensor, got value kind 5");
+  check_fails("pair", text, 1, "TypeError", "dlpx: pair: parameter 'a': takes tensor, got a str (DLPX_VALUE_STR)");
+  DlpxValue odd[1] = {value(99)};
+  check_fails("pair", odd, 1, "TypeError", "got value kind 99, which is none of DLPX_VALUE_*");
+  /* A count past what a call holds is refused before anything is read or allocated for it (no
+   * abort on a 64-byte value per argument). */
+  check_fails("nop_released", one, (size_t)1 << 40, "TypeError", "1099511627776 arguments: a kernel takes at most");
+  check_fails("nop_released", one, SIZE_MAX, "TypeError", "arguments: a kernel takes at most");
+  /* A kernel's error with no kind and no message still says something. */
+  DlpxValue blank[2] = {str(""), str("")};
+  check_fails("raise_", blank, 2, "RuntimeError", "dlpx: raise_: the kernel reported an error without a message");
+  /* No framework has a stream on a device DLPack does not name. */
+  DlpxValue device[3] = {tensor(&a), value(DLPX_VALUE_INT), value(DLPX_VALUE_INT)};
+  device[1].int64 = 9999;
+  check_fails("stream_on_released", device, 3, "ValueError", "dlpx: stream_on_released: stream: unknown device type 9999");
   /* No room for the results: both outputs are deleted. */
   DlpxValue results[1];
   size_t n = 0;
@@ -181,6 +199,7 @@ static void check_find_fails(const char *path, const char *name, const char *kin
 
 static void test_libraries_that_cannot_serve_are_refused(void) {
   check_find_fails(not_a_library, "f", "OSError", "dlpx: kernel_find: cannot load");
+  check_find_fails("", "f", "OSError", "an empty path names no library"); /* dlopen(""): the program itself */
   check_find_fails(empty_path, "f", "ImportError", "holds no dlpx kernels");
   check_find_fails(newer_path, "f", "ImportError", "built for dlpx kernel ABI 3; this libdlpx");
   check_find_fails(newer_path, "f", "ImportError", "reads kernel ABI 2 and older");

@@ -598,7 +598,7 @@ int dlpx_call_allocate(DlpxCall *call,
 /**
  * The caller's current stream on `device`: its framework's (`torch.cuda.current_stream()` for
  * a torch tensor in), dlpx's per-thread stream otherwise; NULL for the CPU. Launch there.
- * Returns 0, or -1.
+ * Returns 0, or -1 (a ValueError for a device type DLPack does not name).
  *
  * # Safety
  * `call` is the call the kernel was handed, or NULL; `out_stream` is writable.

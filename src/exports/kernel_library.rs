@@ -116,7 +116,9 @@ pub unsafe extern "C" fn dlpx_kernel_call(
         }
         // SAFETY: `nargs` values, by the function's contract.
         let args = if nargs == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(args, nargs) } };
-        let mut values = Vec::with_capacity(nargs.max(kernel.signature.params.len()));
+        // Room for the usual call; more grows as `bind` takes them. A hostile count is refused by
+        // `bind` (naming it) before anything is read or allocated for it.
+        let mut values = Vec::with_capacity(nargs.min(1024).max(kernel.signature.params.len()));
         bind(&kernel.signature, nargs, &[], |p, source| {
             let param = &kernel.signature.params[p];
             let value = match source {
@@ -162,7 +164,9 @@ fn argument(value: &DlpxValue, ty: Type, optional: bool) -> std::result::Result<
             }
             let mut tensor = *tensor;
             crate::kernels::with_dims(&mut tensor);
-            Value::Tensor(tensor, value.flags)
+            // READ_ONLY is the flag a kernel reads (kernel.h: the other bits are 0); the tensor
+            // was checked as packed, so no other flag of the caller's holds for it.
+            Value::Tensor(tensor, value.flags & crate::abi::DLPACK_FLAG_BITMASK_READ_ONLY)
         }
         (DLPX_VALUE_INT, Type::Int) => Value::Int(value.int64),
         (DLPX_VALUE_INT, Type::Float) => Value::Float(value.int64 as f64),
@@ -177,8 +181,22 @@ fn argument(value: &DlpxValue, ty: Type, optional: bool) -> std::result::Result<
             std::str::from_utf8(bytes).map_err(|_| "its string is not UTF-8".to_string())?;
             Value::Str(value.str_data.cast(), value.str_size)
         }
-        (kind, ty) => return Err(format!("takes {}, got value kind {kind}", ty.name())),
+        (kind, ty) => return Err(format!("takes {}, got {}", ty.name(), kind_name(kind))),
     })
+}
+
+/// A `DLPX_VALUE_*` kind as a caller's error names it.
+fn kind_name(kind: i32) -> String {
+    use crate::kernels::value::*;
+    match kind {
+        DLPX_VALUE_NONE => "None (DLPX_VALUE_NONE)".into(),
+        DLPX_VALUE_TENSOR => "a tensor (DLPX_VALUE_TENSOR)".into(),
+        DLPX_VALUE_INT => "an int (DLPX_VALUE_INT)".into(),
+        DLPX_VALUE_FLOAT => "a float (DLPX_VALUE_FLOAT)".into(),
+        DLPX_VALUE_BOOL => "a bool (DLPX_VALUE_BOOL)".into(),
+        DLPX_VALUE_STR => "a str (DLPX_VALUE_STR)".into(),
+        _ => format!("value kind {kind}, which is none of DLPX_VALUE_*"),
+    }
 }
 
 fn result_value(result: Returned) -> DlpxValue {

@@ -176,9 +176,13 @@ impl<'a> Call<'a> {
 
     /// The caller's current stream on `device` (NULL for the CPU, which has none to ask).
     pub fn stream(&self, device: DLDevice) -> Result<*mut c_void> {
-        match device.device_type == DeviceType::CPU {
-            true => Ok(ptr::null_mut()),
-            false => (self.environment.stream)(device),
+        match device.device_type {
+            DeviceType::CPU => Ok(ptr::null_mut()),
+            // As an output on it is refused: no framework has a stream there to give.
+            other if !crate::device_names::is_known(other) => {
+                Err(Error::value(format!("stream: unknown device type {}", other.0)))
+            }
+            _ => (self.environment.stream)(device),
         }
     }
 
@@ -205,8 +209,13 @@ impl<'a> Call<'a> {
     /// The kernel's own error: `kind` a Python exception name (one dlpx does not know arrives as
     /// RuntimeError, its name kept in the message).
     pub fn report(&mut self, kind: &str, message: &str) {
+        let message = match message.is_empty() {
+            true => "the kernel reported an error without a message",
+            false => message,
+        };
         let err = match ErrorKind::from_name(kind) {
             Some(kind) => Error::new(kind, message),
+            None if kind.is_empty() => Error::runtime(message),
             None => Error::runtime(format!("{kind}: {message}")),
         };
         self.record(err);

@@ -46,6 +46,10 @@ static LIBRARIES: Mutex<Vec<&'static Library>> = Mutex::new(Vec::new());
 /// path; ImportError where the library holds no dlpx kernels, or kernels this libdlpx cannot read
 /// (a newer kernel ABI, a bad signature). Errors name the path.
 pub fn open(path: &str) -> Result<&'static Library> {
+    // dlopen("") gives the program's global scope, which is no library file.
+    if path.is_empty() {
+        return Err(Error::new(ErrorKind::OSError, "cannot load '': an empty path names no library"));
+    }
     let c_path = CString::new(path).map_err(|_| Error::value(format!("{path:?}: a path with a NUL byte")))?;
     // No lock is held while the library's constructors run: they may call into dlpx.
     // SAFETY: a NUL-terminated path; dlopen runs the library's constructors (kernel.h's link the

@@ -23,6 +23,10 @@ pub fn parse(text: &str) -> Result<Signature, SignatureError> {
     let text = text.trim();
     let Some(open) = text.find('(') else { return error("no parameter list: expected name(...)") };
     let name = text[..open].trim();
+    // A module's own attributes (`__file__`, `__getattr__`) are no kernel's to take.
+    if name.starts_with("__") && name.ends_with("__") && name.len() > 4 {
+        return error(format!("'{name}' is a module attribute's name (a dunder), not a kernel's"));
+    }
     if !is_identifier(name) {
         return error(format!("'{name}' is not a name"));
     }
@@ -181,5 +185,19 @@ mod tests {
         assert!(wrong("add(*xs=1)").contains("takes no default"));
         assert!(wrong("add(a) junk").contains("unexpected"));
         assert!(wrong("add(s='a\\n')").contains("plain string literal"));
+        // What CPython's text signatures cannot hold: a line break, a control character,
+        // non-ASCII; a decimal int with a leading zero (a SyntaxError in Python).
+        for bad in ["add(s=\"x\ny\")", "add(s='\t')", "add(s='h\u{e9}llo')"] {
+            assert!(wrong(bad).contains("plain string literal"), "{bad}");
+        }
+        assert!(wrong("add(s=\")").contains("no closing quote"));
+        assert!(wrong("add(n=01)").contains("no Python int (a leading zero)"));
+        assert!(wrong("add(n=-007)").contains("leading zero"));
+        assert!(parse("add(n=0, m=00, k=-0, x=01.5, y=0e0, s='a b ~')").is_ok());
+        // A module's own attributes are no kernel's names.
+        for dunder in ["__file__(a)", "__getattr__(name: str)", "__name__()"] {
+            assert!(wrong(dunder).contains("a module attribute's name (a dunder)"), "{dunder}");
+        }
+        assert!(parse("_private(a)").is_ok() && parse("__private(a)").is_ok());
     }
 }

@@ -93,11 +93,24 @@ fn literal(text: &str) -> Result<Default, SignatureError> {
         _ => {}
     }
     if let Some(quote) = text.chars().next().filter(|c| *c == '"' || *c == '\'') {
-        let body = &text[1..text.len() - 1];
-        if text.len() < 2 || !text.ends_with(quote) || body.contains(quote) || body.contains('\\') {
-            return error(format!("{text} is not a plain string literal (no escapes, no inner quote)"));
-        }
-        return Ok(Default::Str(body.to_string()));
+        // Printable ASCII: CPython reads a text signature as ASCII, and a line break ends it.
+        let plain =
+            |body: &str| !body.contains(quote) && body.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\');
+        return match text.len() >= 2 && text.ends_with(quote) && plain(&text[1..text.len() - 1]) {
+            true => Ok(Default::Str(text[1..text.len() - 1].to_string())),
+            false => {
+                error(format!("{text} is not a plain string literal (printable ASCII, no escapes, no inner quote)"))
+            }
+        };
+    }
+    // Python's decimal int has no leading zero (`01` is a SyntaxError; `0` and `00` are not).
+    let digits = text.trim_start_matches(['-', '+']);
+    if digits.len() > 1
+        && digits.starts_with('0')
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && digits.bytes().any(|b| b != b'0')
+    {
+        return error(format!("default {text} is no Python int (a leading zero)"));
     }
     if let Ok(i) = text.parse::<i64>() {
         return Ok(Default::Int(i));

@@ -245,6 +245,28 @@ def test_a_path_that_is_no_kernel_library_is_refused_naming_it(tmp_path_factory,
     empty = build_library(tmp_path_factory, os.path.join(CASES, "no_kernels.c"), "no_kernels")
     with pytest.raises(ImportError, match="includes <dlpx/kernel.h> but exports none"):
         dlpx.load_library(empty)
+    # dlopen("") gives the program's own global scope, no library file.
+    with pytest.raises(OSError, match="^dlpx: load_library: cannot load '': an empty path names no library"):
+        dlpx.load_library("")
+
+
+@pytest.mark.parametrize("signature,message", [
+    ("__file__(a) -> None", "'__file__' is a module attribute's name"),
+    ("__getattr__(name: str) -> None", "'__getattr__' is a module attribute's name"),
+    ("accent(s='h\u00e9llo') -> None", r"is not a plain string literal \(printable ASCII"),
+    ("octal(n=01) -> None", "default 01 is no Python int"),
+])
+def test_a_name_or_default_python_cannot_spell_is_refused_at_load(signature, message, tmp_path, monkeypatch):
+    # Each would overwrite the module's own attribute, or break inspect.signature.
+    from dlpx import cpp
+
+    monkeypatch.setenv("DLPX_CACHE_DIR", str(tmp_path))
+    name = signature.split("(")[0]
+    source = (f"static int k(DlpxCall *call) {{ (void)call; return 0; }}\n"
+              f"DLPX_EXPORT_KERNEL({name}, k, \"{signature.replace(chr(34), chr(92) + chr(34))}\")\n")
+    path = cpp.build_inline("refused", c_sources=source)
+    with pytest.raises(ImportError, match=message):
+        dlpx.load_library(path)
 
 
 def test_a_newer_kernel_abi_is_refused_naming_both_versions(tmp_path_factory):
