@@ -242,7 +242,7 @@ def _write_atomically(path: str, text: str, work: str) -> None:
 
 
 def _depfile_paths(depfile: str) -> List[str]:
-    """The prerequisites a compiler's depfile (-MD) lists: make's syntax, escaped spaces kept."""
+    """The prerequisites a compiler's depfile (-MMD) lists: make's syntax, escaped spaces kept."""
     with open(depfile, encoding="utf-8", errors="surrogateescape") as f:
         text = f.read().replace("\\\n", " ")
     paths: List[str] = []
@@ -326,7 +326,7 @@ class _Commands:
 
     def compile(self, language: str, source: str, obj: str, depfile: str) -> List[str]:
         tool = self.tools[language]
-        depend = ["-MD", "-MF", depfile]
+        depend = ["-MMD", "-MF", depfile]  # headers outside system directories
         if language == "cuda":
             return [tool, "-std=c++17", "-O2", "-Xcompiler", "-fPIC,-fvisibility=hidden", *self.cuda_arch,
                     *self.includes, *self.flags["cuda"], *depend, "-c", source, "-o", obj]
