@@ -44,6 +44,16 @@ pub struct Call<'a> {
     error: ManuallyDrop<Option<Error>>,
 }
 
+/// What the caller's framework reported for `what` the kernel asked (an output, the stream), as
+/// the call's error: its kind and message, less a C++ backtrace (torch's), named by the kernel
+/// when the call ends (`dlpx: add: output: …`).
+#[cold]
+fn for_the_call(what: &str, err: Error) -> Error {
+    let message = err.message();
+    let fact = message.strip_prefix("dlpx: ").unwrap_or(&message);
+    Error::new(err.kind, format!("{what}: {}", crate::error::without_cpp_backtrace(fact)))
+}
+
 impl<'a> Call<'a> {
     /// A call of `kernel` with `arguments` (at most `i32::MAX`: `bind` refuses more).
     pub fn new(kernel: &'static Kernel, arguments: &'a [Value], environment: Environment<'a>) -> Self {
@@ -164,11 +174,7 @@ impl<'a> Call<'a> {
             }
             (0, None) => Err(Error::runtime("the caller's allocator gave no tensor")),
             _ => Err(match reported {
-                // The allocator's message says what failed; the call names the kernel.
-                Some(err) => {
-                    let message = err.message();
-                    Error::new(err.kind, format!("output: {}", message.strip_prefix("dlpx: ").unwrap_or(&message)))
-                }
+                Some(err) => for_the_call("output", err),
                 None => Error::memory("the caller's allocator failed without saying why"),
             }),
         }
@@ -182,7 +188,7 @@ impl<'a> Call<'a> {
             other if !crate::device_names::is_known(other) => {
                 Err(Error::value(format!("stream: unknown device type {}", other.0)))
             }
-            _ => (self.environment.stream)(device),
+            _ => (self.environment.stream)(device).map_err(|err| for_the_call("stream", err)),
         }
     }
 

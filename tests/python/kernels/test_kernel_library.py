@@ -294,6 +294,20 @@ def test_a_short_kernel_asks_the_stream_as_a_released_one_does(cases):
             assert short == stream_outcome(cases.stream_on_released, x, device), (type(x), device)
 
 
+def test_a_stream_the_framework_cannot_give_is_the_kernels_error(cases):
+    # As an output's failure is: named by the kernel and what it asked, torch's C++ frames cut.
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("torch gives a CUDA stream here")
+    for kernel in (cases.stream_on_short, cases.stream_on_released):
+        with pytest.raises(Exception) as raised:
+            kernel(torch.ones(2), 2, 0)
+        assert str(raised.value).startswith(f"dlpx: {kernel.__name__}: stream: "), str(raised.value)
+        assert "frame #0" not in str(raised.value) and "Exception raised from" not in str(raised.value)
+    with pytest.raises(ValueError, match="^dlpx: stream_on_released: stream: unknown device type 9999"):
+        cases.stream_on_released(np.ones(2), 9999, 0)
+
+
 def test_a_library_of_kernel_abi_1_still_runs(tmp_path_factory):
     # Its kernels read their arguments through the call functions; ABI 2 added the in-place ones.
     older = dlpx.load_library(build_library(tmp_path_factory, os.path.join(CASES, "older_abi.c"), "older_abi"))
