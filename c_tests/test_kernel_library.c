@@ -181,6 +181,15 @@ static void test_bad_calls_fail_cleanly_and_lose_nothing(void) {
   int rc = dlpx_kernel_call(find("pair"), one, 1, results, 1, &n);
   CHECK(rc == -1 && test_contains(dlpx_last_error(), "returned 2 results; results has room for 1"), "%s",
         test_str(dlpx_last_error()));
+  /* A NULL pointer is named. */
+  rc = dlpx_kernel_call(find("pair"), one, 1, results, 1, NULL);
+  CHECK(rc == -1 && test_contains(dlpx_last_error(), "nresults is NULL"), "%s", test_str(dlpx_last_error()));
+  rc = dlpx_kernel_call(find("pair"), one, 1, NULL, 1, &n);
+  CHECK(rc == -1 && test_contains(dlpx_last_error(), "results (with capacity > 0) is NULL"), "%s",
+        test_str(dlpx_last_error()));
+  rc = dlpx_kernel_call(find("pair"), NULL, 1, results, 1, &n);
+  CHECK(rc == -1 && test_contains(dlpx_last_error(), "args (with nargs > 0) is NULL"), "%s",
+        test_str(dlpx_last_error()));
   /* An output allocated and never returned is deleted; the result is none. */
   rc = dlpx_kernel_call(find("allocate_and_drop"), one, 1, results, 1, &n);
   CHECK(rc == 0 && n == 0, "allocate_and_drop: rc %d, n %zu", rc, n);

@@ -111,8 +111,11 @@ pub unsafe extern "C" fn dlpx_kernel_call(
     c_entry!(LastError, "kernel_call", out(), given(kernel), || {
         // SAFETY: a kernel from dlpx_kernel_find (process lifetime).
         let kernel: &'static Kernel = unsafe { kernel.cast::<Kernel>().as_ref() };
-        if nresults.is_null() || (capacity > 0 && results.is_null()) || (nargs > 0 && args.is_null()) {
-            return Err(Error::null("nresults, results or args"));
+        match (nresults.is_null(), capacity > 0 && results.is_null(), nargs > 0 && args.is_null()) {
+            (true, _, _) => return Err(Error::null("nresults")),
+            (_, true, _) => return Err(Error::null("results (with capacity > 0)")),
+            (_, _, true) => return Err(Error::null("args (with nargs > 0)")),
+            _ => {}
         }
         // SAFETY: `nargs` values, by the function's contract.
         let args = if nargs == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(args, nargs) } };
