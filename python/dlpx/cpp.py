@@ -145,7 +145,9 @@ def _build(name: str, units: List[Unit], cflags: Flags, cuda_cflags: Flags, ldfl
     commands = _Commands(name, tools, flags, includes)
     key = _digest(json.dumps([name, dlpx.__version__, dlpx.library_path(), units, flags, includes,
                               sorted(tools.items()), commands.cuda_arch]).encode())
-    home = os.path.abspath(build_directory) if build_directory else os.path.join(_cache_dir(), f"{name}_{key[:16]}")
+    # build_directory stands for the cache's root: a changed source still builds anew.
+    root = os.path.abspath(build_directory) if build_directory else _cache_dir()
+    home = os.path.join(root, f"{name}_{key[:16]}")
     os.makedirs(home, exist_ok=True)
     # Threads of this process asking for one library build it once; other processes may build it
     # too (each aside, moved into place whole).

@@ -117,6 +117,14 @@ def test_a_changed_source_is_a_new_library_in_the_same_process():
     assert (first.answer(), second.answer()) == (1, 2)
 
 
+def test_a_build_directory_is_the_cache_s_root_for_the_call(tmp_path, cache):
+    first = cpp.build_inline("answer", c_sources=answer(1), build_directory=str(tmp_path / "builds"))
+    second = cpp.build_inline("answer", c_sources=answer(2), build_directory=str(tmp_path / "builds"))
+    assert first != second and all(p.startswith(str(tmp_path / "builds")) for p in (first, second))
+    assert (dlpx.load_library(first).answer(), dlpx.load_library(second).answer()) == (1, 2)
+    assert not cache.exists()
+
+
 def test_a_changed_header_builds_anew(tmp_path):
     include = tmp_path / "include"
     include.mkdir()
