@@ -25,8 +25,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import types
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import dlpx
 
@@ -94,7 +95,7 @@ def build_inline(name: str, *, c_sources: Sources = None, cpp_sources: Sources =
     texts = {"c": c_sources, "c++": cpp_sources, "cuda": cuda_sources}
     units = [(_INLINE_FILE[language].format(name), language, _inline_text(language, text))
              for language, text in texts.items() if text is not None]
-    return _build(name, units, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
+    return _build(name, lambda: units, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
                   build_directory, verbose)
 
 
@@ -103,16 +104,23 @@ def build(name: str, sources: Union[str, Sequence[str]], *, extra_cflags: Flags 
           build_directory: Optional[str] = None, verbose: bool = False) -> str:
     """The path of the kernel library built from source files: ``.c`` (C11), ``.cc``/``.cpp``/``.cxx``
     (C++17), ``.cu`` (CUDA C++17). A changed file, or a header it includes, builds anew."""
-    paths = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
-    units = []
-    for path in paths:
-        path = os.path.abspath(os.fspath(path))
-        language = _LANGUAGES.get(os.path.splitext(path)[1])
-        if language is None:
+    paths = [sources] if isinstance(sources, (str, os.PathLike)) else sources
+    if isinstance(paths, bytes) or not all(isinstance(p, (str, os.PathLike)) for p in paths):
+        raise TypeError(f"dlpx.cpp: sources is a path or a sequence of paths, got {sources!r}")
+    absolute = [os.path.abspath(os.fspath(path)) for path in paths]
+    for path in absolute:
+        if os.path.splitext(path)[1] not in _LANGUAGES:
             raise ValueError(f"dlpx.cpp: {path}: not a C, C++ or CUDA source (the name ends in "
                              f"{', '.join(_LANGUAGES)})")
-        with open(path, encoding="utf-8") as f:
-            units.append((path, language, f.read()))
+
+    def units() -> List[Unit]:
+        # Read as the compiler reads them: bytes (a comment in Latin-1 is no error).
+        found = []
+        for path in absolute:
+            with open(path, "rb") as f:
+                found.append((path, _LANGUAGES[os.path.splitext(path)[1]], f.read().decode("utf-8", "surrogateescape")))
+        return found
+
     return _build(name, units, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
                   build_directory, verbose)
 
@@ -124,17 +132,33 @@ Unit = Tuple[str, str, str]
 
 
 def _inline_text(language: str, text: Union[str, Sequence[str]]) -> str:
-    parts = [text] if isinstance(text, str) else list(text)
-    if not all(isinstance(part, str) for part in parts):
+    parts = [text] if isinstance(text, str) else list(text) if isinstance(text, (list, tuple)) else None
+    if parts is None or not all(isinstance(part, str) for part in parts):
         raise TypeError(f"dlpx.cpp: {language} sources are a str or a sequence of str")
     # Written to a file beside the builds, which the compiler's messages name by its own lines.
     return f"{_PRELUDE[language]}\n" + "\n".join(parts) + "\n"
 
 
-def _build(name: str, units: List[Unit], cflags: Flags, cuda_cflags: Flags, ldflags: Flags,
+def _build(name: str, read_units: Callable[[], List[Unit]], cflags: Flags, cuda_cflags: Flags, ldflags: Flags,
            include_paths: Flags, build_directory: Optional[str], verbose: bool) -> str:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
-        raise ValueError(f"dlpx.cpp: the name {name!r} is no identifier (it names the library and its module)")
+    # A header or source changed while it was compiled: built again from what it is now.
+    for _ in range(3):
+        try:
+            return _build_once(name, read_units(), cflags, cuda_cflags, ldflags, include_paths, build_directory,
+                               verbose)
+        except _Raced:
+            continue
+    raise BuildError(f"dlpx.cpp: {name}: its sources or headers kept changing while it was built")
+
+
+class _Raced(Exception):
+    """A dependency changed during the build: the library is not published."""
+
+
+def _build_once(name: str, units: List[Unit], cflags: Flags, cuda_cflags: Flags, ldflags: Flags,
+                include_paths: Flags, build_directory: Optional[str], verbose: bool) -> str:
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
+        raise ValueError(f"dlpx.cpp: the name {name!r} is no identifier of 128 characters at most (it names the library and its module)")
     if not units:
         raise ValueError(f"dlpx.cpp: {name}: no sources")
     flags = {"c": _flags(cflags, "extra_cflags"), "cuda": _flags(cuda_cflags, "extra_cuda_cflags"),
@@ -143,10 +167,15 @@ def _build(name: str, units: List[Unit], cflags: Flags, cuda_cflags: Flags, ldfl
     languages = {language for _, language, _ in units}
     tools = {language: _compiler(language) for language in languages}
     commands = _Commands(name, tools, flags, includes)
+    # Where the compilers look for headers besides the -I paths: the environment's, and the working
+    # directory for a relative path in a flag (`-Iinclude`).
+    searched = [os.environ.get(v) for v in ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH")]
+    relative = any(_names_relative_path(flag) for flag in flags["c"] + flags["cuda"] + flags["ld"])
     key = _digest(json.dumps([name, dlpx.__version__, dlpx.library_path(), units, flags, includes,
-                              sorted(tools.items()), commands.cuda_arch]).encode())
+                              sorted(tools.items()), commands.cuda_arch, searched,
+                              os.getcwd() if relative else None]).encode())
     # build_directory stands for the cache's root: a changed source still builds anew.
-    root = os.path.abspath(build_directory) if build_directory else _cache_dir()
+    root = os.path.abspath(build_directory or _cache_dir())
     home = os.path.join(root, f"{name}_{key[:16]}")
     os.makedirs(home, exist_ok=True)
     # Threads of this process asking for one library build it once; other processes may build it
@@ -167,9 +196,10 @@ def _lock_of(home: str) -> threading.Lock:
 def _flags(flags: Flags, what: str) -> List[str]:
     if flags is None:
         return []
-    if isinstance(flags, str) or not all(isinstance(flag, str) for flag in flags):
+    listed = list(flags) if not isinstance(flags, (str, bytes)) and hasattr(flags, "__iter__") else None
+    if listed is None or not all(isinstance(flag, str) for flag in listed):
         raise TypeError(f"dlpx.cpp: {what} is a sequence of str (one flag each), got {flags!r}")
-    return list(flags)
+    return listed
 
 
 def _cache_dir() -> str:
@@ -209,6 +239,9 @@ def _compile_and_link(home: str, name: str, units: List[Unit], commands: "_Comma
     # Built aside, then moved into place: a build running in another process meanwhile sees either
     # none or a whole library.
     work = tempfile.mkdtemp(prefix="build.", dir=home)
+    # What changes from here on may or may not be in the build (a file's time is the kernel's
+    # coarse clock: a margin).
+    started = time.time_ns() - 20_000_000
     try:
         objects: List[str] = []
         headers: Set[str] = set()
@@ -226,6 +259,9 @@ def _compile_and_link(home: str, name: str, units: List[Unit], commands: "_Comma
         linked = os.path.join(work, f"{name}.so")
         _run(commands.link(objects, os.path.join(work, "exports.map"), linked), name, verbose)
         listed = sorted(os.path.abspath(p) for p in headers)
+        watched = listed + [path for path, _, _ in units if os.path.isabs(path)]
+        if any(_modified_since(path, started) for path in watched):
+            raise _Raced()
         place = os.path.join(home, _headers_digest(listed)[:16])
         os.makedirs(place, exist_ok=True)
         library = os.path.join(place, f"{name}.so")
@@ -234,6 +270,21 @@ def _compile_and_link(home: str, name: str, units: List[Unit], commands: "_Comma
         return library
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _modified_since(path: str, since_ns: int) -> bool:
+    try:
+        return os.stat(path).st_mtime_ns >= since_ns
+    except OSError:  # none to have been changed (a header gone is its own content: none)
+        return False
+
+
+def _names_relative_path(flag: str) -> bool:
+    """Whether a flag names a path relative to the working directory (`-Iinc`, `-Llib`, `lib.a`)."""
+    for prefix in ("-I", "-L", "-isystem", "-iquote", "-idirafter", "-include"):
+        if flag.startswith(prefix) and len(flag) > len(prefix):
+            return not os.path.isabs(flag[len(prefix):])
+    return not flag.startswith("-") and not os.path.isabs(flag)
 
 
 def _write_atomically(path: str, text: str, work: str) -> None:
@@ -250,8 +301,11 @@ def _depfile_paths(depfile: str) -> List[str]:
     paths: List[str] = []
     for rule in text.splitlines():
         _, _, prerequisites = rule.partition(": ")
-        paths += [p.replace("\\ ", " ") for p in re.findall(r"(?:\\ |[^ ])+", prerequisites)]
-    return [p for p in paths if p and os.path.isfile(p)]
+        # gcc writes ' ' as '\ ', '#' as '\#' and '$' as '$$'; nvcc writes '\ ' alone.
+        for token in re.findall(r"(?:\\.|[^ ])+", prerequisites):
+            paths.append(re.sub(r"\\([ #])", r"\1", token).replace("$$", "$"))
+    # Every path listed, found or not (one not found has a content of its own: none).
+    return [p for p in paths if p]
 
 
 def _run(command: List[str], name: str, verbose: bool) -> None:
@@ -268,10 +322,12 @@ def _run(command: List[str], name: str, verbose: bool) -> None:
 # ---- compilers ---------------------------------------------------------------------------------
 
 
-def _compiler(language: str) -> str:
-    """The compiler of `language`, resolved to a path (its identity is part of the cache key)."""
+def _compiler(language: str) -> List[str]:
+    """The compiler of `language` as a command (`$CC` may be `ccache gcc`), its program resolved to
+    a path (its identity is part of the cache key)."""
     variable, default = {"c": ("CC", "cc"), "c++": ("CXX", "c++"), "cuda": ("NVCC", "nvcc")}[language]
-    named = os.environ.get(variable)
+    words = shlex.split(os.environ.get(variable, ""))
+    named, arguments = (words[0], words[1:]) if words else (None, [])
     candidates = [named] if named else [default]
     if language == "cuda" and not named:
         home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
@@ -280,7 +336,7 @@ def _compiler(language: str) -> str:
     for candidate in candidates:
         found = shutil.which(candidate)
         if found:
-            return found
+            return [found, *arguments]
     tried = ", ".join(candidates)
     raise BuildError(f"dlpx.cpp: no {language} compiler (tried {tried}): install one or set ${variable}")
 
@@ -296,15 +352,8 @@ def _pypi_nvcc() -> List[str]:
 def _cuda_arch() -> List[str]:
     """`-gencode` flags for $DLPX_CUDA_ARCH_LIST ("90", "9.0", "sm_90"; spaces, commas or
     semicolons between), else for the GPUs nvidia-smi reports, else none (nvcc's default)."""
-    listed = os.environ.get("DLPX_CUDA_ARCH_LIST", "")
-    if not listed and shutil.which("nvidia-smi"):
-        try:
-            listed = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                    timeout=30).stdout
-        except (OSError, subprocess.SubprocessError):
-            listed = ""
-    arches = []
+    listed = os.environ.get("DLPX_CUDA_ARCH_LIST", "") or _gpu_capabilities()
+    arches: List[str] = []
     for item in re.split(r"[\s,;]+", listed.strip()):
         number = item.lower().removeprefix("sm_").replace(".", "") if item else ""
         if not number:
@@ -313,13 +362,34 @@ def _cuda_arch() -> List[str]:
             raise BuildError(f"dlpx.cpp: {item!r} in DLPX_CUDA_ARCH_LIST is no CUDA architecture (90, 9.0 or sm_90)")
         if number not in arches:
             arches.append(number)
-    return [f"-gencode=arch=compute_{a},code=sm_{a}" for a in arches]
+    # The machine code and the PTX, as CMake's CUDA_ARCHITECTURES gives them (a newer GPU runs it).
+    return [f"-gencode=arch=compute_{a},code=[sm_{a},compute_{a}]" for a in arches]
+
+
+_CAPABILITIES: List[str] = []
+
+
+def _gpu_capabilities() -> str:
+    """The compute capabilities nvidia-smi reports ("9.0\n9.0"), asked once a process; "" where it
+    is missing or fails (no driver, no device: nvcc's default then)."""
+    if not _CAPABILITIES:
+        answer = ""
+        if shutil.which("nvidia-smi"):
+            try:
+                done = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30)
+                if done.returncode == 0 and re.fullmatch(r"[\d.\s]*", done.stdout):
+                    answer = done.stdout
+            except (OSError, subprocess.SubprocessError):
+                pass
+        _CAPABILITIES.append(answer)
+    return _CAPABILITIES[0]
 
 
 class _Commands:
     """The command lines of one build: dlpx_add_kernel_library's flags (cmake/dlpxKernelLibrary.cmake)."""
 
-    def __init__(self, name: str, tools: Dict[str, str], flags: Dict[str, List[str]], includes: List[str]):
+    def __init__(self, name: str, tools: Dict[str, List[str]], flags: Dict[str, List[str]], includes: List[str]):
         self.name, self.tools, self.flags = name, tools, flags
         self.includes = [f"-I{path}" for path in includes]
         own = self.flags["cuda"]
@@ -330,19 +400,23 @@ class _Commands:
         tool = self.tools[language]
         depend = ["-MMD", "-MF", depfile]  # headers outside system directories
         if language == "cuda":
-            return [tool, "-std=c++17", "-O2", "-Xcompiler", "-fPIC,-fvisibility=hidden", *self.cuda_arch,
+            return [*tool, "-std=c++17", "-O2", "-Xcompiler", "-fPIC,-fvisibility=hidden", *self.cuda_arch,
                     *self.includes, *self.flags["cuda"], *depend, "-c", source, "-o", obj]
         standard = "-std=c11" if language == "c" else "-std=c++17"
         hidden = ["-fvisibility=hidden"] + (["-fvisibility-inlines-hidden"] if language == "c++" else [])
-        return [tool, standard, "-O2", "-fPIC", *hidden, *self.includes, *self.flags["c"], *depend, "-c", source,
+        return [*tool, standard, "-O2", "-fPIC", *hidden, *self.includes, *self.flags["c"], *depend, "-c", source,
                 "-o", obj]
 
     def link(self, objects: List[str], exports: str, out: str) -> List[str]:
         library = dlpx.library_path()
-        linker = ["--exclude-libs,ALL", f"--version-script={exports}", f"-rpath,{os.path.dirname(library)}"]
+        # Each linker option one argument of its own: a comma in a path splits `-Wl,` lists.
+        linker = ["--exclude-libs", "ALL", f"--version-script={exports}", "-rpath", os.path.dirname(library)]
         if "cuda" in self.tools:
-            return [self.tools["cuda"], "-shared", "-cudart", "static", *self.cuda_arch, *objects, library,
-                    *[f"-Xlinker={option}" for option in linker], *self.flags["ld"], "-o", out]
+            # nvcc links (the static CUDA runtime, device code): a `-Wl,` flag is the host linker's.
+            ldflags = [part for flag in self.flags["ld"] for part in
+                       (["-Xlinker", flag[4:]] if flag.startswith("-Wl,") else [flag])]
+            return [*self.tools["cuda"], "-shared", "-cudart", "static", *self.cuda_arch, *objects, library,
+                    *[part for option in linker for part in ("-Xlinker", option)], *ldflags, "-o", out]
         driver = self.tools.get("c++") or self.tools["c"]
-        return [driver, "-shared", *objects, library, *[f"-Wl,{option}" for option in linker], *self.flags["ld"],
-                "-o", out]
+        return [*driver, "-shared", *objects, library, *[part for option in linker for part in ("-Xlinker", option)],
+                *self.flags["ld"], "-o", out]

@@ -236,3 +236,82 @@ DLPX_EXPORT_KERNEL(ones, ones, "ones(x) -> None: fills x with ones on the GPU.")
     needed = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
     assert "libcudart" not in needed  # the runtime linked statically, as dlpx_add_kernel_library does
     assert dlpx.load_library(path).ones.__doc__.startswith("ones(x: tensor) -> None")
+
+
+# ---- what a review found: escaped paths, relative flags, a header saved mid-build, compilers -------
+
+
+@pytest.mark.parametrize("directory", ["hash#dir", "dollar$dir", "with space", "comma,dir"])
+def test_a_header_in_a_directory_make_escapes_is_tracked(tmp_path, monkeypatch, directory):
+    # gcc's depfile writes '#' as '\#' and '$' as '$$'; a comma splits a -Wl, list.
+    monkeypatch.setenv("DLPX_CACHE_DIR", str(tmp_path / directory / "cache"))
+    include = tmp_path / directory / "include"
+    include.mkdir(parents=True)
+    (include / "factor.h").write_text("#define FACTOR 2\n")
+    source = "#include <factor.h>\n" + answer("FACTOR")
+    first = cpp.load_inline("escaped", c_sources=source, extra_include_paths=[str(include)])
+    (include / "factor.h").write_text("#define FACTOR 3\n")
+    second = cpp.load_inline("escaped", c_sources=source, extra_include_paths=[str(include)])
+    assert (first.answer(), second.answer()) == (2, 3)
+
+
+def test_a_relative_include_flag_is_read_where_the_call_is_made(tmp_path, monkeypatch):
+    for value in (2, 3):
+        (tmp_path / f"in{value}" / "inc").mkdir(parents=True)
+        (tmp_path / f"in{value}" / "inc" / "factor.h").write_text(f"#define FACTOR {value}\n")
+    source = "#include <factor.h>\n" + answer("FACTOR")
+    got = []
+    for value in (2, 3):
+        monkeypatch.chdir(tmp_path / f"in{value}")
+        got.append(cpp.load_inline("relative", c_sources=source, extra_cflags=["-Iinc"]).answer())
+    assert got == [2, 3]
+
+
+def test_a_header_saved_during_the_build_is_built_again(tmp_path, monkeypatch):
+    # A compiler that rewrites the header once right after compiling: the library built from the
+    # old text must not be filed under the new one.
+    header = tmp_path / "factor.h"
+    header.write_text("#define FACTOR 2\n")
+    editing = tmp_path / "editcc"
+    editing.write_text(f'#!/bin/sh\ncc "$@" || exit $?\n[ -e {tmp_path}/edited ] && exit 0\n'
+                       f'touch {tmp_path}/edited; sleep 0.05; echo "#define FACTOR 3" > {header}\n')
+    editing.chmod(0o755)
+    monkeypatch.setenv("CC", str(editing))
+    source = "#include <factor.h>\n" + answer("FACTOR")
+    assert cpp.load_inline("saved", c_sources=source, extra_include_paths=[str(tmp_path)]).answer() == 3
+
+
+def test_compilers_with_arguments_flags_of_any_iterable_and_sources_in_latin1(tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", "cc -DVALUE=5")
+    assert cpp.load_inline("worded", c_sources=answer("VALUE")).answer() == 5
+    monkeypatch.delenv("CC")
+    flags = (flag for flag in ["-DVALUE=6"])
+    assert cpp.load_inline("generated", c_sources=answer("VALUE"), extra_cflags=flags).answer() == 6
+    latin1 = tmp_path / "latin1.c"
+    latin1.write_bytes(b"/* caf\xe9 */\n#include <dlpx/kernel.h>\n" + answer(7).encode())
+    assert cpp.load("latin1", [str(latin1)]).answer() == 7
+    for bad, error in ((123, ValueError), ("x" * 129, ValueError)):
+        with pytest.raises(error, match="is no identifier"):
+            cpp.build_inline(bad, c_sources=answer(1))
+    with pytest.raises(TypeError, match="c sources are a str or a sequence of str"):
+        cpp.build_inline("number", c_sources=123)
+    with pytest.raises(TypeError, match="sources is a path or a sequence of paths"):
+        cpp.build("bytes", b"/x.c")
+
+
+def test_a_failing_nvidia_smi_leaves_nvcc_its_default(tmp_path, monkeypatch):
+    try:
+        cpp._compiler("cuda")
+    except cpp.BuildError as err:
+        pytest.skip(str(err))
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"\n"
+                   "exit 9\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    monkeypatch.delenv("DLPX_CUDA_ARCH_LIST", raising=False)
+    monkeypatch.setattr(cpp, "_CAPABILITIES", [])
+    source = "__global__ void k() {}\n" + answer(8)
+    assert dlpx.load_library(cpp.build_inline("smi", cuda_sources=source,
+                                              extra_ldflags=["-Wl,--build-id"])).answer() == 8
