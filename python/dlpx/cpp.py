@@ -238,6 +238,7 @@ def _headers_digest(headers: Sequence[str]) -> str:
 def _compile_and_link(home: str, name: str, units: List[Unit], commands: "_Commands", verbose: bool) -> str:
     # Built aside, then moved into place: a build running in another process meanwhile sees either
     # none or a whole library.
+    _forget_abandoned(home)
     work = tempfile.mkdtemp(prefix="build.", dir=home)
     # What changes from here on may or may not be in the build (a file's time is the kernel's
     # coarse clock: a margin).
@@ -270,6 +271,16 @@ def _compile_and_link(home: str, name: str, units: List[Unit], commands: "_Comma
         return library
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _forget_abandoned(home: str) -> None:
+    """Removes what builds killed midway left (a day old: no build still running takes that long)."""
+    for work in glob.glob(os.path.join(home, "build.*")):
+        try:
+            if time.time() - os.stat(work).st_mtime > 86400:
+                shutil.rmtree(work, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def _modified_since(path: str, since_ns: int) -> bool:

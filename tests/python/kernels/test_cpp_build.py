@@ -150,6 +150,22 @@ def test_source_files_of_each_language_in_one_library(tmp_path):
     assert cpp.load("files", [str(tmp_path / "scale.c"), str(tmp_path / "axpy.cpp")]).scale(np.ones(1)).tolist() == [4.0]
 
 
+def test_what_a_killed_build_left_is_removed_a_day_later(cache):
+    path = cpp.build_inline("litter", c_sources=answer(1))
+    home = os.path.dirname(os.path.dirname(path))
+    old, recent = os.path.join(home, "build.old"), os.path.join(home, "build.recent")
+    for work in (old, recent):
+        os.makedirs(work)
+        open(os.path.join(work, "0.o"), "w").close()
+    os.utime(old, (0, 0))
+    cpp.build_inline("litter", c_sources=answer(2))  # another build of the name: another directory
+    cpp.build_inline("litter", c_sources=answer(1), extra_cflags=["-O1"])
+    assert os.path.isdir(old) and os.path.isdir(recent)  # a build elsewhere leaves them
+    os.remove(os.path.join(os.path.dirname(path), "litter.so"))  # the next call here builds
+    cpp.build_inline("litter", c_sources=answer(1))
+    assert not os.path.exists(old) and os.path.isdir(recent)
+
+
 def test_a_compile_error_names_the_file_and_line_and_a_fixed_source_builds(cache):
     with pytest.raises(cpp.BuildError, match=r"(?s)building broken failed.*broken\.c:3:.*undeclared_name.* undeclared"):
         cpp.load_inline("broken", c_sources=["", "int f(void) { return undeclared_name; }"])
