@@ -75,7 +75,7 @@ for path, machine in zip(sys.argv[1:], (62, 183)):  # ELF e_machine: EM_X86_64, 
     for need in ("dlpx/include/dlpx/dlpx.h", "dlpx/include/dlpx/dlpack.h", "dlpx/include/dlpx/dlpx.hpp",
                  "dlpx/include/dlpx/kernel.h",
                  "dlpx/lib/cmake/dlpx/dlpxConfig.cmake", "dlpx/lib/cmake/dlpx/dlpxKernelLibrary.cmake",
-                 "dlpx/lib/pkgconfig/dlpx.pc", "dlpx/__init__.py", "dlpx/stubgen.py", "dlpx/cpp.py",
+                 "dlpx/lib/pkgconfig/dlpx.pc", "dlpx/__init__.py", "dlpx/stubgen.py", "dlpx/cpp.py", "dlpx/_toolchain.py",
                  "dlpx/py.typed"):
         assert need in names, f"{need} is not in {path}"
     licenses = [n for n in names if ".dist-info/" in n and n.rsplit("/", 1)[-1] == "LICENSE"]

@@ -19,10 +19,7 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,6 +27,7 @@ import types
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import dlpx
+from dlpx._toolchain import BuildError, Commands, compiler, run
 
 __all__ = ["BuildError", "build", "build_inline", "include_dir", "load", "load_inline"]
 
@@ -45,10 +43,6 @@ _PRELUDE = {"c": "#include <dlpx/kernel.h>", "c++": "#include <dlpx/kernel.hpp>"
 _INLINE_FILE = {"c": "{}.c", "c++": "{}.cpp", "cuda": "{}.cu"}
 # The one symbol a kernel library exports (kernel.h), as dlpx_add_kernel_library's version script says.
 _EXPORTS = "{ global: dlpx_kernel_library; local: *; };\n"
-
-
-class BuildError(RuntimeError):
-    """A kernel library that did not build: the command that failed and what the compiler said."""
 
 
 def include_dir() -> str:
@@ -165,8 +159,8 @@ def _build_once(name: str, units: List[Unit], cflags: Flags, cuda_cflags: Flags,
              "ld": _flags(ldflags, "extra_ldflags")}
     includes = [include_dir()] + [os.path.abspath(p) for p in _flags(include_paths, "extra_include_paths")]
     languages = {language for _, language, _ in units}
-    tools = {language: _compiler(language) for language in languages}
-    commands = _Commands(name, tools, flags, includes)
+    tools = {language: compiler(language) for language in languages}
+    commands = Commands(name, tools, flags, includes)
     # Where the compilers look for headers besides the -I paths: the environment's, and the working
     # directory for a relative path in a flag (`-Iinclude`).
     searched = [os.environ.get(v) for v in ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH")]
@@ -235,7 +229,7 @@ def _headers_digest(headers: Sequence[str]) -> str:
     return _digest(json.dumps(parts).encode())
 
 
-def _compile_and_link(home: str, name: str, units: List[Unit], commands: "_Commands", verbose: bool) -> str:
+def _compile_and_link(home: str, name: str, units: List[Unit], commands: Commands, verbose: bool) -> str:
     # Built aside, then moved into place: a build running in another process meanwhile sees either
     # none or a whole library.
     _forget_abandoned(home)
@@ -252,13 +246,13 @@ def _compile_and_link(home: str, name: str, units: List[Unit], commands: "_Comma
                 source = os.path.join(home, path)
                 _write_atomically(source, text, work)
             obj, depfile = os.path.join(work, f"{index}.o"), os.path.join(work, f"{index}.d")
-            _run(commands.compile(language, source, obj, depfile), name, verbose)
+            run(commands.compile(language, source, obj, depfile), name, verbose)
             headers.update(p for p in _depfile_paths(depfile) if os.path.abspath(p) != source)
             objects.append(obj)
         with open(os.path.join(work, "exports.map"), "w") as f:
             f.write(_EXPORTS)
         linked = os.path.join(work, f"{name}.so")
-        _run(commands.link(objects, os.path.join(work, "exports.map"), linked), name, verbose)
+        run(commands.link(objects, os.path.join(work, "exports.map"), linked), name, verbose)
         listed = sorted(os.path.abspath(p) for p in headers)
         watched = listed + [path for path, _, _ in units if os.path.isabs(path)]
         if any(_modified_since(path, started) for path in watched):
@@ -317,117 +311,3 @@ def _depfile_paths(depfile: str) -> List[str]:
             paths.append(re.sub(r"\\([ #])", r"\1", token).replace("$$", "$"))
     # Every path listed, found or not (one not found has a content of its own: none).
     return [p for p in paths if p]
-
-
-def _run(command: List[str], name: str, verbose: bool) -> None:
-    if verbose:
-        print(shlex.join(command), file=sys.stderr, flush=True)
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
-    if verbose and done.stdout:
-        print(done.stdout, file=sys.stderr, end="", flush=True)
-    if done.returncode != 0:
-        raise BuildError(f"dlpx.cpp: building {name} failed (exit status {done.returncode}):\n"
-                         f"{shlex.join(command)}\n{done.stdout}")
-
-
-# ---- compilers ---------------------------------------------------------------------------------
-
-
-def _compiler(language: str) -> List[str]:
-    """The compiler of `language` as a command (`$CC` may be `ccache gcc`), its program resolved to
-    a path (its identity is part of the cache key)."""
-    variable, default = {"c": ("CC", "cc"), "c++": ("CXX", "c++"), "cuda": ("NVCC", "nvcc")}[language]
-    words = shlex.split(os.environ.get(variable, ""))
-    named, arguments = (words[0], words[1:]) if words else (None, [])
-    candidates = [named] if named else [default]
-    if language == "cuda" and not named:
-        home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-        candidates = ([os.path.join(home, "bin", "nvcc")] if home else []) + [
-            "nvcc", "/usr/local/cuda/bin/nvcc", *_pypi_nvcc()]
-    for candidate in candidates:
-        found = shutil.which(candidate)
-        if found:
-            return [found, *arguments]
-    tried = ", ".join(candidates)
-    raise BuildError(f"dlpx.cpp: no {language} compiler (tried {tried}): install one or set ${variable}")
-
-
-def _pypi_nvcc() -> List[str]:
-    """nvcc from PyPI (nvidia-cuda-nvcc: nvidia/cu13/bin, or nvidia/cuda_nvcc/bin before CUDA 13)."""
-    found = []
-    for entry in sys.path:
-        found += sorted(glob.glob(os.path.join(entry, "nvidia", "*", "bin", "nvcc")))
-    return found
-
-
-def _cuda_arch() -> List[str]:
-    """`-gencode` flags for $DLPX_CUDA_ARCH_LIST ("90", "9.0", "sm_90"; spaces, commas or
-    semicolons between), else for the GPUs nvidia-smi reports, else none (nvcc's default)."""
-    listed = os.environ.get("DLPX_CUDA_ARCH_LIST", "") or _gpu_capabilities()
-    arches: List[str] = []
-    for item in re.split(r"[\s,;]+", listed.strip()):
-        number = item.lower().removeprefix("sm_").replace(".", "") if item else ""
-        if not number:
-            continue
-        if not re.fullmatch(r"\d+[af]?", number):
-            raise BuildError(f"dlpx.cpp: {item!r} in DLPX_CUDA_ARCH_LIST is no CUDA architecture (90, 9.0 or sm_90)")
-        if number not in arches:
-            arches.append(number)
-    # The machine code and the PTX, as CMake's CUDA_ARCHITECTURES gives them (a newer GPU runs it).
-    return [f"-gencode=arch=compute_{a},code=[sm_{a},compute_{a}]" for a in arches]
-
-
-_CAPABILITIES: List[str] = []
-
-
-def _gpu_capabilities() -> str:
-    """The compute capabilities nvidia-smi reports ("9.0\n9.0"), asked once a process; "" where it
-    is missing or fails (no driver, no device: nvcc's default then)."""
-    if not _CAPABILITIES:
-        answer = ""
-        if shutil.which("nvidia-smi"):
-            try:
-                done = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30)
-                if done.returncode == 0 and re.fullmatch(r"[\d.\s]*", done.stdout):
-                    answer = done.stdout
-            except (OSError, subprocess.SubprocessError):
-                pass
-        _CAPABILITIES.append(answer)
-    return _CAPABILITIES[0]
-
-
-class _Commands:
-    """The command lines of one build: dlpx_add_kernel_library's flags (cmake/dlpxKernelLibrary.cmake)."""
-
-    def __init__(self, name: str, tools: Dict[str, List[str]], flags: Dict[str, List[str]], includes: List[str]):
-        self.name, self.tools, self.flags = name, tools, flags
-        self.includes = [f"-I{path}" for path in includes]
-        own = self.flags["cuda"]
-        chosen = any(f.startswith(("-arch", "--gpu-architecture", "-gencode", "--generate-code")) for f in own)
-        self.cuda_arch = [] if "cuda" not in tools or chosen else _cuda_arch()
-
-    def compile(self, language: str, source: str, obj: str, depfile: str) -> List[str]:
-        tool = self.tools[language]
-        depend = ["-MMD", "-MF", depfile]  # headers outside system directories
-        if language == "cuda":
-            return [*tool, "-std=c++17", "-O2", "-Xcompiler", "-fPIC,-fvisibility=hidden", *self.cuda_arch,
-                    *self.includes, *self.flags["cuda"], *depend, "-c", source, "-o", obj]
-        standard = "-std=c11" if language == "c" else "-std=c++17"
-        hidden = ["-fvisibility=hidden"] + (["-fvisibility-inlines-hidden"] if language == "c++" else [])
-        return [*tool, standard, "-O2", "-fPIC", *hidden, *self.includes, *self.flags["c"], *depend, "-c", source,
-                "-o", obj]
-
-    def link(self, objects: List[str], exports: str, out: str) -> List[str]:
-        library = dlpx.library_path()
-        # Each linker option one argument of its own: a comma in a path splits `-Wl,` lists.
-        linker = ["--exclude-libs", "ALL", f"--version-script={exports}", "-rpath", os.path.dirname(library)]
-        if "cuda" in self.tools:
-            # nvcc links (the static CUDA runtime, device code): a `-Wl,` flag is the host linker's.
-            ldflags = [part for flag in self.flags["ld"] for part in
-                       (["-Xlinker", flag[4:]] if flag.startswith("-Wl,") else [flag])]
-            return [*self.tools["cuda"], "-shared", "-cudart", "static", *self.cuda_arch, *objects, library,
-                    *[part for option in linker for part in ("-Xlinker", option)], *ldflags, "-o", out]
-        driver = self.tools.get("c++") or self.tools["c"]
-        return [*driver, "-shared", *objects, library, *[part for option in linker for part in ("-Xlinker", option)],
-                *self.flags["ld"], "-o", out]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dlpx
-from dlpx import cpp
+from dlpx import _toolchain, cpp
 
 SCALE = r"""
 static int scale(DlpxCall *call) {
@@ -231,7 +231,7 @@ def test_threads_building_one_library_at_once_get_one_module():
 
 def test_a_cuda_source_builds_with_nvcc(monkeypatch):
     try:
-        cpp._compiler("cuda")
+        _toolchain.compiler("cuda")
     except cpp.BuildError as err:
         pytest.skip(str(err))
     monkeypatch.setenv("DLPX_CUDA_ARCH_LIST", "9.0")
@@ -317,7 +317,7 @@ def test_compilers_with_arguments_flags_of_any_iterable_and_sources_in_latin1(tm
 
 def test_a_failing_nvidia_smi_leaves_nvcc_its_default(tmp_path, monkeypatch):
     try:
-        cpp._compiler("cuda")
+        _toolchain.compiler("cuda")
     except cpp.BuildError as err:
         pytest.skip(str(err))
     smi = tmp_path / "bin" / "nvidia-smi"
@@ -327,7 +327,7 @@ def test_a_failing_nvidia_smi_leaves_nvcc_its_default(tmp_path, monkeypatch):
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
     monkeypatch.delenv("DLPX_CUDA_ARCH_LIST", raising=False)
-    monkeypatch.setattr(cpp, "_CAPABILITIES", [])
+    monkeypatch.setattr(_toolchain, "_CAPABILITIES", [])
     source = "__global__ void k() {}\n" + answer(8)
     assert dlpx.load_library(cpp.build_inline("smi", cuda_sources=source,
                                               extra_ldflags=["-Wl,--build-id"])).answer() == 8
