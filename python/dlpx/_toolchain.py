@@ -4,6 +4,7 @@ architectures, and running them. Nothing here caches or decides what to build.""
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
@@ -11,7 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import dlpx
 
@@ -52,10 +53,13 @@ def compiler(language: str) -> List[str]:
 
 def _pypi_nvcc() -> List[str]:
     """nvcc from PyPI (nvidia-cuda-nvcc: nvidia/cu13/bin, or nvidia/cuda_nvcc/bin before CUDA 13)."""
-    found = []
-    for entry in sys.path:
-        found += sorted(glob.glob(os.path.join(entry, "nvidia", "*", "bin", "nvcc")))
-    return found
+    return list(_pypi_nvcc_on(tuple(sys.path)))
+
+
+@functools.lru_cache(maxsize=8)
+def _pypi_nvcc_on(path: Tuple[str, ...]) -> Tuple[str, ...]:
+    # Looked for once per sys.path: a cached build's call stays under a millisecond.
+    return tuple(found for entry in path for found in sorted(glob.glob(os.path.join(entry, "nvidia", "*", "bin", "nvcc"))))
 
 
 def _cuda_arch() -> List[str]:

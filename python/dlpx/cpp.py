@@ -206,27 +206,40 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# A header as last seen: its path, modification time and size, and its content's hash (None: gone).
+Seen = Tuple[str, Optional[int], Optional[int], Optional[str]]
+
+
 def _built(home: str, name: str) -> Optional[str]:
     """The library built before for the headers as they are now, if there is one."""
     try:
         with open(os.path.join(home, "headers.json"), encoding="utf-8") as f:
-            headers = json.load(f)
-    except (OSError, ValueError):
+            recorded = [(str(p), m, n, h) for p, m, n, h in json.load(f)]
+    except (OSError, ValueError, TypeError):
         return None
-    library = os.path.join(home, _headers_digest(headers)[:16], f"{name}.so")
+    library = os.path.join(home, _headers_digest(_seen(recorded))[:16], f"{name}.so")
     return library if os.path.isfile(library) else None
 
 
-def _headers_digest(headers: Sequence[str]) -> str:
-    """The headers' content as one hash (a header gone is part of it)."""
-    parts: List[Tuple[str, Optional[str]]] = []
-    for path in headers:
+def _seen(headers: Sequence[Seen]) -> List[Seen]:
+    """Each header as it is now: its recorded hash where its time and size are the recorded ones
+    (a cached call reads no header: nvcc's list is 56 long), else its content's."""
+    now: List[Seen] = []
+    for path, mtime, size, content in headers:
         try:
-            with open(path, "rb") as f:
-                parts.append((path, _digest(f.read())))
+            stat = os.stat(path)
+            if (stat.st_mtime_ns, stat.st_size) != (mtime, size) or content is None:
+                with open(path, "rb") as f:
+                    content = _digest(f.read())
+            now.append((path, stat.st_mtime_ns, stat.st_size, content))
         except OSError:
-            parts.append((path, None))
-    return _digest(json.dumps(parts).encode())
+            now.append((path, None, None, None))
+    return now
+
+
+def _headers_digest(headers: Sequence[Seen]) -> str:
+    """The headers' content as one hash (a header gone is part of it)."""
+    return _digest(json.dumps([(path, content) for path, _, _, content in headers]).encode())
 
 
 def _compile_and_link(home: str, name: str, units: List[Unit], commands: Commands, verbose: bool) -> str:
@@ -257,11 +270,12 @@ def _compile_and_link(home: str, name: str, units: List[Unit], commands: Command
         watched = listed + [path for path, _, _ in units if os.path.isabs(path)]
         if any(_modified_since(path, started) for path in watched):
             raise _Raced()
-        place = os.path.join(home, _headers_digest(listed)[:16])
+        seen = _seen([(path, None, None, None) for path in listed])
+        place = os.path.join(home, _headers_digest(seen)[:16])
         os.makedirs(place, exist_ok=True)
         library = os.path.join(place, f"{name}.so")
         os.replace(linked, library)
-        _write_atomically(os.path.join(home, "headers.json"), json.dumps(listed), work)
+        _write_atomically(os.path.join(home, "headers.json"), json.dumps(seen), work)
         return library
     finally:
         shutil.rmtree(work, ignore_errors=True)
