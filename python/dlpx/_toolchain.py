@@ -4,7 +4,6 @@ architectures, and running them. Nothing here caches or decides what to build.""
 
 from __future__ import annotations
 
-import functools
 import glob
 import os
 import re
@@ -51,15 +50,17 @@ def compiler(language: str) -> List[str]:
     raise BuildError(f"dlpx.cpp: no {language} compiler (tried {tried}): install one or set ${variable}")
 
 
+# nvcc from PyPI by the sys.path it was looked for on: a cached build's call stays near a millisecond.
+_PYPI_NVCC: Dict[Tuple[str, ...], List[str]] = {}
+
+
 def _pypi_nvcc() -> List[str]:
     """nvcc from PyPI (nvidia-cuda-nvcc: nvidia/cu13/bin, or nvidia/cuda_nvcc/bin before CUDA 13)."""
-    return list(_pypi_nvcc_on(tuple(sys.path)))
-
-
-@functools.lru_cache(maxsize=8)
-def _pypi_nvcc_on(path: Tuple[str, ...]) -> Tuple[str, ...]:
-    # Looked for once per sys.path: a cached build's call stays under a millisecond.
-    return tuple(found for entry in path for found in sorted(glob.glob(os.path.join(entry, "nvidia", "*", "bin", "nvcc"))))
+    path = tuple(sys.path)
+    if path not in _PYPI_NVCC:
+        _PYPI_NVCC[path] = [found for entry in path
+                            for found in sorted(glob.glob(os.path.join(entry, "nvidia", "*", "bin", "nvcc")))]
+    return _PYPI_NVCC[path]
 
 
 def _cuda_arch() -> List[str]:
@@ -128,8 +129,9 @@ class Commands:
             # nvcc links (the static CUDA runtime, device code): a `-Wl,` flag is the host linker's.
             ldflags = [part for flag in self.flags["ld"] for part in
                        (["-Xlinker", flag[4:]] if flag.startswith("-Wl,") else [flag])]
-            return [*self.tools["cuda"], "-shared", "-cudart", "static", *self.cuda_arch, *objects, library,
-                    *[part for option in linker for part in ("-Xlinker", option)], *ldflags, "-o", out]
+            # The library goes to the linker as is: nvcc knows no input named `libdlpx.so.0`.
+            return [*self.tools["cuda"], "-shared", "-cudart", "static", *self.cuda_arch, *objects,
+                    *[part for option in [library, *linker] for part in ("-Xlinker", option)], *ldflags, "-o", out]
         driver = self.tools.get("c++") or self.tools["c"]
         return [*driver, "-shared", *objects, library, *[part for option in linker for part in ("-Xlinker", option)],
                 *self.flags["ld"], "-o", out]
