@@ -9,15 +9,6 @@ import dlpx
 _HERE = os.path.dirname(os.path.abspath(dlpx.__file__))
 
 
-def _directory(what: str, marker: str, *candidates: str) -> str:
-    """The first candidate holding `marker`, or SystemExit naming what is missing and why."""
-    for path in candidates:
-        if os.path.isfile(os.path.join(path, marker)):
-            return path
-    raise SystemExit(f"dlpx: no {what} at {candidates[0]}: this dlpx ({_HERE}) is not an installed package "
-                     "(pip install . installs the C/C++ build files beside it)")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dlpx", description="Where dlpx's C/C++ build files are.")
     group = parser.add_mutually_exclusive_group(required=True)
@@ -27,21 +18,22 @@ def main(argv=None) -> int:
     group.add_argument("--library", action="store_true", help="path of the libdlpx shared library this package loads")
     group.add_argument("--version", action="store_true", help="the dlpx version")
     args = parser.parse_args(argv)
-    if args.cmakedir:
-        print(_directory("CMake package", "dlpxConfig.cmake", os.path.join(_HERE, "lib", "cmake", "dlpx")))
-    elif args.includedir:
-        from dlpx.cpp import include_dir  # the installed headers, else a source checkout's
+    # dlpx.cpp knows where the installed build files are (and a source checkout's headers).
+    from dlpx.cpp import _installed_directory, include_dir
 
-        try:
+    try:
+        if args.cmakedir:
+            print(_installed_directory("CMake package", "dlpxConfig.cmake", os.path.join(_HERE, "lib", "cmake", "dlpx")))
+        elif args.includedir:
             print(include_dir())
-        except FileNotFoundError as err:
-            raise SystemExit(str(err)) from None
-    elif args.libdir:
-        print(os.path.dirname(dlpx.library_path()))
-    elif args.library:
-        print(dlpx.library_path())
-    else:
-        print(dlpx.__version__)
+        elif args.libdir:
+            print(os.path.dirname(dlpx.library_path()))
+        elif args.library:
+            print(dlpx.library_path())
+        else:
+            print(dlpx.__version__)
+    except FileNotFoundError as err:
+        raise SystemExit(str(err)) from None
     return 0
 
 

@@ -48,11 +48,18 @@ _EXPORTS = "{ global: dlpx_kernel_library; local: *; };\n"
 def include_dir() -> str:
     """The directory holding ``dlpx/kernel.h`` and the other headers: the installed package's, else
     the source tree's (dlpx run from a checkout). FileNotFoundError when neither has them."""
-    for path in (os.path.join(_HERE, "include"), _SOURCE_INCLUDE):
-        if os.path.isfile(os.path.join(path, "dlpx", "kernel.h")):
+    return _installed_directory("headers", os.path.join("dlpx", "kernel.h"), os.path.join(_HERE, "include"),
+                               _SOURCE_INCLUDE)
+
+
+def _installed_directory(what: str, marker: str, *candidates: str) -> str:
+    """The first of `candidates` holding the file `marker`; FileNotFoundError naming what is missing
+    and why (a dlpx that pip did not install has no C/C++ build files beside it)."""
+    for path in candidates:
+        if os.path.isfile(os.path.join(path, marker)):
             return path
-    raise FileNotFoundError(f"dlpx: no headers at {os.path.join(_HERE, 'include')}: this dlpx ({_HERE}) is not an "
-                            "installed package (pip install . installs the C/C++ build files beside it)")
+    raise FileNotFoundError(f"dlpx: no {what} at {candidates[0]}: this dlpx ({_HERE}) is not an installed package "
+                            "(pip install . installs the C/C++ build files beside it)")
 
 
 def load_inline(name: str, *, c_sources: Sources = None, cpp_sources: Sources = None, cuda_sources: Sources = None,

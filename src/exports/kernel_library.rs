@@ -190,15 +190,9 @@ fn argument(value: &DlpxValue, ty: Type, optional: bool) -> std::result::Result<
 
 /// A `DLPX_VALUE_*` kind as a caller's error names it.
 fn kind_name(kind: i32) -> String {
-    use crate::kernels::value::*;
-    match kind {
-        DLPX_VALUE_NONE => "None (DLPX_VALUE_NONE)".into(),
-        DLPX_VALUE_TENSOR => "a tensor (DLPX_VALUE_TENSOR)".into(),
-        DLPX_VALUE_INT => "an int (DLPX_VALUE_INT)".into(),
-        DLPX_VALUE_FLOAT => "a float (DLPX_VALUE_FLOAT)".into(),
-        DLPX_VALUE_BOOL => "a bool (DLPX_VALUE_BOOL)".into(),
-        DLPX_VALUE_STR => "a str (DLPX_VALUE_STR)".into(),
-        _ => format!("value kind {kind}, which is none of DLPX_VALUE_*"),
+    match crate::kernels::value::kind_names(kind) {
+        Some((name, constant)) => format!("{name} ({constant})"),
+        None => format!("value kind {kind}, which is none of DLPX_VALUE_*"),
     }
 }
 

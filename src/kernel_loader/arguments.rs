@@ -91,14 +91,14 @@ impl<'py> Arguments<'py> {
             (false, Type::Tensor) => unreachable!("bind converts tensors in place"),
             (false, Type::Int) => match args::int_value(py, object, "") {
                 Ok(value) => values.push(Value::Int(value)),
-                Err(err) => return Err(int_error(py, param, object, err)),
+                Err(err) => return Err(number_error(py, param, object, err)),
             },
             (false, Type::Float) => {
                 // SAFETY: GIL held; `object` is live; -1.0 with an exception set is the failure.
                 let value = unsafe { (py.PyFloat_AsDouble)(object) };
                 // SAFETY: GIL held.
                 if value == -1.0 && !unsafe { (py.PyErr_Occurred)() }.is_null() {
-                    return Err(float_error(py, param, object));
+                    return Err(number_error(py, param, object, Error::python_pending()));
                 }
                 values.push(Value::Float(value));
             }
@@ -225,12 +225,13 @@ fn wrong_type(py: Python<'_>, param: &Param, object: *mut PyObject) -> Error {
     ))
 }
 
-/// Why `object` did not convert to an int: no integer (a TypeError, also one its `__index__`
-/// raised: a numpy array's) → ours naming the parameter; past int64 → an OverflowError, as
-/// CPython's own conversions and a C++ parameter's narrowing say; anything else (a
-/// KeyboardInterrupt from `__index__`) raised as it is.
+/// Why `object` did not convert to `param`'s number: no number (a TypeError, pending or ours,
+/// also one an `__index__` raised: a numpy array's) → ours naming the parameter; an int past
+/// int64 (ours, not pending) → an OverflowError, as CPython's own conversions and a C++
+/// parameter's narrowing say; anything else pending (a KeyboardInterrupt from `__index__`, an
+/// int too large for a float) raised as it is.
 #[cold]
-fn int_error(py: Python<'_>, param: &Param, object: *mut PyObject, err: Error) -> Error {
+fn number_error(py: Python<'_>, param: &Param, object: *mut PyObject, err: Error) -> Error {
     let pending = err.is_python_pending();
     let type_error = match pending {
         // SAFETY: GIL held; asked only with an exception pending.
@@ -250,22 +251,6 @@ fn int_error(py: Python<'_>, param: &Param, object: *mut PyObject, err: Error) -
             crate::ErrorKind::OverflowError,
             format!("parameter '{}': the int does not fit in 64 bits (int64)", param.name),
         ),
-    }
-}
-
-/// Why `object` did not convert to a float (its exception pending): a TypeError — no number —
-/// replaced by ours naming the parameter; anything else (an int too large: OverflowError; a
-/// `__float__` that raised, KeyboardInterrupt included) raised as it is.
-#[cold]
-fn float_error(py: Python<'_>, param: &Param, object: *mut PyObject) -> Error {
-    // SAFETY: GIL held; an exception is pending.
-    match unsafe { (py.PyErr_ExceptionMatches)(py.exception(crate::ErrorKind::TypeError)) } != 0 {
-        true => {
-            // SAFETY: GIL held; the conversion's exception is replaced by ours.
-            unsafe { (py.PyErr_Clear)() };
-            wrong_type(py, param, object)
-        }
-        false => Error::python_pending(),
     }
 }
 

@@ -130,15 +130,22 @@ impl Value {
 
     /// The kind's name, for messages.
     pub fn kind_name(&self) -> &'static str {
-        match self {
-            Value::None => "None",
-            Value::Tensor(..) => "a tensor",
-            Value::Int(_) => "an int",
-            Value::Float(_) => "a float",
-            Value::Bool(_) => "a bool",
-            Value::Str(..) => "a str",
-        }
+        kind_names(self.kind()).map_or("a value", |(name, _)| name)
     }
+}
+
+/// A kind's name for messages and its constant's (`("an int", "DLPX_VALUE_INT")`); None for a
+/// number no `DLPX_VALUE_*` names (a C caller's).
+pub fn kind_names(kind: DlpxValueKind) -> Option<(&'static str, &'static str)> {
+    Some(match kind {
+        DLPX_VALUE_NONE => ("None", "DLPX_VALUE_NONE"),
+        DLPX_VALUE_TENSOR => ("a tensor", "DLPX_VALUE_TENSOR"),
+        DLPX_VALUE_INT => ("an int", "DLPX_VALUE_INT"),
+        DLPX_VALUE_FLOAT => ("a float", "DLPX_VALUE_FLOAT"),
+        DLPX_VALUE_BOOL => ("a bool", "DLPX_VALUE_BOOL"),
+        DLPX_VALUE_STR => ("a str", "DLPX_VALUE_STR"),
+        _ => return None,
+    })
 }
 
 /// A result the kernel returned: a tensor it allocated through the call (now the caller's to
