@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Dict, List, Tuple
 
 import dlpx
@@ -29,6 +30,25 @@ def run(command: List[str], name: str, verbose: bool) -> None:
     if done.returncode != 0:
         raise BuildError(f"dlpx.cpp: building {name} failed (exit status {done.returncode}):\n"
                          f"{shlex.join(command)}\n{done.stdout}")
+
+
+def link(commands: "Commands", objects: List[str], exports: str, out: str, name: str, verbose: bool) -> None:
+    """Runs `commands`' link, its linker options in a response file outside the cache (whose path
+    may hold commas), named with what it holds when the link fails."""
+    descriptor, options = tempfile.mkstemp(prefix="dlpx-link.", suffix=".rsp")
+    os.close(descriptor)
+    try:
+        command = commands.link(objects, exports, out, options)
+        with open(options) as f:
+            held = f"{options} holds:\n{f.read()}"
+        if verbose:
+            print(held, file=sys.stderr, end="", flush=True)
+        try:
+            run(command, name, verbose)
+        except BuildError as err:
+            raise BuildError(f"{err}\n{held}") from None
+    finally:
+        os.unlink(options)
 
 
 def compiler(language: str) -> List[str]:
@@ -121,17 +141,29 @@ class Commands:
         return [*tool, standard, "-O2", "-fPIC", *hidden, *self.includes, *self.flags["c"], *depend, "-c", source,
                 "-o", obj]
 
-    def link(self, objects: List[str], exports: str, out: str) -> List[str]:
+    def link(self, objects: List[str], exports: str, out: str, options: str) -> List[str]:
+        """The link of `objects` into `out`. The linker's own options, paths of the cache and of
+        libdlpx among them, are written to `options`, a response file of the host compiler's (`@file`,
+        its path free of spaces and commas): nvcc splits `-Xlinker` values at commas, and gcc a
+        `-Wl,` list."""
         library = dlpx.library_path()
-        # Each linker option one argument of its own: a comma in a path splits `-Wl,` lists.
-        linker = ["--exclude-libs", "ALL", f"--version-script={exports}", "-rpath", os.path.dirname(library)]
+        # libdlpx needed whatever the order (a linker that defaults to --as-needed drops a library
+        # named before the objects that use it: nvcc puts the file first).
+        linker = ["--push-state", "--no-as-needed", library, "--pop-state", "--exclude-libs", "ALL",
+                  f"--version-script={exports}", "-rpath", os.path.dirname(library)]
+        with open(options, "w") as f:
+            f.write("".join(f"-Xlinker {_response_quoted(option)}\n" for option in linker))
         if "cuda" in self.tools:
             # nvcc links (the static CUDA runtime, device code): a `-Wl,` flag is the host linker's.
             ldflags = [part for flag in self.flags["ld"] for part in
                        (["-Xlinker", flag[4:]] if flag.startswith("-Wl,") else [flag])]
-            # The library goes to the linker as is: nvcc knows no input named `libdlpx.so.0`.
             return [*self.tools["cuda"], "-shared", "-cudart", "static", *self.cuda_arch, *objects,
-                    *[part for option in [library, *linker] for part in ("-Xlinker", option)], *ldflags, "-o", out]
+                    "-Xcompiler", f"@{options}", *ldflags, "-o", out]
         driver = self.tools.get("c++") or self.tools["c"]
-        return [*driver, "-shared", *objects, library, *[part for option in linker for part in ("-Xlinker", option)],
-                *self.flags["ld"], "-o", out]
+        return [*driver, "-shared", *objects, f"@{options}", *self.flags["ld"], "-o", out]
+
+
+def _response_quoted(option: str) -> str:
+    """`option` as one argument of a GNU response file (gcc's, ld's): every character but a
+    letter, a digit and `/._=-` escaped with a backslash."""
+    return re.sub(r"([^\w/.=-])", r"\\\1", option)

@@ -27,7 +27,7 @@ import types
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import dlpx
-from dlpx._toolchain import BuildError, Commands, compiler, run
+from dlpx._toolchain import BuildError, Commands, compiler, link, run
 
 __all__ = ["BuildError", "build", "build_inline", "include_dir", "load", "load_inline"]
 
@@ -272,7 +272,7 @@ def _compile_and_link(home: str, name: str, units: List[Unit], commands: Command
         with open(os.path.join(work, "exports.map"), "w") as f:
             f.write(_EXPORTS)
         linked = os.path.join(work, f"{name}.so")
-        run(commands.link(objects, os.path.join(work, "exports.map"), linked), name, verbose)
+        link(commands, objects, os.path.join(work, "exports.map"), linked, name, verbose)
         listed = sorted(os.path.abspath(p) for p in headers)
         watched = listed + [path for path, _, _ in units if os.path.isabs(path)]
         if any(_modified_since(path, started) for path in watched):

@@ -271,6 +271,33 @@ def test_a_header_in_a_directory_make_escapes_is_tracked(tmp_path, monkeypatch, 
     assert (first.answer(), second.answer()) == (2, 3)
 
 
+@pytest.mark.parametrize("language", ["c", "cuda"])
+def test_paths_with_commas_quotes_and_spaces_reach_the_linker_whole(tmp_path, language):
+    # nvcc splits an -Xlinker value at commas and gcc a -Wl, list: the linker's options (libdlpx's
+    # path, the rpath, the version script in the cache) go in a response file instead.
+    if language == "cuda":
+        try:
+            _toolchain.compiler("cuda")
+        except cpp.BuildError as err:
+            pytest.skip(str(err))
+    odd = tmp_path / "lib, 'odd' \"dir\" \\ x"
+    odd.mkdir()
+    library = odd / "libdlpx.so"
+    library.write_bytes(open(dlpx.library_path(), "rb").read())
+    code = ("import sys, dlpx, dlpx.cpp\n"
+            f"sources = {{{language + '_sources'!r}: {answer(5)!r}}}\n"
+            "path = dlpx.cpp.build_inline('odd', **sources)\n"
+            "print(path); sys.exit(dlpx.load_library(path).answer() != 5)\n")
+    env = dict(os.environ, DLPX_LIBRARY=str(library), DLPX_CACHE_DIR=str(tmp_path / "ca,che dir"),
+               DLPX_CUDA_ARCH_LIST="9.0")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    path = done.stdout.strip().splitlines()[-1]
+    assert path.startswith(str(tmp_path / "ca,che dir"))
+    dynamic = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    assert f"[{odd}]" in dynamic  # the rpath, one path whatever it holds
+
+
 def test_a_relative_include_flag_is_read_where_the_call_is_made(tmp_path, monkeypatch):
     for value in (2, 3):
         (tmp_path / f"in{value}" / "inc").mkdir(parents=True)
