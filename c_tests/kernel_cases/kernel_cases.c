@@ -190,6 +190,23 @@ static int huge(DlpxCall *call) {
 }
 DLPX_EXPORT_KERNEL(huge, huge, "huge(a): asks for 128 TiB.")
 
+/* Returns a bfloat16 tensor shaped like a (zeroed where the CPU holds it): a framework without
+ * bfloat16 (numpy) cannot take it back. */
+static int bfloat16_like(DlpxCall *call) {
+  const DLTensor *a;
+  DLTensor *out;
+  DLDataType bf16 = {kDLBfloat, 16, 1};
+  if (dlpx_call_tensor(call, 0, &a, NULL) || dlpx_call_allocate(call, a->device, bf16, a->ndim, a->shape, &out))
+    return -1;
+  if (out->device.device_type == kDLCPU) {
+    int64_t n = 1;
+    for (int32_t i = 0; i < out->ndim; ++i) n *= out->shape[i];
+    memset(out->data, 0, (size_t)n * 2);
+  }
+  return dlpx_call_return_tensor(call, out);
+}
+DLPX_EXPORT_KERNEL(bfloat16_like, bfloat16_like, "bfloat16_like(a) -> tensor: zeros of bfloat16 shaped like a.")
+
 /* pair(a) -> (a + 1, a * 2) for float32 a, compact or not. */
 static int pair(DlpxCall *call) {
   const DLTensor *a;

@@ -37,12 +37,9 @@ impl Channel for Raise {
 /// Moves the pending Python exception into an `Error` (for channels other than Python); its
 /// message is kept as the exception says it.
 pub fn take_pending(py: Python<'_>) -> Error {
+    let kind = pending_kind(py).unwrap_or(ErrorKind::RuntimeError);
     // SAFETY: the token proves the GIL is held; the fetched references are released here.
     unsafe {
-        // In table order, so NotImplementedError matches before its base RuntimeError.
-        let kind = ErrorKind::exceptions()
-            .find(|(kind, _)| (py.PyErr_ExceptionMatches)(py.exception(*kind)) != 0)
-            .map_or(ErrorKind::RuntimeError, |(kind, _)| kind);
         let (mut ty, mut value, mut tb) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
         (py.PyErr_Fetch)(&mut ty, &mut value, &mut tb);
         let text = if value.is_null() { None } else { Owned::new(py, (py.PyObject_Str)(value)).ok() };
@@ -53,6 +50,18 @@ pub fn take_pending(py: Python<'_>) -> Error {
         }
         Error::verbatim(kind, message)
     }
+}
+
+/// The kind of the pending exception (a subclass's: numpy's AxisError is an IndexError); None for
+/// one no kind names (KeyboardInterrupt, a bare Exception).
+///
+/// The GIL is held (the token) and an exception is pending.
+pub fn pending_kind(py: Python<'_>) -> Option<ErrorKind> {
+    // In table order, so NotImplementedError matches before its base RuntimeError.
+    // SAFETY: the token proves the GIL is held.
+    ErrorKind::exceptions()
+        .map(|(kind, _)| kind)
+        .find(|&kind| unsafe { (py.PyErr_ExceptionMatches)(py.exception(kind)) } != 0)
 }
 
 /// Raises AttributeError with `message` (complete, `dlpx:` and all): what a property says where

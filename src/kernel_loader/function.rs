@@ -159,7 +159,7 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
         });
         (like, returned)
     };
-    results::to_py(py, like, returned?)
+    results::to_py(py, like, returned?).map_err(|err| results::refused(py, kernel.name, err))
 }
 
 /// The caller's current stream on a non-CPU device, asked of its framework's table: dlpx's own

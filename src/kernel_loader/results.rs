@@ -5,7 +5,7 @@
 use pyo3_ffi::PyObject;
 
 use crate::cpython::{Owned, Python};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernels::inline::Inline;
 use crate::kernels::Returned;
 use crate::producers::{self, Entry};
@@ -50,4 +50,17 @@ fn one(py: Python<'_>, like: Option<Entry>, result: Returned) -> Result<*mut PyO
         Returned::Float(value) => py.check(unsafe { (py.PyFloat_FromDouble)(value) }),
         Returned::Bool(value) => py.check(py.new_bool(value)),
     }
+}
+
+/// A result the caller's framework could not take (numpy refusing a bfloat16 output), named as
+/// an output's refusal is: `dlpx: bf: result: Unsupported dtype in DLTensor.`, of the kind it
+/// raised. An exception no kind names (KeyboardInterrupt) passes as it is.
+#[cold]
+pub fn refused(py: Python<'_>, kernel: &'static str, err: Error) -> Error {
+    let err = match err.is_python_pending() {
+        true if crate::cpython::pending_kind(py).is_some() => crate::cpython::take_pending(py),
+        true => return err,
+        false => err,
+    };
+    crate::kernels::call::for_the_call("result", err).at(kernel)
 }

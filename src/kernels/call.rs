@@ -48,7 +48,7 @@ pub struct Call<'a> {
 /// the call's error: its kind and message, less a C++ backtrace (torch's), named by the kernel
 /// when the call ends (`dlpx: add: output: …`).
 #[cold]
-fn for_the_call(what: &str, err: Error) -> Error {
+pub fn for_the_call(what: &str, err: Error) -> Error {
     let message = err.message();
     let fact = message.strip_prefix("dlpx: ").unwrap_or(&message);
     Error::new(err.kind, format!("{what}: {}", crate::error::without_cpp_backtrace(fact)))
