@@ -85,33 +85,39 @@ def load_library(path):
     return _native.load_library(path)
 
 
+# The blocks of `outputs_like` entered in this context, innermost first: (framework, the outer
+# blocks) or None. A context variable, as decimal.localcontext keeps its context: each asyncio
+# task has its own copy, each thread starts without one. The loader reads it (its `get`) in a
+# call made while any block is entered, anywhere.
+_OUTPUTS_LIKE = __import__("contextvars").ContextVar("dlpx.outputs_like", default=None)
+_native._outputs_like_context(_OUTPUTS_LIKE.get)
+
+
 class outputs_like:
-    """``with dlpx.outputs_like(x):`` kernel calls in this thread give their outputs to ``x``'s
+    """``with dlpx.outputs_like(x):`` kernel calls in this context give their outputs to ``x``'s
     framework (``x`` a tensor or a tensor type: ``torch.Tensor``, ``numpy.ndarray``,
     ``dlpx.Tensor``, ...) instead of their first tensor argument's: its allocator, its stream,
     its type back. ``None`` restores the first argument's rule. Nested blocks restore the outer
-    choice; other threads keep their own."""
+    choice. The choice is a context variable's (``contextvars``), as ``decimal.localcontext``'s:
+    other threads and other asyncio tasks keep their own."""
 
     __slots__ = ("_framework",)
-    # Per thread: the choice in force and the outer choices of the blocks entered (a stack, not
-    # a field of the instance: one instance may be entered again, nested or in another thread).
-    _local = __import__("threading").local()
 
     def __init__(self, x):
         self._framework = x
 
     def __enter__(self):
-        local = outputs_like._local
-        outer = getattr(local, "chosen", None)
-        _native._set_outputs_like(self._framework)  # TypeError for what is no framework's tensor
-        local.__dict__.setdefault("outer", []).append(outer)
-        local.chosen = self._framework
+        _native._outputs_like_enter(self._framework)  # TypeError for what is no framework's tensor
+        _OUTPUTS_LIKE.set((self._framework, _OUTPUTS_LIKE.get()))
 
     def __exit__(self, *exc_info):
-        local = outputs_like._local
-        outer = local.outer.pop()
-        _native._set_outputs_like(outer)
-        local.chosen = outer
+        # The innermost block of this context is left (with-blocks nest). None: the block was
+        # entered in another context (a generator finished by another thread), which keeps it,
+        # and it stays counted.
+        blocks = _OUTPUTS_LIKE.get()
+        if blocks is not None:
+            _OUTPUTS_LIKE.set(blocks[1])
+            _native._outputs_like_exit()
 
 
 DLPACK_VERSION = _native.DLPACK_VERSION

@@ -143,7 +143,7 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
     let (like, returned) = {
         let mut arguments = Arguments::new(py);
         arguments.bind(kernel, &object.names, args).map_err(|err| err.at(kernel.name))?;
-        let like = super::outputs_like::chosen().or(arguments.like);
+        let like = super::outputs_like::chosen(py).map_err(|err| err.at(kernel.name))?.or(arguments.like);
         let table = like.map(|entry| entry.table).or_else(crate::tensor_type::own_table);
         // A short kernel runs with the GIL this call holds: its stream is asked with it.
         let holding = kernel.short.then_some(py);

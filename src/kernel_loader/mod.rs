@@ -18,7 +18,7 @@ use crate::cpython::{without_gil, Owned, Python};
 use crate::error::{Error, Result};
 use crate::kernels::{library, Library};
 
-pub use outputs_like::set as set_outputs_like;
+pub use outputs_like::{enter as outputs_like_enter, exit as outputs_like_exit, set_context as outputs_like_context};
 
 /// Each library's module, made once: (the library's address, a strong reference kept for the
 /// process). No Python code runs while the lock is held.

@@ -2,71 +2,90 @@
 //! argument's (docs/kernels.md, "Which argument decides"). The choice is this thread's, set and
 //! restored by the Python context manager around the calls it covers; a call reads it once.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use once_cell::sync::OnceCell;
 use pyo3_ffi::PyObject;
 
-use crate::cpython::Python;
+use crate::cpython::{Owned, Python};
 use crate::error::{Error, Result};
 use crate::producers::{self, Entry};
 
-thread_local! {
-    /// The framework this thread's kernel calls give outputs to; None: the first tensor argument's.
-    static CHOSEN: Cell<Option<Entry>> = const { Cell::new(None) };
-}
+/// `get` of the `contextvars.ContextVar` holding the blocks entered (`dlpx.outputs_like`'s), a reference
+/// kept for the process: a context variable, as `decimal.localcontext` keeps its context, so that
+/// each asyncio task has its own and a thread starts with none.
+static CHOICE_GET: OnceCell<usize> = OnceCell::new();
 
-/// How many threads have a choice set: while none has, a call reads this and not its
-/// thread-local (in a shared library that is a `__tls_get_addr` call).
-static THREADS_CHOOSING: AtomicUsize = AtomicUsize::new(0);
+/// How many `outputs_like` blocks are entered and not left, in any thread or task: while none
+/// is, a call reads this and not the context variable (a call into Python).
+static BLOCKS_ENTERED: AtomicUsize = AtomicUsize::new(0);
 
-/// The framework chosen for this thread's calls, if any.
+/// The framework chosen for this call's context, if any.
 #[inline]
-pub fn chosen() -> Option<Entry> {
-    match THREADS_CHOOSING.load(Ordering::Relaxed) {
-        0 => None,
-        _ => this_thread_s(),
+pub fn chosen(py: Python<'_>) -> Result<Option<Entry>> {
+    match BLOCKS_ENTERED.load(Ordering::Relaxed) {
+        0 => Ok(None),
+        _ => in_this_context(py),
     }
 }
 
-/// This thread's choice: out of line, or the compiler hoists the thread-local's address (the
-/// `__tls_get_addr` call) above the count's test into every call.
+/// The framework of the innermost block entered in this context (None: the first tensor
+/// argument's): the context variable holds `(framework, outer blocks)`, or None.
 #[cold]
 #[inline(never)]
-fn this_thread_s() -> Option<Entry> {
-    CHOSEN.with(Cell::get)
+fn in_this_context(py: Python<'_>) -> Result<Option<Entry>> {
+    let Some(&get) = CHOICE_GET.get() else { return Ok(None) };
+    // SAFETY: GIL held; `get` is a live bound method (kept); the result is a new reference.
+    let blocks = Owned::new(py, unsafe { (py.PyObject_CallObject)(get as *mut PyObject, std::ptr::null_mut()) })?;
+    if blocks.as_ptr() == py.none {
+        return Ok(None);
+    }
+    // SAFETY: GIL held; dlpx's own tuple of two (a borrowed item, alive while `blocks` is held).
+    let framework = py.check(unsafe { (py.PyTuple_GetItem)(blocks.as_ptr(), 0) })?;
+    Ok(match framework == py.none {
+        true => None,
+        false => Some(producers::entry_of_object_or_type(py, framework)),
+    })
 }
 
-/// `_set_outputs_like(x)`: x's framework (x a tensor or its type) from now on in this thread;
-/// None: the first tensor argument's again. A TypeError for what is no framework's tensor.
-pub fn set(py: Python<'_>, _module: *mut PyObject, object: *mut PyObject) -> Result<*mut PyObject> {
-    let entry = match object == py.none {
-        true => None,
-        false => {
-            let entry = producers::entry_of_object_or_type(py, object);
-            // A framework whose own type comes back: a table of its own (torch, dlpx) or a
-            // `from_dlpack` to call (numpy, jax, cupy, tvm_ffi, array_api_strict).
-            if entry.row.synthetic.is_some() && entry.row.home.is_none() {
-                // A type by its name, anything else by its type's: `memoryview`, `an instance of int`.
-                let given = match crate::cpython::is_type(py, object) {
-                    true => crate::cpython::name_of_type(py, object),
-                    false => format!("an instance of {}", crate::cpython::type_name(py, object)),
-                };
-                let err = Error::type_error(format!(
-                    "takes a tensor, or a tensor type, of a framework outputs go back to (torch, numpy, jax, cupy, \
-                     tvm_ffi, array_api_strict, dlpx); got {given}"
-                ));
-                return Err(err.at("outputs_like"));
-            }
-            Some(entry)
+/// `_outputs_like_context(get)`: the context variable's `get`, given once by `dlpx` at import.
+pub fn set_context(py: Python<'_>, _module: *mut PyObject, get: *mut PyObject) -> Result<*mut PyObject> {
+    CHOICE_GET.get_or_init(|| {
+        // SAFETY: GIL held; the reference is kept for the process.
+        unsafe { (py.Py_IncRef)(get) };
+        get as usize
+    });
+    Ok(py.new_none())
+}
+
+/// `_outputs_like_exit()`: a block entered by [`enter`] is left.
+pub fn exit(py: Python<'_>, _module: *mut PyObject) -> Result<*mut PyObject> {
+    // Never below zero: Python calls this once for each `enter` that returned.
+    let _ = BLOCKS_ENTERED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    Ok(py.new_none())
+}
+
+/// `_outputs_like_enter(x)`: a block choosing x's framework (x a tensor or its type; None: the
+/// first tensor argument's) is entered, its choice set by the caller in the context variable. A
+/// TypeError for what is no framework's tensor, and then no block is counted.
+pub fn enter(py: Python<'_>, _module: *mut PyObject, object: *mut PyObject) -> Result<*mut PyObject> {
+    if object != py.none {
+        let entry = producers::entry_of_object_or_type(py, object);
+        // A framework whose own type comes back: a table of its own (torch, dlpx) or a
+        // `from_dlpack` to call (numpy, jax, cupy, tvm_ffi, array_api_strict).
+        if entry.row.synthetic.is_some() && entry.row.home.is_none() {
+            // A type by its name, anything else by its type's: `memoryview`, `an instance of int`.
+            let given = match crate::cpython::is_type(py, object) {
+                true => crate::cpython::name_of_type(py, object),
+                false => format!("an instance of {}", crate::cpython::type_name(py, object)),
+            };
+            let err = Error::type_error(format!(
+                "takes a tensor, or a tensor type, of a framework outputs go back to (torch, numpy, jax, cupy, \
+                 tvm_ffi, array_api_strict, dlpx); got {given}"
+            ));
+            return Err(err.at("outputs_like"));
         }
-    };
-    // This thread's own store is ordered before its own later reads whatever the count says;
-    // another thread's count only decides whether that thread looks at its own (empty) slot.
-    match (CHOSEN.with(|chosen| chosen.replace(entry)).is_some(), entry.is_some()) {
-        (false, true) => THREADS_CHOOSING.fetch_add(1, Ordering::Relaxed),
-        (true, false) => THREADS_CHOOSING.fetch_sub(1, Ordering::Relaxed),
-        _ => 0,
-    };
+    }
+    BLOCKS_ENTERED.fetch_add(1, Ordering::Relaxed);
     Ok(py.new_none())
 }

@@ -25,7 +25,7 @@ use crate::tensor_type::{self, device_class};
 const MODULE_DOC: &CStr = c"Native core of dlpx (libdlpx.so loaded as a Python extension module).";
 
 // The module's definition: CPython keeps (and initialises) it for the life of the process.
-static METHODS: CStatic<[PyMethodDef; 17]> = CStatic::new([
+static METHODS: CStatic<[PyMethodDef; 19]> = CStatic::new([
     method_def!("empty", fastcall tensors::empty, c"empty($module, /, shape, dtype='float32', device='cpu')\n--\n\nAn uninitialised compact tensor from dlpx's allocator (the exchange table's)."),
     method_def!("from_dlpack", fastcall tensors::from_dlpack, c"from_dlpack($module, x, /, *, device=None, copy=None)\n--\n\nImports any DLPack producer's tensor (or a DLPack capsule), zero-copy when possible."),
     method_def!("exchange_api_of", one tables::exchange_api_of, c"exchange_api_of($module, type_or_object, /)\n--\n\nThe DLPackExchangeAPI a C kernel uses for objects of this type: its own, or dlpx's synthetic one (a PyCapsule named 'dlpack_exchange_api')."),
@@ -40,7 +40,9 @@ static METHODS: CStatic<[PyMethodDef; 17]> = CStatic::new([
     method_def!("_cuda_memory_stats" as "memory_stats", one streams::cuda_memory_stats, c"_cuda_memory_stats($module, device_id, /)\n--\n\nSee dlpx.cuda.memory_stats."),
     method_def!("_current_stream" as "current_stream", fastcall streams::current_stream, c"_current_stream($module, device_type, device_id, /)\n--\n\nThis thread's current stream handle on the device (0: the default stream)."),
     method_def!("load_library", one kernel_loader::load_library, c"load_library($module, path, /)\n--\n\nThe kernel library at path (a shared library built with <dlpx/kernel.h>), loaded once for the process: one function per kernel."),
-    method_def!("_set_outputs_like", one kernel_loader::set_outputs_like, c"_set_outputs_like($module, x, /)\n--\n\nThe framework of x (a tensor or its type) gets this thread's kernel outputs from now on; None: the first tensor argument's (dlpx.outputs_like is the context manager)."),
+    method_def!("_outputs_like_context", one kernel_loader::outputs_like_context, c"_outputs_like_context($module, get, /)\n--\n\nThe get method of the context variable holding dlpx.outputs_like's choice (given once, at import)."),
+    method_def!("_outputs_like_enter", one kernel_loader::outputs_like_enter, c"_outputs_like_enter($module, x, /)\n--\n\nA dlpx.outputs_like block for x's framework (a tensor or its type; None: the first tensor argument's) is entered: a TypeError for what is no framework's tensor."),
+    method_def!("_outputs_like_exit", noargs kernel_loader::outputs_like_exit, c"_outputs_like_exit($module, /)\n--\n\nA dlpx.outputs_like block entered is left."),
     method_def!("_cuda_driver_present" as "cuda_driver_present", noargs streams::cuda_driver_present, c"_cuda_driver_present($module, /)\n--\n\nWhether libcuda can be loaded in this process."),
     PyMethodDef::zeroed(),
 ]);

@@ -1,6 +1,9 @@
 """dlpx.outputs_like: a kernel call's outputs for a framework other than its first tensor
-argument's (its allocator, its stream, its type back), per thread, nested, restored on errors."""
+argument's (its allocator, its stream, its type back), per context (thread, asyncio task), nested,
+restored on errors."""
 
+import asyncio
+import contextvars
 import os
 import threading
 
@@ -116,3 +119,60 @@ def test_what_is_no_framework_s_tensor_is_a_type_error(lib, x, given):
         with dlpx.outputs_like(x):
             pass
     assert type(lib.add(np.ones(1), np.ones(1))) is np.ndarray  # nothing changed
+
+
+def test_interleaved_asyncio_tasks_keep_their_own_choice(lib):
+    # Each task runs in its own copy of the context: a block of one task never reaches another,
+    # whichever leaves first.
+    a = np.ones(2, np.float32)
+    seen = []
+
+    async def task(name, framework, hold):
+        with dlpx.outputs_like(framework):
+            await asyncio.sleep(hold)
+            seen.append((name, "inside", type(lib.add(a, a))))
+        seen.append((name, "after", type(lib.add(a, a))))
+        await asyncio.sleep(0.03)
+
+    async def both():
+        await asyncio.gather(task("A", torch.Tensor, 0.01), task("B", dlpx.Tensor, 0.02))
+
+    asyncio.run(both())
+    assert sorted(seen, key=str) == sorted([("A", "inside", torch.Tensor), ("A", "after", np.ndarray),
+                                            ("B", "inside", dlpx.Tensor), ("B", "after", np.ndarray)], key=str)
+    assert type(lib.add(a, a)) is np.ndarray
+
+
+def test_a_generator_finished_in_another_thread_leaves_no_error_and_its_context_keeps_the_block(lib):
+    # As with decimal.localcontext: the block belongs to the context the generator was entered
+    # in; the thread that finishes it has none to leave. (Run in a copy of the context: the block
+    # it keeps goes with it.)
+    a = np.ones(2, np.float32)
+
+    def batches():
+        with dlpx.outputs_like(dlpx.Tensor):
+            yield type(lib.add(a, a))
+            yield type(lib.add(a, a))
+
+    def in_a_context():
+        generator = batches()
+        assert next(generator) is dlpx.Tensor
+        seen, errors = [], []
+
+        def worker():
+            try:
+                seen.extend(generator)
+                seen.append(type(lib.add(a, a)))
+            except BaseException as err:  # noqa: BLE001 -- reported below
+                errors.append(err)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        assert not errors and seen == [np.ndarray, np.ndarray]
+        assert type(lib.add(a, a)) is dlpx.Tensor, "the context it was entered in keeps the block"
+        with dlpx.outputs_like(None):
+            assert type(lib.add(a, a)) is np.ndarray
+
+    contextvars.copy_context().run(in_a_context)
+    assert type(lib.add(a, a)) is np.ndarray
