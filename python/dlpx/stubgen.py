@@ -2,21 +2,22 @@
 
 Loads the library (``dlpx.load_library``) and writes one ``def`` per kernel, typed from the
 kernel's signature (docs/kernels.md, "Shipping a kernel library"): a tensor parameter takes any
-object dlpx reads (``__dlpack__``, a buffer, the array interfaces), ``int``, ``float``, ``bool``
-and ``str`` are themselves, ``T | None`` stays so; ``*name``, keyword-only parameters and
+object dlpx reads (``__dlpack__``, a buffer, the array interfaces), ``bool`` and ``str`` are
+themselves, ``T | None`` stays so; ``*name``, keyword-only parameters and
 defaults are as the kernel's ``__text_signature__`` has them; a tensor result is ``Any`` (the
 caller's type: torch in, ``torch.Tensor`` out). The kernel's doc is the function's docstring.
 Without ``-o`` the stub goes beside the library, named after its module (``libadd.so`` →
-``libadd.pyi``); ``-o -`` writes it to standard output.
+``add.pyi``); ``-o -`` writes it to standard output. An ``int`` parameter is ``SupportsIndex`` and a
+``float`` one ``SupportsFloat | SupportsIndex``, as the loader converts them (a numpy scalar).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import inspect
 import math
 import os
-import re
 import sys
 import types
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -24,33 +25,58 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import dlpx
 
 # What every stub starts with: the type a tensor parameter takes (what dlpx.from_dlpack reads;
-# a DLPack capsule is read too, and has no type to name before Python 3.13).
+# a DLPack capsule is read too, and has no type to name before Python 3.13). Its own names are
+# private, so that a kernel may be named anything (`float`, `Any`); then the names the
+# annotations use, less those a kernel takes (the annotations spell those through `_builtins`
+# and `_typing`).
 _PREAMBLE = '''\
-from typing import Any, Protocol, Union
+import builtins as _builtins
+import typing as _typing
 
-from typing_extensions import Buffer, TypeAlias
+import typing_extensions as _typing_extensions
 
-class _SupportsDLPack(Protocol):
-    def __dlpack__(self) -> Any: ...
+class _SupportsDLPack(_typing.Protocol):
+    def __dlpack__(self) -> _typing.Any: ...
 
-class _ArrayInterface(Protocol):
+class _ArrayInterface(_typing.Protocol):
     @property
-    def __array_interface__(self) -> Any: ...
+    def __array_interface__(self) -> _typing.Any: ...
 
-class _CudaArrayInterface(Protocol):
+class _CudaArrayInterface(_typing.Protocol):
     @property
-    def __cuda_array_interface__(self) -> Any: ...
+    def __cuda_array_interface__(self) -> _typing.Any: ...
 
 # What a tensor parameter takes: torch, numpy, jax, cupy, tvm_ffi, dlpx tensors, buffers, ...
-_Tensor: TypeAlias = Union[_SupportsDLPack, Buffer, _ArrayInterface, _CudaArrayInterface]
+_Tensor: _typing_extensions.TypeAlias = _typing.Union[
+    _SupportsDLPack, _typing_extensions.Buffer, _ArrayInterface, _CudaArrayInterface]
 '''
+# The names the annotations take from typing (the others are builtins).
+_TYPING_NAMES = ("Any", "SupportsFloat", "SupportsIndex")
 
-# A signature's types as the stub spells them: a tensor argument, and a tensor result (Any:
-# outputs come back as the type of the caller's first tensor argument).
-_PARAMETER_TYPES = {"tensor": "_Tensor", "int": "int", "float": "float", "bool": "bool", "str": "str"}
-_RESULT_NAMES = {"tensor": "Any", "int": "int", "float": "float", "bool": "bool", "str": "str", "None": "None",
-                 "tuple": "tuple", "list": "list"}
-_RESULT_TOKEN = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*|\.\.\.|[\[\],|])")
+# A signature's types as the stub spells them (names as `_Spelling` qualifies them): a tensor
+# argument; an int takes anything with `__index__`, a float anything with `__float__` or
+# `__index__`, as the loader does (a numpy scalar); a tensor result is Any (outputs come back as
+# the type of the caller's first tensor argument).
+_PARAMETER_TYPES = {"tensor": ["_Tensor"], "int": ["SupportsIndex"], "float": ["SupportsFloat", "SupportsIndex"],
+                    "bool": ["bool"], "str": ["str"]}
+_RESULT_NAMES = {"tensor": "Any", "int": "int", "float": "float", "bool": "bool", "str": "str"}
+
+
+class _Spelling:
+    """How a stub names a type: plainly, or through `_builtins` / `_typing` where a kernel of
+    the library takes the name (`def float(...)` would be the `float` of every annotation)."""
+
+    def __init__(self, kernel_names):
+        self.taken = set(kernel_names)
+
+    def __call__(self, name: str) -> str:
+        if name not in self.taken:
+            return name
+        return f"_typing.{name}" if name in _TYPING_NAMES else f"_builtins.{name}"
+
+    def imports(self) -> str:
+        free = [name for name in _TYPING_NAMES if name not in self.taken]
+        return f"from typing import {', '.join(free)}\n" if free else ""
 
 
 class StubError(ValueError):
@@ -101,28 +127,43 @@ def _typed_line(kernel: Callable[..., Any]) -> Tuple[List[str], Optional[str]]:
     return _split_top_level(line[len(name) + 1:end]), returns
 
 
-def _result_type(returns: Optional[str]) -> str:
+def _result_type(returns: Optional[str], spell: _Spelling) -> str:
     """The result annotation in the stub's terms; Any for none or one it cannot read."""
-    if returns is None:
-        return "Any"
-    out, at = [], 0
-    while at < len(returns):
-        match = _RESULT_TOKEN.match(returns, at)
-        if match is None:
-            return "Any"
-        token = match.group(1)
-        if token[0].isalpha() or token[0] == "_":
-            if token not in _RESULT_NAMES:
-                return "Any"
-            token = _RESULT_NAMES[token]
-        out.append(token + (" " if token in ("|", ",") else ""))
-        at = match.end()
-    text = "".join(out).replace(" |", "|").replace("|", " |").strip()
-    # A bare tuple or list (`-> tuple`): of anything, as --strict wants it spelled.
-    return re.sub(r"\b(tuple|list)\b(?!\[)", lambda m: "tuple[Any, ...]" if m.group(1) == "tuple" else "list[Any]", text)
+    try:
+        spelled = _result_node(ast.parse(returns, mode="eval").body, spell) if returns else None
+    except SyntaxError:
+        spelled = None
+    return spelled or spell("Any")
 
 
-def _parameter(kernel: str, typed: str, runtime: inspect.Parameter) -> str:
+def _result_node(node: ast.expr, spell: _Spelling) -> Optional[str]:
+    """One node of a result annotation (`tensor`, `int | None`, `tuple[tensor, ...]`,
+    `list[int]`), or None for what is no type a stub can say."""
+    if isinstance(node, ast.Constant) and node.value is None:
+        return "None"
+    if isinstance(node, ast.Name) and node.id in _RESULT_NAMES:
+        return spell(_RESULT_NAMES[node.id])
+    if isinstance(node, ast.Name) and node.id in ("tuple", "list"):  # of anything, as --strict wants
+        return f"{spell(node.id)}[{spell('Any')}{', ...' if node.id == 'tuple' else ''}]"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        left, right = _result_node(node.left, spell), _result_node(node.right, spell)
+        return f"{left} | {right}" if left and right else None
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in ("tuple", "list"):
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        variadic = (node.value.id == "tuple" and len(items) == 2 and isinstance(items[1], ast.Constant)
+                    and items[1].value is Ellipsis)
+        if variadic:
+            items = items[:1]
+        elif node.value.id == "list" and len(items) != 1:
+            return None
+        spelled = [_result_node(item, spell) for item in items]
+        if not spelled or None in spelled:
+            return None
+        return f"{spell(node.value.id)}[{', '.join(str(s) for s in spelled)}{', ...' if variadic else ''}]"
+    return None
+
+
+def _parameter(kernel: str, typed: str, runtime: inspect.Parameter, spell: _Spelling) -> str:
     """One parameter of the stub: the typed spelling's type, the runtime's name, kind and default."""
     declared = typed.lstrip("*").split("=", 1)[0]
     name, _, annotation = declared.partition(":")
@@ -132,7 +173,7 @@ def _parameter(kernel: str, typed: str, runtime: inspect.Parameter) -> str:
     optional = words[1:] == ["None"]
     if words[0] not in _PARAMETER_TYPES or len(words) > (2 if optional else 1):
         raise StubError(f"kernel '{kernel}': parameter '{runtime.name}' has a type the stub cannot spell: {annotation}")
-    spelled = _PARAMETER_TYPES[words[0]] + (" | None" if optional else "")
+    spelled = " | ".join([spell(name) for name in _PARAMETER_TYPES[words[0]]] + (["None"] if optional else []))
     star = "*" if runtime.kind is inspect.Parameter.VAR_POSITIONAL else ""
     if runtime.default is inspect.Parameter.empty:
         return f"{star}{runtime.name}: {spelled}"
@@ -164,8 +205,10 @@ def kernels(library: types.ModuleType) -> Dict[str, Callable[..., Any]]:
     return found
 
 
-def kernel_stub(kernel: Callable[..., Any]) -> str:
-    """`def name(...) -> result:` and the kernel's doc, for one kernel."""
+def kernel_stub(kernel: Callable[..., Any], spell: Optional[_Spelling] = None) -> str:
+    """`def name(...) -> result:` and the kernel's doc, for one kernel (`spell`: how its library's
+    stub names types; plainly by default)."""
+    spell = spell or _Spelling(())
     name = kernel.__name__
     typed, returns = _typed_line(kernel)
     runtime = list(inspect.signature(kernel).parameters.values())
@@ -178,10 +221,10 @@ def kernel_stub(kernel: Callable[..., Any]) -> str:
             p.startswith("*") for p in params
         ):
             params.append("*")
-        params.append(_parameter(name, spelled, parameter))
+        params.append(_parameter(name, spelled, parameter, spell))
     doc = (kernel.__doc__ or "").split("\n", 1)
     body = doc[1].strip("\n") if len(doc) > 1 else ""
-    head = f"def {name}({', '.join(params)}) -> {_result_type(returns)}:"
+    head = f"def {name}({', '.join(params)}) -> {_result_type(returns, spell)}:"
     return f"{head}\n{_docstring(body, '    ')}\n" if body else f"{head} ...\n"
 
 
@@ -191,9 +234,11 @@ def stub(library: Union[str, "os.PathLike[str]", types.ModuleType]) -> str:
     found = kernels(module)
     if not found:
         raise StubError(f"{getattr(module, '__file__', module)}: no kernels")
-    header = (f'"""Kernels of {module.__name__} (stub written by python -m dlpx.stubgen from their signatures)."""\n\n'
-              + _PREAMBLE)
-    return header + "".join(f"\n{kernel_stub(k)}" for k in found.values())
+    spell = _Spelling(found)
+    name = module.__name__.replace("\\", "\\\\")
+    header = (f'"""Kernels of {name} (stub written by python -m dlpx.stubgen from their signatures)."""\n\n'
+              + _PREAMBLE + spell.imports())
+    return header + "".join(f"\n{kernel_stub(k, spell)}" for k in found.values())
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -202,17 +247,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("-o", "--output", help="the .pyi to write ('-': standard output); default: beside the "
                                                "library, named after its module")
     args = parser.parse_args(argv)
-    module = dlpx.load_library(args.library)
     try:
+        module = dlpx.load_library(args.library)
         text = stub(module)
-    except StubError as err:
+        # Beside the library, named after its module (`libmy_kernels.so`: `my_kernels.pyi`).
+        output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.library)), module.__name__ + ".pyi")
+        if output == "-":
+            sys.stdout.write(text)
+        else:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(text)
+    except (OSError, ImportError, StubError) as err:
         raise SystemExit(f"dlpx.stubgen: {err}") from None
-    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.library)), module.__name__ + ".pyi")
-    if output == "-":
-        sys.stdout.write(text)
-    else:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text)
     return 0
 
 

@@ -76,9 +76,11 @@ def test_stubgen_writes_one_def_per_kernel_from_its_signature(example, cases, tm
     assert "def add(a: _Tensor, b: _Tensor) -> Any:\n    \"\"\"a + b elementwise" in text
     assert "def nop(*tensors: _Tensor) -> None:\n    \"\"\"Views each tensor and returns None.\"\"\"" in text
     text = stubgen.stub(dlpx.load_library(cases))
-    assert ("def describe(a: _Tensor, bias: _Tensor | None = None, *, scale: float | None = None) "
-            "-> tuple[Any, ...]:") in text
-    assert "def scalars(n: int, x: float = 1.0, *, flag: bool = True, text: str = 'abc') -> tuple[Any, ...]:" in text
+    # An int takes anything with __index__, a float anything with __float__ or __index__, as the loader.
+    assert ("def describe(a: _Tensor, bias: _Tensor | None = None, *, scale: SupportsFloat | SupportsIndex | None "
+            "= None) -> tuple[Any, ...]:") in text
+    assert ("def scalars(n: SupportsIndex, x: SupportsFloat | SupportsIndex = 1.0, *, flag: bool = True, "
+            "text: str = 'abc') -> tuple[Any, ...]:") in text
     assert "def flags(a: _Tensor) -> int:" in text and "def silent() -> Any:" in text
     # The command line: beside the library by default, named after its module; `-o -` prints it.
     done = subprocess.run([sys.executable, "-m", "dlpx.stubgen", example], capture_output=True, text=True)
@@ -101,13 +103,45 @@ def test_stubgen_spells_a_quoted_doc_and_a_non_finite_default(tmp_path_factory, 
     (mode,) = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
     assert ast.get_docstring(mode) == 'Runs in the mode named "fast"'
     # inf has no literal a stub could name: `...`, as typeshed writes it.
-    assert "def mode(x: float = ..., y: float = ...) -> None:" in text
+    assert "def mode(x: SupportsFloat | SupportsIndex = ..., y: SupportsFloat | SupportsIndex = ...) -> None:" in text
 
 
-def test_stubgen_refuses_what_is_no_kernel_library(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "dlpx.stubgen", str(tmp_path / "missing.so")],
-                          capture_output=True, text=True)
-    assert done.returncode != 0 and "missing.so" in done.stderr
+def test_stubgen_spells_any_kernel_name_and_any_result_annotation_as_valid_python(tmp_path_factory, tmp_path):
+    # A kernel named like a type the stub uses (`float`, `Any`) would be that type in every
+    # annotation: those are spelled through _builtins/_typing. A result annotation that is no type
+    # (a bare comma, an unclosed bracket, `...`, list of two) is Any.
+    source = tmp_path / "names.c"
+    kernels = [("float", "float(a, alpha: float = 2.0) -> tensor"), ("Any", "Any(n: int) -> int | None"),
+               ("tuple", "tuple(a) -> tuple[tensor, ...]"), ("split2", "split2(a) -> tensor, tensor"),
+               ("open2", "open2(a) -> tuple[tensor,"), ("dots", "dots(a) -> ..."),
+               ("pairs", "pairs(a) -> list[tensor, tensor]"), ("nested", "nested(a) -> tuple[list[int], bool | None]"),
+               ("int", "int(a) -> int")]
+    source.write_text('#include "dlpx/kernel.h"\nstatic int k(DlpxCall *call) { (void)call; return 0; }\n'
+                      + "".join(f'DLPX_EXPORT_KERNEL({name}, k, "{text}: doc")\n' for name, text in kernels))
+    text = stubgen.stub(build(tmp_path_factory, str(source), "names"))
+    ast.parse(text)
+    for expected in ["def float(a: _Tensor, alpha: SupportsFloat | SupportsIndex = 2.0) -> _typing.Any:",
+                     "def Any(n: SupportsIndex) -> _builtins.int | None:", "def split2(a: _Tensor) -> _typing.Any:",
+                     "def int(a: _Tensor) -> _builtins.int:",
+                     "def tuple(a: _Tensor) -> _builtins.tuple[_typing.Any, ...]:",
+                     "def open2(a: _Tensor) -> _typing.Any:", "def dots(a: _Tensor) -> _typing.Any:",
+                     "def pairs(a: _Tensor) -> _typing.Any:",
+                     "def nested(a: _Tensor) -> _builtins.tuple[list[_builtins.int], bool | None]:"]:
+        assert expected in text, text
+    (tmp_path / "names.pyi").write_text(text)
+    mypy("mypy", "--strict", "--cache-dir", os.devnull, "names.pyi", cwd=tmp_path)
+
+
+def test_stubgen_refuses_what_is_no_kernel_library(example, tmp_path):
+    # One line naming what is wrong, no traceback: a missing file, a directory, a file that is no
+    # library, an output that cannot be written.
+    (tmp_path / "text.so").write_text("no library")
+    for argv, named in [([str(tmp_path / "missing.so")], "missing.so"), ([str(tmp_path)], str(tmp_path)),
+                        ([str(tmp_path / "text.so")], "text.so"),
+                        ([example, "-o", str(tmp_path / "no" / "such.pyi")], "such.pyi")]:
+        done = subprocess.run([sys.executable, "-m", "dlpx.stubgen", *argv], capture_output=True, text=True)
+        assert done.returncode != 0 and named in done.stderr, done.stderr
+        assert done.stderr.startswith("dlpx.stubgen: ") and "Traceback" not in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("which", ["example", "cases"])
