@@ -107,8 +107,9 @@ class outputs_like:
         self._framework = x
 
     def __enter__(self):
-        _native._outputs_like_enter(self._framework)  # TypeError for what is no framework's tensor
-        _OUTPUTS_LIKE.set((self._framework, _OUTPUTS_LIKE.get()))
+        # x, or its type's nearest base that names a framework; a TypeError for what is none's.
+        framework = _native._outputs_like_enter(self._framework)
+        _OUTPUTS_LIKE.set((framework, _OUTPUTS_LIKE.get()))
 
     def __exit__(self, *exc_info):
         # The innermost block of this context is left (with-blocks nest). None: the block was

@@ -66,26 +66,55 @@ pub fn exit(py: Python<'_>, _module: *mut PyObject) -> Result<*mut PyObject> {
 }
 
 /// `_outputs_like_enter(x)`: a block choosing x's framework (x a tensor or its type; None: the
-/// first tensor argument's) is entered, its choice set by the caller in the context variable. A
-/// TypeError for what is no framework's tensor, and then no block is counted.
+/// first tensor argument's) is entered; returns what the caller keeps in the context variable:
+/// `x`, or the nearest base of its type that names a framework (`numpy.memmap`: `numpy.ndarray`).
+/// A TypeError for what is no framework's tensor, and then no block is counted.
 pub fn enter(py: Python<'_>, _module: *mut PyObject, object: *mut PyObject) -> Result<*mut PyObject> {
-    if object != py.none {
-        let entry = producers::entry_of_object_or_type(py, object);
-        // A framework whose own type comes back: a table of its own (torch, dlpx) or a
-        // `from_dlpack` to call (numpy, jax, cupy, tvm_ffi, array_api_strict).
-        if entry.row.synthetic.is_some() && entry.row.home.is_none() {
-            // A type by its name, anything else by its type's: `memoryview`, `an instance of int`.
-            let given = match crate::cpython::is_type(py, object) {
-                true => crate::cpython::name_of_type(py, object),
-                false => format!("an instance of {}", crate::cpython::type_name(py, object)),
-            };
-            let err = Error::type_error(format!(
-                "takes a tensor, or a tensor type, of a framework outputs go back to (torch, numpy, jax, cupy, \
-                 tvm_ffi, array_api_strict, dlpx); got {given}"
-            ));
-            return Err(err.at("outputs_like"));
-        }
-    }
+    let framework = match object == py.none || names_framework(py, object) {
+        true => object,
+        false => nearest_framework_base(py, object).ok_or_else(|| not_a_framework(py, object))?,
+    };
     BLOCKS_ENTERED.fetch_add(1, Ordering::Relaxed);
-    Ok(py.new_none())
+    // SAFETY: GIL held; the new reference returned (`framework` is `object` or held by its type).
+    unsafe { (py.Py_IncRef)(framework) };
+    Ok(framework)
+}
+
+/// Whether `object` (a tensor or a type) names a framework outputs go back to: a table of its
+/// own (torch, dlpx) or a `from_dlpack` to call (numpy, jax, cupy, tvm_ffi, array_api_strict).
+fn names_framework(py: Python<'_>, object: *mut PyObject) -> bool {
+    let entry = producers::entry_of_object_or_type(py, object);
+    !(entry.row.synthetic.is_some() && entry.row.home.is_none())
+}
+
+/// The first base of `object`'s type (of `object`, a type) that names a framework, `object`'s
+/// type and `object` (the last) excluded: a subclass no row reads itself (its `__dlpack__` may
+/// be its own).
+fn nearest_framework_base(py: Python<'_>, object: *mut PyObject) -> Option<*mut PyObject> {
+    let ty = match crate::cpython::is_type(py, object) {
+        true => object,
+        false => crate::cpython::type_of(py, object).cast(),
+    };
+    let mro = crate::cpython::attribute(py, ty, c"__mro__")?;
+    // SAFETY: GIL held; a type's `__mro__` is a tuple (its items borrowed while `mro` is held,
+    // and the bases live as long as the type).
+    let count = unsafe { (py.PyTuple_Size)(mro.as_ptr()) };
+    (1..count - 1)
+        // SAFETY: as above; in range.
+        .map(|i| unsafe { (py.PyTuple_GetItem)(mro.as_ptr(), i) })
+        .find(|&base| !base.is_null() && names_framework(py, base))
+}
+
+#[cold]
+fn not_a_framework(py: Python<'_>, object: *mut PyObject) -> Error {
+    // A type by its name, anything else by its type's: `memoryview`, `an instance of int`.
+    let given = match crate::cpython::is_type(py, object) {
+        true => crate::cpython::name_of_type(py, object),
+        false => format!("an instance of {}", crate::cpython::type_name(py, object)),
+    };
+    Error::type_error(format!(
+        "takes a tensor, or a tensor type, of a framework outputs go back to (torch, numpy, jax, cupy, tvm_ffi, \
+         array_api_strict, dlpx); got {given}"
+    ))
+    .at("outputs_like")
 }

@@ -24,6 +24,9 @@ static GUARD: Guard = Guard::new("jax", c"jaxlib", &["0.10"]);
 struct Found {
     module: *mut PyObject,
     array: *mut PyTypeObject,
+    /// `jax.Array`, the abstract type `array` derives from (no object is of it exactly): named so
+    /// that `dlpx.outputs_like(jax.Array)` finds jax (docs/kernels.md, "Which argument decides").
+    abstract_array: *mut PyTypeObject,
     single_device: *mut PyTypeObject,
 }
 
@@ -31,7 +34,7 @@ static FOUND: Discovered<Found> = Discovered::new(c"jaxlib._jax", &[&SHARDING, &
 
 impl Producer for Jax {
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        FOUND.get_or_find(py, find).is_some_and(|found| found.array == ty)
+        FOUND.get_or_find(py, find).is_some_and(|found| found.array == ty || found.abstract_array == ty)
     }
 
     fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
@@ -62,9 +65,15 @@ fn find(py: Python<'_>, module: &Owned<'_>) -> Option<Found> {
     if !fields || vectorcall_method().is_none() {
         return None;
     }
+    let abstract_array = attribute(py, array.as_ptr(), c"__base__")?;
     // SAFETY: the token proves the GIL is held; the module's reference is kept for the process.
     unsafe { (py.Py_IncRef)(module.as_ptr()) };
-    Some(Found { module: module.as_ptr(), array: array.into_ptr().cast(), single_device: single.into_ptr().cast() })
+    Some(Found {
+        module: module.as_ptr(),
+        array: array.into_ptr().cast(),
+        abstract_array: abstract_array.into_ptr().cast(),
+        single_device: single.into_ptr().cast(),
+    })
 }
 
 static SHARDING: Interned = Interned::new(c"_sharding");

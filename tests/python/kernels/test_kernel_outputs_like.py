@@ -110,6 +110,22 @@ def test_the_choice_is_this_thread_s(lib):
     assert seen == [np.ndarray]
 
 
+def test_an_abstract_or_derived_type_names_its_framework(lib, tmp_path):
+    # jax.Array (abstract: every array is a jaxlib ArrayImpl) names jax; a subclass no framework's
+    # table reads (numpy.memmap, a numpy.matrix) names its nearest base's framework.
+    a = np.ones(2, np.float32)
+    memmap = np.memmap(tmp_path / "m", dtype=np.float32, mode="w+", shape=(2,))
+    for x in (np.memmap, memmap, np.matrix([[1.0]])):
+        with dlpx.outputs_like(x):
+            assert type(lib.add(torch.ones(2), torch.ones(2))) is np.ndarray
+    jax = pytest.importorskip("jax")
+    with dlpx.outputs_like(jax.Array):
+        out = lib.add(a, a)
+        assert isinstance(out, jax.Array)
+        np.testing.assert_array_equal(np.asarray(out), 2 * a)
+    assert type(lib.add(a, a)) is np.ndarray
+
+
 @pytest.mark.parametrize("x,given", [("a str", "an instance of str"), (3, "an instance of int"), (object, "object"),
                                      (object(), "an instance of object"), (memoryview, "memoryview")],
                          ids=["str", "int", "type", "object", "buffer type"])
