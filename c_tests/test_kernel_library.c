@@ -214,6 +214,8 @@ static void test_libraries_that_cannot_serve_are_refused(void) {
   check_find_fails(newer_path, "f", "ImportError", "reads kernel ABI 2 and older");
   check_find_fails(bad_signature_path, "f", "ImportError", "kernel 'f': signature:");
   check_find_fails(cases_path, "no_such_kernel", "ImportError", "has no kernel 'no_such_kernel'");
+  /* Read lossily, a path that is not UTF-8 named another file (U+FFFD for its bad byte). */
+  check_find_fails("/tmp/no\xff.so", "f", "OSError", "is not UTF-8: dlpx opens libraries by UTF-8 names");
 }
 
 static void test_a_library_is_opened_once(void) {

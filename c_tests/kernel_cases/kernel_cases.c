@@ -207,6 +207,16 @@ static int bfloat16_like(DlpxCall *call) {
 }
 DLPX_EXPORT_KERNEL(bfloat16_like, bfloat16_like, "bfloat16_like(a) -> tensor: zeros of bfloat16 shaped like a.")
 
+/* Writes its call's argument_count (a kernel's bug), then asks dlpx for argument 3: dlpx reads
+ * its own count (an IndexError), never the kernel's. */
+static int overwrite_count(DlpxCall *call) {
+  int64_t value = 0;
+  call->argument_count = -1;
+  if (dlpx_call_int(call, 3, &value)) return -1;
+  return dlpx_call_return_int(call, value);
+}
+DLPX_EXPORT_KERNEL(overwrite_count, overwrite_count, "overwrite_count(n: int) -> int: overwrites its argument count.")
+
 /* pair(a) -> (a + 1, a * 2) for float32 a, compact or not. */
 static int pair(DlpxCall *call) {
   const DLTensor *a;

@@ -58,9 +58,16 @@ pub unsafe extern "C" fn dlpx_kernel_find(
     out: *mut *const DlpxKernel,
 ) -> c_int {
     c_entry!(LastError, "kernel_find", out(out), given(path, name), || {
-        // SAFETY: NUL-terminated, by the function's contract.
-        let text = |p: ptr::NonNull<c_char>| unsafe { CStr::from_ptr(p.as_ptr()) }.to_string_lossy().into_owned();
-        let (path, name) = (text(path), text(name));
+        let text = |p: ptr::NonNull<c_char>, what: &str| {
+            // SAFETY: NUL-terminated, by the function's contract.
+            let text = unsafe { CStr::from_ptr(p.as_ptr()) };
+            // Read lossily it would name another file (or kernel): U+FFFD for each bad byte.
+            text.to_str().map(str::to_string).map_err(|_| {
+                let fact = format!("the {what} {text:?} is not UTF-8: dlpx opens libraries by UTF-8 names");
+                Error::new(crate::ErrorKind::OSError, fact)
+            })
+        };
+        let (path, name) = (text(path, "path")?, text(name, "kernel name")?);
         let library = library::open(&path)?;
         let kernel = library.kernel(&name).ok_or_else(|| {
             let names: Vec<&str> = library.kernels.iter().map(|k| k.name).collect();

@@ -7,7 +7,6 @@
 //! environment (allocator, stream) is the caller's to make safe without it.
 
 use std::ffi::{c_char, c_void};
-use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ptr::{self, NonNull};
 
@@ -33,8 +32,9 @@ pub struct Call<'a> {
     arguments: *const Value,
     argument_count: i32,
     pub kernel: &'static Kernel,
-    /// The arguments are the caller's, borrowed for the call.
-    borrowed: PhantomData<&'a [Value]>,
+    /// The arguments as dlpx reads them: `arguments` and `argument_count` are in the kernel's reach,
+    /// to write by mistake.
+    values: &'a [Value],
     environment: Environment<'a>,
     /// Tensors allocated through the call and not returned yet: the call owns them.
     outputs: Inline<NonNull<DLManagedTensorVersioned>, 2>,
@@ -62,7 +62,7 @@ impl<'a> Call<'a> {
             arguments: arguments.as_ptr(),
             argument_count: arguments.len() as i32,
             kernel,
-            borrowed: PhantomData,
+            values: arguments,
             environment,
             outputs: Inline::new(),
             results: Inline::new(),
@@ -111,14 +111,13 @@ impl<'a> Call<'a> {
     }
 
     pub fn argument_count(&self) -> usize {
-        self.argument_count as usize
+        self.values.len()
     }
 
     /// The arguments, in the kernel's order.
     #[inline]
     pub fn arguments(&self) -> &'a [Value] {
-        // SAFETY: `new` took them from a slice of this many, borrowed for 'a.
-        unsafe { std::slice::from_raw_parts(self.arguments, self.argument_count as usize) }
+        self.values
     }
 
     /// Argument `index`; an IndexError beyond the last one (argument 9 of 3 is an error, never

@@ -119,13 +119,18 @@ fn read(handle: *mut c_void, path: &str) -> Result<Vec<Kernel>> {
                 .into(),
         ));
     }
-    // SAFETY: kernel.h defines the anchor with this type; it returns a pointer to the library's
-    // record, in the library's static storage.
+    if let Some(refusal) = super::anchor::refusal(handle, anchor) {
+        return Err(import(refusal));
+    }
+    // SAFETY: kernel.h defines the anchor with this type (a function of the library's own,
+    // checked above where the loader tells); it returns a pointer to the library's record, in
+    // the library's static storage.
     let record = unsafe { std::mem::transmute::<*mut c_void, Anchor>(anchor)() };
     // SAFETY: the record's first field is its ABI version in every version of kernel.h.
     let version = unsafe { record.as_ref() }.map(|r| r.abi_version);
     match version {
-        None | Some(0) => return Err(import("its dlpx_kernel_library() returns no record".into())),
+        None => return Err(import("its dlpx_kernel_library() returns no record".into())),
+        Some(0) => return Err(import("its record's kernel ABI version is 0, which no <dlpx/kernel.h> writes".into())),
         Some(v) if v > KERNEL_ABI_VERSION => return Err(newer(path, v)),
         Some(_) => {}
     }
@@ -170,6 +175,9 @@ fn kernel_of(export: &KernelExport, path: &str) -> Result<Kernel> {
         return Err(newer(path, export.abi_version));
     }
     let import = |fact: String| Error::new(ErrorKind::ImportError, format!("{path}: {fact}"));
+    if export.abi_version == 0 {
+        return Err(import("an export's kernel ABI version is 0, which no <dlpx/kernel.h> writes".into()));
+    }
     let text = |p: *const std::ffi::c_char, what: &str| -> Result<&'static str> {
         if p.is_null() {
             return Err(import(format!("an export's {what} is NULL")));

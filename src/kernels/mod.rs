@@ -5,6 +5,7 @@
 //! outputs and the stream, and returns its results. Nothing here touches Python: the loader's
 //! Python half (`kernel_loader`) and C's `dlpx_kernel_call` are the two callers.
 
+mod anchor;
 pub mod bind;
 pub mod call;
 pub mod export;

@@ -7,8 +7,8 @@ import builtins
 import gc
 import inspect
 import os
-import subprocess
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -250,6 +250,23 @@ def test_a_path_that_is_no_kernel_library_is_refused_naming_it(tmp_path_factory,
         dlpx.load_library("")
 
 
+def test_an_anchor_that_is_data_or_a_dependency_s_is_refused(example_path, tmp_path):
+    # dlsym finds a data symbol of the anchor's name too (called, it crashed), and searches the
+    # library's dependencies (a library without kernels that links a kernel library passed for it).
+    data = tmp_path / "data_anchor.c"
+    data.write_text('__attribute__((visibility("default"))) const int dlpx_kernel_library[4] = {2, 0, 0, 0};\n')
+    plain = tmp_path / "plain.c"
+    plain.write_text("int plain(void) { return 1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", str(data), "-o", str(tmp_path / "data_anchor.so")], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", str(plain), "-o", str(tmp_path / "plain.so"), "-Wl,--no-as-needed",
+                    example_path, f"-Wl,-rpath,{os.path.dirname(example_path)}"], check=True)
+    with pytest.raises(ImportError, match="data_anchor.so: its dlpx_kernel_library is no function"):
+        dlpx.load_library(tmp_path / "data_anchor.so")
+    with pytest.raises(ImportError, match=r"plain.so: holds no dlpx kernels of its own \(the dlpx_kernel_library "
+                                          r"dlsym found is .*dlpx_example_kernels.*'s, a library it links\)"):
+        dlpx.load_library(tmp_path / "plain.so")
+
+
 @pytest.mark.parametrize("signature,message", [
     ("__file__(a) -> None", "'__file__' is a module attribute's name"),
     ("__getattr__(name: str) -> None", "'__getattr__' is a module attribute's name"),
@@ -459,6 +476,13 @@ def test_a_kind_dlpx_does_not_know_is_a_runtime_error_keeping_its_name(cases):
 def test_a_kernel_s_bad_request_is_an_error_naming_it(cases, kernel, error, message):
     with pytest.raises(error, match=message):
         getattr(cases, kernel)(np.ones(3, np.float32))
+
+
+def test_dlpx_reads_its_own_argument_count_whatever_the_kernel_writes_in_its_call(cases):
+    # struct DlpxCall is in the kernel's reach: a write to its count once sent dlpx's readers
+    # past the arguments (a crash).
+    with pytest.raises(IndexError, match=r"^dlpx: overwrite_count: argument 3 asked for; the call has 1 \(0 to 0\)$"):
+        cases.overwrite_count(5)
 
 
 def test_a_kernel_that_fails_without_saying_why_is_a_runtime_error(cases):
