@@ -3,6 +3,7 @@
 //! process (its functions and strings are `'static` from then on), and opening it again, by any
 //! path, gives the same [`Library`].
 
+use std::collections::HashSet;
 use std::ffi::{c_void, CStr, CString};
 use std::sync::Mutex;
 
@@ -135,18 +136,21 @@ fn read(handle: *mut c_void, path: &str) -> Result<Vec<Kernel>> {
         Some(_) => {}
     }
     let mut kernels: Vec<Kernel> = Vec::new();
+    // Each export and name seen: a list that comes back to an export never ends, and a name
+    // seen twice is refused (sets: a library of 100 000 kernels loads in linear time).
+    let (mut exports, mut names) = (HashSet::new(), HashSet::new());
     // SAFETY: a version-1 record (checked above): `first` heads a NULL-terminated list of exports
     // in the library's static storage.
     let mut next = unsafe { (*record).first };
     while !next.is_null() {
+        if !exports.insert(next as usize) {
+            return Err(import("its list of kernels does not end (an export links back to an earlier one)".into()));
+        }
         // SAFETY: a live export of the library's list.
         let export = unsafe { &*next };
         let kernel = kernel_of(export, path)?;
-        if kernels.iter().any(|k| k.name == kernel.name) {
+        if !names.insert(kernel.name) {
             return Err(import(format!("two kernels are named '{}'", kernel.name)));
-        }
-        if kernels.len() > 100_000 {
-            return Err(import("its list of kernels does not end".into()));
         }
         kernels.push(kernel);
         next = export.next;
@@ -178,14 +182,13 @@ fn kernel_of(export: &KernelExport, path: &str) -> Result<Kernel> {
     if export.abi_version == 0 {
         return Err(import("an export's kernel ABI version is 0, which no <dlpx/kernel.h> writes".into()));
     }
-    let text = |p: *const std::ffi::c_char, what: &str| -> Result<&'static str> {
+    let text = |p: *const std::ffi::c_char, what: &str| -> Result<&str> {
         if p.is_null() {
             return Err(import(format!("an export's {what} is NULL")));
         }
-        // SAFETY: NUL-terminated strings in the library's static storage, which stays loaded
-        // for the process.
-        let text: &'static CStr = unsafe { CStr::from_ptr(p) };
-        text.to_str().map_err(|_| import(format!("an export's {what} is not UTF-8")))
+        // SAFETY: NUL-terminated strings of the library's, read now (what is kept is copied:
+        // the library may change or free its own).
+        unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| import(format!("an export's {what} is not UTF-8")))
     };
     let name = text(export.name, "name")?;
     let signature = signature::parse(text(export.signature, "signature")?)
@@ -199,5 +202,7 @@ fn kernel_of(export: &KernelExport, path: &str) -> Result<Kernel> {
         false => format!("{}\n\n{}", signature.typed, signature.doc),
     };
     let described = CString::new(described).map_err(|_| import(format!("kernel '{name}': a NUL in its doc")))?;
+    // The name, copied once for the process (a library's kernels stay loaded).
+    let name = &*Box::leak(Box::<str>::from(name));
     Ok(Kernel { name, signature, described, function, short: export.flags & KERNEL_FLAG_SHORT != 0 })
 }

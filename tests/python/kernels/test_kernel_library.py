@@ -267,6 +267,73 @@ def test_an_anchor_that_is_data_or_a_dependency_s_is_refused(example_path, tmp_p
         dlpx.load_library(tmp_path / "plain.so")
 
 
+HAND_WRITTEN_TABLE = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "dlpx/dlpx.h"
+struct export_ { uint32_t abi_version, flags; const char *name, *signature; int (*function)(DlpxCall *);
+                 const struct export_ *next; };
+struct record { uint32_t abi_version, reserved; const struct export_ *first; };
+static int seven(DlpxCall *call) { return dlpx_call_return_int(call, 7); }
+"""
+
+
+def test_a_list_of_exports_that_loops_is_refused_and_a_long_one_loads(tmp_path):
+    # The list is checked with sets: a loop is found at its first repeat (it took a 100 000-step
+    # count, then a quadratic name check, ~30 s, and a real list that long was refused).
+    looped = HAND_WRITTEN_TABLE + """
+static struct export_ e = {2, 0, "k", "k() -> int", seven, &e};
+static const struct record r = {2, 0, &e};
+__attribute__((visibility("default"))) const struct record *dlpx_kernel_library(void) { return &r; }
+"""
+    many = HAND_WRITTEN_TABLE + """
+static struct record r = {2, 0, NULL};
+__attribute__((constructor)) static void make(void) {
+  for (int i = 0; i < 100001; ++i) {
+    struct export_ *e = malloc(sizeof *e);
+    char *name = malloc(16), *signature = malloc(32);
+    snprintf(name, 16, "k%d", i);
+    snprintf(signature, 32, "k%d() -> int", i);
+    *e = (struct export_){2, 0, name, signature, seven, r.first};
+    r.first = e;
+  }
+}
+__attribute__((visibility("default"))) const struct record *dlpx_kernel_library(void) { return &r; }
+"""
+    for name, text in (("looped", looped), ("many", many)):
+        (tmp_path / f"{name}.c").write_text(text)
+        subprocess.run(["gcc", "-shared", "-fPIC", f"-I{REPO}/include", str(tmp_path / f"{name}.c"), "-o",
+                        str(tmp_path / f"{name}.so"), dlpx.library_path()], check=True)
+    with pytest.raises(ImportError, match=r"looped.so: its list of kernels does not end \(an export links back"):
+        dlpx.load_library(tmp_path / "looped.so")
+    started = time.perf_counter()
+    module = dlpx.load_library(tmp_path / "many.so")
+    assert (module.k0(), module.k100000()) == (7, 7)
+    assert time.perf_counter() - started < 10
+
+
+def test_a_kernel_name_is_copied_at_load(tmp_path):
+    # dlpx kept the library's own name: one the library then changed became dlpx's (a str that
+    # is no UTF-8, undefined behaviour), one it freed a dangling pointer.
+    text = HAND_WRITTEN_TABLE + """
+static char name[] = "named";
+static int fail(DlpxCall *call) { return dlpx_call_error(call, "ValueError", "boom"); }
+static int rename_(DlpxCall *call) { (void)call; name[0] = (char)0xff; name[1] = (char)0xfe; return 0; }
+static const struct export_ second = {2, 0, "rename_", "rename_()", rename_, NULL};
+static const struct export_ first = {2, 0, name, "named()", fail, &second};
+static const struct record r = {2, 0, &first};
+__attribute__((visibility("default"))) const struct record *dlpx_kernel_library(void) { return &r; }
+"""
+    (tmp_path / "renaming.c").write_text(text)
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-I{REPO}/include", str(tmp_path / "renaming.c"), "-o",
+                    str(tmp_path / "renaming.so"), dlpx.library_path()], check=True)
+    module = dlpx.load_library(tmp_path / "renaming.so")
+    module.rename_()
+    with pytest.raises(ValueError, match="^dlpx: named: boom$"):
+        module.named()
+
+
 @pytest.mark.parametrize("signature,message", [
     ("__file__(a) -> None", "'__file__' is a module attribute's name"),
     ("__getattr__(name: str) -> None", "'__getattr__' is a module attribute's name"),
