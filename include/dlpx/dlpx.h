@@ -582,8 +582,9 @@ int dlpx_call_str(DlpxCall *call, int32_t index, const char **out_data, size_t *
  * argument's framework (a torch tensor in → torch's allocator; dlpx's for everything else, and
  * for a C caller), compact row-major, `ndim` dimensions of `shape` (copied), on `device`.
  * `*out` is the new tensor, whose data the kernel writes (its header, `ndim` to `byte_offset`,
- * is the framework's: a kernel that changes it hands the caller a tensor it cannot read): the call owns it until
- * `dlpx_call_return_tensor(call, *out)`, and deletes it if the kernel never returns it.
+ * is the framework's: a kernel that changes it hands the caller a tensor it cannot read): the
+ * call owns it until `dlpx_call_return_tensor(call, *out)`, and deletes it if the kernel never
+ * returns it.
  * Returns 0, or -1 (MemoryError when the allocator is out of memory).
  *
  * # Safety

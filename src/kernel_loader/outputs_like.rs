@@ -1,6 +1,7 @@
 //! `dlpx.outputs_like(x)`: which framework a kernel's outputs are for, instead of the first tensor
-//! argument's (docs/kernels.md, "Which argument decides"). The choice is this thread's, set and
-//! restored by the Python context manager around the calls it covers; a call reads it once.
+//! argument's (docs/kernels.md, "Which argument decides"). The blocks entered are a Python
+//! context variable's (each thread and asyncio task has its own), which the context manager sets
+//! and a call reads once, while any block is entered anywhere.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -11,9 +12,9 @@ use crate::cpython::{Owned, Python};
 use crate::error::{Error, Result};
 use crate::producers::{self, Entry};
 
-/// `get` of the `contextvars.ContextVar` holding the blocks entered (`dlpx.outputs_like`'s), a reference
-/// kept for the process: a context variable, as `decimal.localcontext` keeps its context, so that
-/// each asyncio task has its own and a thread starts with none.
+/// `get` of the `contextvars.ContextVar` holding the blocks entered (`dlpx.outputs_like`'s), a
+/// reference kept for the process: a context variable, as `decimal.localcontext` keeps its
+/// context, so that each asyncio task has its own and a thread starts with none.
 static CHOICE_GET: OnceCell<usize> = OnceCell::new();
 
 /// How many `outputs_like` blocks are entered and not left, in any thread or task: while none
