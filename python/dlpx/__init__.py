@@ -85,12 +85,26 @@ def load_library(path):
     return _native.load_library(path)
 
 
-# The blocks of `outputs_like` entered in this context, innermost first: (framework, the outer
-# blocks) or None. A context variable, as decimal.localcontext keeps its context: each asyncio
-# task has its own copy, each thread starts without one. The loader reads it (its `get`) in a
-# call made while any block is entered, anywhere.
+# The blocks of `outputs_like` entered in this context, innermost first: a `_Block`
+# (framework, the outer blocks), or None. A context variable, as decimal.localcontext keeps its
+# context: each asyncio task has its own copy, each thread its own (a copy of its starter's where
+# threads inherit contexts: free-threaded 3.14). The loader reads it (its `get`) in a call made
+# while any block lives, in any context.
 _OUTPUTS_LIKE = __import__("contextvars").ContextVar("dlpx.outputs_like", default=None)
 _native._outputs_like_context(_OUTPUTS_LIKE.get)
+
+
+class _Block(tuple):
+    """(framework, outer blocks): counted by the loader from its making to its freeing, when no
+    context holds it any more (a task or thread that inherited it may outlive its `with`)."""
+
+    __slots__ = ()
+
+    def __del__(self):
+        try:
+            _native._outputs_like_exit()
+        except Exception:  # noqa: BLE001 -- at interpreter exit the module may be gone
+            pass
 
 
 class outputs_like:
@@ -108,17 +122,16 @@ class outputs_like:
 
     def __enter__(self):
         # x, or its type's nearest base that names a framework; a TypeError for what is none's.
+        # Counted from here: the block made next is uncounted when it is freed.
         framework = _native._outputs_like_enter(self._framework)
-        _OUTPUTS_LIKE.set((framework, _OUTPUTS_LIKE.get()))
+        _OUTPUTS_LIKE.set(_Block((framework, _OUTPUTS_LIKE.get())))
 
     def __exit__(self, *exc_info):
         # The innermost block of this context is left (with-blocks nest). None: the block was
-        # entered in another context (a generator finished by another thread), which keeps it,
-        # and it stays counted.
+        # entered in another context (a generator finished by another thread), which keeps it.
         blocks = _OUTPUTS_LIKE.get()
         if blocks is not None:
             _OUTPUTS_LIKE.set(blocks[1])
-            _native._outputs_like_exit()
 
 
 DLPACK_VERSION = _native.DLPACK_VERSION

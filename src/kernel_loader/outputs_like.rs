@@ -17,8 +17,9 @@ use crate::producers::{self, Entry};
 /// context, so that each asyncio task has its own and a thread starts with none.
 static CHOICE_GET: OnceCell<usize> = OnceCell::new();
 
-/// How many `outputs_like` blocks are entered and not left, in any thread or task: while none
-/// is, a call reads this and not the context variable (a call into Python).
+/// How many `outputs_like` blocks live, in any context (entered and not yet freed: a task or a
+/// thread that inherited one keeps it): while none does, a call reads this and not the context
+/// variable (a call into Python).
 static BLOCKS_ENTERED: AtomicUsize = AtomicUsize::new(0);
 
 /// The framework chosen for this call's context, if any.
@@ -59,9 +60,9 @@ pub fn set_context(py: Python<'_>, _module: *mut PyObject, get: *mut PyObject) -
     Ok(py.new_none())
 }
 
-/// `_outputs_like_exit()`: a block entered by [`enter`] is left.
+/// `_outputs_like_exit()`: a block counted by [`enter`] is freed (no context holds it any more).
 pub fn exit(py: Python<'_>, _module: *mut PyObject) -> Result<*mut PyObject> {
-    // Never below zero: Python calls this once for each `enter` that returned.
+    // Never below zero: Python calls this once for each block made after an `enter` returned.
     let _ = BLOCKS_ENTERED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     Ok(py.new_none())
 }

@@ -42,7 +42,7 @@ static METHODS: CStatic<[PyMethodDef; 19]> = CStatic::new([
     method_def!("load_library", one kernel_loader::load_library, c"load_library($module, path, /)\n--\n\nThe kernel library at path (a shared library built with <dlpx/kernel.h>), loaded once for the process: one function per kernel."),
     method_def!("_outputs_like_context", one kernel_loader::outputs_like_context, c"_outputs_like_context($module, get, /)\n--\n\nThe get method of the context variable holding dlpx.outputs_like's choice (given once, at import)."),
     method_def!("_outputs_like_enter", one kernel_loader::outputs_like_enter, c"_outputs_like_enter($module, x, /)\n--\n\nA dlpx.outputs_like block for x's framework (a tensor or its type; None: the first tensor argument's) is entered: a TypeError for what is no framework's tensor."),
-    method_def!("_outputs_like_exit", noargs kernel_loader::outputs_like_exit, c"_outputs_like_exit($module, /)\n--\n\nA dlpx.outputs_like block entered is left."),
+    method_def!("_outputs_like_exit", noargs kernel_loader::outputs_like_exit, c"_outputs_like_exit($module, /)\n--\n\nA dlpx.outputs_like block entered is freed: no context holds it any more."),
     method_def!("_cuda_driver_present" as "cuda_driver_present", noargs streams::cuda_driver_present, c"_cuda_driver_present($module, /)\n--\n\nWhether libcuda can be loaded in this process."),
     PyMethodDef::zeroed(),
 ]);

@@ -260,7 +260,7 @@ def test_dlpx_add_kernel_library_builds_c_and_cxx_with_its_stub(tmp_path):
     lib = dlpx.load_library(library)
     assert lib.twice(21) == 42 and lib.add(np.ones(2), np.ones(2)).tolist() == [2.0, 2.0]
     with open(os.path.join(out, "shipped.pyi"), encoding="utf-8") as f:
-        assert "def twice(n: int) -> int:" in f.read()
+        assert "def twice(n: SupportsIndex) -> int:" in f.read()
     symbols = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True)
     assert symbols.returncode == 0, symbols.stderr
     assert [line.split()[-1] for line in symbols.stdout.splitlines()] == ["dlpx_kernel_library"]
