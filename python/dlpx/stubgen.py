@@ -184,8 +184,14 @@ def _parameter(kernel: str, typed: str, runtime: inspect.Parameter, spell: _Spel
     return f"{runtime.name}: {spelled} = {shown}"
 
 
+# What `str.splitlines` and Python's tokenizer would take for a line break, other than "\n":
+# written as escapes, so that the stub's docstring is the kernel's doc, character for character.
+_BREAKS = {c: repr(c)[1:-1] for c in "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
 def _docstring(doc: str, indent: str) -> str:
-    lines = doc.replace("\\", "\\\\").splitlines() or [""]
+    escaped = "".join(_BREAKS.get(c, c) for c in doc.replace("\\", "\\\\"))
+    lines = escaped.split("\n")
     # A quote that ends a one-line doc would run into the closing quotes (escaped before the runs
     # of three, which then cannot reach it).
     if len(lines) == 1 and lines[0].endswith('"'):
@@ -250,8 +256,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         module = dlpx.load_library(args.library)
         text = stub(module)
-        # Beside the library, named after its module (`libmy_kernels.so`: `my_kernels.pyi`).
-        output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.library)), module.__name__ + ".pyi")
+        # Beside the file loaded (a bare name is found on the library search path), named after
+        # its module (`libmy_kernels.so`: `my_kernels.pyi`).
+        beside = os.path.dirname(os.path.abspath(getattr(module, "__file__", None) or args.library))
+        output = args.output or os.path.join(beside, module.__name__ + ".pyi")
         if output == "-":
             sys.stdout.write(text)
         else:

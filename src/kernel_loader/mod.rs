@@ -56,13 +56,13 @@ fn known(py: Python<'_>, library: &'static Library) -> Option<*mut PyObject> {
 }
 
 /// A module named after the library's file (`libdlpx_example_kernels.so` →
-/// `dlpx_example_kernels`), `__file__` its path, one function per kernel.
+/// `dlpx_example_kernels`), `__file__` the file the loader found, one function per kernel.
 fn make<'py>(py: Python<'py>, library: &'static Library) -> Result<Owned<'py>> {
     let name = CString::new(module_name(&library.path)).map_err(|_| Error::value("a path with a NUL"))?;
     // SAFETY: GIL held; a NUL-terminated name; new references are owned.
     unsafe {
         let module = Owned::new(py, (py.PyModule_New)(name.as_ptr()))?;
-        let file = Owned::new(py, py.new_str(&library.path)?)?;
+        let file = Owned::new(py, py.new_str(&library.file)?)?;
         if (py.PyObject_SetAttrString)(module.as_ptr(), c"__file__".as_ptr(), file.as_ptr()) != 0 {
             return Err(Error::python_pending());
         }

@@ -5,12 +5,11 @@
 
 use std::ffi::{c_void, CStr};
 
-/// `dladdr1`'s requests (glibc's <dlfcn.h>) and `dlinfo`'s.
+/// `dladdr1`'s requests (glibc's <dlfcn.h>).
 #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
 mod glibc {
     pub const RTLD_DL_SYMENT: i32 = 1;
     pub const RTLD_DL_LINKMAP: i32 = 2;
-    pub const RTLD_DI_LINKMAP: i32 = 2;
     /// `Elf64_Sym.st_info`'s offset, and its type bits' values for code.
     pub const ST_INFO_OFFSET: usize = 4;
     pub const STT_FUNC: u8 = 2;
@@ -22,11 +21,7 @@ mod glibc {
 #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
 pub fn refusal(handle: *mut c_void, anchor: *mut c_void) -> Option<String> {
     use glibc::*;
-    let mut own_map: *mut c_void = std::ptr::null_mut();
-    // SAFETY: a live handle; the link map's address is written to `own_map`.
-    if unsafe { libc::dlinfo(handle, RTLD_DI_LINKMAP, (&mut own_map as *mut *mut c_void).cast()) } != 0 {
-        return None;
-    }
+    let own_map = super::link_map::of(handle)?;
     // SAFETY: Dl_info is plain pointers, for which zero is NULL.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let mut found_map: *mut c_void = std::ptr::null_mut();

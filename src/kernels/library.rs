@@ -27,6 +27,9 @@ pub struct Kernel {
 pub struct Library {
     /// The path it was first opened by.
     pub path: String,
+    /// The file the loader found for it (`libadd.so` on the search path: `/opt/lib/libadd.so`);
+    /// `path` where the loader does not say.
+    pub file: String,
     /// `dlopen`'s handle: the identity of the file, whatever path names it.
     handle: usize,
     /// In the order the library lists them.
@@ -76,6 +79,7 @@ pub fn open(path: &str) -> Result<&'static Library> {
             return Err(err);
         }
     };
+    let file = super::link_map::file(handle).unwrap_or_else(|| path.to_string());
     let mut libraries = LIBRARIES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(known) = libraries.iter().find(|l| l.handle == handle as usize) {
         // Another thread opened it meanwhile.
@@ -83,7 +87,7 @@ pub fn open(path: &str) -> Result<&'static Library> {
         return Ok(known);
     }
     let library: &'static Library =
-        Box::leak(Box::new(Library { path: path.to_string(), handle: handle as usize, kernels }));
+        Box::leak(Box::new(Library { path: path.to_string(), file, handle: handle as usize, kernels }));
     libraries.push(library);
     Ok(library)
 }

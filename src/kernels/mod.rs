@@ -11,6 +11,7 @@ pub mod call;
 pub mod export;
 pub mod inline;
 pub mod library;
+mod link_map;
 pub mod signature;
 pub mod value;
 

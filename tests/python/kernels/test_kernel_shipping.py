@@ -106,6 +106,42 @@ def test_stubgen_spells_a_quoted_doc_and_a_non_finite_default(tmp_path_factory, 
     assert "def mode(x: SupportsFloat | SupportsIndex = ..., y: SupportsFloat | SupportsIndex = ...) -> None:" in text
 
 
+def test_stubgen_keeps_a_doc_character_for_character(tmp_path_factory, tmp_path):
+    # Only "\n" breaks the stub's docstring: a "\r", a form feed or a line separator in a doc is
+    # written as its escape (Python's tokenizer would read a bare "\r" as a line break).
+    source = tmp_path / "breaks.c"
+    source.write_text(textwrap.dedent(r"""
+        #include "dlpx/kernel.h"
+        static int k(DlpxCall *call) { (void)call; return 0; }
+        DLPX_EXPORT_KERNEL(k, k, "k() -> None: one\rtwo\x0cthree \\ four\n\nfive\xe2\x80\xa8six")
+    """))
+    path = build(tmp_path_factory, str(source), "breaks")
+    text = stubgen.stub(path)
+    (k,) = [node for node in ast.parse(text).body if isinstance(node, ast.FunctionDef)]
+    assert ast.get_docstring(k) == "one\rtwo\x0cthree \\ four\n\nfive\u2028six", text
+    assert "\r" not in text and "\x0c" not in text and "\u2028" not in text
+    assert dlpx.load_library(path).k.__doc__.endswith("one\rtwo\x0cthree \\ four\n\nfive\u2028six")
+
+
+def test_stubgen_writes_beside_the_library_the_search_path_found(tmp_path_factory, tmp_path):
+    # A bare name is looked up on the library search path: the stub goes beside that file, which
+    # is the module's __file__, not into the working directory.
+    source = tmp_path / "found.c"
+    source.write_text('#include "dlpx/kernel.h"\nstatic int k(DlpxCall *call) { (void)call; return 0; }\n'
+                      'DLPX_EXPORT_KERNEL(k, k, "k() -> None: doc")\n')
+    path = build(tmp_path_factory, str(source), "found")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(path))
+    done = subprocess.run([sys.executable, "-m", "dlpx.stubgen", "libfound.so"], capture_output=True, text=True,
+                          cwd=elsewhere, env=env)
+    assert done.returncode == 0, done.stderr
+    assert os.listdir(elsewhere) == [] and os.path.isfile(os.path.join(os.path.dirname(path), "found.pyi"))
+    done = subprocess.run([sys.executable, "-c", "import dlpx; print(dlpx.load_library('libfound.so').__file__)"],
+                          capture_output=True, text=True, cwd=elsewhere, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == path, done.stderr
+
+
 def test_stubgen_spells_any_kernel_name_and_any_result_annotation_as_valid_python(tmp_path_factory, tmp_path):
     # A kernel named like a type the stub uses (`float`, `Any`) would be that type in every
     # annotation: those are spelled through _builtins/_typing. A result annotation that is no type
