@@ -156,6 +156,13 @@ static void test_bad_calls_fail_cleanly_and_lose_nothing(void) {
   check_fails("huge", one, 1, "MemoryError", "dlpx: huge: output: allocator: out of memory");
   check_fails("return_twice", one, 1, "ValueError", "or returned it twice");
   check_fails("return_argument", one, 1, "ValueError", "did not allocate");
+  /* A kernel that changes an output's header: an error, and the output deleted as it was made. */
+  DlpxValue rewrite[2] = {tensor(&a), str("shape")};
+  check_fails("rewrite_header", rewrite, 2, "RuntimeError", "dlpx: rewrite_header: the kernel changed output 0's shape");
+  rewrite[1] = str("ndim");
+  check_fails("rewrite_header", rewrite, 2, "RuntimeError", "changed output 0's ndim");
+  rewrite[1] = str("unreturned");
+  check_fails("rewrite_header", rewrite, 2, "RuntimeError", "changed output 0's shape");
   /* Binding: too many, too few, the wrong kind. */
   DlpxValue two[2] = {tensor(&a), tensor(&a)};
   check_fails("pair", two, 2, "TypeError", "dlpx: pair: takes at most 1 positional argument (2 given)");

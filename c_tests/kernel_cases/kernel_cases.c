@@ -207,6 +207,28 @@ static int bfloat16_like(DlpxCall *call) {
 }
 DLPX_EXPORT_KERNEL(bfloat16_like, bfloat16_like, "bfloat16_like(a) -> tensor: zeros of bfloat16 shaped like a.")
 
+/* Allocates an output like a, then changes its header (a kernel's bug: the header is the
+ * framework's) as `field` says, and returns it ("unreturned": changes its shape and keeps it).
+ * dlpx finds it when the kernel returns and writes the header back for the framework. */
+static int rewrite_header(DlpxCall *call) {
+  const DLTensor *a;
+  DLTensor *out;
+  const char *field;
+  size_t size;
+  if (dlpx_call_tensor(call, 0, &a, NULL) || dlpx_call_str(call, 1, &field, &size) ||
+      dlpx_call_allocate(call, a->device, a->dtype, a->ndim, a->shape, &out))
+    return -1;
+#define FIELD_IS(name) (size == strlen(name) && memcmp(field, name, size) == 0)
+  if (FIELD_IS("ndim")) out->ndim = 3;
+  if (FIELD_IS("shape") || FIELD_IS("unreturned")) out->shape[0] = INT64_C(1) << 40;
+  if (FIELD_IS("data")) out->data = NULL;
+  if (FIELD_IS("dtype")) out->dtype.bits = 64;
+  if (FIELD_IS("unreturned")) return 0;
+#undef FIELD_IS
+  return dlpx_call_return_tensor(call, out);
+}
+DLPX_EXPORT_KERNEL(rewrite_header, rewrite_header, "rewrite_header(a, field: str) -> tensor: changes its output's header.")
+
 /* Writes its call's argument_count (a kernel's bug), then asks dlpx for argument 3: dlpx reads
  * its own count (an IndexError), never the kernel's. */
 static int overwrite_count(DlpxCall *call) {

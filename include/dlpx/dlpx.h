@@ -581,10 +581,11 @@ int dlpx_call_str(DlpxCall *call, int32_t index, const char **out_data, size_t *
  * Allocates an output in the caller's framework: with the allocator of the first tensor
  * argument's framework (a torch tensor in → torch's allocator; dlpx's for everything else, and
  * for a C caller), compact row-major, `ndim` dimensions of `shape` (copied), on `device`.
- * `*out` is the new tensor, whose data the kernel writes (its header, `ndim` to `byte_offset`,
- * is the framework's: a kernel that changes it hands the caller a tensor it cannot read): the
- * call owns it until `dlpx_call_return_tensor(call, *out)`, and deletes it if the kernel never
- * returns it.
+ * `*out` is the new tensor, whose data the kernel writes. Its header (`ndim` to `byte_offset`,
+ * and the shape and strides it points to) is the framework's: a kernel that changes it fails
+ * the call with a RuntimeError when it returns, and the framework gets its header back. The
+ * call owns the tensor until `dlpx_call_return_tensor(call, *out)`, and deletes it if the
+ * kernel never returns it.
  * Returns 0, or -1 (MemoryError when the allocator is out of memory).
  *
  * # Safety

@@ -12,6 +12,7 @@ use std::ptr::{self, NonNull};
 
 use super::inline::Inline;
 use super::library::Kernel;
+use super::output::Outputs;
 use super::value::{Returned, Value};
 use crate::abi::*;
 use crate::error::{c_text, Error, ErrorKind, Result};
@@ -36,8 +37,8 @@ pub struct Call<'a> {
     /// to write by mistake.
     values: &'a [Value],
     environment: Environment<'a>,
-    /// Tensors allocated through the call and not returned yet: the call owns them.
-    outputs: Inline<NonNull<DLManagedTensorVersioned>, 2>,
+    /// Tensors allocated through the call: it owns those not returned yet.
+    outputs: Outputs,
     results: Inline<Returned, 2>,
     /// The first error: the kernel's report, or a failed request of the kernel's (dropped by
     /// `delete_left`, out of line).
@@ -64,7 +65,7 @@ impl<'a> Call<'a> {
             kernel,
             values: arguments,
             environment,
-            outputs: Inline::new(),
+            outputs: Outputs::new(),
             results: Inline::new(),
             error: ManuallyDrop::new(None),
         }
@@ -83,17 +84,32 @@ impl<'a> Call<'a> {
 
     /// The results of a kernel that returned `status`: its error when it reported one or a
     /// request failed (whatever it returned then), a RuntimeError when it returned non-zero
-    /// without one.
+    /// without one or changed an output's header (the framework's: `output`).
+    #[inline(always)]
     fn finish(&mut self, status: i32) -> Result<Inline<Returned, 2>> {
-        if let Some(error) = self.error.take() {
-            return Err(error);
+        match self.error.is_none() && status == 0 && (self.outputs.is_empty() || self.outputs.unchanged()) {
+            true => Ok(self.results.take()),
+            false => Err(self.failure(status)),
         }
-        if status != 0 {
-            return Err(self.named(Error::runtime(format!(
+    }
+
+    /// Why the call failed (`finish`). Its outputs are deleted with it, by their framework's
+    /// deleter, which may read the header it made: it gets it back.
+    #[cold]
+    #[inline(never)]
+    fn failure(&mut self, status: i32) -> Error {
+        let err = match (self.error.take(), status) {
+            (Some(error), _) => error,
+            (None, 0) => {
+                let (index, what) = self.outputs.changed().unwrap_or((0, "header"));
+                self.named(changed(index, what))
+            }
+            (None, status) => self.named(Error::runtime(format!(
                 "the kernel returned {status} without reporting an error (dlpx_call_error)"
-            ))));
-        }
-        Ok(self.results.take())
+            ))),
+        };
+        self.outputs.restore();
+        err
     }
 
     /// `err` named after the kernel: `dlpx: add: …`.
@@ -167,7 +183,7 @@ impl<'a> Call<'a> {
         };
         match (status, NonNull::new(out)) {
             (0, Some(managed)) => {
-                self.outputs.push(managed);
+                self.outputs.keep(managed);
                 // SAFETY: a live managed tensor the call owns.
                 Ok(unsafe { &mut (*managed.as_ptr()).dl_tensor })
             }
@@ -193,15 +209,11 @@ impl<'a> Call<'a> {
 
     /// Returns `output`, a tensor this call allocated, as the next result.
     pub fn return_tensor(&mut self, output: *const DLTensor) -> Result<()> {
-        // SAFETY: only the address is compared; the outputs are live.
-        let index =
-            self.outputs.as_slice().iter().position(|m| unsafe { ptr::addr_of!((*m.as_ptr()).dl_tensor) } == output);
-        let Some(index) = index else {
+        let Some(managed) = self.outputs.take(output) else {
             return Err(Error::value(
                 "returned a tensor this call did not allocate, or returned it twice (dlpx_call_allocate gives outputs)",
             ));
         };
-        let managed = self.outputs.swap_remove(index);
         self.results.push(Returned::Tensor(managed));
         Ok(())
     }
@@ -233,7 +245,7 @@ impl Drop for Call<'_> {
     /// on every call, once a CUDA launch has evicted them: docs/cuda.md).
     #[inline(always)]
     fn drop(&mut self) {
-        if !(self.outputs.is_empty() && self.results.is_empty() && self.error.is_none()) {
+        if !(self.outputs.all_returned() && self.results.is_empty() && self.error.is_none()) {
             self.delete_left();
         }
     }
@@ -247,7 +259,7 @@ impl Call<'_> {
     fn delete_left(&mut self) {
         // SAFETY: dropped once, here, as the call goes.
         unsafe { ManuallyDrop::drop(&mut self.error) };
-        for &managed in self.outputs.as_slice() {
+        for managed in self.outputs.unreturned() {
             // SAFETY: outputs the call owns, never handed out; each is deleted once (the call
             // is going: nothing reads the list after this).
             unsafe { crate::tensor::delete_managed(managed) };
@@ -256,6 +268,14 @@ impl Call<'_> {
             result.discard();
         }
     }
+}
+
+/// "output 0's shape was changed by the kernel": what a kernel may write of an output is its data.
+#[cold]
+fn changed(index: usize, what: &str) -> Error {
+    Error::runtime(format!(
+        "the kernel changed output {index}'s {what}: an output's header (ndim to byte_offset, its shape and strides) is its framework's, and a kernel writes only its data"
+    ))
 }
 
 /// The `SetError` the call gives the allocator: the error goes into the call's slot.

@@ -143,6 +143,18 @@ impl<T: Copy, const N: usize> Inline<T, N> {
     }
 
     #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        let len = self.len();
+        let items = match self.len {
+            // SAFETY: spilled.
+            SPILLED => unsafe { self.heap() }.as_mut_ptr(),
+            _ => self.items.as_mut_ptr(),
+        };
+        // SAFETY: as `as_slice`, borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(items.cast::<T>(), len) }
+    }
+
+    #[inline]
     pub fn as_slice(&self) -> &[T] {
         let (items, len) = match self.len {
             SPILLED => {

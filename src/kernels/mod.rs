@@ -12,6 +12,7 @@ pub mod export;
 pub mod inline;
 pub mod library;
 mod link_map;
+mod output;
 pub mod signature;
 pub mod value;
 

@@ -552,6 +552,18 @@ def test_dlpx_reads_its_own_argument_count_whatever_the_kernel_writes_in_its_cal
         cases.overwrite_count(5)
 
 
+@pytest.mark.parametrize("framework", ["numpy", "dlpx", "torch"])
+@pytest.mark.parametrize("field", ["ndim", "shape", "data", "dtype", "unreturned"])
+def test_a_kernel_that_changes_its_output_s_header_is_an_error_not_the_caller_s_crash(cases, framework, field):
+    # The header is the framework's (numpy builds its array from it: a changed shape was a crash
+    # there). The framework's deleter gets the header back as it made it.
+    make, _ = FRAMEWORKS[framework]
+    what = "shape" if field == "unreturned" else field
+    with pytest.raises(RuntimeError, match=rf"^dlpx: rewrite_header: the kernel changed output 0's {what}: "):
+        cases.rewrite_header(make(np.arange(6), "float32"), field)
+    assert cases.rewrite_header(make(np.arange(6), "float32"), "nothing").shape == (6,)
+
+
 def test_a_kernel_that_fails_without_saying_why_is_a_runtime_error(cases):
     with pytest.raises(RuntimeError, match="dlpx: silent: the kernel returned -1 without reporting an error"):
         cases.silent()
@@ -628,7 +640,7 @@ def _bad_calls(lib, cases, a):
     for call in (lambda: lib.add(a), lambda: lib.add(a, "x"), lambda: lib.add(a, a, a), lambda: lib.add(a, c=a),
                  lambda: lib.add(a, np.ones(2, np.int8)), lambda: cases.ninth(a), lambda: cases.allocate_then_fail(a),
                  lambda: cases.return_twice(a), lambda: cases.huge(a), lambda: cases.raise_("KeyError", "k"),
-                 lambda: lib.nop(a, a, a, 1)):
+                 lambda: lib.nop(a, a, a, 1), lambda: cases.rewrite_header(a, "shape")):
         try:
             call()
         except (TypeError, ValueError, IndexError, KeyError, MemoryError, RuntimeError):
