@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <vector>
 
 #include "dlpx/kernel.hpp"
 
@@ -125,6 +126,18 @@ static void throw_(std::string_view what, std::string message) {
   throw NotAnException{};
 }
 DLPX_EXPORT_TYPED_KERNEL(throw_, throw_, "throw_(what: str, message: str) -> None: throws what `what` names.")
+
+// The C macro's kernel in C++ (no typed layer) lets what it calls throw: std::vector::at out of
+// range, dlpx::Call::current() outside a typed kernel. The export catches it: an IndexError, a
+// RuntimeError, never std::terminate.
+static int plain_throw(DlpxCall* call) {
+  int64_t which = 0;
+  if (dlpx_call_int(call, 0, &which)) return -1;
+  if (which == 0) return static_cast<int>(std::vector<int>(2).at(5));
+  if (which == 1) return dlpx::Call::current().argument_count();
+  throw dlpx::Error("KeyError", "dlpx: its own kind");
+}
+DLPX_EXPORT_KERNEL(plain_throw, plain_throw, "plain_throw(which: int) -> None: a C-macro kernel that throws.")
 
 // Allocates an output like x, then throws: the call deletes the output.
 static dlpx::OutputTensor allocate_then_throw(dlpx::Call& call, dlpx::TensorView x) {

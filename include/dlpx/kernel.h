@@ -33,7 +33,8 @@
  * keyword-only. The kernel reads its arguments by
  * index, in parameter order, with `*name`'s values where it stands.
  *
- * C11 or C++ (any standard dlpx's C API compiles with), GCC or Clang, ELF; no Python.h.
+ * C11 or C++ (any standard dlpx's C API compiles with), GCC or Clang, ELF; no Python.h. In C++
+ * an exception a kernel lets out is its call's error (DLPX_EXPORT_KERNEL_WITH_FLAGS).
  */
 #ifndef DLPX_KERNEL_H
 #define DLPX_KERNEL_H
@@ -232,14 +233,76 @@ const DlpxKernelLibrary *dlpx_kernel_library(void) {
 }  // extern "C"
 #endif
 
+#if defined(__cplusplus) && (defined(__cpp_exceptions) || defined(__EXCEPTIONS))
+#include <exception>
+#include <new>
+#include <stdexcept>
+#include <string_view>
+
+#include "cpp/error.hpp"
+
+namespace dlpx {
+namespace detail {
+
+/*
+ * What an exception thrown out of a C++ kernel becomes: the error of its call, of the kind its
+ * type names (dlpx::Error its own kind; std::invalid_argument ValueError, std::out_of_range
+ * IndexError, std::overflow_error OverflowError, std::bad_alloc MemoryError, any other
+ * std::exception RuntimeError), the message without a leading "dlpx: " (the call's message
+ * begins with it). Called inside a catch. Never throws.
+ */
+inline int report_exception(DlpxCall *call) noexcept {
+  try {
+    throw;
+  } catch (const Error &e) {
+    const char *what = e.what();
+    if (std::string_view(what).substr(0, 6) == "dlpx: ") what += 6;
+    return dlpx_call_error(call, e.kind().c_str(), what);
+  } catch (const std::invalid_argument &e) {
+    return dlpx_call_error(call, "ValueError", e.what());
+  } catch (const std::out_of_range &e) {
+    return dlpx_call_error(call, "IndexError", e.what());
+  } catch (const std::overflow_error &e) {
+    return dlpx_call_error(call, "OverflowError", e.what());
+  } catch (const std::bad_alloc &e) {
+    return dlpx_call_error(call, "MemoryError", e.what());
+  } catch (const std::exception &e) {
+    return dlpx_call_error(call, "RuntimeError", e.what());
+  } catch (...) {
+    return dlpx_call_error(call, "RuntimeError", "a C++ exception not derived from std::exception");
+  }
+}
+
+/* A kernel function whose exceptions become its call's error: an exception that left a kernel
+ * would cross the C loader and end the process (std::terminate). */
+template <int (*Function)(DlpxCall *)>
+int guarded(DlpxCall *call) noexcept {
+  try {
+    return Function(call);
+  } catch (...) {
+    return report_exception(call);
+  }
+}
+
+}  // namespace detail
+}  // namespace dlpx
+
+#define DLPX_KERNEL_GUARDED_(function) (&::dlpx::detail::guarded<function>)
+#else
+#define DLPX_KERNEL_GUARDED_(function) (function)
+#endif
+
 /**
- * Exports `function` (a DlpxKernelFunction) as the kernel `name` (an identifier: the attribute
- * the loaded library gets) with `signature` (a string literal: `"name(a, b) -> tensor: doc"`),
- * flags as given (DLPX_KERNEL_FLAG_*). At file scope, once per kernel.
+ * Exports `function` (a DlpxKernelFunction, by its name) as the kernel `name` (an identifier:
+ * the attribute the loaded library gets) with `signature` (a string literal:
+ * `"name(a, b) -> tensor: doc"`), flags as given (DLPX_KERNEL_FLAG_*). At file scope, once per
+ * kernel. Compiled as C++ (with exceptions), an exception the function lets out becomes the
+ * call's error, of the kind its type names (`dlpx::detail::report_exception`), never
+ * std::terminate.
  */
 #define DLPX_EXPORT_KERNEL_WITH_FLAGS(name, function, signature, flags)                          \
-  static DlpxKernelExport dlpx_kernel_export_##name = {DLPX_KERNEL_ABI_VERSION, (flags), #name,  \
-                                                       signature, function, 0};                  \
+  static DlpxKernelExport dlpx_kernel_export_##name = {                                          \
+      DLPX_KERNEL_ABI_VERSION, (flags), #name, signature, DLPX_KERNEL_GUARDED_(function), 0};    \
   __attribute__((constructor)) static void dlpx_kernel_register_##name(void) {                   \
     dlpx_kernel_export_##name.next = dlpx_kernel_library_record.first;                           \
     dlpx_kernel_library_record.first = &dlpx_kernel_export_##name;                               \

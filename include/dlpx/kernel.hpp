@@ -821,30 +821,6 @@ int run(Call& call, std::index_sequence<I...>) {
   }
 }
 
-// What a thrown exception becomes: the error of the call (the message without a leading
-// "dlpx: ", which the call's message already begins with). Never throws.
-inline int report_exception(DlpxCall* call) noexcept {
-  try {
-    throw;
-  } catch (const Error& e) {
-    const char* what = e.what();
-    if (std::string_view(what).substr(0, 6) == "dlpx: ") what += 6;
-    return dlpx_call_error(call, e.kind().c_str(), what);
-  } catch (const std::invalid_argument& e) {
-    return dlpx_call_error(call, "ValueError", e.what());
-  } catch (const std::out_of_range& e) {
-    return dlpx_call_error(call, "IndexError", e.what());
-  } catch (const std::overflow_error& e) {
-    return dlpx_call_error(call, "OverflowError", e.what());
-  } catch (const std::bad_alloc& e) {
-    return dlpx_call_error(call, "MemoryError", e.what());
-  } catch (const std::exception& e) {
-    return dlpx_call_error(call, "RuntimeError", e.what());
-  } catch (...) {
-    return dlpx_call_error(call, "RuntimeError", "a C++ exception not derived from std::exception");
-  }
-}
-
 // Restores the thread's previous current call, whatever happens.
 class CurrentCall {
  public:

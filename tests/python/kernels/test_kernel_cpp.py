@@ -195,6 +195,16 @@ def test_a_cpp_exception_is_raised_as_the_python_exception_its_type_names(cases,
     assert info.value.args == (f"dlpx: throw_: {message}",)
 
 
+def test_a_cpp_kernel_exported_with_the_c_macro_raises_what_it_throws(cases):
+    # kernel.h's export catches in C++ as kernel.hpp's does: the process once ended (std::terminate).
+    with pytest.raises(IndexError, match="^dlpx: plain_throw: .*"):
+        cases.plain_throw(0)
+    with pytest.raises(RuntimeError, match="^dlpx: plain_throw: Call::current: no typed dlpx kernel runs on this thread$"):
+        cases.plain_throw(1)
+    with pytest.raises(KeyError, match="dlpx: plain_throw: its own kind"):
+        cases.plain_throw(2)
+
+
 def test_an_exception_after_allocating_is_raised_and_the_outputs_deleted(cases):
     with pytest.raises(RuntimeError, match="^dlpx: allocate_then_throw: failed after allocating$"):
         cases.allocate_then_throw(np.ones(3))
