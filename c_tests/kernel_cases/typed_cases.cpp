@@ -22,6 +22,14 @@ DLPX_EXPORT_TYPED_KERNEL_SHORT(view_info, view_info, "view_info(x) -> tuple: ndi
 static bool read_only(const dlpx::TensorArg& x) { return x.read_only(); }
 DLPX_EXPORT_TYPED_KERNEL_SHORT(read_only, read_only, "read_only(x: tensor) -> bool: x's read-only flag.")
 
+// A TensorArg's data: its first byte, or (write) set to 'X' through a writable pointer, which a
+// read-only tensor refuses.
+static int64_t first_byte(const dlpx::TensorArg& x, bool write) {
+  if (write) return *x.data<uint8_t>() = 'X';
+  return *x.data<const uint8_t>();
+}
+DLPX_EXPORT_TYPED_KERNEL_SHORT(first_byte, first_byte, "first_byte(x: tensor, write: bool) -> int: x's first byte.")
+
 // A checked, strided, read-only mdspan: the sum.
 static double sum1(dlpx::mdspan_t<const double, 1> x) {
   double s = 0;

@@ -11,7 +11,7 @@
  *   dlpx::OutputTensor scale(dlpx::Call& call, dlpx::mdspan_t<const double, 1> x, double alpha) {
  *     dlpx::OutputTensor out = call.allocate({x.extent(0)}, dlpx::dtype_of<double>());
  *     auto y = out.as_mdspan<double, 1>();          // in the caller's framework, compact
- *     for (int64_t i = 0; i < x.extent(0); ++i) y(i) = alpha * x(i);   // x: any strides
+ *     for (int64_t i = 0; i < x.extent(0); ++i) y(i) = alpha * x(i);   // x: positive strides
  *     return out;                                   // torch in -> torch.Tensor out
  *   }
  *   DLPX_EXPORT_TYPED_KERNEL(scale, scale, "scale(x, alpha=1.0) -> tensor: alpha * x.")
@@ -20,13 +20,14 @@
  * one C++ parameter per signature parameter, in order:
  *
  *   signature type   C++ parameter type
- *   tensor           dlpx::TensorView, dlpx::TensorArg (with the read-only flag),
- *                    dlpx::mdspan_t<T, R> (checked: rank R, T's dtype, a CPU tensor; a
- *                    non-const T also refuses a read-only tensor)
+ *   tensor           dlpx::TensorView, dlpx::TensorArg (with the read-only flag, which its
+ *                    data<T>() checks), dlpx::mdspan_t<T, R> (checked: rank R, T's dtype, a
+ *                    CPU tensor, positive strides (a reversed or broadcast view is refused:
+ *                    read it through TensorView); a non-const T refuses a read-only tensor)
  *   int              int64_t (any integer type of 64 bits or fewer but bool and the character
  *                    types; a value it cannot hold is an OverflowError; an int argument is
  *                    int64, so uint64_t takes 0 to 2**63-1)
- *   float            double (or float)
+ *   float            double (or float: a finite value past its range is an OverflowError)
  *   bool             bool
  *   str              std::string_view (valid until the function returns), std::string
  *   T | None         std::optional<the type for T>
@@ -98,6 +99,18 @@ class TensorArg : public TensorView {
   uint64_t flags() const noexcept { return flags_; }
   /** True when the kernel must not write through the tensor's data. */
   bool read_only() const noexcept { return (flags_ & DLPACK_FLAG_BITMASK_READ_ONLY) != 0; }
+
+  /**
+   * The first element as `T*`, as dlpx::TensorView::data; a non-const `T` of a read-only tensor
+   * throws dlpx::Error (ValueError): read it as `data<const T>()`.
+   */
+  template <class T>
+  T* data() const {
+    if (!std::is_const<T>::value && read_only()) {
+      detail::throw_error("ValueError", "dlpx: the tensor is read-only; read it as const T");
+    }
+    return TensorView::data<T>();
+  }
 
   /**
    * dlpx::as_mdspan<T, Rank> of the tensor on `device_type`; a non-const `T` of a read-only
@@ -513,13 +526,14 @@ inline const DLTensor* call_tensor(DlpxCall* call, int32_t index, uint64_t* flag
   return t;
 }
 
-template <class T>
+// cv-qualifiers ignored: a function returning `const char` gives a `char`, which is no int.
+template <class T, class U = std::remove_cv_t<T>>
 inline constexpr bool is_int_parameter =
-    std::is_integral<T>::value && sizeof(std::conditional_t<std::is_integral<T>::value, T, int>) <= sizeof(int64_t) &&
-    !std::is_same<T, bool>::value && !std::is_same<T, char>::value &&
-    !std::is_same<T, wchar_t>::value && !std::is_same<T, char16_t>::value && !std::is_same<T, char32_t>::value
+    std::is_integral<U>::value && sizeof(std::conditional_t<std::is_integral<U>::value, U, int>) <= sizeof(int64_t) &&
+    !std::is_same<U, bool>::value && !std::is_same<U, char>::value &&
+    !std::is_same<U, wchar_t>::value && !std::is_same<U, char16_t>::value && !std::is_same<U, char32_t>::value
 #if defined(__cpp_char8_t)
-    && !std::is_same<T, char8_t>::value
+    && !std::is_same<U, char8_t>::value
 #endif
     ;
 
@@ -611,6 +625,14 @@ struct param<F, std::enable_if_t<std::is_floating_point<F>::value>> {
   static F read(DlpxCall* call, Slot slot) {
     double v = 0;
     if (dlpx_argument_float(call, slot.index, &v) != 0) throw CallError("TypeError", "dlpx: the argument is not a float");
+    // As Python's struct.pack("f", v): a finite value past the type's range is an error (its
+    // conversion is undefined), one below its precision rounds (to 0), inf and nan stay.
+    if constexpr (sizeof(F) < sizeof(double)) {
+      if (v == v && v - v == 0 && (v > std::numeric_limits<F>::max() || v < -std::numeric_limits<F>::max())) {
+        throw Error("OverflowError", std::to_string(v) + " is out of range for a " + std::to_string(8 * sizeof(F)) +
+                                         "-bit float");
+      }
+    }
     return static_cast<F>(v);
   }
 };
@@ -677,7 +699,7 @@ P read_parameter(DlpxCall* call, const char* signature, int n, Slot slot) {
 
 template <class R>
 struct result {
-  static constexpr bool single = std::is_same<R, OutputTensor>::value || std::is_same<R, bool>::value ||
+  static constexpr bool single = std::is_same<R, OutputTensor>::value || std::is_same<std::remove_cv_t<R>, bool>::value ||
                                  is_int_parameter<R> || std::is_floating_point<R>::value;
   static constexpr bool ok = single;
 };

@@ -57,6 +57,16 @@ def test_a_tensor_view_and_its_read_only_flag(cases):
     assert cases.read_only(frozen) is True and cases.read_only(np.ones(3)) is False
 
 
+def test_a_tensor_arg_gives_a_writable_pointer_only_to_a_writable_tensor(cases):
+    # bytes is immutable (and hashed): a write through data<uint8_t>() once changed it.
+    frozen, spare = b"abcd", bytearray(b"abcd")
+    assert cases.first_byte(frozen, False) == ord("a")
+    with pytest.raises(ValueError, match="^dlpx: first_byte: the tensor is read-only; read it as const T$"):
+        cases.first_byte(frozen, True)
+    assert frozen == b"abcd"
+    assert cases.first_byte(spare, True) == ord("X") and spare == bytearray(b"Xbcd")
+
+
 def test_a_typed_mdspan_reads_any_strides_and_writes_in_place(cases):
     assert cases.sum1(np.arange(10.0)[::3]) == 0 + 3 + 6 + 9
     a = np.zeros((3, 4), np.float32)
@@ -96,6 +106,12 @@ def test_scalars_keywords_and_defaults(cases):
     assert cases.scalars(1, 0.5, text="héllo") == (2, 1.0, False, 6)  # UTF-8 bytes
     assert cases.echo("ab", 3.0) == 6 and cases.echo(text="", times=2) == 0
     assert cases.narrow(-128, 65535) == 65407
+    # A float parameter: a value past its range is an OverflowError, as struct.pack("f") says (its
+    # conversion is undefined in C++); one below its precision rounds.
+    assert cases.echo("ab", 1e-50) == 0
+    for far in (1e300, -1e39, 2.0**1000):
+        with pytest.raises(OverflowError, match="^dlpx: echo: parameter 'times': .* is out of range for a 32-bit float$"):
+            cases.echo("ab", far)
     with pytest.raises(TypeError, match="dlpx: scalars: parameter 'n' takes an int, got str"):
         cases.scalars("1")
 
@@ -232,6 +248,8 @@ static void wide(unsigned __int128) {}
 DLPX_EXPORT_TYPED_KERNEL(wide_int, wide, "wide_int(n: int) -> None: an int argument is int64.")
 static void ints(dlpx::TensorList) {}
 DLPX_EXPORT_TYPED_KERNEL(star_ints, ints, "star_ints(*xs: int) -> None: a TensorList takes tensors.")
+static const char letter(double) { return 'a'; }
+DLPX_EXPORT_TYPED_KERNEL(const_char, letter, "const_char(x: float) -> int: a const char is no int (it was a bool).")
 """
 
 
@@ -253,6 +271,7 @@ def test_a_function_that_does_not_fit_its_signature_does_not_compile(tmp_path):
         "DLPX_EXPORT_TYPED_KERNEL(nested_tuple): nested must return void",
         "DLPX_EXPORT_TYPED_KERNEL(wide_int): a parameter's C++ type does not take its signature type",
         "DLPX_EXPORT_TYPED_KERNEL(star_ints): a parameter's C++ type does not take its signature type",
+        "DLPX_EXPORT_TYPED_KERNEL(const_char): letter must return void",
     ]:
         assert message in done.stderr, f"{message!r} not in:\n{done.stderr}"
 
