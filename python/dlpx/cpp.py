@@ -115,15 +115,16 @@ def build(name: str, sources: Union[str, Sequence[str]], *, extra_cflags: Flags 
                              f"{', '.join(_LANGUAGES)})")
 
     def units() -> List[Unit]:
-        # Read as the compiler reads them: bytes (a comment in Latin-1 is no error).
-        found = []
-        for path in absolute:
-            with open(path, "rb") as f:
-                found.append((path, _LANGUAGES[os.path.splitext(path)[1]], f.read().decode("utf-8", "surrogateescape")))
-        return found
+        return [(path, _LANGUAGES[os.path.splitext(path)[1]], _source_text(path)) for path in absolute]
 
     return _build(name, units, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
                   build_directory, verbose)
+
+
+def _source_text(path: str) -> str:
+    """A source file's text, read as the compiler reads it: bytes (a comment in Latin-1 is no error)."""
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", "surrogateescape")
 
 
 # ---- the build ---------------------------------------------------------------------------------
@@ -138,6 +139,11 @@ def _inline_text(language: str, text: Union[str, Sequence[str]]) -> str:
         raise TypeError(f"dlpx.cpp: {language} sources are a str or a sequence of str")
     # Written to a file beside the builds, which the compiler's messages name by its own lines.
     return f"{_PRELUDE[language]}\n" + "\n".join(parts) + "\n"
+
+
+# The environment variables the compilers read that change what they build.
+_ENVIRONMENT = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH", "NVCC_PREPEND_FLAGS",
+                "NVCC_APPEND_FLAGS")
 
 
 def _build(name: str, read_units: Callable[[], List[Unit]], cflags: Flags, cuda_cflags: Flags, ldflags: Flags,
@@ -168,12 +174,14 @@ def _build_once(name: str, units: List[Unit], cflags: Flags, cuda_cflags: Flags,
     languages = {language for _, language, _ in units}
     tools = {language: compiler(language) for language in languages}
     commands = Commands(name, tools, flags, includes)
-    # Where the compilers look for headers besides the -I paths: the environment's, and the working
-    # directory for a relative path in a flag (`-Iinclude`).
-    searched = [os.environ.get(v) for v in ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH")]
+    # What the compilers read besides their command line: the environment's header and library
+    # paths and nvcc's own flags, the working directory for a relative path in a flag
+    # (`-Iinclude`), and the files a link flag names (`libfoo.a`: by size and time).
+    environment = [os.environ.get(v) for v in _ENVIRONMENT]
     relative = any(_names_relative_path(flag) for flag in flags["c"] + flags["cuda"] + flags["ld"])
+    linked = [(flag, os.stat(flag).st_size, os.stat(flag).st_mtime_ns) for flag in flags["ld"] if os.path.isfile(flag)]
     key = _digest(json.dumps([name, dlpx.__version__, dlpx.library_path(), units, flags, includes,
-                              sorted(tools.items()), commands.cuda_arch, searched,
+                              sorted(tools.items()), commands.cuda_arch, environment, linked,
                               os.getcwd() if relative else None]).encode())
     # build_directory stands for the cache's root: a changed source still builds anew.
     root = os.path.abspath(build_directory or _cache_dir())
@@ -274,8 +282,11 @@ def _compile_and_link(home: str, name: str, units: List[Unit], commands: Command
         linked = os.path.join(work, f"{name}.so")
         link(commands, objects, os.path.join(work, "exports.map"), linked, name, verbose)
         listed = sorted(os.path.abspath(p) for p in headers)
-        watched = listed + [path for path, _, _ in units if os.path.isabs(path)]
-        if any(_modified_since(path, started) for path in watched):
+        files = [(path, text) for path, _, text in units if os.path.isabs(path)]
+        # A source saved after it was read for the key (while this waited for another thread's
+        # build, or for nvidia-smi) was compiled as it is now: not filed under the old text's key.
+        if any(_modified_since(path, started) for path in listed + [path for path, _ in files]) or any(
+                _source_text(path) != text for path, text in files):
             raise _Raced()
         seen = _seen([(path, None, None, None) for path in listed])
         place = os.path.join(home, _headers_digest(seen)[:16])
@@ -327,8 +338,9 @@ def _depfile_paths(depfile: str) -> List[str]:
     paths: List[str] = []
     for rule in text.splitlines():
         _, _, prerequisites = rule.partition(": ")
-        # gcc writes ' ' as '\ ', '#' as '\#' and '$' as '$$'; nvcc writes '\ ' alone.
-        for token in re.findall(r"(?:\\.|[^ ])+", prerequisites):
-            paths.append(re.sub(r"\\([ #])", r"\1", token).replace("$$", "$"))
+        # gcc writes ' ' as '\ ', a tab as '\<tab>', '#' as '\#' and '$' as '$$'; nvcc writes '\ '
+        # alone. (A newline in a path is written as it is: such a header is not seen.)
+        for token in re.findall(r"(?:\\.|[^ \t])+", prerequisites):
+            paths.append(re.sub(r"\\([ \t#])", r"\1", token).replace("$$", "$"))
     # Every path listed, found or not (one not found has a content of its own: none).
     return [p for p in paths if p]

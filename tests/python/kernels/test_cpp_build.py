@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -257,9 +258,9 @@ DLPX_EXPORT_KERNEL(ones, ones, "ones(x) -> None: fills x with ones on the GPU.")
 # ---- what a review found: escaped paths, relative flags, a header saved mid-build, compilers -------
 
 
-@pytest.mark.parametrize("directory", ["hash#dir", "dollar$dir", "with space", "comma,dir"])
+@pytest.mark.parametrize("directory", ["hash#dir", "dollar$dir", "with space", "comma,dir", "tab\tdir"])
 def test_a_header_in_a_directory_make_escapes_is_tracked(tmp_path, monkeypatch, directory):
-    # gcc's depfile writes '#' as '\#' and '$' as '$$'; a comma splits a -Wl, list.
+    # gcc's depfile writes '#' as '\#', '$' as '$$' and a tab as '\<tab>'; a comma splits a -Wl, list.
     monkeypatch.setenv("DLPX_CACHE_DIR", str(tmp_path / directory / "cache"))
     include = tmp_path / directory / "include"
     include.mkdir(parents=True)
@@ -322,6 +323,53 @@ def test_a_header_saved_during_the_build_is_built_again(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", str(editing))
     source = "#include <factor.h>\n" + answer("FACTOR")
     assert cpp.load_inline("saved", c_sources=source, extra_include_paths=[str(tmp_path)]).answer() == 3
+
+
+def test_a_source_saved_between_its_reading_and_its_compile_is_not_filed_under_the_old_text(tmp_path, monkeypatch):
+    # The source is saved while the build waits for its entry's lock (another thread building it,
+    # or, for CUDA, nvidia-smi): what is compiled then is the new text, which must not be filed
+    # under the old text's key, where the old text would find it later.
+    source, text = tmp_path / "answer.c", lambda value: "#include <dlpx/kernel.h>\n" + answer(value)
+    source.write_text(text(1))
+    lock_of = cpp._lock_of
+
+    def saved_while_waiting(home):
+        if not (tmp_path / "edited").exists():
+            (tmp_path / "edited").touch()
+            source.write_text(text(2))
+            time.sleep(0.1)  # the wait goes on after the save
+        return lock_of(home)
+
+    monkeypatch.setattr(cpp, "_lock_of", saved_while_waiting)
+    assert cpp.load("saved_source", str(source)).answer() == 2
+    source.write_text(text(1))
+    assert cpp.load("saved_source", str(source)).answer() == 1
+
+
+def test_a_changed_archive_a_link_flag_names_or_nvcc_s_flag_variable_builds_anew(tmp_path, monkeypatch):
+    # What the compilers read besides the sources: a library file named in extra_ldflags (by its
+    # size and time) and $NVCC_APPEND_FLAGS and its kin are part of the key.
+    archive = tmp_path / "libvalue.a"
+
+    def make_archive(value):
+        (tmp_path / "value.c").write_text(f"int value(void) {{ return {value}; }}\n")
+        subprocess.run(["cc", "-O2", "-fPIC", "-c", str(tmp_path / "value.c"), "-o", str(tmp_path / "value.o")],
+                       check=True)
+        archive.unlink(missing_ok=True)
+        subprocess.run(["ar", "rcs", str(archive), str(tmp_path / "value.o")], check=True)
+
+    source = "int value(void);\n" + answer("value()")
+    make_archive(1)
+    first = cpp.load_inline("archived", c_sources=source, extra_ldflags=[str(archive)]).answer()
+    time.sleep(0.01)
+    make_archive(2)
+    second = cpp.load_inline("archived", c_sources=source, extra_ldflags=[str(archive)]).answer()
+    assert (first, second) == (1, 2)
+    keys = set()
+    for flags in ("", "-DV=1", "-DV=2"):
+        monkeypatch.setenv("NVCC_APPEND_FLAGS", flags)
+        keys.add(os.path.dirname(os.path.dirname(cpp.build_inline("flagged", c_sources=answer(1)))))
+    assert len(keys) == 3
 
 
 def test_compilers_with_arguments_flags_of_any_iterable_and_sources_in_latin1(tmp_path, monkeypatch):
