@@ -121,7 +121,8 @@ static void test_kinds_of_optional_and_keyword_only_parameters(void) {
   args[0].flags = DLPACK_FLAG_BITMASK_READ_ONLY;
   rc = dlpx_kernel_call(find("flags"), args, 1, results, 4, &n);
   CHECK(rc == 0 && results[0].int64 == (int64_t)DLPACK_FLAG_BITMASK_READ_ONLY, "flags");
-  /* Only READ_ONLY reaches the kernel (kernel.h: the other bits are 0). */
+  /* Only READ_ONLY reaches the kernel of a float32 tensor (kernel.h: the other bits are 0; PADDED
+   * only for a sub-byte dtype). */
   args[0].flags = ~(uint64_t)0;
   rc = dlpx_kernel_call(find("flags"), args, 1, results, 4, &n);
   CHECK(rc == 0 && results[0].int64 == (int64_t)DLPACK_FLAG_BITMASK_READ_ONLY, "a caller's other flags: %llx",
@@ -200,6 +201,17 @@ static void test_bad_calls_fail_cleanly_and_lose_nothing(void) {
   /* An output allocated and never returned is deleted; the result is none. */
   rc = dlpx_kernel_call(find("allocate_and_drop"), one, 1, results, 1, &n);
   CHECK(rc == 0 && n == 0, "allocate_and_drop: rc %d, n %zu", rc, n);
+  /* A padded sub-byte tensor (int4, one element per byte): the kernel is told so, and its size is
+   * checked as padded; the caller's other flags are not the kernel's. */
+  uint8_t nibbles[8] = {0};
+  int64_t nibble_shape[1] = {8}, nibble_strides[1] = {1};
+  DLTensor int4 = {nibbles, {kDLCPU, 0}, 1, {kDLInt, 4, 1}, nibble_shape, nibble_strides, 0};
+  DlpxValue padded[1] = {tensor(&int4)};
+  padded[0].flags = DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED | DLPACK_FLAG_BITMASK_IS_COPIED;
+  rc = dlpx_kernel_call(find("flags"), padded, 1, results, 1, &n);
+  CHECK(rc == 0 && n == 1 && results[0].int64 == (int64_t)DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
+        "flags of a padded int4 argument: rc %d, %lld (%s)", rc, (long long)results[0].int64,
+        test_str(dlpx_last_error()));
   /* The CPU has no stream: NULL. */
   rc = dlpx_kernel_call(find("stream"), one, 1, results, 1, &n);
   CHECK(rc == 0 && n == 1 && results[0].boolean, "stream");

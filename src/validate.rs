@@ -45,20 +45,21 @@ fn dims<'a>(ptr: *const i64, ndim: i32) -> &'a [i64] {
     }
 }
 
-/// Validates a non-owning view a producer filled (`dltensor_from_py_object_no_sync`): Ok(true)
-/// when it can be handed on, Ok(false) when its strides are NULL (an owner must spell them out).
+/// Validates a view, with its DLPack `flags` (a non-owning view a producer filled,
+/// `dltensor_from_py_object_no_sync`, has none; a C caller's tensor its own): Ok(true) when it
+/// can be handed on, Ok(false) when its strides are NULL (an owner must spell them out).
 ///
 /// # Safety
 /// `dl.shape` and `dl.strides`, when non-NULL, point to `dl.ndim` values.
 #[inline(always)]
-pub unsafe fn check_view(dl: &DLTensor) -> Result<bool> {
-    // A view carries no flags: sizes are checked as packed, the smaller reading.
+pub unsafe fn check_view(dl: &DLTensor, flags: u64) -> Result<bool> {
+    // Sizes as `flags` say: a producer's view carries none (packed), a C caller's may be padded.
     // SAFETY: forwarded contract (both calls).
-    if unsafe { is_sound(dl, 0) } {
+    if unsafe { is_sound(dl, flags) } {
         return Ok(true);
     }
     // SAFETY: forwarded contract.
-    Ok(unsafe { check_fully(dl, 0)? }.is_none())
+    Ok(unsafe { check_fully(dl, flags)? }.is_none())
 }
 
 /// Whether `dl` passes every check of [`check_imported`] and has its strides: the common case,

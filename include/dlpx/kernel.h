@@ -80,7 +80,8 @@ typedef struct DlpxArgument {
       /**
        * Its DLPack flags: `DLPACK_FLAG_BITMASK_READ_ONLY` means the kernel must not write
        * through `data` (`bytes`, a read-only numpy array, a jax array), whichever way dlpx read
-       * it (`DlpxTensorView.flags`' rule). The other bits are 0.
+       * it (`DlpxTensorView.flags`' rule); `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED` means a
+       * sub-byte dtype (int4, fp4) is stored one element per byte. The other bits are 0.
        */
       uint64_t flags;
     } tensor;

@@ -57,7 +57,8 @@ pub struct DlpxTensorView {
     pub owner: *mut DLManagedTensorVersioned,
     /// DLPack flags of the viewed tensor: `DLPACK_FLAG_BITMASK_READ_ONLY` when the kernel must
     /// not write through `tensor.data` (a read-only numpy array, `bytes`, a jax array, a
-    /// read-only `dlpx.Tensor`), whichever path the view took. The other bits are 0.
+    /// read-only `dlpx.Tensor`), whichever path the view took; `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`
+    /// when a sub-byte dtype (int4, fp4) is stored one element per byte. The other bits are 0.
     pub flags: u64,
 }
 

@@ -168,15 +168,16 @@ fn argument(value: &DlpxValue, ty: Type, optional: bool) -> std::result::Result<
         (DLPX_VALUE_TENSOR, Type::Tensor) => {
             // SAFETY: the caller's tensor, valid for the call, or NULL (refused).
             let tensor = unsafe { value.tensor.as_ref() }.ok_or("its tensor is NULL")?;
+            // The flags a kernel reads (kernel.h: the other bits are 0); the sizes are checked
+            // as they say (padded or packed).
+            let flags = crate::producers::view_flags(value.flags, tensor.dtype);
             // SAFETY: a caller's DLTensor whose shape and strides are `ndim` long.
-            if !unsafe { crate::validate::check_view(tensor) }.map_err(|err| err.fact().to_string())? {
+            if !unsafe { crate::validate::check_view(tensor, flags) }.map_err(|err| err.fact().to_string())? {
                 return Err("its strides are NULL (pass them: DLPack 1.2 and later)".into());
             }
             let mut tensor = *tensor;
             crate::kernels::with_dims(&mut tensor);
-            // READ_ONLY is the flag a kernel reads (kernel.h: the other bits are 0); the tensor
-            // was checked as packed, so no other flag of the caller's holds for it.
-            Value::Tensor(tensor, value.flags & crate::abi::DLPACK_FLAG_BITMASK_READ_ONLY)
+            Value::Tensor(tensor, flags)
         }
         (DLPX_VALUE_INT, Type::Int) => Value::Int(value.int64),
         (DLPX_VALUE_INT, Type::Float) => Value::Float(value.int64 as f64),

@@ -30,10 +30,23 @@ pub fn managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManage
     answer_of(py, object, Ask::MANAGED)?.into_managed(py)
 }
 
+/// The DLPack flags a view of a tensor of `dtype` carries to a kernel, of the tensor's `flags`:
+/// READ_ONLY (it must not write the data) and, for a sub-byte dtype, IS_SUBBYTE_TYPE_PADDED (one
+/// element per byte, which it must read so).
+#[inline(always)]
+pub fn view_flags(flags: u64, dtype: DLDataType) -> u64 {
+    let padded = match dtype.bits < 8 {
+        true => DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
+        false => 0,
+    };
+    flags & (DLPACK_FLAG_BITMASK_READ_ONLY | padded)
+}
+
 /// A view of `object` for a kernel: `out` filled, the managed tensor that keeps it valid (NULL
-/// for a non-owning view, valid while the caller holds `object`), and the view's DLPack flags:
-/// READ_ONLY where the tensor may not be written (docs/design.md, "Read-only"). A producer's
-/// non-owning view carries no flag; dlpx's own tables give none of a read-only tensor.
+/// for a non-owning view, valid while the caller holds `object`), and the view's DLPack flags
+/// ([`view_flags`]): READ_ONLY where the tensor may not be written (docs/design.md,
+/// "Read-only"). A producer's non-owning view carries no flag (it is packed); dlpx's own tables
+/// give none of a read-only tensor.
 /// `read_only`: the kernel only reads (the flag is then always set, and a producer with a
 /// read-only export gives that one: torch's const table).
 pub fn view(
@@ -48,7 +61,7 @@ pub fn view(
     let owner = match answer_of(py, object, ask)? {
         Handover::Own(tensor) => {
             slot.set(share(tensor));
-            return Ok((ptr::null_mut(), asked | (tensor.flags() & DLPACK_FLAG_BITMASK_READ_ONLY)));
+            return Ok((ptr::null_mut(), asked | view_flags(tensor.flags(), tensor.dl_tensor().dtype)));
         }
         Handover::View if view_is_whole(slot)? => return Ok((ptr::null_mut(), asked)),
         Handover::View => answer_of(py, object, ask.managed())?.into_managed(py)?,
@@ -57,7 +70,7 @@ pub fn view(
     // SAFETY: a live managed tensor the caller owns until it releases the view.
     let owned = unsafe { owner.as_ref() };
     slot.set(owned.dl_tensor);
-    Ok((owner.as_ptr(), asked | (owned.flags & DLPACK_FLAG_BITMASK_READ_ONLY)))
+    Ok((owner.as_ptr(), asked | view_flags(owned.flags, owned.dl_tensor.dtype)))
 }
 
 /// The view of dlpx's own tensor for a kernel, which works on dlpx's current stream: recorded as
@@ -91,7 +104,7 @@ pub fn view_in_place(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) 
 fn view_is_whole(view: &Cell<DLTensor>) -> Result<bool> {
     // SAFETY: the producer filled the view (nothing writes the cell meanwhile); its shape and
     // strides are `ndim` long.
-    unsafe { crate::validate::check_view(&*view.as_ptr()) }
+    unsafe { crate::validate::check_view(&*view.as_ptr(), 0) }
 }
 
 /// The answer for `object` that the entry point's `ask` gets: dlpx's own tensor for an exact

@@ -18,8 +18,8 @@ import pytest
 
 import c_build
 import dlpx
-from dlpx.conform.abi import FLAG_READ_ONLY
-from numpy_producers import Producer
+from dlpx.conform.abi import FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY
+from numpy_producers import Managed, Producer
 from tensor_makers import make_jax, make_torch, make_tvm_ffi
 
 REPO = c_build.REPO
@@ -143,6 +143,16 @@ def test_nop_takes_read_only_bytes(lib, cases):
     read_only = np.ones(3)
     read_only.flags.writeable = False
     assert cases.flags(read_only) & FLAG_READ_ONLY
+
+
+def test_a_padded_sub_byte_tensor_says_so_to_the_kernel(cases):
+    # fp4 stored one element per byte: a kernel reading it packed would read the wrong values.
+    array = (np.arange(8) % 16).astype(np.uint8)
+    padded = dlpx.from_dlpack(Managed(array, dtype=(17, 4, 1), flags=FLAG_IS_SUBBYTE_TYPE_PADDED).capsule())
+    assert cases.flags(padded) == FLAG_IS_SUBBYTE_TYPE_PADDED
+    assert cases.flags(Managed(array, dtype=(17, 4, 1), flags=FLAG_IS_SUBBYTE_TYPE_PADDED).capsule()) == (
+        FLAG_IS_SUBBYTE_TYPE_PADDED)
+    assert cases.flags(array) == 0
 
 
 def test_the_example_needs_nothing_of_python(example_path):
