@@ -499,6 +499,30 @@ constexpr Type type_of(std::string_view p) {
   return {default_kind(dflt), defaults_to_none};
 }
 
+// The return annotation: the text between `->` and the doc's `:`, trimmed; empty without one.
+constexpr std::string_view returns(std::string_view s) {
+  const std::size_t open = s.find('(');
+  if (open == std::string_view::npos) return {};
+  Nesting nesting;
+  for (std::size_t i = open + 1; i < s.size(); ++i) {
+    if (nesting.top(s[i]) && s[i] == ')') {
+      const std::string_view rest = trim(s.substr(i + 1));
+      if (rest.substr(0, 2) != "->") return {};
+      const std::string_view annotation = rest.substr(2);
+      return trim(annotation.substr(0, find_top(annotation, ':')));
+    }
+  }
+  return {};
+}
+
+// A result annotation's kind: DLPX_VALUE_NONE to DLPX_VALUE_STR, kUnknown for any other (`Any`,
+// `int | None`, `tuple[...]`), which only the stub reads.
+constexpr int result_annotation_kind(std::string_view a) { return a == "None" ? DLPX_VALUE_NONE : type_kind(a); }
+
+constexpr bool is_tuple_annotation(std::string_view a) {
+  return a.substr(0, 6) == "tuple[" && !a.empty() && a.back() == ']';
+}
+
 // The index of the `*name` parameter, or -1.
 constexpr int variadic_index(std::string_view s) {
   const int n = count(s);
@@ -796,6 +820,62 @@ constexpr int arity_of() {
   }
 }
 
+// The kind of result a C++ result type gives (DLPX_VALUE_*), as the annotation spells it.
+template <class R>
+constexpr int result_kind() {
+  using U = std::remove_cv_t<R>;
+  if constexpr (std::is_void<U>::value) return DLPX_VALUE_NONE;
+  if constexpr (std::is_same<U, OutputTensor>::value) return DLPX_VALUE_TENSOR;
+  if constexpr (std::is_same<U, bool>::value) return DLPX_VALUE_BOOL;
+  if constexpr (is_int_parameter<U>) return DLPX_VALUE_INT;
+  if constexpr (std::is_floating_point<U>::value) return DLPX_VALUE_FLOAT;
+  return sig::kUnknown;
+}
+
+// Whether annotation kind `k` allows a result of kind `r` (an annotation dlpx does not spell
+// allows any).
+constexpr bool allows(int k, int r) { return k == sig::kUnknown || k == r; }
+
+// Whether the return annotation `a` says what a function returning R returns: `tensor`, `int`,
+// `float`, `bool`, `None` (void), `tuple[...]` of them for a std::tuple (`tuple[int, ...]`: any
+// number); none, or one dlpx does not spell (`Any`), says anything.
+template <class R>
+struct annotated {
+  static constexpr bool as(std::string_view a) {
+    return a.empty() || (!sig::is_tuple_annotation(a) && allows(sig::result_annotation_kind(a), result_kind<R>()));
+  }
+};
+template <class... R>
+struct annotated<std::tuple<R...>> {
+  static constexpr bool as(std::string_view a) {
+    if (a.empty()) return true;
+    if (!sig::is_tuple_annotation(a)) return sig::result_annotation_kind(a) == sig::kUnknown;
+    const std::string_view inner = a.substr(6, a.size() - 7);
+    int n = 0;
+    sig::piece(inner, -1, &n);
+    if (n == 2 && sig::piece(inner, 1) == "...") {
+      const int k = sig::result_annotation_kind(sig::piece(inner, 0));
+      return (allows(k, result_kind<R>()) && ...);
+    }
+    return n == static_cast<int>(sizeof...(R)) && each(inner, std::index_sequence_for<R...>{});
+  }
+  template <std::size_t... I>
+  static constexpr bool each(std::string_view inner, std::index_sequence<I...>) {
+    return (allows(sig::result_annotation_kind(sig::piece(inner, static_cast<int>(I))), result_kind<R>()) && ...);
+  }
+};
+
+// Whether `signature`'s return annotation says what F returns (true where F or its result is
+// refused for another reason: one error at a time).
+template <class F>
+constexpr bool returns_as_annotated(std::string_view signature) {
+  if constexpr (function_traits<F>::ok) {
+    using R = typename function_traits<F>::result_type;
+    if constexpr (std::is_void<R>::value || result<R>::ok) return annotated<R>::as(sig::returns(signature));
+  }
+  return true;
+}
+
 template <class F>
 constexpr bool result_fits() {
   if constexpr (function_traits<F>::ok) {
@@ -898,6 +978,10 @@ int invoke(DlpxCall* raw) noexcept {
                 "DLPX_EXPORT_TYPED_KERNEL(" #name "): " #function                                                  \
                 " must return void, dlpx::OutputTensor, an integer (64 bits at most), a floating-point number, "  \
                 "bool or a std::tuple of two or more of them (not nested)");                                     \
+  static_assert(::dlpx::detail::returns_as_annotated<decltype(&function)>(signature),                              \
+                "DLPX_EXPORT_TYPED_KERNEL(" #name "): the signature's return annotation is not what " #function    \
+                " returns (tensor: dlpx::OutputTensor; int, float, bool: those; None: void; tuple[...]: a "      \
+                "std::tuple of as many)");                                                                        \
   static constexpr char dlpx_typed_kernel_signature_##name[] = signature;                                          \
   static int dlpx_typed_kernel_##name(DlpxCall* call) noexcept {                                                   \
     return ::dlpx::detail::invoke<&function, dlpx_typed_kernel_signature_##name>(call);                            \

@@ -250,6 +250,14 @@ static void ints(dlpx::TensorList) {}
 DLPX_EXPORT_TYPED_KERNEL(star_ints, ints, "star_ints(*xs: int) -> None: a TensorList takes tensors.")
 static const char letter(double) { return 'a'; }
 DLPX_EXPORT_TYPED_KERNEL(const_char, letter, "const_char(x: float) -> int: a const char is no int (it was a bool).")
+static dlpx::OutputTensor output(dlpx::Call& call) { return call.allocate({1}, dlpx::dtype_of<float>()); }
+DLPX_EXPORT_TYPED_KERNEL(says_int, output, "says_int() -> int: the stub would say int of a tensor.")
+static void nothing() {}
+DLPX_EXPORT_TYPED_KERNEL(says_float, nothing, "says_float() -> float: None, not a float.")
+static std::tuple<int64_t, double> pair() { return {1, 2.0}; }
+DLPX_EXPORT_TYPED_KERNEL(says_three, pair, "says_three() -> tuple[int, float, int]: two, not three.")
+DLPX_EXPORT_TYPED_KERNEL(says_ints, pair, "says_ints() -> tuple[int, ...]: the float is no int.")
+DLPX_EXPORT_TYPED_KERNEL(says_tensor, pair, "says_tensor() -> tensor: a tuple.")
 """
 
 
@@ -272,6 +280,9 @@ def test_a_function_that_does_not_fit_its_signature_does_not_compile(tmp_path):
         "DLPX_EXPORT_TYPED_KERNEL(wide_int): a parameter's C++ type does not take its signature type",
         "DLPX_EXPORT_TYPED_KERNEL(star_ints): a parameter's C++ type does not take its signature type",
         "DLPX_EXPORT_TYPED_KERNEL(const_char): letter must return void",
+        *[f"DLPX_EXPORT_TYPED_KERNEL({kernel}): the signature's return annotation is not what {function} returns"
+          for kernel, function in [("says_int", "output"), ("says_float", "nothing"), ("says_three", "pair"),
+                                   ("says_ints", "pair"), ("says_tensor", "pair")]],
     ]:
         assert message in done.stderr, f"{message!r} not in:\n{done.stderr}"
 
