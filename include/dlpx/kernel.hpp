@@ -39,8 +39,9 @@
  * nested: one result comes back as itself).
  *
  * Checked when the library is compiled (static_assert): that the signature names the kernel,
- * lists as many parameters as the function takes, and that each C++ type takes its
- * parameter's type. A parameter whose tensor does not fit (wrong dtype, rank or device) is an
+ * lists as many parameters as the function takes, that each C++ type takes its parameter's
+ * type, and that a return annotation dlpx spells (tensor, int, float, bool, None, tuple[...])
+ * says what the function returns (the stub python -m dlpx.stubgen writes is typed from it). A parameter whose tensor does not fit (wrong dtype, rank or device) is an
  * error of the call naming the parameter: `TypeError: dlpx: scale: parameter 'x': as_mdspan:
  * expected float64, got float32`.
  *
