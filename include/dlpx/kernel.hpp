@@ -520,9 +520,7 @@ constexpr std::string_view returns(std::string_view s) {
 // `int | None`, `tuple[...]`), which only the stub reads.
 constexpr int result_annotation_kind(std::string_view a) { return a == "None" ? DLPX_VALUE_NONE : type_kind(a); }
 
-constexpr bool is_tuple_annotation(std::string_view a) {
-  return a.substr(0, 6) == "tuple[" && !a.empty() && a.back() == ']';
-}
+constexpr bool is_tuple_annotation(std::string_view a) { return a.substr(0, 6) == "tuple[" && a.back() == ']'; }
 
 // The index of the `*name` parameter, or -1.
 constexpr int variadic_index(std::string_view s) {
@@ -722,10 +720,22 @@ P read_parameter(DlpxCall* call, const char* signature, int n, Slot slot) {
 
 // ---- results ---------------------------------------------------------------------------------
 
+// The kind of result a C++ result type gives (DLPX_VALUE_*, as an annotation spells it);
+// sig::kUnknown for a type a kernel cannot return (a const dlpx::OutputTensor cannot be given up).
+template <class R>
+constexpr int result_kind() {
+  using U = std::remove_cv_t<R>;
+  if constexpr (std::is_void<U>::value) return DLPX_VALUE_NONE;
+  if constexpr (std::is_same<R, OutputTensor>::value) return DLPX_VALUE_TENSOR;
+  if constexpr (std::is_same<U, bool>::value) return DLPX_VALUE_BOOL;
+  if constexpr (is_int_parameter<U>) return DLPX_VALUE_INT;
+  if constexpr (std::is_floating_point<U>::value) return DLPX_VALUE_FLOAT;
+  return sig::kUnknown;
+}
+
 template <class R>
 struct result {
-  static constexpr bool single = std::is_same<R, OutputTensor>::value || std::is_same<std::remove_cv_t<R>, bool>::value ||
-                                 is_int_parameter<R> || std::is_floating_point<R>::value;
+  static constexpr bool single = result_kind<R>() != sig::kUnknown && result_kind<R>() != DLPX_VALUE_NONE;
   static constexpr bool ok = single;
 };
 // A tuple of two or more results, none of them a tuple: the call returns one result as itself
@@ -819,18 +829,6 @@ constexpr int arity_of() {
   } else {
     return -1;
   }
-}
-
-// The kind of result a C++ result type gives (DLPX_VALUE_*), as the annotation spells it.
-template <class R>
-constexpr int result_kind() {
-  using U = std::remove_cv_t<R>;
-  if constexpr (std::is_void<U>::value) return DLPX_VALUE_NONE;
-  if constexpr (std::is_same<U, OutputTensor>::value) return DLPX_VALUE_TENSOR;
-  if constexpr (std::is_same<U, bool>::value) return DLPX_VALUE_BOOL;
-  if constexpr (is_int_parameter<U>) return DLPX_VALUE_INT;
-  if constexpr (std::is_floating_point<U>::value) return DLPX_VALUE_FLOAT;
-  return sig::kUnknown;
 }
 
 // Whether annotation kind `k` allows a result of kind `r` (an annotation dlpx does not spell

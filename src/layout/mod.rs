@@ -75,12 +75,17 @@ fn bytes_overflow(numel: u64, dtype: DLDataType) -> Error {
     Error::value(format!("{numel} elements of {} overflow the byte size", dtype_name(dtype)))
 }
 
-/// Bits one element (all its lanes) occupies: a sub-byte lane takes a whole byte when the
-/// producer flagged IS_SUBBYTE_TYPE_PADDED.
+/// Whether a tensor of `dtype` with DLPack `flags` is padded: a sub-byte lane flagged
+/// IS_SUBBYTE_TYPE_PADDED takes a whole byte (the flag means nothing for wider lanes).
+#[inline(always)]
+pub fn is_padded(dtype: DLDataType, flags: u64) -> bool {
+    flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0 && dtype.bits < 8
+}
+
+/// Bits one element (all its lanes) occupies ([`is_padded`]: a whole byte a lane).
 #[inline]
 pub fn element_bits(dtype: DLDataType, flags: u64) -> u64 {
-    let padded = flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0;
-    let bits_per_lane = if padded && dtype.bits < 8 { 8 } else { dtype.bits as u64 };
+    let bits_per_lane = if is_padded(dtype, flags) { 8 } else { dtype.bits as u64 };
     bits_per_lane * dtype.lanes as u64
 }
 

@@ -35,11 +35,11 @@ pub fn managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManage
 /// element per byte, which it must read so).
 #[inline(always)]
 pub fn view_flags(flags: u64, dtype: DLDataType) -> u64 {
-    let padded = match dtype.bits < 8 {
+    let padded = match crate::layout::is_padded(dtype, flags) {
         true => DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
         false => 0,
     };
-    flags & (DLPACK_FLAG_BITMASK_READ_ONLY | padded)
+    (flags & DLPACK_FLAG_BITMASK_READ_ONLY) | padded
 }
 
 /// A view of `object` for a kernel: `out` filled, the managed tensor that keeps it valid (NULL

@@ -83,7 +83,7 @@ pub(super) fn dlpack(py: Python<'_>, object: *mut PyObject, args: FastArgs<'_>) 
     } else {
         // No max_version asks for a legacy capsule: jax.numpy.from_dlpack asks that way, and its
         // users cannot pass one, so each refusal says what such a caller can do.
-        if exported.flags() & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0 && exported.dl_tensor().dtype.bits < 8 {
+        if crate::layout::is_padded(exported.dl_tensor().dtype, exported.flags()) {
             return Err(Error::buffer(
                 "the tensor is of a padded sub-byte dtype, which a legacy capsule (asked for without \
                  max_version, as jax.numpy.from_dlpack asks) cannot say: only a consumer that passes \
