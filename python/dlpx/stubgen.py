@@ -26,30 +26,34 @@ import dlpx
 
 # What every stub starts with: the type a tensor parameter takes (what dlpx.from_dlpack reads;
 # a DLPack capsule is read too, and has no type to name before Python 3.13). Its own names are
-# private, so that a kernel may be named anything (`float`, `Any`); then the names the
+# private (`{p}`: `_`, or as many more underscores as keep them apart from every kernel's name),
+# so that a kernel may be named anything (`float`, `Any`, `_Tensor`); then the names the
 # annotations use, less those a kernel takes (the annotations spell those through `_builtins`
 # and `_typing`).
 _PREAMBLE = '''\
-import builtins as _builtins
-import typing as _typing
+import builtins as {p}builtins
+import typing as {p}typing
 
-import typing_extensions as _typing_extensions
+import typing_extensions as {p}typing_extensions
 
-class _SupportsDLPack(_typing.Protocol):
-    def __dlpack__(self) -> _typing.Any: ...
+class {p}SupportsDLPack({p}typing.Protocol):
+    def __dlpack__(self) -> {p}typing.Any: ...
 
-class _ArrayInterface(_typing.Protocol):
+class {p}ArrayInterface({p}typing.Protocol):
     @property
-    def __array_interface__(self) -> _typing.Any: ...
+    def __array_interface__(self) -> {p}typing.Any: ...
 
-class _CudaArrayInterface(_typing.Protocol):
+class {p}CudaArrayInterface({p}typing.Protocol):
     @property
-    def __cuda_array_interface__(self) -> _typing.Any: ...
+    def __cuda_array_interface__(self) -> {p}typing.Any: ...
 
 # What a tensor parameter takes: torch, numpy, jax, cupy, tvm_ffi, dlpx tensors, buffers, ...
-_Tensor: _typing_extensions.TypeAlias = _typing.Union[
-    _SupportsDLPack, _typing_extensions.Buffer, _ArrayInterface, _CudaArrayInterface]
+{p}Tensor: {p}typing_extensions.TypeAlias = {p}typing.Union[
+    {p}SupportsDLPack, {p}typing_extensions.Buffer, {p}ArrayInterface, {p}CudaArrayInterface]
 '''
+# The preamble's own names, less their prefix.
+_PRIVATE_NAMES = ("builtins", "typing", "typing_extensions", "SupportsDLPack", "ArrayInterface",
+                  "CudaArrayInterface", "Tensor")
 # The names the annotations take from typing (the others are builtins).
 _TYPING_NAMES = ("Any", "SupportsFloat", "SupportsIndex")
 
@@ -57,22 +61,31 @@ _TYPING_NAMES = ("Any", "SupportsFloat", "SupportsIndex")
 # argument; an int takes anything with `__index__`, a float anything with `__float__` or
 # `__index__`, as the loader does (a numpy scalar); a tensor result is Any (outputs come back as
 # the type of the caller's first tensor argument).
-_PARAMETER_TYPES = {"tensor": ["_Tensor"], "int": ["SupportsIndex"], "float": ["SupportsFloat", "SupportsIndex"],
+_PARAMETER_TYPES = {"tensor": ["{p}Tensor"], "int": ["SupportsIndex"], "float": ["SupportsFloat", "SupportsIndex"],
                     "bool": ["bool"], "str": ["str"]}
 _RESULT_NAMES = {"tensor": "Any", "int": "int", "float": "float", "bool": "bool", "str": "str"}
 
 
 class _Spelling:
     """How a stub names a type: plainly, or through `_builtins` / `_typing` where a kernel of
-    the library takes the name (`def float(...)` would be the `float` of every annotation)."""
+    the library takes the name (`def float(...)` would be the `float` of every annotation); the
+    preamble's own names with a prefix no kernel's name has."""
 
     def __init__(self, kernel_names):
         self.taken = set(kernel_names)
+        self.prefix = "_"
+        while any(self.prefix + name in self.taken for name in _PRIVATE_NAMES):
+            self.prefix += "_"
 
     def __call__(self, name: str) -> str:
+        if name.startswith("{p}"):  # the preamble's
+            return self.prefix + name[len("{p}"):]
         if name not in self.taken:
             return name
-        return f"_typing.{name}" if name in _TYPING_NAMES else f"_builtins.{name}"
+        return f"{self.prefix}typing.{name}" if name in _TYPING_NAMES else f"{self.prefix}builtins.{name}"
+
+    def preamble(self) -> str:
+        return _PREAMBLE.replace("{p}", self.prefix)
 
     def imports(self) -> str:
         free = [name for name in _TYPING_NAMES if name not in self.taken]
@@ -206,7 +219,9 @@ def kernels(library: types.ModuleType) -> Dict[str, Callable[..., Any]]:
     found: Dict[str, Callable[..., Any]] = {}
     for name in sorted(dir(library)):
         value = getattr(library, name)
-        if not name.startswith("_") and isinstance(value, types.BuiltinFunctionType):
+        # A kernel's name is no dunder (the module's own are: `__file__`); `_impl` is a kernel.
+        dunder = name.startswith("__") and name.endswith("__")
+        if not dunder and isinstance(value, types.BuiltinFunctionType):
             found[name] = value
     return found
 
@@ -243,7 +258,7 @@ def stub(library: Union[str, "os.PathLike[str]", types.ModuleType]) -> str:
     spell = _Spelling(found)
     name = module.__name__.replace("\\", "\\\\")
     header = (f'"""Kernels of {name} (stub written by python -m dlpx.stubgen from their signatures)."""\n\n'
-              + _PREAMBLE + spell.imports())
+              + spell.preamble() + spell.imports())
     return header + "".join(f"\n{kernel_stub(k, spell)}" for k in found.values())
 
 

@@ -34,7 +34,7 @@ pub use objects::{
     vectorcall_method, CStatic, FastCallKeywords, Interned, VectorcallMethod, METH_FASTCALL,
 };
 pub use owned::Owned;
-pub use raise::{attribute_error, pending_kind, pending_text, take_pending, warn, Raise};
+pub use raise::{attribute_error, pending_kind, pending_text, reword_pending, take_pending, warn, Raise};
 pub use token::Python;
 
 use std::ffi::{c_char, c_int, c_long, c_longlong, c_ulonglong, c_void, CString};
@@ -96,6 +96,9 @@ python_api! {
         PyErr_WarnEx: fn(*mut PyObject, *const c_char, Py_ssize_t) -> c_int;
         PyErr_Fetch: fn(*mut *mut PyObject, *mut *mut PyObject, *mut *mut PyObject) -> ();
         PyErr_Restore: fn(*mut PyObject, *mut PyObject, *mut PyObject) -> ();
+        PyErr_NormalizeException: fn(*mut *mut PyObject, *mut *mut PyObject, *mut *mut PyObject) -> ();
+        PyException_SetCause: fn(*mut PyObject, *mut PyObject) -> ();
+        PyException_SetTraceback: fn(*mut PyObject, *mut PyObject) -> c_int;
         PyType_FromSpecWithBases: fn(*mut PyType_Spec, *mut PyObject) -> *mut PyObject;
         PyType_GetSlot: fn(*mut PyTypeObject, c_int) -> *mut c_void;
         PyType_IsSubtype: fn(*mut PyTypeObject, *mut PyTypeObject) -> c_int;

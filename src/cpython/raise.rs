@@ -52,6 +52,58 @@ pub fn take_pending(py: Python<'_>) -> Error {
     }
 }
 
+/// The pending exception reworded by `prefix` (`dlpx: add: parameter 'b': `) where its type is
+/// exactly a builtin one a kind names (numpy's BufferError): an exception of that type with the
+/// prefix before its message, raised from it (its `__cause__`, with its traceback), as Python's
+/// `raise BufferError(prefix + str(e)) from e`. Any other (a subclass, KeyboardInterrupt) stays
+/// as it is. Returns the error standing for the pending exception.
+///
+/// The GIL is held (the token) and an exception is pending.
+pub fn reword_pending(py: Python<'_>, prefix: &str) -> Error {
+    // SAFETY: the token proves the GIL is held; each reference fetched is handed back to the
+    // interpreter (`PyErr_Restore`, `PyException_SetCause` steal theirs) or released, once.
+    unsafe {
+        let (mut ty, mut value, mut tb) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        (py.PyErr_Fetch)(&mut ty, &mut value, &mut tb);
+        (py.PyErr_NormalizeException)(&mut ty, &mut value, &mut tb);
+        let exact = !ty.is_null() && ErrorKind::exceptions().any(|(kind, _)| py.exception(kind) == ty);
+        let text = match exact && !value.is_null() {
+            true => Owned::new(py, (py.PyObject_Str)(value)).and_then(|t| py.str_value(t.as_ptr(), "exception")).ok(),
+            false => None,
+        };
+        let Some(message) = text.and_then(|t| std::ffi::CString::new(format!("{prefix}{t}")).ok()) else {
+            (py.PyErr_Clear)(); // what the str of it raised
+            (py.PyErr_Restore)(ty, value, tb);
+            return Error::python_pending();
+        };
+        if !tb.is_null() {
+            (py.PyException_SetTraceback)(value, tb);
+        }
+        (py.PyErr_SetString)(ty, message.as_ptr());
+        let (mut new_ty, mut new_value, mut new_tb) =
+            (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        (py.PyErr_Fetch)(&mut new_ty, &mut new_value, &mut new_tb);
+        (py.PyErr_NormalizeException)(&mut new_ty, &mut new_value, &mut new_tb);
+        match new_value.is_null() {
+            // Making it failed (a MemoryError): the original goes on as it is.
+            true => {
+                (py.PyErr_Restore)(ty, value, tb);
+                for object in [new_ty, new_tb] {
+                    py.decref(object);
+                }
+            }
+            false => {
+                (py.PyException_SetCause)(new_value, value);
+                (py.PyErr_Restore)(new_ty, new_value, new_tb);
+                for object in [ty, tb] {
+                    py.decref(object);
+                }
+            }
+        }
+        Error::python_pending()
+    }
+}
+
 /// The kind of the pending exception (a subclass's: numpy's AxisError is an IndexError); None for
 /// one no kind names (KeyboardInterrupt, a bare Exception).
 ///

@@ -66,7 +66,7 @@ impl<'py> Arguments<'py> {
                 // A tensor's view is written where the call keeps it (the common argument: a
                 // move of the 64-byte value through the converter's result would cost more
                 // than the write itself).
-                true => self.tensor(param, object),
+                true => self.tensor(kernel, param, object),
                 false => self.convert(param, object),
             }
         })
@@ -128,7 +128,7 @@ impl<'py> Arguments<'py> {
     /// A view of `object`, as `dlpx_view_of` takes it, as the next argument; the first one
     /// decides the framework.
     #[inline(always)]
-    fn tensor(&mut self, param: &Param, object: *mut PyObject) -> Result<()> {
+    fn tensor(&mut self, kernel: &Kernel, param: &Param, object: *mut PyObject) -> Result<()> {
         let py = self.py;
         // SAFETY: the slot is written whole at once.
         let (view, flags) = Value::empty_tensor_in(unsafe { self.values.push_uninit() });
@@ -142,11 +142,11 @@ impl<'py> Arguments<'py> {
             }
             Err(err) => {
                 self.values.pop();
-                return Err(tensor_error(py, param, object, err));
+                return Err(tensor_error(py, kernel, param, object, err));
             }
         }
         if self.like.is_none() {
-            self.like = Some(producers::entry_of(py, object));
+            self.like = Some(producers::framework_of(py, object));
         }
         Ok(())
     }
@@ -162,13 +162,13 @@ fn keyword_parameters(
 ) -> Result<([usize; MAX_PARAMETERS], usize)> {
     // SAFETY: GIL held; the call's tuple of str.
     let count = (unsafe { (py.PyTuple_Size)(keyword_names) }) as usize;
-    if count > MAX_PARAMETERS {
-        return Err(Error::type_error("more keyword arguments than the kernel has parameters"));
-    }
     let mut keywords = [0usize; MAX_PARAMETERS];
-    for (k, slot) in keywords.iter_mut().enumerate().take(count) {
+    for k in 0..count {
         // SAFETY: k < len(keyword_names); the item is borrowed from the tuple.
-        *slot = parameter(py, kernel, names, unsafe { (py.PyTuple_GetItem)(keyword_names, k as _) })?;
+        let p = parameter(py, kernel, names, unsafe { (py.PyTuple_GetItem)(keyword_names, k as _) })?;
+        // More keywords than parameters name one twice or one the kernel has not: CPython
+        // refuses the first, `parameter` the second, before this could be reached.
+        *keywords.get_mut(k).ok_or_else(|| Error::type_error("more keyword arguments than parameters"))? = p;
     }
     Ok((keywords, count))
 }
@@ -179,7 +179,13 @@ fn parameter(py: Python<'_>, kernel: &Kernel, names: &[usize], keyword: *mut PyO
     if let Some(p) = names.iter().position(|&n| n == keyword as usize) {
         return Ok(p);
     }
-    let text = py.str_value(keyword, "a keyword argument name")?;
+    let text = py.str_value(keyword, "a keyword argument name").map_err(|err| match err.kind {
+        // A name with no UTF-8 (a lone surrogate) is no parameter's either: its repr spells it.
+        crate::ErrorKind::ValueError if !err.is_python_pending() => {
+            Error::type_error(format!("got an unexpected keyword argument {}", crate::cpython::shown(py, keyword)))
+        }
+        _ => err,
+    })?;
     let params = &kernel.signature.params;
     params
         .iter()
@@ -256,9 +262,10 @@ fn number_error(py: Python<'_>, param: &Param, object: *mut PyObject, err: Error
 
 /// Why `object` is no tensor: a TypeError for what is plainly not one (a str, a number), else the
 /// seam's refusal (a BufferError: a torch tensor that requires grad), naming the parameter; a
-/// producer's own exception passes unchanged.
+/// producer's own exception of a builtin type (numpy's BufferError for a big-endian array) names
+/// it too, raised from it; any other passes unchanged.
 #[cold]
-fn tensor_error(py: Python<'_>, param: &Param, object: *mut PyObject, err: Error) -> Error {
+fn tensor_error(py: Python<'_>, kernel: &Kernel, param: &Param, object: *mut PyObject, err: Error) -> Error {
     let ty = type_of(py, object);
     let scalar = [py.unicode_type, py.long_type, py.float_type, py.bool_type].iter().any(|&t| t.cast() == ty);
     match (scalar, err.is_python_pending()) {
@@ -269,7 +276,9 @@ fn tensor_error(py: Python<'_>, param: &Param, object: *mut PyObject, err: Error
             }
             wrong_type(py, param, object)
         }
-        (false, true) => err,
+        (false, true) => {
+            crate::cpython::reword_pending(py, &format!("dlpx: {}: parameter '{}': ", kernel.name, param.name))
+        }
         (false, false) => Error::new(err.kind, format!("parameter '{}': {}", param.name, err.fact())),
     }
 }

@@ -80,9 +80,32 @@ fn make<'py>(py: Python<'py>, library: &'static Library) -> Result<Owned<'py>> {
     }
 }
 
-/// The file's name without its directory, a `lib` prefix and its extensions.
+/// The file's name without its directory, a `lib` prefix and its extensions (`libadd.so.1`:
+/// `add`); never empty, as stubgen names the stub after it: `lib.so` is `lib`, `.so` is `so`.
 fn module_name(path: &str) -> String {
     let file = path.rsplit('/').next().unwrap_or(path);
-    let file = file.strip_prefix("lib").unwrap_or(file);
-    file.split('.').next().unwrap_or(file).to_string()
+    let stem = |name: &str| name.split('.').next().unwrap_or_default().to_string();
+    [stem(file.strip_prefix("lib").unwrap_or(file)), stem(file)]
+        .into_iter()
+        .find(|name| !name.is_empty())
+        .unwrap_or_else(|| file.split('.').find(|part| !part.is_empty()).unwrap_or("kernels").to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_module_is_named_after_its_file_and_never_empty() {
+        let cases = [
+            ("/a/libadd.so", "add"),
+            ("libadd.so.1", "add"),
+            ("/a/kernels.so", "kernels"),
+            ("/a/lib.so", "lib"),
+            ("/a/lib.so.2", "lib"),
+            ("/a/.so", "so"),
+            ("/a/...", "kernels"),
+        ];
+        for (path, name) in cases {
+            assert_eq!(super::module_name(path), name, "{path}");
+        }
+    }
 }

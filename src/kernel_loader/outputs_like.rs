@@ -72,39 +72,20 @@ pub fn exit(py: Python<'_>, _module: *mut PyObject) -> Result<*mut PyObject> {
 /// `x`, or the nearest base of its type that names a framework (`numpy.memmap`: `numpy.ndarray`).
 /// A TypeError for what is no framework's tensor, and then no block is counted.
 pub fn enter(py: Python<'_>, _module: *mut PyObject, object: *mut PyObject) -> Result<*mut PyObject> {
-    let framework = match object == py.none || names_framework(py, object) {
+    let framework = match object == py.none || producers::names_framework(py, object) {
         true => object,
-        false => nearest_framework_base(py, object).ok_or_else(|| not_a_framework(py, object))?,
+        false => {
+            let ty = match crate::cpython::is_type(py, object) {
+                true => object,
+                false => crate::cpython::type_of(py, object).cast(),
+            };
+            producers::nearest_framework_base(py, ty).ok_or_else(|| not_a_framework(py, object))?
+        }
     };
     BLOCKS_ENTERED.fetch_add(1, Ordering::Relaxed);
     // SAFETY: GIL held; the new reference returned (`framework` is `object` or held by its type).
     unsafe { (py.Py_IncRef)(framework) };
     Ok(framework)
-}
-
-/// Whether `object` (a tensor or a type) names a framework outputs go back to: a table of its
-/// own (torch, dlpx) or a `from_dlpack` to call (numpy, jax, cupy, tvm_ffi, array_api_strict).
-fn names_framework(py: Python<'_>, object: *mut PyObject) -> bool {
-    let entry = producers::entry_of_object_or_type(py, object);
-    !(entry.row.synthetic.is_some() && entry.row.home.is_none())
-}
-
-/// The first base of `object`'s type (of `object`, a type) that names a framework, `object`'s
-/// type and `object` (the last) excluded: a subclass no row reads itself (its `__dlpack__` may
-/// be its own).
-fn nearest_framework_base(py: Python<'_>, object: *mut PyObject) -> Option<*mut PyObject> {
-    let ty = match crate::cpython::is_type(py, object) {
-        true => object,
-        false => crate::cpython::type_of(py, object).cast(),
-    };
-    let mro = crate::cpython::attribute(py, ty, c"__mro__")?;
-    // SAFETY: GIL held; a type's `__mro__` is a tuple (its items borrowed while `mro` is held,
-    // and the bases live as long as the type).
-    let count = unsafe { (py.PyTuple_Size)(mro.as_ptr()) };
-    (1..count - 1)
-        // SAFETY: as above; in range.
-        .map(|i| unsafe { (py.PyTuple_GetItem)(mro.as_ptr(), i) })
-        .find(|&base| !base.is_null() && names_framework(py, base))
 }
 
 #[cold]

@@ -451,10 +451,47 @@ def test_a_signature_the_loader_cannot_read_is_refused_naming_the_kernel(tmp_pat
     (lambda lib: lib.add(3, np.ones(1)), "dlpx: add: parameter 'a' takes a tensor, got int"),
     (lambda lib: lib.nop(np.ones(1), 2.5), "dlpx: nop: parameter 'tensors' takes a tensor, got float"),
     (lambda lib: lib.nop(tensors=np.ones(1)), "dlpx: nop: got an unexpected keyword argument 'tensors'"),
+    # More unknown keywords than the kernel has parameters (or than any kernel has): the first.
+    (lambda lib: lib.add(**{f"k{n}": 1 for n in range(65)}), "dlpx: add: got an unexpected keyword argument 'k0'"),
+    # A name with no UTF-8, as Python's repr spells it.
+    (lambda lib: lib.add(np.ones(1), **{"b\ud800": 1}), r"dlpx: add: got an unexpected keyword argument 'b\\ud800'$"),
 ])
 def test_a_call_that_does_not_fit_the_signature_is_a_type_error(lib, call, message):
     with pytest.raises(TypeError, match=message):
         call(lib)
+
+
+def test_a_producer_s_own_refusal_names_the_parameter_and_is_raised_from_it(lib):
+    # numpy's __dlpack__ refuses a big-endian array with a BufferError: the same type, naming the
+    # kernel and the parameter, raised from numpy's (its __cause__).
+    with pytest.raises(BufferError, match="^dlpx: add: parameter 'b': DLPack only supports native byte order") as info:
+        lib.add(np.ones(2, np.float32), np.ones(2, ">f4"))
+    assert type(info.value.__cause__) is BufferError and "dlpx" not in str(info.value.__cause__)
+
+    class Refusal(BufferError):
+        pass
+
+    class Refusing:
+        def __dlpack__(self, **kwargs):
+            raise Refusal("mine")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    # A producer's own exception type (a subclass), or one no kind names, passes as it is.
+    with pytest.raises(Refusal, match="^mine$"):
+        lib.add(np.ones(2), Refusing())
+    Refusing.__dlpack__ = lambda self, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        lib.add(np.ones(2), Refusing())
+
+    def user_error(self, **kwargs):
+        raise ValueError("no view of this one")
+
+    Refusing.__dlpack__ = user_error
+    with pytest.raises(ValueError, match="^dlpx: add: parameter 'b': no view of this one$") as info:
+        lib.add(np.ones(2), Refusing())
+    assert info.value.__cause__.__traceback__.tb_frame.f_code.co_name == "user_error", "its traceback is kept"
 
 
 @pytest.mark.parametrize("call,message", [

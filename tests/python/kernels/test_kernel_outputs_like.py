@@ -127,6 +127,27 @@ def test_an_abstract_or_derived_type_names_its_framework(lib, tmp_path):
     assert type(lib.add(a, a)) is np.ndarray
 
 
+def test_a_first_argument_of_a_derived_type_names_its_nearest_framework_base(lib, tmp_path):
+    # The rule outputs_like applies, without a block: a numpy.ndarray subclass (read by the
+    # `__dlpack__` row, as its __dlpack__ may be its own) gives numpy arrays back, as a torch.Tensor
+    # subclass gives torch tensors; what has no framework base gives dlpx tensors.
+    class Mine(np.ndarray):
+        pass
+
+    a = np.arange(3, dtype=np.float32)
+    memmap = np.memmap(tmp_path / "m", dtype=np.float32, mode="w+", shape=(3,))
+    memmap[:] = a
+    for _ in range(2):  # found, then remembered
+        for x in (a.view(Mine), memmap, np.ma.masked_array(a)):
+            out = lib.add(x, a)
+            assert type(out) is np.ndarray, type(x)
+            np.testing.assert_array_equal(out, 2 * a)
+        assert type(lib.add(torch.from_numpy(a).as_subclass(type("T", (torch.Tensor,), {})), a)) is torch.Tensor
+        assert type(lib.add(memoryview(a), a)) is dlpx.Tensor
+        with dlpx.outputs_like(torch.Tensor):
+            assert type(lib.add(memmap, a)) is torch.Tensor
+
+
 @pytest.mark.parametrize("x,given", [("a str", "an instance of str"), (3, "an instance of int"), (object, "object"),
                                      (object(), "an instance of object"), (memoryview, "memoryview")],
                          ids=["str", "int", "type", "object", "buffer type"])

@@ -151,18 +151,23 @@ def test_stubgen_spells_any_kernel_name_and_any_result_annotation_as_valid_pytho
                ("tuple", "tuple(a) -> tuple[tensor, ...]"), ("split2", "split2(a) -> tensor, tensor"),
                ("open2", "open2(a) -> tuple[tensor,"), ("dots", "dots(a) -> ..."),
                ("pairs", "pairs(a) -> list[tensor, tensor]"), ("nested", "nested(a) -> tuple[list[int], bool | None]"),
-               ("int", "int(a) -> int")]
+               ("int", "int(a) -> int"), ("_impl", "_impl(a) -> tensor"), ("_Tensor", "_Tensor(a) -> None"),
+               ("_typing", "_typing(a, n: int) -> None")]
     source.write_text('#include "dlpx/kernel.h"\nstatic int k(DlpxCall *call) { (void)call; return 0; }\n'
                       + "".join(f'DLPX_EXPORT_KERNEL({name}, k, "{text}: doc")\n' for name, text in kernels))
     text = stubgen.stub(build(tmp_path_factory, str(source), "names"))
     ast.parse(text)
-    for expected in ["def float(a: _Tensor, alpha: SupportsFloat | SupportsIndex = 2.0) -> _typing.Any:",
-                     "def Any(n: SupportsIndex) -> _builtins.int | None:", "def split2(a: _Tensor) -> _typing.Any:",
-                     "def int(a: _Tensor) -> _builtins.int:",
-                     "def tuple(a: _Tensor) -> _builtins.tuple[_typing.Any, ...]:",
-                     "def open2(a: _Tensor) -> _typing.Any:", "def dots(a: _Tensor) -> _typing.Any:",
-                     "def pairs(a: _Tensor) -> _typing.Any:",
-                     "def nested(a: _Tensor) -> _builtins.tuple[list[_builtins.int], bool | None]:"]:
+    # A kernel may start with `_` (`_impl`), and take a name of the preamble's (`_Tensor`): the
+    # preamble's names then start with as many more underscores as keep them apart.
+    for expected in ["def float(a: __Tensor, alpha: SupportsFloat | SupportsIndex = 2.0) -> __typing.Any:",
+                     "def Any(n: SupportsIndex) -> __builtins.int | None:", "def split2(a: __Tensor) -> __typing.Any:",
+                     "def int(a: __Tensor) -> __builtins.int:",
+                     "def tuple(a: __Tensor) -> __builtins.tuple[__typing.Any, ...]:",
+                     "def open2(a: __Tensor) -> __typing.Any:", "def dots(a: __Tensor) -> __typing.Any:",
+                     "def pairs(a: __Tensor) -> __typing.Any:",
+                     "def nested(a: __Tensor) -> __builtins.tuple[list[__builtins.int], bool | None]:",
+                     "def _impl(a: __Tensor) -> __typing.Any:", "def _Tensor(a: __Tensor) -> None:",
+                     "def _typing(a: __Tensor, n: SupportsIndex) -> None:", "import typing as __typing"]:
         assert expected in text, text
     (tmp_path / "names.pyi").write_text(text)
     mypy("mypy", "--strict", "--cache-dir", os.devnull, "names.pyi", cwd=tmp_path)
