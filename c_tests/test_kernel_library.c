@@ -172,6 +172,11 @@ static void test_bad_calls_fail_cleanly_and_lose_nothing(void) {
   check_fails("pair", text, 1, "TypeError", "dlpx: pair: parameter 'a': takes tensor, got a str (DLPX_VALUE_STR)");
   DlpxValue odd[1] = {value(99)};
   check_fails("pair", odd, 1, "TypeError", "got value kind 99, which is none of DLPX_VALUE_*");
+  /* No device has a negative index: a C caller's cpu:-7 is refused, naming the parameter. */
+  DLTensor negative = a;
+  negative.device.device_id = -7;
+  DlpxValue on_negative[1] = {tensor(&negative)};
+  check_fails("pair", on_negative, 1, "TypeError", "dlpx: pair: parameter 'a': its device_id is -7 (negative)");
   /* A count past what a call holds is refused before anything is read or allocated for it (no
    * abort on a 64-byte value per argument). */
   check_fails("nop_released", one, (size_t)1 << 40, "TypeError", "1099511627776 arguments: a kernel takes at most");

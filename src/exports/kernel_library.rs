@@ -168,6 +168,10 @@ fn argument(value: &DlpxValue, ty: Type, optional: bool) -> std::result::Result<
         (DLPX_VALUE_TENSOR, Type::Tensor) => {
             // SAFETY: the caller's tensor, valid for the call, or NULL (refused).
             let tensor = unsafe { value.tensor.as_ref() }.ok_or("its tensor is NULL")?;
+            // No device has a negative index (a kernel would allocate "like" it, or ask its stream).
+            if tensor.device.device_id < 0 {
+                return Err(format!("its device_id is {} (negative)", tensor.device.device_id));
+            }
             // The flags a kernel reads (kernel.h: the other bits are 0); the sizes are checked
             // as they say (padded or packed).
             let flags = crate::producers::view_flags(value.flags, tensor.dtype);
