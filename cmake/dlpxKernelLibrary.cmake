@@ -52,6 +52,10 @@ function(dlpx_add_kernel_library name)
   if(arg_OUTPUT_NAME)
     set_target_properties(${name} PROPERTIES OUTPUT_NAME "${arg_OUTPUT_NAME}")
   endif()
+  # A call of an undeclared function (`dlpx_call_retrun_int`) is C++'s error, and C's too (as
+  # dlpx.cpp builds): a warning would leave an undefined symbol that only the load finds.
+  target_compile_options(${name} PRIVATE
+    "$<$<AND:$<COMPILE_LANGUAGE:C>,$<C_COMPILER_ID:GNU,Clang,AppleClang>>:-Werror=implicit-function-declaration>")
   if("CUDA" IN_LIST _languages)
     set_target_properties(${name} PROPERTIES
       CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON CUDA_VISIBILITY_PRESET hidden

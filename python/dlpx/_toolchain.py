@@ -138,8 +138,11 @@ class Commands:
                     *self.includes, *self.flags["cuda"], *depend, "-c", source, "-o", obj]
         standard = "-std=c11" if language == "c" else "-std=c++17"
         hidden = ["-fvisibility=hidden"] + (["-fvisibility-inlines-hidden"] if language == "c++" else [])
-        return [*tool, standard, "-O2", "-fPIC", *hidden, *self.includes, *self.flags["c"], *depend, "-c", source,
-                "-o", obj]
+        # A call of an undeclared function (`dlpx_call_retrun_int`) is C++'s error, and C's too:
+        # a warning would leave an undefined symbol that only the load finds.
+        strict = ["-Werror=implicit-function-declaration"] if language == "c" else []
+        return [*tool, standard, "-O2", "-fPIC", *hidden, *strict, *self.includes, *self.flags["c"], *depend, "-c",
+                source, "-o", obj]
 
     def link(self, objects: List[str], exports: str, out: str, options: str) -> List[str]:
         """The link of `objects` into `out`. The linker's own options, paths of the cache and of

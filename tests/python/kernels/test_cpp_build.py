@@ -174,6 +174,16 @@ def test_a_compile_error_names_the_file_and_line_and_a_fixed_source_builds(cache
     assert cpp.load_inline("broken", c_sources=answer(7)).answer() == 7
 
 
+def test_a_call_of_an_undeclared_function_is_a_compile_error_not_a_library_that_cannot_load(cache):
+    # C89's implicit declaration: a warning would build a library with an undefined symbol,
+    # cached, whose load fails with the compiler's warning lost.
+    typo = ["static int k(DlpxCall *call) { return dlpx_call_retrun_int(call, 1); }",
+            'DLPX_EXPORT_KERNEL(k, k, "k() -> int: doc")']
+    with pytest.raises(cpp.BuildError, match=r"(?s)building typo failed.*dlpx_call_retrun_int"):
+        cpp.load_inline("typo", c_sources=typo)
+    assert not [p for p in cache.rglob("*.so")]
+
+
 def test_a_flag_reaches_the_compiler_and_the_linker():
     lib = cpp.load_inline("flagged", c_sources=answer("VALUE"), extra_cflags=["-DVALUE=41", "-O0"],
                           extra_ldflags=["-Wl,--build-id"])

@@ -316,3 +316,19 @@ def test_dlpx_add_kernel_library_refuses_cuda_sources_without_cuda(tmp_path):
 
     with pytest.raises(AssertionError, match=r"kernel\.cu is CUDA, and the CUDA\s+language is not enabled"):
         configure_and_build(str(source), InDirectory(tmp_path))
+
+
+def test_dlpx_add_kernel_library_makes_a_call_of_an_undeclared_function_an_error(tmp_path):
+    # C89's implicit declaration is a warning: the library would build with an undefined symbol
+    # that only its load finds, the compiler's warning long gone.
+    from examples_build import configure_and_build
+
+    source = tmp_path / "project"
+    source.mkdir()
+    (source / "CMakeLists.txt").write_text(PROJECT.replace("kernels.c more.cpp", "typo.c"))
+    (source / "typo.c").write_text('#include <dlpx/kernel.h>\n'
+                                   'static int k(DlpxCall *call) { return dlpx_call_retrun_int(call, 1); }\n'
+                                   'DLPX_EXPORT_KERNEL(k, k, "k() -> int: doc")\n')
+
+    with pytest.raises(AssertionError, match=r"implicit declaration of function .dlpx_call_retrun_int"):
+        configure_and_build(str(source), InDirectory(tmp_path))
