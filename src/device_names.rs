@@ -2,6 +2,7 @@
 //! names come from the table in `abi/enums.rs`.
 
 use crate::abi::{name_number, DLDevice, DeviceType};
+use crate::error::Error;
 
 /// Whether DLPack names this device type (1.3, or its main branch after 1.3).
 pub fn is_known(device_type: DeviceType) -> bool {
@@ -16,6 +17,11 @@ pub fn type_name(device_type: DeviceType) -> Option<&'static str> {
 pub fn known_range() -> String {
     let values = DeviceType::TABLE.iter().map(|row| row.value.0);
     format!("{}..={}", values.clone().min().unwrap_or(0), values.max().unwrap_or(0))
+}
+
+/// The refusal of a device type DLPack does not name: `unknown device type 99 (DLPack names 1..=21)`.
+pub fn unknown(device_type: DeviceType) -> Error {
+    Error::value(format!("unknown device type {} (DLPack names {})", device_type.0, known_range()))
 }
 
 /// Every device type name [`parse`] reads, for messages: `cpu, cuda, cuda_host, …`.

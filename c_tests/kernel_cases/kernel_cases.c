@@ -190,6 +190,22 @@ static int huge(DlpxCall *call) {
 }
 DLPX_EXPORT_KERNEL(huge, huge, "huge(a): asks for 128 TiB.")
 
+/* Asks a's framework for what no tensor can be: an extent of -5 (what 0), dtype code 99 (1), or
+ * 2**62 float32s, whose bytes overflow 64 bits (2). */
+static int impossible(DlpxCall *call) {
+  const DLTensor *a;
+  DLTensor *out;
+  int64_t which;
+  int64_t shape[1] = {-5};
+  DLDataType dtype;
+  if (dlpx_call_tensor(call, 0, &a, NULL) || dlpx_call_int(call, 1, &which)) return -1;
+  dtype = a->dtype;
+  if (which == 1) dtype.code = 99;
+  if (which == 2) shape[0] = INT64_C(1) << 62;
+  return dlpx_call_allocate(call, a->device, dtype, 1, shape, &out);
+}
+DLPX_EXPORT_KERNEL(impossible, impossible, "impossible(a, which: int): asks for what no tensor can be.")
+
 /* Returns a bfloat16 tensor shaped like a (zeroed where the CPU holds it): a framework without
  * bfloat16 (numpy) cannot take it back. */
 static int bfloat16_like(DlpxCall *call) {

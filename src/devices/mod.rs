@@ -326,10 +326,6 @@ fn unsupported(device: DLDevice) -> Error {
                 crate::device_names::name(device)
             ))
         }
-        false => Error::value(format!(
-            "unknown device type {} (DLPack names {})",
-            device.device_type.0,
-            crate::device_names::known_range()
-        )),
+        false => crate::device_names::unknown(device.device_type),
     }
 }

@@ -165,6 +165,9 @@ impl<'a> Call<'a> {
             .environment
             .allocator
             .ok_or_else(|| Error::not_implemented("the caller's framework has no allocator"))?;
+        // What no framework can allocate is the kernel's mistake, refused alike whichever
+        // framework serves the call (torch's table calls a negative shape a MemoryError).
+        check_request(device, dtype, shape).map_err(|err| for_the_call("output", err))?;
         let mut prototype = DLTensor {
             data: ptr::null_mut(),
             device,
@@ -268,6 +271,16 @@ impl Call<'_> {
             result.discard();
         }
     }
+}
+
+/// A request no tensor can answer: an unknown device type or dtype, a negative extent, a byte
+/// size past 64 bits (a shape `ndim` long is the caller's: `dlpx_call_allocate` checked it).
+fn check_request(device: DLDevice, dtype: DLDataType, shape: &[i64]) -> Result<()> {
+    if !crate::device_names::is_known(device.device_type) {
+        return Err(crate::device_names::unknown(device.device_type));
+    }
+    crate::dtype::check(dtype)?;
+    crate::layout::nbytes(crate::layout::numel(shape)?, dtype, 0).map(|_| ())
 }
 
 /// "output 0's shape was changed by the kernel": what a kernel may write of an output is its data.

@@ -592,6 +592,19 @@ def test_a_kernel_s_bad_request_is_an_error_naming_it(cases, kernel, error, mess
         getattr(cases, kernel)(np.ones(3, np.float32))
 
 
+@pytest.mark.parametrize("which,message", [
+    (0, r"shape\[0\] = -5 is negative"),
+    (1, r"unknown dtype code 99 \(DLPack names 0..=18\)"),
+    (2, "4611686018427387904 elements of float32 overflow the byte size"),
+])
+def test_a_request_no_tensor_can_answer_is_the_same_value_error_in_every_framework(cases, which, message):
+    # Refused before the framework's allocator is asked: torch's table calls them MemoryErrors.
+    torch = pytest.importorskip("torch")
+    for a in (np.ones(3, np.float32), torch.ones(3), dlpx.from_dlpack(np.ones(3, np.float32))):
+        with pytest.raises(ValueError, match=rf"^dlpx: impossible: output: {message}"):
+            cases.impossible(a, which)
+
+
 def test_dlpx_reads_its_own_argument_count_whatever_the_kernel_writes_in_its_call(cases):
     # struct DlpxCall is in the kernel's reach: a write to its count once sent dlpx's readers
     # past the arguments (a crash).
