@@ -27,7 +27,7 @@ mod token;
 pub use cells::{racing_copy, FreeThreadedLock, GilCell, GilVar, SeqLock};
 pub use freelist::Freelist;
 pub use gil::{released, without_gil, ExceptionGuard};
-pub use module_def::create_module;
+pub use module_def::{create_module, RuntimeDef};
 pub use objects::{
     attribute, fastcall_as_cfunction, immortalise_if_free_threaded, imported_module, int_tuple, interned,
     interned_attribute, is_str, is_tuple, is_type, name_of_type, shown, type_name, type_of, type_of_unchecked,
@@ -159,6 +159,7 @@ python_api! {
         PyFloat_AsDouble: fn(*mut PyObject) -> f64;
         PyFloat_FromDouble: fn(f64) -> *mut PyObject;
         PyModule_New: fn(*const c_char) -> *mut PyObject;
+        PyModule_GetDef: fn(*mut PyObject) -> *mut PyModuleDef;
         PyCFunction_NewEx: fn(*mut PyMethodDef, *mut PyObject, *mut PyObject) -> *mut PyObject;
     }
     data {

@@ -1,40 +1,51 @@
 //! One kernel as a Python callable: a builtin function object (`PyCFunction_NewEx`) with
-//! METH_FASTCALL | METH_KEYWORDS, so CPython calls it by vectorcall, and a capsule of its
-//! [`KernelObject`] as `self`. Its doc is the signature CPython reads `__text_signature__`
-//! from, then the typed signature and the kernel's doc.
+//! METH_FASTCALL | METH_KEYWORDS, so CPython calls it by vectorcall. Its `self` is a module of
+//! its own, made from a definition in the kernel's [`KernelObject`]: a builtin whose `self` is a
+//! module is a function to Python (`<built-in function add>`, `help` and `__qualname__` as for
+//! `len`), where any other `self` makes it a method of that object. Its doc is the signature
+//! CPython reads `__text_signature__` from, then the typed signature and the kernel's doc.
 //!
 //! A call: arguments bound and converted with the GIL (`arguments`), the GIL released around the
 //! kernel unless it is short, outputs made the caller's type and errors raised with the GIL
 //! taken back (`results`), the views released on every path.
 
-use std::ffi::{c_void, CString};
+use std::ffi::{c_void, CStr, CString};
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use pyo3_ffi::{PyMethodDef, PyObject};
+use pyo3_ffi::{PyMethodDef, PyModuleDef, PyObject};
 
 use super::arguments::Arguments;
 use super::results;
 use crate::abi::*;
 use crate::args::FastArgs;
-use crate::cpython::{released, FastCallKeywords, Owned, Python};
+use crate::cpython::{released, FastCallKeywords, Owned, Python, RuntimeDef};
 use crate::error::{Error, Result};
 use crate::kernels::{Call, Environment, Kernel};
 use crate::producers::current_stream_in;
 
-/// What a kernel's function object holds: the kernel, its parameters' names interned (a
-/// keyword at a call site is matched by address), and the method definition CPython keeps a
-/// pointer to. Owned by the function's capsule.
+/// What a kernel's function object holds: the definition of its `self` module (first: the
+/// module's `md_def` points into this box), the kernel, its parameters' names interned (a keyword
+/// at a call site is matched by address), and the method definition CPython keeps a pointer to.
+/// Owned by the `self` module, freed by its `m_free`.
+#[repr(C)]
 struct KernelObject {
+    def: RuntimeDef,
     pub kernel: &'static Kernel,
     names: Vec<usize>,
     _name: CString,
     _doc: CString,
-    def: PyMethodDef,
+    _module: CString,
+    method: PyMethodDef,
 }
 
-/// A new function object for `kernel`, of the module named `module`.
-pub fn make(py: Python<'_>, kernel: &'static Kernel, module: *mut PyObject) -> Result<*mut PyObject> {
+/// A new function object for `kernel`, of the module named `module` (`module_name`, a str).
+pub fn make(
+    py: Python<'_>,
+    kernel: &'static Kernel,
+    module: &CStr,
+    module_name: *mut PyObject,
+) -> Result<*mut PyObject> {
     let mut names = Vec::with_capacity(kernel.signature.params.len());
     for param in &kernel.signature.params {
         let name = CString::new(param.name.as_str()).map_err(|_| Error::value("a parameter name with a NUL"))?;
@@ -48,78 +59,117 @@ pub fn make(py: Python<'_>, kernel: &'static Kernel, module: *mut PyObject) -> R
     let doc = CString::new(doc).map_err(|_| Error::value("a doc with a NUL"))?;
     // SAFETY: the flags below say METH_FASTCALL | METH_KEYWORDS.
     let meth = unsafe { crate::cpython::fastcall_as_cfunction(call_shell as FastCallKeywords) };
-    let def = PyMethodDef {
+    let method = PyMethodDef {
         ml_name: name.as_ptr(),
         ml_meth: pyo3_ffi::PyMethodDefPointer { PyCFunction: meth },
         ml_flags: crate::cpython::METH_FASTCALL | pyo3_ffi::METH_KEYWORDS,
         ml_doc: doc.as_ptr(),
     };
-    let object = Box::into_raw(Box::new(KernelObject { kernel, names, _name: name, _doc: doc, def }));
-    // SAFETY: GIL held; the capsule owns the box (freed by `release`); a NULL name.
-    let capsule = unsafe { (py.PyCapsule_New)(object.cast(), ptr::null(), Some(release)) };
-    let capsule = match Owned::new(py, capsule) {
-        Ok(capsule) => capsule,
+    // `self` is named as the library's module (`<module 'dlpx_example_kernels'>`, which its
+    // `__self__` shows), though it is not that module: one per kernel.
+    let module = module.to_owned();
+    let def = RuntimeDef::new(PyModuleDef {
+        m_base: pyo3_ffi::PyModuleDef_HEAD_INIT,
+        m_name: module.as_ptr(),
+        m_doc: ptr::null(),
+        m_size: 0,
+        m_methods: ptr::null_mut(),
+        m_slots: ptr::null_mut(),
+        m_traverse: None,
+        m_clear: None,
+        m_free: Some(release),
+    });
+    let object =
+        Box::into_raw(Box::new(KernelObject { def, kernel, names, _name: name, _doc: doc, _module: module, method }));
+    // SAFETY: GIL held; a definition that lives until the module's `m_free`; 3 is the stable
+    // ABI's version. No GIL is declared: the module is never imported.
+    let this = unsafe { (py.PyModule_Create2)((*object).def.as_ptr(), 3) };
+    let this = match Owned::new(py, this) {
+        Ok(this) => this,
         Err(err) => {
-            // SAFETY: the box was not handed to a capsule.
+            // SAFETY: no module holds the box.
             drop(unsafe { Box::from_raw(object) });
             return Err(err);
         }
     };
-    learn_pointer_offset(capsule.as_ptr(), object.cast());
-    // SAFETY: GIL held; the definition lives in the box, which the capsule (the function's
-    // `self`, released only when the function is freed) keeps.
-    py.check(unsafe { (py.PyCFunction_NewEx)(&mut (*object).def, capsule.as_ptr(), module) })
+    // From here the module owns the box.
+    // SAFETY: GIL held; the definition lives in the box, which the module (the function's `self`,
+    // released only when the function is freed) keeps.
+    let def = unsafe { (py.PyModule_GetDef)(this.as_ptr()) };
+    learn_def_offset(py, this.as_ptr(), def);
+    // SAFETY: as above.
+    py.check(unsafe { (py.PyCFunction_NewEx)(&mut (*object).method, this.as_ptr(), module_name) })
 }
 
-/// Where a capsule keeps its pointer, in bytes from its start: right after the object header
-/// (16 bytes, or 32 on a free-threaded build), learnt from the first capsule made; 0 until then,
-/// or when neither place held it (PyCapsule_GetPointer then, a call per kernel call).
-static POINTER_OFFSET: AtomicUsize = AtomicUsize::new(0);
+/// Where a module keeps its definition (`md_def`; 3.15's `md_token`), in bytes from its start,
+/// learnt from the first module made; 0 until then, or when no place held it (PyModule_GetDef
+/// then, a call per kernel call).
+static DEF_OFFSET: AtomicUsize = AtomicUsize::new(0);
 
-/// Finds `pointer` in `capsule`, a capsule just made for it, where `PyCapsule` keeps it.
-fn learn_pointer_offset(capsule: *mut PyObject, pointer: *mut c_void) {
-    if POINTER_OFFSET.load(Ordering::Relaxed) != 0 {
+/// Finds `def` in `module`, a module just made from it, where `PyModuleObject` keeps it: a
+/// pointer-aligned field past the object header and `md_dict`, inside the module type's size.
+fn learn_def_offset(py: Python<'_>, module: *mut PyObject, def: *mut PyModuleDef) {
+    if DEF_OFFSET.load(Ordering::Relaxed) != 0 || def.is_null() {
         return;
     }
-    for offset in [16usize, 32] {
-        // SAFETY: a live capsule is larger than 32 + 8 bytes on every CPython (a header, then the
-        // pointer, the name, the context and the destructor), so both reads are inside it.
-        let held = unsafe { capsule.cast::<u8>().add(offset).cast::<*mut c_void>().read() };
-        if held == pointer {
-            POINTER_OFFSET.store(offset, Ordering::Relaxed);
+    let Some(size) = basicsize(py, module) else { return };
+    let first = crate::cpython::layout::head() + size_of::<usize>();
+    for offset in (first..size.saturating_sub(size_of::<usize>() - 1)).step_by(size_of::<usize>()) {
+        // SAFETY: `offset` + 8 is within the object's `tp_basicsize`; a module is pointer-aligned.
+        let held = unsafe { module.cast::<u8>().add(offset).cast::<*mut PyModuleDef>().read() };
+        if held == def {
+            DEF_OFFSET.store(offset, Ordering::Relaxed);
             return;
         }
     }
 }
 
-/// The pointer a kernel function's capsule holds: read where capsules keep it (one load, where
-/// PyCapsule_GetPointer is a call that checks the name), once the offset is known.
-#[inline(always)]
-fn capsule_pointer(py: Python<'_>, capsule: *mut PyObject) -> *mut c_void {
-    match POINTER_OFFSET.load(Ordering::Relaxed) {
-        // SAFETY: GIL held; our capsule, with a NULL name.
-        0 => unsafe { (py.PyCapsule_GetPointer)(capsule, ptr::null()) },
-        // SAFETY: the offset where this interpreter's capsules keep their pointer, learnt from one
-        // of them; capsules are never moved and this one lives as long as its function.
-        offset => unsafe { capsule.cast::<u8>().add(offset).cast::<*mut c_void>().read() },
+/// `type(object).__basicsize__`, or None (and no exception pending) if it cannot be read.
+fn basicsize(py: Python<'_>, object: *mut PyObject) -> Option<usize> {
+    let ty = crate::cpython::type_of(py, object).cast::<PyObject>();
+    // SAFETY: GIL held; a new reference, owned.
+    let size = Owned::new(py, unsafe { (py.PyObject_GetAttrString)(ty, c"__basicsize__".as_ptr()) });
+    // SAFETY: as above.
+    let size = size.map(|size| unsafe { (py.PyLong_AsLongLong)(size.as_ptr()) });
+    match size.ok().and_then(|size| usize::try_from(size).ok()) {
+        Some(size) => Some(size),
+        None => {
+            // What went wrong is not the caller's: the offset is not learnt.
+            drop(crate::cpython::take_pending(py));
+            None
+        }
     }
 }
 
-/// The capsule's destructor: the function object is gone, and with it every use of the box.
-unsafe extern "C" fn release(capsule: *mut PyObject) {
+/// The kernel object behind a kernel function's `self` module: its definition, read where
+/// modules keep it (one load, where PyModule_GetDef is a call that checks the type), which
+/// starts the object.
+#[inline(always)]
+fn kernel_object(py: Python<'_>, module: *mut PyObject) -> *const KernelObject {
+    let def = match DEF_OFFSET.load(Ordering::Relaxed) {
+        // SAFETY: GIL held; one of our modules.
+        0 => unsafe { (py.PyModule_GetDef)(module) },
+        // SAFETY: the offset where this interpreter's modules keep their definition, learnt from
+        // one of them; this one lives as long as its function.
+        offset => unsafe { module.cast::<u8>().add(offset).cast::<*mut PyModuleDef>().read() },
+    };
+    def.cast()
+}
+
+/// The `self` module's `m_free`: the module is gone (its function first), and with it every use
+/// of the box.
+unsafe extern "C" fn release(module: *mut c_void) {
     crate::error::guard("kernel function", || {
-        // SAFETY: CPython calls a capsule's destructor with the GIL held.
+        // SAFETY: CPython frees a module with the GIL held.
         let Ok(py) = (unsafe { Python::assume_attached() }) else { return };
-        // SAFETY: our capsule (NULL name) holds a box made by `make`, freed once, here.
-        let object = unsafe { (py.PyCapsule_GetPointer)(capsule, ptr::null()) };
-        if !object.is_null() {
-            // SAFETY: as above.
-            drop(unsafe { Box::from_raw(object.cast::<KernelObject>()) });
-        }
+        let object = kernel_object(py, module.cast()).cast_mut();
+        // SAFETY: our module's box, made by `make`, freed once, here: CPython reads nothing of
+        // the definition after `m_free`.
+        drop(unsafe { Box::from_raw(object) });
     });
 }
 
-/// What CPython calls: every kernel's function, told apart by `this`, its capsule.
+/// What CPython calls: every kernel's function, told apart by `this`, its `self` module.
 unsafe extern "C" fn call_shell(
     this: *mut PyObject,
     args: *const *mut PyObject,
@@ -134,9 +184,9 @@ unsafe extern "C" fn call_shell(
 /// One call: `kernel(*args, **kwargs)`.
 #[inline]
 fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut PyObject> {
-    // SAFETY: `this` is the capsule `make` gave the function (NULL name); its box lives while
-    // the function does, all of this call.
-    let object = unsafe { &*capsule_pointer(py, this).cast::<KernelObject>() };
+    // SAFETY: `this` is the module `make` gave the function; its box lives while the function
+    // does, all of this call.
+    let object = unsafe { &*kernel_object(py, this) };
     let kernel = object.kernel;
     // The arguments stay where they are made, and are released (dropped) at the end of this
     // block, before anything is raised or made.

@@ -68,7 +68,7 @@ fn make<'py>(py: Python<'py>, library: &'static Library) -> Result<Owned<'py>> {
         }
         let module_name = Owned::new(py, py.new_str(&name.to_string_lossy())?)?;
         for kernel in &library.kernels {
-            let function = function::make(py, kernel, module_name.as_ptr())?;
+            let function = function::make(py, kernel, &name, module_name.as_ptr())?;
             let attribute = CString::new(kernel.name).map_err(|_| Error::value("a kernel name with a NUL"))?;
             // PyModule_AddObject steals the function only on success.
             if (py.PyModule_AddObject)(module.as_ptr(), attribute.as_ptr(), function) != 0 {

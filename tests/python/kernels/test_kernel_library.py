@@ -7,6 +7,8 @@ import builtins
 import gc
 import inspect
 import os
+import pickle
+import pydoc
 import shutil
 import subprocess
 import sys
@@ -185,6 +187,19 @@ def test_a_kernel_is_a_builtin_function_with_its_signature_and_doc(lib, example_
     assert lib.add.__doc__.startswith("add(a: tensor, b: tensor) -> tensor\n\na + b elementwise")
     assert str(inspect.signature(lib.nop)) == "(*tensors)"
     assert type(lib.add).__name__ == "builtin_function_or_method"
+
+
+def test_a_kernel_reads_as_a_function_not_a_method_of_some_object(lib):
+    # Python calls a builtin a function when its `self` is a module: repr, qualname, help.
+    assert repr(lib.add) == "<built-in function add>"
+    assert lib.add.__qualname__ == "add"
+    assert repr(lib.add.__self__) == "<module 'dlpx_example_kernels'>"
+    page = pydoc.render_doc(lib.add, renderer=pydoc.plaintext)
+    assert page.startswith("Python Library Documentation: built-in function add") and "method of" not in page
+    # Each kernel's own: the call finds its kernel through it.
+    assert lib.add.__self__ is not lib.nop.__self__
+    with pytest.raises(pickle.PicklingError, match="dlpx_example_kernels"):
+        pickle.dumps(lib.add)
 
 
 def test_keywords_and_defaults_bind_as_in_python(cases):
