@@ -65,6 +65,10 @@ static std::string echo_impl(const std::string& text, float times) {
 static int64_t echo(std::string text, float times) { return static_cast<int64_t>(echo_impl(text, times).size()); }
 DLPX_EXPORT_TYPED_KERNEL_SHORT(echo, echo, "echo(text: str, times: float) -> int: len(text * int(times)).")
 
+// A float parameter, given back as a double: what it was rounded to.
+static double widen(float v) { return v; }
+DLPX_EXPORT_TYPED_KERNEL_SHORT(widen, widen, "widen(v: float) -> float: v rounded to a 32-bit float.")
+
 // Optionals: (x given, eps or -1, len(name) or -1).
 static std::tuple<bool, double, int64_t> maybe(std::optional<dlpx::TensorView> x, std::optional<double> eps,
                                                std::optional<std::string_view> name) {
@@ -146,6 +150,22 @@ static int plain_throw(DlpxCall* call) {
   throw dlpx::Error("KeyError", "dlpx: its own kind");
 }
 DLPX_EXPORT_KERNEL(plain_throw, plain_throw, "plain_throw(which: int) -> None: a C-macro kernel that throws.")
+
+// A typed kernel that calls plain_throw(1) of the library at `path` (this one) from C: inside it
+// no typed call runs, so Call::current() refuses, rather than give this call (it did once).
+static bool nested_current(std::string path) {
+  const DlpxKernel* plain = nullptr;
+  if (dlpx_kernel_find(path.c_str(), "plain_throw", &plain) != 0) throw std::runtime_error(dlpx_last_error());
+  DlpxValue which = {};
+  which.kind = DLPX_VALUE_INT;
+  which.int64 = 1;
+  std::size_t count = 0;
+  if (dlpx_kernel_call(plain, &which, 1, nullptr, 0, &count) == 0) return false;
+  return std::string_view(dlpx_last_error()).find("Call::current: no typed dlpx kernel runs on this thread") !=
+         std::string_view::npos;
+}
+DLPX_EXPORT_TYPED_KERNEL(nested_current, nested_current,
+                         "nested_current(path: str) -> bool: whether plain_throw(1), called from here, was refused.")
 
 // Allocates an output like x, then throws: the call deletes the output.
 static dlpx::OutputTensor allocate_then_throw(dlpx::Call& call, dlpx::TensorView x) {

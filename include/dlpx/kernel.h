@@ -234,6 +234,17 @@ const DlpxKernelLibrary *dlpx_kernel_library(void) {
 }  // extern "C"
 #endif
 
+#if defined(__cplusplus) && __cplusplus >= 201703L
+namespace dlpx {
+class Call;
+namespace detail {
+/* The call a typed kernel (kernel.hpp) runs on this thread, for dlpx::Call::current; saved and
+ * restored around each typed kernel, and cleared around a kernel of the C macro (`guarded`). */
+inline thread_local Call *current_call = nullptr;
+}  // namespace detail
+}  // namespace dlpx
+#endif
+
 #if defined(__cplusplus) && (defined(__cpp_exceptions) || defined(__EXCEPTIONS))
 #include <exception>
 #include <new>
@@ -278,6 +289,13 @@ inline int report_exception(DlpxCall *call) noexcept {
  * would cross the C loader and end the process (std::terminate). */
 template <int (*Function)(DlpxCall *)>
 int guarded(DlpxCall *call) noexcept {
+  // No typed call runs here, though one may have called this kernel (dlpx_kernel_call):
+  // dlpx::Call::current() refuses rather than give the caller's call.
+  struct Outside {
+    Call *saved = current_call;
+    Outside() noexcept { current_call = nullptr; }
+    ~Outside() { current_call = saved; }
+  } outside;
   try {
     return Function(call);
   } catch (...) {

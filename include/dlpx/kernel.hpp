@@ -58,7 +58,10 @@
 #include <dlpx/dlpx.hpp>
 #include <dlpx/kernel.h>
 
+#include <cmath>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <exception>
 #include <initializer_list>
@@ -187,12 +190,9 @@ class OutputTensor {
   DLTensor* tensor_ = nullptr;
 };
 
-class Call;
-
-namespace detail {
-// The call a typed kernel runs on this thread (Call::current); saved and restored around each.
-inline thread_local Call* current_call = nullptr;
-}  // namespace detail
+// detail::current_call, the call a typed kernel runs on this thread (Call::current), is declared
+// in kernel.h: a kernel exported with its C macro, called from a typed one (dlpx_kernel_call),
+// runs outside any typed call, and its guard says so.
 
 /**
  * The running call, as a typed kernel sees it: outputs in the caller's framework and the
@@ -516,11 +516,88 @@ constexpr std::string_view returns(std::string_view s) {
   return {};
 }
 
-// A result annotation's kind: DLPX_VALUE_NONE to DLPX_VALUE_STR, kUnknown for any other (`Any`,
-// `int | None`, `tuple[...]`), which only the stub reads.
-constexpr int result_annotation_kind(std::string_view a) { return a == "None" ? DLPX_VALUE_NONE : type_kind(a); }
+// ---- result annotations, read as `python -m dlpx.stubgen` reads them (Python's grammar): the
+// names `tensor int float bool str None`, `X | Y`, `tuple` and `list` bare or subscripted
+// (`tuple[int, float]`, `tuple[tensor, ...]`, `list[int]`), in brackets or not, spaced as Python
+// allows. Any other text is no type (`Any`, `tensor, tensor`): the stub says Any, and it says
+// nothing of the result here either.
 
-constexpr bool is_tuple_annotation(std::string_view a) { return a.substr(0, 6) == "tuple[" && a.back() == ']'; }
+// `a` trimmed, without brackets around all of it (`(int)` is `int`; `(int, float)` is a tuple
+// expression, no type: its brackets stay).
+constexpr std::string_view unbracketed(std::string_view a) {
+  a = trim(a);
+  while (a.size() >= 2 && a.front() == '(' && a.back() == ')') {
+    Nesting nesting;
+    std::size_t close = 0;
+    for (std::size_t i = 0; i < a.size() && close == 0; ++i) {
+      nesting.top(a[i]);
+      if (i > 0 && nesting.depth == 0 && nesting.quote == 0) close = i;
+    }
+    const std::string_view inner = a.substr(1, a.size() - 2);
+    if (close != a.size() - 1 || find_top(inner, ',') != std::string_view::npos) break;
+    a = trim(inner);
+  }
+  return a;
+}
+
+// The name `a` subscripts (`tuple` of `tuple [int]`), or empty.
+constexpr std::string_view subscripted(std::string_view a) {
+  const std::size_t open = a.find('[');
+  if (open == std::string_view::npos || a.back() != ']') return {};
+  return trim(a.substr(0, open));
+}
+
+// What `a` subscripts it with (`int` of `tuple[int]`); `a` is subscripted.
+constexpr std::string_view subscript(std::string_view a) {
+  const std::size_t open = a.find('[');
+  return a.substr(open + 1, a.size() - open - 2);
+}
+
+// Whether `a` is written in the grammar above.
+constexpr bool is_result_type(std::string_view a) {
+  a = unbracketed(a);
+  const std::size_t bar = find_top(a, '|');
+  if (bar != std::string_view::npos) return is_result_type(a.substr(0, bar)) && is_result_type(a.substr(bar + 1));
+  if (a.empty() || find_top(a, ',') != std::string_view::npos) return false;
+  if (a == "None" || type_kind(a) != kUnknown || a == "tuple" || a == "list") return true;
+  const std::string_view name = subscripted(a);
+  if (name != "tuple" && name != "list") return false;
+  const std::string_view inner = subscript(a);
+  int n = 0;
+  piece(inner, -1, &n);
+  if (name == "tuple" && n == 2 && piece(inner, 1) == "...") return is_result_type(piece(inner, 0));
+  if (n == 0 || (name == "list" && n != 1)) return false;
+  for (int i = 0; i < n; ++i) {
+    if (!is_result_type(piece(inner, i))) return false;
+  }
+  return true;
+}
+
+// Whether the result type `a` admits one value of kind `k` (DLPX_VALUE_NONE: none).
+constexpr bool admits(std::string_view a, int k) {
+  a = unbracketed(a);
+  const std::size_t bar = find_top(a, '|');
+  if (bar != std::string_view::npos) return admits(a.substr(0, bar), k) || admits(a.substr(bar + 1), k);
+  return a == "None" ? k == DLPX_VALUE_NONE : type_kind(a) == k;
+}
+
+// Whether the result type `a` admits a tuple of `n` values of `kinds`.
+constexpr bool admits_tuple(std::string_view a, const int* kinds, int n) {
+  a = unbracketed(a);
+  const std::size_t bar = find_top(a, '|');
+  if (bar != std::string_view::npos) return admits_tuple(a.substr(0, bar), kinds, n) || admits_tuple(a.substr(bar + 1), kinds, n);
+  if (a == "tuple") return true;
+  if (subscripted(a) != "tuple") return false;
+  const std::string_view inner = subscript(a);
+  int m = 0;
+  piece(inner, -1, &m);
+  const bool any_number = m == 2 && piece(inner, 1) == "...";
+  if (!any_number && m != n) return false;
+  for (int i = 0; i < n; ++i) {
+    if (!admits(piece(inner, any_number ? 0 : i), kinds[i])) return false;
+  }
+  return true;
+}
 
 // The index of the `*name` parameter, or -1.
 constexpr int variadic_index(std::string_view s) {
@@ -641,6 +718,16 @@ struct param<I, std::enable_if_t<is_int_parameter<I>>> {
   }
 };
 
+// `v` as Python's repr writes it: the fewest digits that read back as `v` (1e+300, not 301 digits).
+inline std::string shortest(double v) {
+  char shown[32] = {0};
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(shown, sizeof shown, "%.*g", digits, v);
+    if (std::strtod(shown, nullptr) == v) break;
+  }
+  return shown;
+}
+
 template <class F>
 struct param<F, std::enable_if_t<std::is_floating_point<F>::value>> {
   static constexpr int kind = DLPX_VALUE_FLOAT;
@@ -648,12 +735,15 @@ struct param<F, std::enable_if_t<std::is_floating_point<F>::value>> {
   static F read(DlpxCall* call, Slot slot) {
     double v = 0;
     if (dlpx_argument_float(call, slot.index, &v) != 0) throw CallError("TypeError", "dlpx: the argument is not a float");
-    // As Python's struct.pack("f", v): a finite value past the type's range is an error (its
-    // conversion is undefined), one below its precision rounds (to 0), inf and nan stay.
+    // A finite value that rounds past the type's range is an error (its conversion is undefined
+    // in C++; struct.pack("f") gives inf, numpy warns), one below its precision rounds (to 0),
+    // inf and nan stay. What rounds to the largest value is below it by half its last place (the
+    // tie goes to the even infinity): 3.4028235e38, numpy's float32 max as printed, is taken.
     if constexpr (sizeof(F) < sizeof(double)) {
-      if (v == v && v - v == 0 && (v > std::numeric_limits<F>::max() || v < -std::numeric_limits<F>::max())) {
-        throw Error("OverflowError", std::to_string(v) + " is out of range for a " + std::to_string(8 * sizeof(F)) +
-                                         "-bit float");
+      using limits = std::numeric_limits<F>;
+      const double past = std::ldexp(2.0 - std::ldexp(1.0, -limits::digits), limits::max_exponent - 1);
+      if (v == v && v - v == 0 && (v >= past || v <= -past)) {
+        throw Error("OverflowError", shortest(v) + " is out of range for a " + std::to_string(8 * sizeof(F)) + "-bit float");
       }
     }
     return static_cast<F>(v);
@@ -831,36 +921,21 @@ constexpr int arity_of() {
   }
 }
 
-// Whether annotation kind `k` allows a result of kind `r` (an annotation dlpx does not spell
-// allows any).
-constexpr bool allows(int k, int r) { return k == sig::kUnknown || k == r; }
-
 // Whether the return annotation `a` says what a function returning R returns: `tensor`, `int`,
 // `float`, `bool`, `None` (void), `tuple[...]` of them for a std::tuple (`tuple[int, ...]`: any
-// number); none, or one dlpx does not spell (`Any`), says anything.
+// number), or a union one of whose members does (`int | None`); none, or text that is no type
+// (`Any`), says anything, as the stub does.
 template <class R>
 struct annotated {
   static constexpr bool as(std::string_view a) {
-    return a.empty() || (!sig::is_tuple_annotation(a) && allows(sig::result_annotation_kind(a), result_kind<R>()));
+    return a.empty() || !sig::is_result_type(a) || sig::admits(a, result_kind<R>());
   }
 };
 template <class... R>
 struct annotated<std::tuple<R...>> {
   static constexpr bool as(std::string_view a) {
-    if (a.empty()) return true;
-    if (!sig::is_tuple_annotation(a)) return sig::result_annotation_kind(a) == sig::kUnknown;
-    const std::string_view inner = a.substr(6, a.size() - 7);
-    int n = 0;
-    sig::piece(inner, -1, &n);
-    if (n == 2 && sig::piece(inner, 1) == "...") {
-      const int k = sig::result_annotation_kind(sig::piece(inner, 0));
-      return (allows(k, result_kind<R>()) && ...);
-    }
-    return n == static_cast<int>(sizeof...(R)) && each(inner, std::index_sequence_for<R...>{});
-  }
-  template <std::size_t... I>
-  static constexpr bool each(std::string_view inner, std::index_sequence<I...>) {
-    return (allows(sig::result_annotation_kind(sig::piece(inner, static_cast<int>(I))), result_kind<R>()) && ...);
+    const int kinds[] = {result_kind<R>()..., 0};
+    return a.empty() || !sig::is_result_type(a) || sig::admits_tuple(a, kinds, static_cast<int>(sizeof...(R)));
   }
 };
 

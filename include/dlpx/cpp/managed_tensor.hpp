@@ -60,13 +60,20 @@ inline const DLPackExchangeAPI* find_v1_table(const DLPackExchangeAPI* api, cons
   return v1;
 }
 
+// An extent's type: an integer, not a character or a bool (a std::string is no shape: "ab" would
+// be (97, 98)).
+template <class I>
+constexpr bool is_extent = std::is_integral<I>::value && !std::is_same<I, bool>::value && !std::is_same<I, char>::value &&
+                           !std::is_same<I, signed char>::value && !std::is_same<I, unsigned char>::value &&
+                           !std::is_same<I, wchar_t>::value && !std::is_same<I, char16_t>::value &&
+                           !std::is_same<I, char32_t>::value;
+
 template <class S, class = void>
 struct is_shape_container : std::false_type {};
 template <class S>
 struct is_shape_container<S, std::void_t<decltype(std::data(std::declval<const S&>())),
                                          decltype(std::size(std::declval<const S&>()))>>
-    : std::bool_constant<std::is_integral<std::remove_cv_t<
-          std::remove_pointer_t<decltype(std::data(std::declval<const S&>()))>>>::value> {};
+    : std::bool_constant<is_extent<std::remove_cv_t<std::remove_pointer_t<decltype(std::data(std::declval<const S&>()))>>>> {};
 
 }  // namespace detail
 

@@ -6,6 +6,7 @@ example's C++ kernels (examples/kernel_library/kernels_cpp.cpp)."""
 
 import gc
 import glob
+import math
 import os
 import sys
 
@@ -106,12 +107,19 @@ def test_scalars_keywords_and_defaults(cases):
     assert cases.scalars(1, 0.5, text="héllo") == (2, 1.0, False, 6)  # UTF-8 bytes
     assert cases.echo("ab", 3.0) == 6 and cases.echo(text="", times=2) == 0
     assert cases.narrow(-128, 65535) == 65407
-    # A float parameter: a value past its range is an OverflowError, as struct.pack("f") says (its
-    # conversion is undefined in C++); one below its precision rounds.
+    # A float parameter: a value that rounds past its range is an OverflowError (its conversion
+    # is undefined in C++); one below its precision rounds; one that rounds to the largest float
+    # (numpy's printed float32 max) is taken: the edge is half a last place above it.
     assert cases.echo("ab", 1e-50) == 0
-    for far in (1e300, -1e39, 2.0**1000):
+    edge = (2 - 2**-24) * 2**127
+    largest = float(np.finfo(np.float32).max)
+    for near, rounded in ((3.4028235e38, largest), (math.nextafter(edge, 0), largest), (-math.nextafter(edge, 0), -largest)):
+        assert cases.widen(near) == rounded
+    for far in (1e300, -1e39, 2.0**1000, edge, -edge):
         with pytest.raises(OverflowError, match="^dlpx: echo: parameter 'times': .* is out of range for a 32-bit float$"):
             cases.echo("ab", far)
+    with pytest.raises(OverflowError, match="'times': 1e\\+300 is out"):
+        cases.echo("ab", 1e300)
     with pytest.raises(TypeError, match="dlpx: scalars: parameter 'n' takes an int, got str"):
         cases.scalars("1")
 
@@ -221,6 +229,11 @@ def test_a_cpp_kernel_exported_with_the_c_macro_raises_what_it_throws(cases):
         cases.plain_throw(2)
 
 
+def test_a_c_macro_kernel_called_from_a_typed_one_has_no_current_call(cases, cases_path):
+    # Through dlpx_kernel_call inside a typed kernel: Call::current() gave the caller's call.
+    assert cases.nested_current(cases_path) is True
+
+
 def test_an_exception_after_allocating_is_raised_and_the_outputs_deleted(cases):
     with pytest.raises(RuntimeError, match="^dlpx: allocate_then_throw: failed after allocating$"):
         cases.allocate_then_throw(np.ones(3))
@@ -258,6 +271,14 @@ static std::tuple<int64_t, double> pair() { return {1, 2.0}; }
 DLPX_EXPORT_TYPED_KERNEL(says_three, pair, "says_three() -> tuple[int, float, int]: two, not three.")
 DLPX_EXPORT_TYPED_KERNEL(says_ints, pair, "says_ints() -> tuple[int, ...]: the float is no int.")
 DLPX_EXPORT_TYPED_KERNEL(says_tensor, pair, "says_tensor() -> tensor: a tuple.")
+DLPX_EXPORT_TYPED_KERNEL(says_spaced, pair, "says_spaced() -> tuple [int, int]: spaced, as Python allows; a float.")
+DLPX_EXPORT_TYPED_KERNEL(says_nested, pair, "says_nested() -> tuple[int, tuple[int, int]]: a float, not a tuple.")
+DLPX_EXPORT_TYPED_KERNEL(says_union, pair, "says_union() -> int | None: a tuple, neither.")
+DLPX_EXPORT_TYPED_KERNEL(says_list, pair, "says_list() -> list[int]: no kernel returns a list.")
+static int64_t count() { return 1; }
+DLPX_EXPORT_TYPED_KERNEL(says_tuple, count, "says_tuple() -> tuple: an int.")
+static dlpx::OutputTensor chars(dlpx::Call& call) { return call.allocate(std::string_view("ab"), dlpx::dtype_of<float>()); }
+DLPX_EXPORT_TYPED_KERNEL(char_shape, chars, "char_shape() -> tensor: a string is no shape (it was (97, 98)).")
 """
 
 
@@ -282,7 +303,10 @@ def test_a_function_that_does_not_fit_its_signature_does_not_compile(tmp_path):
         "DLPX_EXPORT_TYPED_KERNEL(const_char): letter must return void",
         *[f"DLPX_EXPORT_TYPED_KERNEL({kernel}): the signature's return annotation is not what {function} returns"
           for kernel, function in [("says_int", "output"), ("says_float", "nothing"), ("says_three", "pair"),
-                                   ("says_ints", "pair"), ("says_tensor", "pair")]],
+                                   ("says_ints", "pair"), ("says_tensor", "pair"), ("says_spaced", "pair"),
+                                   ("says_nested", "pair"), ("says_union", "pair"), ("says_list", "pair"),
+                                   ("says_tuple", "count")]],
+        "dlpx::Call::allocate(std::string_view, DLDataType)",  # no overload takes it
     ]:
         assert message in done.stderr, f"{message!r} not in:\n{done.stderr}"
 
