@@ -67,7 +67,7 @@ DLPX_EXPORT_TYPED_KERNEL_SHORT(echo, echo, "echo(text: str, times: float) -> int
 
 // A float parameter, given back as a double: what it was rounded to.
 static double widen(float v) { return v; }
-DLPX_EXPORT_TYPED_KERNEL_SHORT(widen, widen, "widen(v: float) -> float: v rounded to a 32-bit float.")
+DLPX_EXPORT_TYPED_KERNEL_SHORT(widen, widen, "widen(v: float = 3.4028235e38) -> float: v rounded to a 32-bit float.")
 
 // Optionals: (x given, eps or -1, len(name) or -1).
 static std::tuple<bool, double, int64_t> maybe(std::optional<dlpx::TensorView> x, std::optional<double> eps,

@@ -516,6 +516,70 @@ constexpr std::string_view returns(std::string_view s) {
   return {};
 }
 
+// A parameter's default as written (`1.0` of `x: float = 1.0`); empty without one.
+constexpr std::string_view default_of(std::string_view p) {
+  const std::size_t equals = find_top(p, '=');
+  return equals == std::string_view::npos ? std::string_view() : trim(p.substr(equals + 1));
+}
+
+// Whether the decimal integer `d` (`-5`, `+7`) lies in [-negative, positive]; true for text that
+// is no such integer (another check refuses it).
+constexpr bool integer_within(std::string_view d, uint64_t negative, uint64_t positive) {
+  const bool minus = !d.empty() && d.front() == '-';
+  if (!d.empty() && (d.front() == '-' || d.front() == '+')) d.remove_prefix(1);
+  if (d.empty()) return true;
+  uint64_t magnitude = 0;
+  for (char c : d) {
+    if (c < '0' || c > '9') return true;
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (magnitude > (std::numeric_limits<uint64_t>::max() - digit) / 10) return false;
+    magnitude = magnitude * 10 + digit;
+  }
+  return magnitude <= (minus ? negative : positive);
+}
+
+// Whether the decimal number `d` (`1e300`, `-3.5`) is, by more than rounding, past `limit` in
+// magnitude; false for text that is no such number. What is near the limit is left to the call.
+constexpr bool number_past(std::string_view d, long double limit) {
+  if (!d.empty() && (d.front() == '-' || d.front() == '+')) d.remove_prefix(1);
+  long double mantissa = 0;
+  int exponent = 0, digits = 0;
+  bool point = false;
+  std::size_t i = 0;
+  for (; i < d.size() && d[i] != 'e' && d[i] != 'E'; ++i) {
+    if (d[i] == '.' && !point) {
+      point = true;
+    } else if (d[i] >= '0' && d[i] <= '9') {
+      if (mantissa < 1e30L) {
+        mantissa = mantissa * 10 + (d[i] - '0');
+        exponent -= point ? 1 : 0;
+      } else {
+        exponent += point ? 0 : 1;
+      }
+      ++digits;
+    } else {
+      return false;
+    }
+  }
+  if (digits == 0) return false;
+  if (i < d.size()) {
+    std::string_view e = d.substr(i + 1);
+    const bool minus = !e.empty() && e.front() == '-';
+    if (!e.empty() && (e.front() == '-' || e.front() == '+')) e.remove_prefix(1);
+    if (e.empty()) return false;
+    int written = 0;
+    for (char c : e) {
+      if (c < '0' || c > '9') return false;
+      if (written < 100000) written = written * 10 + (c - '0');
+    }
+    exponent += minus ? -written : written;
+  }
+  if (mantissa == 0) return false;
+  for (; exponent > 0 && mantissa <= limit * 2; --exponent) mantissa *= 10;
+  for (; exponent < 0 && mantissa > limit; ++exponent) mantissa /= 10;
+  return exponent >= 0 && mantissa > limit * (1 + 1e-9L);
+}
+
 // ---- result annotations, read as `python -m dlpx.stubgen` reads them (Python's grammar): the
 // names `tensor int float bool str None`, `X | Y`, `tuple` and `list` bare or subscripted
 // (`tuple[int, float]`, `tuple[tensor, ...]`, `list[int]`), in brackets or not, spaced as Python
@@ -888,15 +952,38 @@ template <class F>
 using parameters_of =
     decltype(parameter_types<F>(std::make_index_sequence<static_cast<std::size_t>(function_traits<F>::arity)>{}));
 
-// The first parameter whose C++ type does not take its signature type, or -1.
+// Whether a parameter of C++ type T holds its default `d` (none: it does): an integer in T's
+// range, a number that does not round past a float's. Every call relying on such a default
+// would fail; what the signature spells otherwise is the loader's to refuse.
+template <class T>
+constexpr bool holds_default(std::string_view d) {
+  using U = std::remove_cv_t<T>;
+  if constexpr (is_int_parameter<U>) {
+    const uint64_t positive = static_cast<uint64_t>(std::numeric_limits<U>::max());
+    const uint64_t negative = std::is_signed<U>::value ? static_cast<uint64_t>(-(std::numeric_limits<U>::min() + 1)) + 1 : 0;
+    return sig::integer_within(d, negative, positive);
+  } else if constexpr (std::is_floating_point<U>::value && sizeof(U) < sizeof(double)) {
+    // Half a last place past the largest value: what rounds to it (param<F>::read).
+    long double past = 2.0L - 1.0L / static_cast<long double>(uint64_t{1} << std::numeric_limits<U>::digits);
+    for (int i = 1; i < std::numeric_limits<U>::max_exponent; ++i) past *= 2;
+    return !sig::number_past(d, past);
+  } else {
+    return true;
+  }
+}
+
+// The first parameter whose C++ type does not take its signature type (or its default), or -1.
 template <class F, std::size_t... I>
 constexpr int first_mismatch(std::string_view signature, std::index_sequence<I...>) {
   using P = parameters_of<F>;
   const int kinds[] = {param<std::tuple_element_t<I, P>>::kind..., 0};
   const bool optionals[] = {param<std::tuple_element_t<I, P>>::optional..., false};
+  const bool defaults[] = {
+      holds_default<std::tuple_element_t<I, P>>(sig::default_of(sig::parameter(signature, static_cast<int>(I))))...,
+      true};
   for (std::size_t i = 0; i < sizeof...(I); ++i) {
     const sig::Type t = sig::type_of(sig::parameter(signature, static_cast<int>(i)));
-    if (t.kind != kinds[i] || t.optional != optionals[i]) return static_cast<int>(i);
+    if (t.kind != kinds[i] || t.optional != optionals[i] || !defaults[i]) return static_cast<int>(i);
   }
   return -1;
 }
@@ -1047,7 +1134,8 @@ int invoke(DlpxCall* raw) noexcept {
   static_assert(::dlpx::detail::parameter_that_does_not_fit<decltype(&function)>(signature) == -1,                 \
                 "DLPX_EXPORT_TYPED_KERNEL(" #name "): a parameter's C++ type does not take its signature type "    \
                 "(tensor: dlpx::TensorView, dlpx::TensorArg or dlpx::mdspan_t<T, R>; int: int64_t; float: double; " \
-                "bool: bool; str: std::string_view; T | None: std::optional<...>; *name: dlpx::TensorList)");      \
+                "bool: bool; str: std::string_view; T | None: std::optional<...>; *name: dlpx::TensorList; "      \
+                "a default the type holds)");                                                                     \
   static_assert(::dlpx::detail::result_fits<decltype(&function)>(),                                                 \
                 "DLPX_EXPORT_TYPED_KERNEL(" #name "): " #function                                                  \
                 " must return void, dlpx::OutputTensor, an integer (64 bits at most), a floating-point number, "  \

@@ -115,6 +115,7 @@ def test_scalars_keywords_and_defaults(cases):
     largest = float(np.finfo(np.float32).max)
     for near, rounded in ((3.4028235e38, largest), (math.nextafter(edge, 0), largest), (-math.nextafter(edge, 0), -largest)):
         assert cases.widen(near) == rounded
+    assert cases.widen() == largest  # a default at the edge compiles (one past it does not)
     for far in (1e300, -1e39, 2.0**1000, edge, -edge):
         with pytest.raises(OverflowError, match="^dlpx: echo: parameter 'times': .* is out of range for a 32-bit float$"):
             cases.echo("ab", far)
@@ -277,6 +278,10 @@ DLPX_EXPORT_TYPED_KERNEL(says_union, pair, "says_union() -> int | None: a tuple,
 DLPX_EXPORT_TYPED_KERNEL(says_list, pair, "says_list() -> list[int]: no kernel returns a list.")
 static int64_t count() { return 1; }
 DLPX_EXPORT_TYPED_KERNEL(says_tuple, count, "says_tuple() -> tuple: an int.")
+static int64_t byte(uint8_t n) { return n; }
+DLPX_EXPORT_TYPED_KERNEL(byte_default, byte, "byte_default(n: int = 256) -> int: every call relying on it would fail.")
+static double single(float x) { return x; }
+DLPX_EXPORT_TYPED_KERNEL(float_default, single, "float_default(x: float = 1e300) -> float: past a float's range.")
 static dlpx::OutputTensor chars(dlpx::Call& call) { return call.allocate(std::string_view("ab"), dlpx::dtype_of<float>()); }
 DLPX_EXPORT_TYPED_KERNEL(char_shape, chars, "char_shape() -> tensor: a string is no shape (it was (97, 98)).")
 """
@@ -307,6 +312,8 @@ def test_a_function_that_does_not_fit_its_signature_does_not_compile(tmp_path):
                                    ("says_nested", "pair"), ("says_union", "pair"), ("says_list", "pair"),
                                    ("says_tuple", "count")]],
         "dlpx::Call::allocate(std::string_view, DLDataType)",  # no overload takes it
+        "DLPX_EXPORT_TYPED_KERNEL(byte_default): a parameter's C++ type does not take its signature type",
+        "DLPX_EXPORT_TYPED_KERNEL(float_default): a parameter's C++ type does not take its signature type",
     ]:
         assert message in done.stderr, f"{message!r} not in:\n{done.stderr}"
 
