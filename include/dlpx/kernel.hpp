@@ -522,11 +522,17 @@ constexpr std::string_view default_of(std::string_view p) {
   return equals == std::string_view::npos ? std::string_view() : trim(p.substr(equals + 1));
 }
 
+// Takes a leading `-` or `+` off `d`; true for `-`.
+constexpr bool take_sign(std::string_view& d) {
+  const bool minus = !d.empty() && d.front() == '-';
+  if (!d.empty() && (d.front() == '-' || d.front() == '+')) d.remove_prefix(1);
+  return minus;
+}
+
 // Whether the decimal integer `d` (`-5`, `+7`) lies in [-negative, positive]; true for text that
 // is no such integer (another check refuses it).
 constexpr bool integer_within(std::string_view d, uint64_t negative, uint64_t positive) {
-  const bool minus = !d.empty() && d.front() == '-';
-  if (!d.empty() && (d.front() == '-' || d.front() == '+')) d.remove_prefix(1);
+  const bool minus = take_sign(d);
   if (d.empty()) return true;
   uint64_t magnitude = 0;
   for (char c : d) {
@@ -541,7 +547,7 @@ constexpr bool integer_within(std::string_view d, uint64_t negative, uint64_t po
 // Whether the decimal number `d` (`1e300`, `-3.5`) is, by more than rounding, past `limit` in
 // magnitude; false for text that is no such number. What is near the limit is left to the call.
 constexpr bool number_past(std::string_view d, long double limit) {
-  if (!d.empty() && (d.front() == '-' || d.front() == '+')) d.remove_prefix(1);
+  take_sign(d);
   long double mantissa = 0;
   int exponent = 0, digits = 0;
   bool point = false;
@@ -564,8 +570,7 @@ constexpr bool number_past(std::string_view d, long double limit) {
   if (digits == 0) return false;
   if (i < d.size()) {
     std::string_view e = d.substr(i + 1);
-    const bool minus = !e.empty() && e.front() == '-';
-    if (!e.empty() && (e.front() == '-' || e.front() == '+')) e.remove_prefix(1);
+    const bool minus = take_sign(e);
     if (e.empty()) return false;
     int written = 0;
     for (char c : e) {
