@@ -184,10 +184,19 @@ static void test_bad_calls_fail_cleanly_and_lose_nothing(void) {
   /* A kernel's error with no kind and no message still says something. */
   DlpxValue blank[2] = {str(""), str("")};
   check_fails("raise_", blank, 2, "RuntimeError", "dlpx: raise_: the kernel reported an error without a message");
+  /* An empty string may come as NULL: no slice is made of it (UB in Rust, an abort in a debug
+   * build), and the kernel sees a pointer it may read 0 bytes from. */
+  blank[0].str_data = NULL;
+  blank[1].str_data = NULL;
+  check_fails("raise_", blank, 2, "RuntimeError", "dlpx: raise_: the kernel reported an error without a message");
   /* No framework has a stream on a device DLPack does not name. */
   DlpxValue device[3] = {tensor(&a), value(DLPX_VALUE_INT), value(DLPX_VALUE_INT)};
   device[1].int64 = 9999;
   check_fails("stream_on_released", device, 3, "ValueError", "dlpx: stream_on_released: stream: unknown device type 9999");
+  /* Nor on a negative index, which dlpx_set_current_stream refuses (the kernel got NULL). */
+  device[1].int64 = 2;
+  device[2].int64 = -1;
+  check_fails("stream_on_released", device, 3, "ValueError", "dlpx: stream_on_released: stream: device_id = -1 is negative");
   /* No room for the results: both outputs are deleted. */
   DlpxValue results[1];
   size_t n = 0;
@@ -238,6 +247,9 @@ static void test_libraries_that_cannot_serve_are_refused(void) {
   check_find_fails(newer_path, "f", "ImportError", "reads kernel ABI 2 and older");
   check_find_fails(bad_signature_path, "f", "ImportError", "kernel 'f': signature:");
   check_find_fails(cases_path, "no_such_kernel", "ImportError", "has no kernel 'no_such_kernel'");
+  /* A kernel name that is not UTF-8 is no kernel's: ImportError, as an unknown name (it was an
+   * OSError about opening libraries). */
+  check_find_fails(cases_path, "no\xff", "ImportError", "has no kernel \"no\\xff\" (not UTF-8) (it has ");
   /* Read lossily, a path that is not UTF-8 named another file (U+FFFD for its bad byte). */
   check_find_fails("/tmp/no\xff.so", "f", "OSError", "is not UTF-8: dlpx opens libraries by UTF-8 names");
 }

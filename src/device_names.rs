@@ -24,6 +24,11 @@ pub fn unknown(device_type: DeviceType) -> Error {
     Error::value(format!("unknown device type {} (DLPack names {})", device_type.0, known_range()))
 }
 
+/// The refusal of a negative device index: `device_id = -1 is negative`.
+pub fn negative_id(device_id: i32) -> Error {
+    Error::value(format!("device_id = {device_id} is negative"))
+}
+
 /// Every device type name [`parse`] reads, for messages: `cpu, cuda, cuda_host, …`.
 pub fn names() -> String {
     DeviceType::TABLE.iter().map(|row| row.name).collect::<Vec<_>>().join(", ")

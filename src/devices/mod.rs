@@ -276,7 +276,7 @@ pub fn check_stream_settable(device: DLDevice) -> Result<()> {
         return Err(Error::value("cpu has no streams"));
     }
     if device.device_id < 0 {
-        return Err(Error::value(format!("device_id = {} is negative", device.device_id)));
+        return Err(crate::device_names::negative_id(device.device_id));
     }
     Ok(())
 }

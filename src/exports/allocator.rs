@@ -4,7 +4,7 @@
 use std::ffi::{c_int, c_void};
 
 use crate::abi::*;
-use crate::error::{Error, LastError};
+use crate::error::LastError;
 use crate::shell::entry::c_entry;
 
 /// Records that work on `tensor`'s data is being enqueued on `stream` of CUDA device
@@ -28,7 +28,7 @@ pub unsafe extern "C" fn dlpx_record_stream(
 ) -> c_int {
     c_entry!(LastError, "record_stream", out(), given(tensor), || {
         if device_id < 0 {
-            return Err(Error::value(format!("device_id = {device_id} is negative")));
+            return Err(crate::device_names::negative_id(device_id));
         }
         // SAFETY: a live managed tensor, per the contract.
         unsafe { crate::Tensor::record_stream_of(tensor, device_id, stream) };

@@ -58,22 +58,24 @@ pub unsafe extern "C" fn dlpx_kernel_find(
     out: *mut *const DlpxKernel,
 ) -> c_int {
     c_entry!(LastError, "kernel_find", out(out), given(path, name), || {
-        let text = |p: ptr::NonNull<c_char>, what: &str| {
-            // SAFETY: NUL-terminated, by the function's contract.
-            let text = unsafe { CStr::from_ptr(p.as_ptr()) };
-            // Read lossily it would name another file (or kernel): U+FFFD for each bad byte.
-            text.to_str().map(str::to_string).map_err(|_| {
-                let fact = format!("the {what} {text:?} is not UTF-8: dlpx opens libraries by UTF-8 names");
-                Error::new(crate::ErrorKind::OSError, fact)
-            })
-        };
-        let (path, name) = (text(path, "path")?, text(name, "kernel name")?);
-        let library = library::open(&path)?;
-        let kernel = library.kernel(&name).ok_or_else(|| {
+        // SAFETY: NUL-terminated, by the function's contract.
+        let (path, name) = unsafe { (CStr::from_ptr(path.as_ptr()), CStr::from_ptr(name.as_ptr())) };
+        // Read lossily it would name another file: U+FFFD for each bad byte.
+        let path = path.to_str().map_err(|_| {
+            let fact = format!("the path {path:?} is not UTF-8: dlpx opens libraries by UTF-8 names");
+            Error::new(crate::ErrorKind::OSError, fact)
+        })?;
+        let library = library::open(path)?;
+        // A name that is not UTF-8 is no kernel's: kernel names are (checked at load).
+        let kernel = name.to_str().ok().and_then(|name| library.kernel(name)).ok_or_else(|| {
             let names: Vec<&str> = library.kernels.iter().map(|k| k.name).collect();
+            let name = match name.to_str() {
+                Ok(name) => format!("'{name}'"),
+                Err(_) => format!("{name:?} (not UTF-8)"),
+            };
             Error::new(
                 crate::ErrorKind::ImportError,
-                format!("{path} has no kernel '{name}' (it has {})", names.join(", ")),
+                format!("{path} has no kernel {name} (it has {})", names.join(", ")),
             )
         })?;
         out.put((kernel as *const Kernel).cast());
@@ -124,16 +126,17 @@ pub unsafe extern "C" fn dlpx_kernel_call(
             (_, _, true) => return Err(Error::null("args (with nargs > 0)")),
             _ => {}
         }
-        // SAFETY: `nargs` values, by the function's contract.
-        let args = if nargs == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(args, nargs) } };
         // Room for the usual call; more grows as `bind` takes them. A hostile count is refused by
-        // `bind` (naming it) before anything is read or allocated for it.
+        // `bind` (naming it) before anything is read or allocated for it: values are read one by
+        // one, by index, never as one slice of `nargs` (its length could pass `isize::MAX`).
         let mut values = Vec::with_capacity(nargs.min(1024).max(kernel.signature.params.len()));
         bind(&kernel.signature, nargs, &[], |p, source| {
             let param = &kernel.signature.params[p];
             let value = match source {
                 Source::Default(default) => Value::of_default(default),
-                Source::Positional(i) => argument(&args[i], param.ty, param.optional)
+                // SAFETY: `bind` gives an index below `nargs`, a count it accepted; `args` holds
+                // `nargs` values, by the function's contract.
+                Source::Positional(i) => argument(unsafe { &*args.add(i) }, param.ty, param.optional)
                     .map_err(|fact| Error::type_error(format!("parameter '{}': {fact}", param.name)))?,
                 Source::Keyword(_) => unreachable!("C passes no keywords"),
             };
@@ -191,10 +194,15 @@ fn argument(value: &DlpxValue, ty: Type, optional: bool) -> std::result::Result<
             if value.str_data.is_null() && value.str_size > 0 {
                 return Err("its str_data is NULL".into());
             }
-            // SAFETY: `str_size` bytes at `str_data`, valid for the call.
-            let bytes = unsafe { std::slice::from_raw_parts(value.str_data.cast::<u8>(), value.str_size) };
+            let bytes = match value.str_size {
+                // An empty string may have a NULL pointer, which no slice may.
+                0 => &[][..],
+                // SAFETY: `str_size` bytes at `str_data` (not NULL), valid for the call.
+                size => unsafe { std::slice::from_raw_parts(value.str_data.cast::<u8>(), size) },
+            };
             std::str::from_utf8(bytes).map_err(|_| "its string is not UTF-8".to_string())?;
-            Value::Str(value.str_data.cast(), value.str_size)
+            // A kernel never sees a NULL string (its memcpy of 0 bytes from it would be UB in C).
+            Value::Str(if bytes.is_empty() { c"".as_ptr().cast() } else { value.str_data.cast() }, value.str_size)
         }
         (kind, ty) => return Err(format!("takes {}, got {}", ty.name(), kind_name(kind))),
     })

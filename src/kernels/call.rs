@@ -204,7 +204,11 @@ impl<'a> Call<'a> {
             DeviceType::CPU => Ok(ptr::null_mut()),
             // As an output on it is refused: no framework has a stream there to give.
             other if !crate::device_names::is_known(other) => {
-                Err(Error::value(format!("stream: unknown device type {}", other.0)))
+                Err(for_the_call("stream", crate::device_names::unknown(other)))
+            }
+            // As a tensor argument there is (it got NULL, where setting one is refused).
+            _ if device.device_id < 0 => {
+                Err(for_the_call("stream", crate::device_names::negative_id(device.device_id)))
             }
             _ => (self.environment.stream)(device).map_err(|err| for_the_call("stream", err)),
         }

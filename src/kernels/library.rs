@@ -139,7 +139,9 @@ fn read(handle: *mut c_void, path: &str) -> Result<Vec<Kernel>> {
         Some(v) if v > KERNEL_ABI_VERSION => return Err(newer(path, v)),
         Some(_) => {}
     }
-    let mut kernels: Vec<Kernel> = Vec::new();
+    // Each kernel with its name, copied: made `'static` once every export is accepted, so a
+    // library refused halfway leaks nothing.
+    let mut kernels: Vec<(Kernel, Box<str>)> = Vec::new();
     // Each export and name seen: a list that comes back to an export never ends, and a name
     // seen twice is refused (sets: a library of 100 000 kernels loads in linear time).
     let (mut exports, mut names) = (HashSet::new(), HashSet::new());
@@ -152,19 +154,19 @@ fn read(handle: *mut c_void, path: &str) -> Result<Vec<Kernel>> {
         }
         // SAFETY: a live export of the library's list.
         let export = unsafe { &*next };
-        let kernel = kernel_of(export, path)?;
-        if !names.insert(kernel.name) {
-            return Err(import(format!("two kernels are named '{}'", kernel.name)));
+        let (kernel, name) = kernel_of(export, path)?;
+        if !names.insert(name.clone()) {
+            return Err(import(format!("two kernels are named '{name}'")));
         }
-        kernels.push(kernel);
+        kernels.push((kernel, name));
         next = export.next;
     }
     if kernels.is_empty() {
         return Err(import("holds no dlpx kernels (it includes <dlpx/kernel.h> but exports none)".into()));
     }
-    // The constructors link each new export in front: the list runs backwards.
-    kernels.reverse();
-    Ok(kernels)
+    // The constructors link each new export in front: the list runs backwards. The names are
+    // copied once for the process (a library's kernels stay loaded).
+    Ok(kernels.into_iter().rev().map(|(kernel, name)| Kernel { name: Box::leak(name), ..kernel }).collect())
 }
 
 /// A library, or one export of it, built for a kernel ABI newer than this libdlpx reads.
@@ -178,7 +180,9 @@ fn newer(path: &str, version: u32) -> Error {
     )
 }
 
-fn kernel_of(export: &KernelExport, path: &str) -> Result<Kernel> {
+/// The kernel `export` describes, and its name (the kernel's own `name` is empty until the
+/// library is accepted).
+fn kernel_of(export: &KernelExport, path: &str) -> Result<(Kernel, Box<str>)> {
     if export.abi_version > KERNEL_ABI_VERSION {
         return Err(newer(path, export.abi_version));
     }
@@ -206,7 +210,6 @@ fn kernel_of(export: &KernelExport, path: &str) -> Result<Kernel> {
         false => format!("{}\n\n{}", signature.typed, signature.doc),
     };
     let described = CString::new(described).map_err(|_| import(format!("kernel '{name}': a NUL in its doc")))?;
-    // The name, copied once for the process (a library's kernels stay loaded).
-    let name = &*Box::leak(Box::<str>::from(name));
-    Ok(Kernel { name, signature, described, function, short: export.flags & KERNEL_FLAG_SHORT != 0 })
+    let kernel = Kernel { name: "", signature, described, function, short: export.flags & KERNEL_FLAG_SHORT != 0 };
+    Ok((kernel, Box::from(name)))
 }

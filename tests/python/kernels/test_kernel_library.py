@@ -415,6 +415,11 @@ def test_a_stream_the_framework_cannot_give_is_the_kernels_error(cases):
         assert "frame #0" not in str(raised.value) and "Exception raised from" not in str(raised.value)
     with pytest.raises(ValueError, match="^dlpx: stream_on_released: stream: unknown device type 9999"):
         cases.stream_on_released(np.ones(2), 9999, 0)
+    # A negative index, as dlpx.cuda refuses to set one (the kernel got NULL): numpy's caller and
+    # torch's (whose table reads -1 as its current device) alike.
+    for x in (np.ones(2), torch.ones(2)):
+        with pytest.raises(ValueError, match="^dlpx: stream_on_released: stream: device_id = -1 is negative$"):
+            cases.stream_on_released(x, 2, -1)
 
 
 def test_a_library_of_kernel_abi_1_still_runs(tmp_path_factory):
