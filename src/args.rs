@@ -381,7 +381,7 @@ fn int_attribute(py: Python<'_>, object: *mut PyObject, name: &Interned) -> Opti
 }
 
 /// `object` as an integer, or None with no exception left set.
-fn int_or_none(py: Python<'_>, object: *mut PyObject) -> Option<i64> {
+pub fn int_or_none(py: Python<'_>, object: *mut PyObject) -> Option<i64> {
     let int = int_value(py, object, "").ok();
     if int.is_none() {
         // SAFETY: GIL held; a failed `__index__` may have left an exception nobody reads.

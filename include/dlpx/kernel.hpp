@@ -58,7 +58,6 @@
 #include <dlpx/dlpx.hpp>
 #include <dlpx/kernel.h>
 
-#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -698,13 +697,7 @@ inline const DLTensor* call_tensor(DlpxCall* call, int32_t index, uint64_t* flag
 // cv-qualifiers ignored: a function returning `const char` gives a `char`, which is no int.
 template <class T, class U = std::remove_cv_t<T>>
 inline constexpr bool is_int_parameter =
-    std::is_integral<U>::value && sizeof(std::conditional_t<std::is_integral<U>::value, U, int>) <= sizeof(int64_t) &&
-    !std::is_same<U, bool>::value && !std::is_same<U, char>::value &&
-    !std::is_same<U, wchar_t>::value && !std::is_same<U, char16_t>::value && !std::is_same<U, char32_t>::value
-#if defined(__cpp_char8_t)
-    && !std::is_same<U, char8_t>::value
-#endif
-    ;
+    is_extent<U> && sizeof(std::conditional_t<std::is_integral<U>::value, U, int>) <= sizeof(int64_t);
 
 // param<P>: `kind` (sig's kinds; 0 for a type no parameter takes), `optional`, and
 // `read(call, slot)`.
@@ -787,6 +780,15 @@ struct param<I, std::enable_if_t<is_int_parameter<I>>> {
   }
 };
 
+// Half a last place past the largest F: what is below rounds to at most it, what is not to
+// infinity (the tie goes to the even one). Exact (a float's is 0x1.ffffffp+127).
+template <class F>
+constexpr long double rounds_past() {
+  long double past = 2.0L - 1.0L / static_cast<long double>(uint64_t{1} << std::numeric_limits<F>::digits);
+  for (int i = 1; i < std::numeric_limits<F>::max_exponent; ++i) past *= 2;
+  return past;
+}
+
 // `v` as Python's repr writes it: the fewest digits that read back as `v` (1e+300, not 301 digits).
 inline std::string shortest(double v) {
   char shown[32] = {0};
@@ -809,8 +811,7 @@ struct param<F, std::enable_if_t<std::is_floating_point<F>::value>> {
     // inf and nan stay. What rounds to the largest value is below it by half its last place (the
     // tie goes to the even infinity): 3.4028235e38, numpy's float32 max as printed, is taken.
     if constexpr (sizeof(F) < sizeof(double)) {
-      using limits = std::numeric_limits<F>;
-      const double past = std::ldexp(2.0 - std::ldexp(1.0, -limits::digits), limits::max_exponent - 1);
+      constexpr double past = static_cast<double>(rounds_past<F>());
       if (v == v && v - v == 0 && (v >= past || v <= -past)) {
         throw Error("OverflowError", shortest(v) + " is out of range for a " + std::to_string(8 * sizeof(F)) + "-bit float");
       }
@@ -968,10 +969,7 @@ constexpr bool holds_default(std::string_view d) {
     const uint64_t negative = std::is_signed<U>::value ? static_cast<uint64_t>(-(std::numeric_limits<U>::min() + 1)) + 1 : 0;
     return sig::integer_within(d, negative, positive);
   } else if constexpr (std::is_floating_point<U>::value && sizeof(U) < sizeof(double)) {
-    // Half a last place past the largest value: what rounds to it (param<F>::read).
-    long double past = 2.0L - 1.0L / static_cast<long double>(uint64_t{1} << std::numeric_limits<U>::digits);
-    for (int i = 1; i < std::numeric_limits<U>::max_exponent; ++i) past *= 2;
-    return !sig::number_past(d, past);
+    return !sig::number_past(d, rounds_past<U>());
   } else {
     return true;
   }

@@ -93,11 +93,10 @@ pub fn make(
         }
     };
     // From here the module owns the box.
-    // SAFETY: GIL held; the definition lives in the box, which the module (the function's `self`,
-    // released only when the function is freed) keeps.
-    let def = unsafe { (py.PyModule_GetDef)(this.as_ptr()) };
-    learn_def_offset(py, this.as_ptr(), def);
-    // SAFETY: as above.
+    // SAFETY: the box lives as long as the module.
+    learn_def_offset(py, this.as_ptr(), unsafe { (*object).def.as_ptr() });
+    // SAFETY: GIL held; the method definition lives in the box, which the module (the function's
+    // `self`, released only when the function is freed) keeps.
     py.check(unsafe { (py.PyCFunction_NewEx)(&mut (*object).method, this.as_ptr(), module_name) })
 }
 
@@ -109,10 +108,14 @@ static DEF_OFFSET: AtomicUsize = AtomicUsize::new(0);
 /// Finds `def` in `module`, a module just made from it, where `PyModuleObject` keeps it: a
 /// pointer-aligned field past the object header and `md_dict`, inside the module type's size.
 fn learn_def_offset(py: Python<'_>, module: *mut PyObject, def: *mut PyModuleDef) {
-    if DEF_OFFSET.load(Ordering::Relaxed) != 0 || def.is_null() {
+    if DEF_OFFSET.load(Ordering::Relaxed) != 0 {
         return;
     }
-    let Some(size) = basicsize(py, module) else { return };
+    let ty = crate::cpython::type_of(py, module).cast();
+    let size = crate::cpython::attribute(py, ty, c"__basicsize__")
+        .and_then(|size| crate::args::int_or_none(py, size.as_ptr()))
+        .and_then(|size| usize::try_from(size).ok());
+    let Some(size) = size else { return };
     let first = crate::cpython::layout::head() + size_of::<usize>();
     for offset in (first..size.saturating_sub(size_of::<usize>() - 1)).step_by(size_of::<usize>()) {
         // SAFETY: `offset` + 8 is within the object's `tp_basicsize`; a module is pointer-aligned.
@@ -120,23 +123,6 @@ fn learn_def_offset(py: Python<'_>, module: *mut PyObject, def: *mut PyModuleDef
         if held == def {
             DEF_OFFSET.store(offset, Ordering::Relaxed);
             return;
-        }
-    }
-}
-
-/// `type(object).__basicsize__`, or None (and no exception pending) if it cannot be read.
-fn basicsize(py: Python<'_>, object: *mut PyObject) -> Option<usize> {
-    let ty = crate::cpython::type_of(py, object).cast::<PyObject>();
-    // SAFETY: GIL held; a new reference, owned.
-    let size = Owned::new(py, unsafe { (py.PyObject_GetAttrString)(ty, c"__basicsize__".as_ptr()) });
-    // SAFETY: as above.
-    let size = size.map(|size| unsafe { (py.PyLong_AsLongLong)(size.as_ptr()) });
-    match size.ok().and_then(|size| usize::try_from(size).ok()) {
-        Some(size) => Some(size),
-        None => {
-            // What went wrong is not the caller's: the offset is not learnt.
-            drop(crate::cpython::take_pending(py));
-            None
         }
     }
 }

@@ -60,13 +60,16 @@ inline const DLPackExchangeAPI* find_v1_table(const DLPackExchangeAPI* api, cons
   return v1;
 }
 
-// An extent's type: an integer, not a character or a bool (a std::string is no shape: "ab" would
-// be (97, 98)).
+// An integer as a count: an integral type that is not a character or a bool (a std::string is
+// no shape: "ab" would be (97, 98)). int8_t and uint8_t are.
 template <class I>
 constexpr bool is_extent = std::is_integral<I>::value && !std::is_same<I, bool>::value && !std::is_same<I, char>::value &&
-                           !std::is_same<I, signed char>::value && !std::is_same<I, unsigned char>::value &&
                            !std::is_same<I, wchar_t>::value && !std::is_same<I, char16_t>::value &&
-                           !std::is_same<I, char32_t>::value;
+                           !std::is_same<I, char32_t>::value
+#if defined(__cpp_char8_t)
+                           && !std::is_same<I, char8_t>::value
+#endif
+    ;
 
 template <class S, class = void>
 struct is_shape_container : std::false_type {};
