@@ -65,6 +65,16 @@ static std::string echo_impl(const std::string& text, float times) {
 static int64_t echo(std::string text, float times) { return static_cast<int64_t>(echo_impl(text, times).size()); }
 DLPX_EXPORT_TYPED_KERNEL_SHORT(echo, echo, "echo(text: str, times: float) -> int: len(text * int(times)).")
 
+// Parameters taken by rvalue reference (the converted value is moved in) and by lvalue reference.
+static std::string steal_impl(std::string&& text, std::string& suffix) {
+  std::string taken = std::move(text);
+  return taken + suffix;
+}
+static int64_t steal(std::string&& text, std::string& suffix, int64_t&& times) {
+  return static_cast<int64_t>(steal_impl(std::move(text), suffix).size()) * times;
+}
+DLPX_EXPORT_TYPED_KERNEL_SHORT(steal, steal, "steal(text: str, suffix: str, times: int = 2) -> int: len(text + suffix) * times.")
+
 // A float parameter, given back as a double: what it was rounded to.
 static double widen(float v) { return v; }
 DLPX_EXPORT_TYPED_KERNEL_SHORT(widen, widen, "widen(v: float = 3.4028235e38) -> float: v rounded to a 32-bit float.")

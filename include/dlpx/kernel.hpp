@@ -945,6 +945,8 @@ struct function_traits<R (*)(A...)> {
   // Takes the call first (dlpx::Call&).
   static constexpr bool takes_call = std::is_same<first, Call&>::value;
   using params = std::conditional_t<takes_call, std::tuple<std::decay_t<A>...>, std::tuple<void, std::decay_t<A>...>>;
+  // As declared (`T`, `const T&`, `T&`, `T&&`): what each converted argument is passed as.
+  using declared = std::conditional_t<takes_call, std::tuple<A...>, std::tuple<void, A...>>;
   static constexpr int arity = static_cast<int>(sizeof...(A)) - (takes_call ? 1 : 0);
 };
 template <class R, class... A>
@@ -1071,18 +1073,21 @@ int run(Call& call, std::index_sequence<I...>) {
   [[maybe_unused]] std::tuple<std::tuple_element_t<I, P>...> args{read_parameter<std::tuple_element_t<I, P>>(
       raw, Signature, static_cast<int>(I), slot_of(static_cast<int>(I), count, star, argc))...};
   using R = typename traits::result_type;
+  // Each argument passed as its parameter is declared: a by-value or `T&&` parameter takes the
+  // converted value moved (it is not read again), a reference parameter the value itself.
+  using D = typename traits::declared;
   if constexpr (std::is_void<R>::value) {
     if constexpr (traits::takes_call) {
-      Function(call, std::get<I>(args)...);
+      Function(call, std::forward<std::tuple_element_t<I + 1, D>>(std::get<I>(args))...);
     } else {
-      Function(std::get<I>(args)...);
+      Function(std::forward<std::tuple_element_t<I + 1, D>>(std::get<I>(args))...);
     }
     return 0;
   } else {
     if constexpr (traits::takes_call) {
-      return give(raw, Function(call, std::get<I>(args)...));
+      return give(raw, Function(call, std::forward<std::tuple_element_t<I + 1, D>>(std::get<I>(args))...));
     } else {
-      return give(raw, Function(std::get<I>(args)...));
+      return give(raw, Function(std::forward<std::tuple_element_t<I + 1, D>>(std::get<I>(args))...));
     }
   }
 }

@@ -106,6 +106,8 @@ def test_scalars_keywords_and_defaults(cases):
     assert cases.scalars(n=1, x=2, flag=False, text="") == (2, 4.0, True, 0)
     assert cases.scalars(1, 0.5, text="héllo") == (2, 1.0, False, 6)  # UTF-8 bytes
     assert cases.echo("ab", 3.0) == 6 and cases.echo(text="", times=2) == 0
+    # `std::string&&`, `std::string&` and `int64_t&&` parameters take the converted values.
+    assert cases.steal("abc", "de") == 10 and cases.steal("", "x", times=3) == 3
     assert cases.narrow(-128, 65535) == 65407
     # A float parameter: a value that rounds past its range is an OverflowError (its conversion
     # is undefined in C++); one below its precision rounds; one that rounds to the largest float
