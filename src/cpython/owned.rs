@@ -38,6 +38,11 @@ impl<'py> Owned<'py> {
         self.object.as_ptr()
     }
 
+    #[inline]
+    pub fn non_null(&self) -> NonNull<PyObject> {
+        self.object
+    }
+
     /// Gives the reference up to the caller (who now owns it).
     #[inline]
     pub fn into_ptr(self) -> *mut PyObject {

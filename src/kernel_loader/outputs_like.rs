@@ -69,7 +69,7 @@ pub fn exit(py: Python<'_>, _module: *mut PyObject) -> Result<*mut PyObject> {
 
 /// `_outputs_like_enter(x)`: a block choosing x's framework (x a tensor or its type; None: the
 /// first tensor argument's) is entered; returns what the caller keeps in the context variable:
-/// `x`, or the nearest base of its type that names a framework (`numpy.memmap`: `numpy.ndarray`).
+/// `x`, or the type that names its framework (`numpy.memmap`, `numpy.float32`: `numpy.ndarray`).
 /// A TypeError for what is no framework's tensor, and then no block is counted.
 pub fn enter(py: Python<'_>, _module: *mut PyObject, object: *mut PyObject) -> Result<*mut PyObject> {
     let framework = match object == py.none || producers::names_framework(py, object) {
@@ -79,7 +79,7 @@ pub fn enter(py: Python<'_>, _module: *mut PyObject, object: *mut PyObject) -> R
                 true => object,
                 false => crate::cpython::type_of(py, object).cast(),
             };
-            producers::nearest_framework_base(py, ty).ok_or_else(|| not_a_framework(py, object))?
+            producers::framework_type_of(py, ty).ok_or_else(|| not_a_framework(py, object))?
         }
     };
     BLOCKS_ENTERED.fetch_add(1, Ordering::Relaxed);

@@ -2,7 +2,8 @@
 //! CUDA array interface (versions 2 and 3), which share their keys (docs/design.md R12):
 //! `shape`, `typestr` (with `descr`, refused unless it says no more than `typestr`), `strides`
 //! in bytes (None: C order), `data` (a pointer and a read-only flag; numpy's may also be None,
-//! the object's own buffer, or an object exporting one, at `offset`), `mask` (refused),
+//! the object's own buffer, or an object exporting one, at `offset`), `__ref` (numpy's: what
+//! keeps the pointed-to memory, where the owner does not), `mask` (refused),
 //! `version`, and the CUDA one's `stream`.
 
 use pyo3_ffi::PyObject;
@@ -32,8 +33,10 @@ impl Kind {
 
 /// Where the memory is.
 pub enum Data<'py> {
-    /// An address and whether it is read-only.
-    Pointer(usize, bool),
+    /// An address, whether it is read-only, and what keeps the memory there: the interface's
+    /// owner, or the dict's `__ref` where it has one (a numpy scalar's interface points into a
+    /// temporary array only `__ref` holds: the scalar does not).
+    Pointer { address: usize, readonly: bool, keeper: Owned<'py> },
     /// The buffer of an object (the interface's owner when `data` was None), `offset` bytes in.
     Buffer(Owned<'py>, usize),
 }
@@ -67,6 +70,7 @@ static STRIDES: Interned = Interned::new(c"strides");
 static DATA: Interned = Interned::new(c"data");
 static OFFSET: Interned = Interned::new(c"offset");
 static STREAM: Interned = Interned::new(c"stream");
+static REF: Interned = Interned::new(c"__ref");
 
 /// The interface `kind` of `owner`, read from its attribute.
 pub fn interface_of<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> Result<Interface<'py>> {
@@ -138,7 +142,11 @@ pub fn interface_of<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> R
         Some(data) if is_tuple(py, data.as_ptr()) => {
             let (address, readonly) = pointer_and_flag(py, data.as_ptr())
                 .map_err(|_| refuse("data must be (address: int, read_only: bool)".into()))?;
-            Data::Pointer(address, readonly)
+            let keeper = match item(&REF)? {
+                Some(keeper) => keeper,
+                None => Owned::from_borrowed(py, std::ptr::NonNull::new(owner).ok_or_else(|| Error::null("object"))?),
+            };
+            Data::Pointer { address, readonly, keeper }
         }
         _ if kind == Kind::Cuda => return Err(refuse("data must be (address: int, read_only: bool)".into())),
         data => {

@@ -43,17 +43,13 @@ impl Producer for ArrayInterface {
             (true, true) => Ok(unsafe { Handover::managed(copied(py, &interface)?) }),
             (true, false) => Err(interface.unaligned.unwrap_or_else(|| Error::buffer("unaligned strides"))),
             // SAFETY: a managed tensor this read made from the interface it checked, valid as made.
-            (false, _) => Ok(unsafe { Handover::made(managed_of(py, object, &interface)?) }),
+            (false, _) => Ok(unsafe { Handover::made(managed_of(py, &interface)?) }),
         }
     }
 }
 
 /// A managed tensor over the memory `interface` (whose strides are whole items) describes.
-fn managed_of(
-    py: Python<'_>,
-    object: *mut PyObject,
-    interface: &Interface<'_>,
-) -> Result<NonNull<DLManagedTensorVersioned>> {
+fn managed_of(py: Python<'_>, interface: &Interface<'_>) -> Result<NonNull<DLManagedTensorVersioned>> {
     let ndim = interface.ndim;
     let dims = || interface.shape[..ndim].iter().copied().zip(interface.strides[..ndim].iter().copied());
     let numel = crate::layout::numel(&interface.shape[..ndim])?;
@@ -67,21 +63,14 @@ fn managed_of(
         byte_offset: 0,
     };
     match interface.data {
-        Data::Pointer(address, readonly) => {
+        Data::Pointer { address, readonly, ref keeper } => {
             if address == 0 && numel > 0 {
                 return Err(Error::buffer("__array_interface__: data is NULL for a non-empty array"));
             }
             tensor.data = address as *mut std::ffi::c_void;
-            // SAFETY: GIL held; the exporting object keeps its memory while the import holds it.
-            unsafe {
-                held::managed_holding(
-                    py,
-                    Reference::to(py, NonNull::new(object).ok_or_else(|| Error::null("object"))?),
-                    tensor,
-                    dims(),
-                    readonly,
-                )
-            }
+            // SAFETY: GIL held; the keeper (the exporting object, or numpy's `__ref`) keeps the
+            // memory while the import holds it.
+            unsafe { held::managed_holding(py, Reference::to(py, keeper.non_null()), tensor, dims(), readonly) }
         }
         Data::Buffer(ref exporter, offset) => {
             let Some(mut held) = HeldView::take(py, exporter.as_ptr(), PYBUF_RECORDS_RO)? else {
@@ -109,7 +98,7 @@ fn copied(py: Python<'_>, interface: &Interface<'_>) -> Result<NonNull<DLManaged
     let (shape, byte_strides) = (&interface.shape[..ndim], &interface.byte_strides[..ndim]);
     let copy = match &interface.data {
         // SAFETY: the exporting object, alive for the call, says its memory holds every item.
-        Data::Pointer(address, _) => unsafe {
+        Data::Pointer { address, .. } => unsafe {
             crate::copy::gather_bytes(*address as *const u8, shape, byte_strides, interface.dtype)?
         },
         Data::Buffer(exporter, offset) => {

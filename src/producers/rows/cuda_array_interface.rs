@@ -7,8 +7,6 @@
 
 use std::ffi::c_void;
 
-use std::ptr::NonNull;
-
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use crate::abi::*;
@@ -44,7 +42,7 @@ impl Producer for CudaArrayInterface {
         if let Some(unaligned) = interface.unaligned {
             return Err(unaligned); // device memory: dlpx gathers host items only
         }
-        let Data::Pointer(address, readonly) = interface.data else {
+        let Data::Pointer { address, readonly, ref keeper } = interface.data else {
             return Err(Error::buffer("__cuda_array_interface__: data must be (address, read_only)"));
         };
         let ndim = interface.ndim;
@@ -68,16 +66,10 @@ impl Producer for CudaArrayInterface {
             byte_offset: 0,
         };
         let dims = interface.shape[..ndim].iter().copied().zip(interface.strides[..ndim].iter().copied());
-        // SAFETY: GIL held; the exporting object keeps its memory while the import holds it; a
-        // managed tensor this read made from the interface it checked, valid as made.
+        // SAFETY: GIL held; the keeper (the exporting object) keeps its memory while the import
+        // holds it; a managed tensor this read made from the interface it checked, valid as made.
         unsafe {
-            Ok(Handover::made(held::managed_holding(
-                py,
-                Reference::to(py, NonNull::new(object).ok_or_else(|| Error::null("object"))?),
-                tensor,
-                dims,
-                readonly,
-            )?))
+            Ok(Handover::made(held::managed_holding(py, Reference::to(py, keeper.non_null()), tensor, dims, readonly)?))
         }
     }
 }

@@ -32,9 +32,17 @@ static GUARD: Guard = Guard::new("numpy", c"numpy", &["2.4", "2.5"]);
 /// numpy's `ndarray` type, once numpy is imported with a known ABI.
 static ARRAY_TYPE: Discovered<NonNull<PyTypeObject>> = Discovered::new(c"numpy", &[]);
 
+/// numpy's scalar base type, `numpy.generic`, once numpy is imported with a known ABI.
+static GENERIC_TYPE: Discovered<NonNull<PyTypeObject>> = Discovered::new(c"numpy", &[]);
+
+/// Slots of numpy's `_ARRAY_API` table (`__multiarray_api.h`): `PyArray_Type`,
+/// `PyGenericArrType_Type`.
+const ARRAY_TYPE_SLOT: usize = 2;
+const GENERIC_TYPE_SLOT: usize = 10;
+
 impl Producer for Numpy {
     fn claims(&self, py: Python<'_>, ty: *mut PyTypeObject, _: Option<&'static DLPackExchangeAPI>) -> bool {
-        ARRAY_TYPE.get_or_find(py, |py, _| read_array_api(py).and_then(NonNull::new)) == NonNull::new(ty)
+        ARRAY_TYPE.get_or_find(py, |py, _| read_array_api(py, ARRAY_TYPE_SLOT)) == NonNull::new(ty)
     }
 
     fn answer<'py>(&self, py: Python<'py>, object: *mut PyObject, _: Entry, _: Ask<'_>) -> Answer<'py> {
@@ -99,9 +107,20 @@ fn dtype_of(type_num: c_int) -> Option<(DLDataType, usize)> {
     Some((DLDataType { code: code.0, bits, lanes: 1 }, bits as usize / 8))
 }
 
-/// numpy's `PyArray_Type` from its `_ARRAY_API` table (slot 2), when slot 0,
-/// `PyArray_GetNDArrayCVersion`, reports a known ABI.
-fn read_array_api(py: Python<'_>) -> Option<*mut PyTypeObject> {
+/// `numpy.ndarray` when `ty` is one of numpy's scalar types (a subclass of `numpy.generic`:
+/// `numpy.float32`), which no row names numpy for: they are read through their
+/// `__array_interface__`, but a kernel's outputs like them are numpy's (docs/kernels.md, "Which
+/// argument decides"). None before numpy is imported.
+pub fn array_type_of_scalar(py: Python<'_>, ty: *mut PyTypeObject) -> Option<*mut PyTypeObject> {
+    let generic = GENERIC_TYPE.get_or_find(py, |py, _| read_array_api(py, GENERIC_TYPE_SLOT))?;
+    let array = ARRAY_TYPE.get_or_find(py, |py, _| read_array_api(py, ARRAY_TYPE_SLOT))?;
+    // SAFETY: GIL held; two live types.
+    (unsafe { (py.PyType_IsSubtype)(ty, generic.as_ptr()) } != 0).then_some(array.as_ptr())
+}
+
+/// The type in `slot` of numpy's `_ARRAY_API` table, when slot 0, `PyArray_GetNDArrayCVersion`,
+/// reports a known ABI.
+fn read_array_api(py: Python<'_>, slot: usize) -> Option<NonNull<PyTypeObject>> {
     // SAFETY: GIL held; failures are cleared; the capsule holds numpy's API table (numpy names
     // it NULL), which lives as long as numpy, which is never unloaded.
     unsafe {
@@ -120,7 +139,7 @@ fn read_array_api(py: Python<'_>) -> Option<*mut PyTypeObject> {
         }
         let table = table.cast::<*mut c_void>();
         let version: unsafe extern "C" fn() -> u32 = std::mem::transmute(*table);
-        KNOWN_ABI_VERSIONS.contains(&version()).then(|| (*table.add(2)).cast::<PyTypeObject>())
+        KNOWN_ABI_VERSIONS.contains(&version()).then(|| NonNull::new((*table.add(slot)).cast::<PyTypeObject>()))?
     }
 }
 

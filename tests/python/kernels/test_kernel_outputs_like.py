@@ -148,6 +148,23 @@ def test_a_first_argument_of_a_derived_type_names_its_nearest_framework_base(lib
             assert type(lib.add(memmap, a)) is torch.Tensor
 
 
+def test_a_numpy_scalar_names_numpy(lib):
+    # A numpy scalar is read through its __array_interface__ (no row names numpy for it), yet it
+    # is numpy's: outputs like it are numpy arrays (0-d here), first argument or outputs_like.
+    for _ in range(2):  # found, then remembered
+        out = lib.add(np.float32(1.5), np.float32(2.0))
+        assert type(out) is np.ndarray and out.shape == () and out.dtype == np.float32 and out == 3.5
+        assert type(lib.add(np.int64(3), np.asarray(4))) is np.ndarray
+        for x in (np.float64(0), np.float64, np.generic, np.bool_(True)):
+            with dlpx.outputs_like(x):
+                assert type(lib.add(torch.ones(2), torch.ones(2))) is np.ndarray
+    # Python's own scalars stay nobody's.
+    for x in (1.5, float):
+        with pytest.raises(TypeError, match="^dlpx: outputs_like: takes a tensor"):
+            with dlpx.outputs_like(x):
+                pass
+
+
 @pytest.mark.parametrize("x,given", [("a str", "an instance of str"), (3, "an instance of int"), (object, "object"),
                                      (object(), "an instance of object"), (memoryview, "memoryview")],
                          ids=["str", "int", "type", "object", "buffer type"])

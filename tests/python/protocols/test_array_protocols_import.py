@@ -237,6 +237,16 @@ def test_the_array_interface_s_read_only_flag_and_exporter_are_kept():
     assert alive() is None
 
 
+def test_a_numpy_scalar_s_memory_is_kept_by_its_interface_s_ref():
+    # A numpy scalar's __array_interface__ points into a temporary array that only the dict's
+    # `__ref` holds: the import holds that (the scalar keeps nothing), so the memory outlives the
+    # dict and is not reused by the next scalar's temporary.
+    tensors = [dlpx.from_dlpack(np.float32(v)) for v in (1.5, 7.0, -2.0)]
+    for _ in range(100):
+        np.float64(0.0).__array_interface__  # temporaries that would reuse freed memory
+    assert [float(values(t)) for t in tensors] == [1.5, 7.0, -2.0]
+
+
 @pytest.mark.parametrize("changes, says", [
     ({"mask": np.zeros(4, bool)}, "mask"),
     ({"descr": [("a", "<i8"), ("b", "<i8")]}, "descr"),
