@@ -5,7 +5,7 @@
  * kernel allocated is deleted once). kernel.h's structures have the layout the loader reads.
  *
  * argv: the kernel_cases library, the newer-ABI one, the one with no kernels, the one with a bad
- * signature, and a file that is no library. */
+ * signature, a file that is no library, and the library that finds its own kernels as it loads. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,7 +18,7 @@
 /* `huge` asks for 128 TiB. */
 TEST_HUGE_ALLOCATIONS_MAY_FAIL
 
-static const char *newer_path, *empty_path, *bad_signature_path, *not_a_library;
+static const char *newer_path, *empty_path, *bad_signature_path, *not_a_library, *self_finding_path;
 
 /* The same numbers src/kernels/export.rs asserts of its mirrors (LP64). */
 static void test_kernel_h_has_the_layout_the_loader_reads(void) {
@@ -261,9 +261,27 @@ static void test_a_library_is_opened_once(void) {
         test_str(dlpx_kernel_signature(a)));
 }
 
+/* The library's constructor found `early` (linked) and not `late` (not yet); loaded, it has both:
+ * what was read while dlopen ran its constructors was not kept as the library. */
+static void test_a_library_finding_its_own_kernels_as_it_loads_is_read_whole_afterwards(void) {
+  const DlpxKernel *late = NULL, *early = NULL;
+  int rc = dlpx_kernel_find(self_finding_path, "late", &late);
+  CHECK(rc == 0 && late != NULL, "late: %s", test_str(dlpx_last_error()));
+  rc = dlpx_kernel_find(self_finding_path, "early", &early);
+  CHECK(rc == 0 && early != NULL, "early: %s", test_str(dlpx_last_error()));
+  if (late == NULL) return;
+  DlpxValue result;
+  size_t n = 0;
+  rc = dlpx_kernel_call(late, NULL, 0, &result, 1, &n);
+  CHECK(rc == 0 && n == 1 && result.kind == DLPX_VALUE_INT, "late(): rc %d, %zu results", rc, n);
+  CHECK(result.int64 == -1, "the constructor's finds returned 10 * early + late = %lld", (long long)result.int64);
+  const DlpxKernel *again = NULL;
+  CHECK(dlpx_kernel_find(self_finding_path, "late", &again) == 0 && again == late, "opened once");
+}
+
 int main(int argc, char **argv) {
-  if (argc != 6) {
-    fprintf(stderr, "usage: %s CASES NEWER_ABI NO_KERNELS BAD_SIGNATURE NOT_A_LIBRARY\n", argv[0]);
+  if (argc != 7) {
+    fprintf(stderr, "usage: %s CASES NEWER_ABI NO_KERNELS BAD_SIGNATURE NOT_A_LIBRARY SELF_FINDING\n", argv[0]);
     return 2;
   }
   cases_path = argv[1];
@@ -271,6 +289,7 @@ int main(int argc, char **argv) {
   empty_path = argv[3];
   bad_signature_path = argv[4];
   not_a_library = argv[5];
+  self_finding_path = argv[6];
   test_kernel_h_has_the_layout_the_loader_reads();
   test_arguments_read_in_place_agree_with_the_functions();
   test_scalars_in_and_out_with_defaults();
@@ -279,5 +298,6 @@ int main(int argc, char **argv) {
   test_bad_calls_fail_cleanly_and_lose_nothing();
   test_libraries_that_cannot_serve_are_refused();
   test_a_library_is_opened_once();
+  test_a_library_finding_its_own_kernels_as_it_loads_is_read_whole_afterwards();
   return test_summary();
 }

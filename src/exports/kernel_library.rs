@@ -45,7 +45,9 @@ pub struct DlpxValue {
 
 /// Finds the kernel `name` in the kernel library at `path`, opening it if this process has not
 /// (with `dlopen`; it stays loaded, as `dlpx.load_library` keeps it: the same library by any
-/// path is opened once). `*out` lives for the process. Returns 0, or -1 with the message in
+/// path is opened once). `*out` lives for the process. Called from a library constructor (while
+/// `dlopen` runs them), it sees the kernels linked so far, and the library is read again, whole,
+/// by the next find after the `dlopen`. Returns 0, or -1 with the message in
 /// `dlpx_last_error()` and its kind in `dlpx_last_error_kind()` (OSError: not a library;
 /// ImportError: no dlpx kernels, a newer kernel ABI, no kernel of that name).
 ///

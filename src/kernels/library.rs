@@ -1,8 +1,9 @@
 //! Opening a kernel library: `dlopen` once per file, the anchor kernel.h defines, the ABI
 //! version, every export's name and signature read and checked. A library stays loaded for the
 //! process (its functions and strings are `'static` from then on), and opening it again, by any
-//! path, gives the same [`Library`].
+//! path, gives the same [`Library`] (but for a constructor's open: [`PROVISIONAL`]).
 
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::ffi::{c_void, CStr, CString};
 use std::sync::Mutex;
@@ -46,6 +47,18 @@ impl Library {
 /// `'static`).
 static LIBRARIES: Mutex<Vec<&'static Library>> = Mutex::new(Vec::new());
 
+/// Libraries read while a `dlopen` of [`open`]'s ran constructors on the reading thread: given to
+/// the constructor that asked, kept for the process (their kernels are `'static`), never found by
+/// a later open, which reads the library again.
+static PROVISIONAL: Mutex<Vec<&'static Library>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// How many of [`open`]'s `dlopen`s this thread is inside. A library's constructors run
+    /// within its dlopen and may open libraries, their own included, before the exports defined
+    /// after them are linked: what is read meanwhile may be partial.
+    static OPENING: Cell<usize> = const { Cell::new(0) };
+}
+
 /// The kernel library at `path`, opened once for the process. OSError where `dlopen` refuses the
 /// path; ImportError where the library holds no dlpx kernels, or kernels this libdlpx cannot read
 /// (a newer kernel ABI, a bad signature). Errors name the path.
@@ -56,9 +69,11 @@ pub fn open(path: &str) -> Result<&'static Library> {
     }
     let c_path = CString::new(path).map_err(|_| Error::value(format!("{path:?}: a path with a NUL byte")))?;
     // No lock is held while the library's constructors run: they may call into dlpx.
+    OPENING.with(|depth| depth.set(depth.get() + 1));
     // SAFETY: a NUL-terminated path; dlopen runs the library's constructors (kernel.h's link the
     // exports into the library's list).
     let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    OPENING.with(|depth| depth.set(depth.get() - 1));
     if handle.is_null() {
         // dlopen looks a name without a '/' up on the library search path, never in the current
         // directory (as ctypes.CDLL does): say so where the file is right there.
@@ -80,14 +95,21 @@ pub fn open(path: &str) -> Result<&'static Library> {
         }
     };
     let file = super::link_map::file(handle).unwrap_or_else(|| path.to_string());
+    let library = Library { path: path.to_string(), file, handle: handle as usize, kernels };
+    if OPENING.with(Cell::get) > 0 {
+        // A constructor asks (its dlopen not done): perhaps of this very library, with the
+        // exports defined after it not linked yet. What it sees is not what later opens find.
+        let library: &'static Library = Box::leak(Box::new(library));
+        PROVISIONAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(library);
+        return Ok(library);
+    }
     let mut libraries = LIBRARIES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(known) = libraries.iter().find(|l| l.handle == handle as usize) {
         // Another thread opened it meanwhile.
         close(handle);
         return Ok(known);
     }
-    let library: &'static Library =
-        Box::leak(Box::new(Library { path: path.to_string(), file, handle: handle as usize, kernels }));
+    let library: &'static Library = Box::leak(Box::new(library));
     libraries.push(library);
     Ok(library)
 }
