@@ -129,6 +129,15 @@ pub(super) fn is_our_legacy_export(m: &DLManagedTensor) -> bool {
         .is_some_and(|d| std::ptr::fn_addr_eq(d, delete_legacy_export as unsafe extern "C" fn(*mut DLManagedTensor)))
 }
 
+/// Whether `m`, one of our exports (`is_our_export`), says read-only of a writable tensor
+/// (`__dlpack__(read_only=True)`): taken back, the tensor would be writable again.
+pub(super) fn adds_read_only(m: &DLManagedTensorVersioned) -> bool {
+    // SAFETY: our export's manager_ctx is a `Shared::into_raw` of the exported core, which the
+    // export's reference keeps live; only its immutable flags are read.
+    let core = unsafe { &*m.manager_ctx.cast_const().cast::<Core>() };
+    m.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0 && core.flags & DLPACK_FLAG_BITMASK_READ_ONLY == 0
+}
+
 pub(super) fn is_our_export(m: &DLManagedTensorVersioned) -> bool {
     m.deleter.is_some_and(|d| {
         std::ptr::fn_addr_eq(d, delete_versioned_export as unsafe extern "C" fn(*mut DLManagedTensorVersioned))

@@ -300,7 +300,9 @@ unsafe fn check_versioned(managed: NonNull<DLManagedTensorVersioned>) -> Result<
     check_major(unsafe { major_of(managed.as_ptr()) })?;
     // SAFETY: a v1 struct, live.
     let m = unsafe { managed.as_ref() };
-    if is_our_export(m) {
+    // A read-only export of a writable tensor is read as any producer's (its own tensor, read-only,
+    // holding the export), not taken back.
+    if is_our_export(m) && !export::adds_read_only(m) {
         return Ok(Checked::OurExport);
     }
     if allocation::is_ours(m) {

@@ -138,6 +138,25 @@ def test_dlpack_read_only_is_torchs_spelling():
     assert not ro.flags.writeable
 
 
+def test_dlpxs_own_read_only_export_stays_read_only_coming_home():
+    # A round trip takes back the exported tensor, but a read-only export of a writable one is
+    # read as any producer's: read-only, sharing the memory, the original still writable.
+    t = dlpx.empty((3,), dtype="float32")
+    back = dlpx.from_dlpack(t.__dlpack__(max_version=(1, 3), read_only=True))
+    through = dlpx.from_dlpack(type("P", (), {"__dlpack__": lambda s, **k: t.__dlpack__(read_only=True, **k),
+                                              "__dlpack_device__": lambda s: t.__dlpack_device__()})())
+    for u in (back, through):
+        assert u.readonly and u.data_ptr == t.data_ptr
+        with pytest.raises(ValueError, match="read-only"):
+            np.asarray(u)[:] = 5
+    assert not t.readonly and not dlpx.from_dlpack(t.__dlpack__(max_version=(1, 3))).readonly
+    np.from_dlpack(t)[:] = 2
+    assert np.from_dlpack(back).tolist() == [2.0, 2.0, 2.0]
+    # A read-only tensor's own exports, asked read-only or not, come home read-only.
+    for read_only in (True, False):
+        assert dlpx.from_dlpack(back.__dlpack__(max_version=(1, 3), read_only=read_only)).readonly
+
+
 def test_torchs_read_only_dlpack_is_read_only_in_dlpx():
     torch = pytest.importorskip("torch")
     a = torch.arange(4.0)
