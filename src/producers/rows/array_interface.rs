@@ -79,7 +79,7 @@ fn managed_of(py: Python<'_>, interface: &Interface<'_>) -> Result<NonNull<DLMan
             let (view, out) = held.parts();
             tensor.data = view.buf;
             tensor.byte_offset = offset as u64;
-            fits(&tensor, &interface.shape[..ndim], &interface.strides[..ndim], offset, view.len as usize)?;
+            fits(interface, offset, view.len as usize)?;
             let readonly = view.readonly != 0;
             for (i, (extent, stride)) in dims().enumerate() {
                 (out[i], out[ndim + i]) = (extent, stride);
@@ -105,7 +105,8 @@ fn copied(py: Python<'_>, interface: &Interface<'_>) -> Result<NonNull<DLManaged
             let Some(held) = HeldView::take(py, exporter.as_ptr(), PYBUF_RECORDS_RO)? else {
                 return Err(Error::buffer("__array_interface__: data is neither (address, read_only) nor a buffer"));
             };
-            // SAFETY: the view is held for the call; the interface says it holds every item.
+            fits(interface, *offset, held.view().len as usize)?;
+            // SAFETY: the view is held for the call and holds every item (checked just above).
             unsafe {
                 crate::copy::gather_bytes(
                     held.view().buf.cast::<u8>().add(*offset),
@@ -120,12 +121,20 @@ fn copied(py: Python<'_>, interface: &Interface<'_>) -> Result<NonNull<DLManaged
     copy.export_versioned(DLPACK_FLAG_BITMASK_IS_COPIED)
 }
 
-/// Refuses an interface whose elements reach outside the buffer it names (hostile input).
-fn fits(tensor: &DLTensor, shape: &[i64], strides: &[i64], offset: usize, len: usize) -> Result<()> {
-    let bits = tensor.dtype.bits as u64;
+/// Refuses an interface whose items reach outside the buffer it names, `offset` bytes into its
+/// `len` (hostile input): by element strides, or, where there are none (a layout only a copy
+/// takes), by byte strides, the last item whole.
+fn fits(interface: &Interface<'_>, offset: usize, len: usize) -> Result<()> {
+    let ndim = interface.ndim;
+    let shape = &interface.shape[..ndim];
+    let bits = interface.dtype.bits as u64;
+    let (strides, bits, tail) = match interface.unaligned {
+        None => (&interface.strides[..ndim], bits, 0),
+        Some(_) => (&interface.byte_strides[..ndim], 8, bits / 8 - 1),
+    };
     let reach = crate::layout::reach(shape, strides, bits)
         .map_err(|dim| crate::layout::overflowing_strides(shape, strides, dim, bits))?;
-    let (low, high) = (offset as i128 - reach.below as i128, offset as i128 + reach.above as i128);
+    let (low, high) = (offset as i128 - reach.below as i128, offset as i128 + reach.above as i128 + tail as i128);
     if shape.contains(&0) || (low >= 0 && high <= len as i128) {
         return Ok(());
     }

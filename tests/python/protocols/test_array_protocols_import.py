@@ -237,6 +237,27 @@ def test_the_array_interface_s_read_only_flag_and_exporter_are_kept():
     assert alive() is None
 
 
+def test_an_interface_s_buffer_must_hold_every_item_copied_or_not():
+    # `data` a 24-byte buffer: float64 items 12 bytes apart (no element strides: only a copy
+    # takes them) fit twice (bytes 0..20), not 64 times (0..764): refused as the aligned layout
+    # is, before the copy reads a byte.
+    data = np.array([1.5, 0.0, 2.5], dtype="<f8").view("u1").copy()
+    data[12:20] = np.array([2.5], dtype="<f8").view("u1")
+    for shape, says in (((2,), None), ((64,), r"reaches bytes 0\.\.764 of a 24-byte buffer")):
+        holder = OnlyArrayInterface(np.empty(0), data=bytes(data), shape=shape, strides=(12,), typestr="<f8")
+        with pytest.raises(BufferError, match="not a multiple of the item size"):
+            dlpx.from_dlpack(holder)
+        if says is None:
+            np.testing.assert_array_equal(values(dlpx.from_dlpack(holder, copy=True)), [1.5, 2.5])
+        else:
+            with pytest.raises(BufferError, match=says):
+                dlpx.from_dlpack(holder, copy=True)
+    aligned = OnlyArrayInterface(np.empty(0), data=bytes(24), shape=(64,), strides=(8,), typestr="<f8")
+    for copy in (None, True):
+        with pytest.raises(BufferError, match=r"reaches bytes 0\.\.512 of a 24-byte buffer"):
+            dlpx.from_dlpack(aligned, copy=copy)
+
+
 def test_a_numpy_scalar_s_memory_is_kept_by_its_interface_s_ref():
     # A numpy scalar's __array_interface__ points into a temporary array that only the dict's
     # `__ref` holds: the import holds that (the scalar keeps nothing), so the memory outlives the
