@@ -81,6 +81,14 @@ int fake_alloc(DLTensor* proto, DLManagedTensorVersioned** out, void* ctx,
   return -1;
 }
 
+// A producer that fails (-1) yet hands a tensor over: the caller must still free it.
+int fake_from_py_failing_with_tensor(void*, DLManagedTensorVersioned** out) {
+  DLTensor proto{};
+  proto.dtype = dlpx::dtype_of<float>();
+  *out = &new_box(&proto)->m;
+  return -1;
+}
+
 DLPackExchangeAPI make_table() {
   DLPackExchangeAPI api{};
   api.header.version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
@@ -228,7 +236,8 @@ int main() {
                  dlpx::ManagedTensor::allocate(&g_api, nullptr, -1, f32, DLDevice{kDLCPU, 0}));
     CHECK_THROWS(dlpx::Error, "shape is NULL",
                  dlpx::ManagedTensor::allocate(&g_api, nullptr, 2, f32, DLDevice{kDLCPU, 0}));
-    CHECK_THROWS(dlpx::Error, "no tensor is owned", dlpx::ManagedTensor().view());
+    const dlpx::ManagedTensor none;
+    CHECK_THROWS(dlpx::Error, "no tensor is owned", none.view());
     CHECK_THROWS(dlpx::Error, "no managed_tensor_from_py_object_no_sync",
                  dlpx::ManagedTensor::from_py_object(&g_api, nullptr));
     expect_all_deleted_once();
@@ -243,11 +252,34 @@ int main() {
     CHECK_THROWS(dlpx::Error, "has no v1 table", dlpx::ManagedTensor::allocate(&newer, {2}, f32));
     expect_all_deleted_once();
   });
+  check::run("a_failing_producer_s_tensor_is_freed", [] {
+    DLPackExchangeAPI api = make_table();
+    api.managed_tensor_from_py_object_no_sync = fake_from_py_failing_with_tensor;
+    CHECK_THROWS(dlpx::Error, "the producer failed", dlpx::ManagedTensor::from_py_object(&api, nullptr));
+    CHECK_EQ(g_boxes.size(), size_t(1));
+    expect_all_deleted_once();
+  });
+  check::run("a_shape_past_int64_is_refused_as_given", [] {
+    const std::vector<uint64_t> shape = {2, (uint64_t(1) << 63) + 5};
+    CHECK_THROWS(dlpx::Error, "shape[1] = 9223372036854775813 does not fit in int64_t",
+                 dlpx::ManagedTensor::allocate(&g_api, shape, f32));
+    CHECK(g_boxes.empty());
+    const std::vector<uint32_t> small = {2, 3};
+    { auto t = dlpx::ManagedTensor::allocate(&g_api, small, f32); CHECK_EQ(t.view().numel(), int64_t(6)); }
+    expect_all_deleted_once();
+  });
   check::run("flags_and_read_only", [] {
     auto a = dlpx::ManagedTensor::allocate(&g_api, {1}, f32);
     CHECK(!a.read_only());
+    CHECK(a.view().data<float>() != nullptr);
     a->flags |= DLPACK_FLAG_BITMASK_READ_ONLY;
     CHECK(a.read_only());
+    // Its view and mdspan carry the flag: read as const T only.
+    CHECK(a.view().read_only());
+    CHECK_THROWS(dlpx::Error, "dlpx: the tensor is read-only; read it as const T", a.view().data<float>());
+    CHECK(a.view().data<const float>() != nullptr);
+    CHECK_THROWS(dlpx::Error, "dlpx: the tensor is read-only; read it as const T", (dlpx::as_mdspan<float, 1>(*a.get())));
+    CHECK_EQ(static_cast<int64_t>(dlpx::as_mdspan<const float, 1>(*a.get()).extent(0)), int64_t(1));
     CHECK_EQ(dlpx::ManagedTensor().flags(), uint64_t(0));
     a.reset();
     expect_all_deleted_once();

@@ -10,6 +10,13 @@
 #include "check.hpp"
 #include "fixture.hpp"
 
+// An fp4 value a byte (as CUDA's __nv_fp4_e2m1 is), without CUDA's headers.
+struct ByteFp4 {
+  uint8_t bits;
+};
+template <>
+struct dlpx::dtype_traits<ByteFp4> : dlpx::detail::dtype_constant<kDLFloat4_e2m1fn, 4> {};
+
 namespace {
 
 
@@ -19,6 +26,10 @@ std::vector<int64_t> row_major(const std::vector<int64_t>& shape) {
   for (size_t k = shape.size(); k-- > 1;) s[k - 1] = s[k] * shape[k];
   return s;
 }
+
+// Whether the view of `f` is contiguous (a TensorView of a temporary's DLTensor does not
+// compile: it would outlive it).
+bool contiguous(const Fixture& f) { return dlpx::TensorView(f.t).is_contiguous(); }
 
 }  // namespace
 
@@ -88,21 +99,56 @@ int main() {
     CHECK(v.is_contiguous());
   });
   check::run("is_contiguous_like_torch", [&] {
-    CHECK(dlpx::TensorView(Fixture(buf, f32, {2, 3}, {3, 1}).t).is_contiguous());
+    CHECK(contiguous(Fixture(buf, f32, {2, 3}, {3, 1})));
     // Transposed.
-    CHECK(!dlpx::TensorView(Fixture(buf, f32, {3, 2}, {1, 3}).t).is_contiguous());
+    CHECK(!contiguous(Fixture(buf, f32, {3, 2}, {1, 3})));
     // Sliced every other column.
-    CHECK(!dlpx::TensorView(Fixture(buf, f32, {2, 3}, {6, 2}).t).is_contiguous());
+    CHECK(!contiguous(Fixture(buf, f32, {2, 3}, {6, 2})));
     // Extent-1 dimensions may carry any stride.
-    CHECK(dlpx::TensorView(Fixture(buf, f32, {2, 1, 3}, {3, 99, 1}).t).is_contiguous());
+    CHECK(contiguous(Fixture(buf, f32, {2, 1, 3}, {3, 99, 1})));
     // ...but do not excuse the dimensions around them.
-    CHECK(!dlpx::TensorView(Fixture(buf, f32, {2, 1, 3}, {7, 99, 1}).t).is_contiguous());
+    CHECK(!contiguous(Fixture(buf, f32, {2, 1, 3}, {7, 99, 1})));
     // Broadcast (stride 0) over a real extent is not contiguous.
-    CHECK(!dlpx::TensorView(Fixture(buf, f32, {2, 3}, {0, 1}).t).is_contiguous());
+    CHECK(!contiguous(Fixture(buf, f32, {2, 3}, {0, 1})));
     // Zero-size tensors are contiguous whatever their strides.
-    CHECK(dlpx::TensorView(Fixture(nullptr, f32, {0, 3}, {7, 5}).t).is_contiguous());
+    CHECK(contiguous(Fixture(nullptr, f32, {0, 3}, {7, 5})));
     // Rank 0.
-    CHECK(dlpx::TensorView(Fixture(buf, f32, {}, {}).t).is_contiguous());
+    CHECK(contiguous(Fixture(buf, f32, {}, {})));
+  });
+  check::run("huge_shapes_are_answered_without_overflow", [&] {
+    // A producer's shape whose products pass int64_t (UBSan saw `2 * 2^62`).
+    const int64_t big = int64_t(1) << 62;
+    CHECK(!contiguous(Fixture(buf, f32, {3, big, 2}, {7, 2, 1})));
+    CHECK(!contiguous(Fixture(buf, f32, {3, big, 2}, {std::numeric_limits<int64_t>::max(), 2, 1})));
+    CHECK(contiguous(Fixture(buf, f32, {1, big, 2}, {5, 2, 1})));  // past int64_t, only extents of 1
+    CHECK(!contiguous(Fixture(buf, f32, {2, -3}, {1, 1})));
+    // NULL strides: compact ones; INT64_MAX past int64_t (the empty tensor UBSan saw), 0
+    // where an empty extent follows.
+    Fixture empty(buf, f32, {0, big, 4}, {}, true);
+    CHECK_EQ(dlpx::TensorView(empty.t).numel(), int64_t(0));
+    CHECK_EQ(dlpx::TensorView(empty.t).stride(0), std::numeric_limits<int64_t>::max());
+    CHECK_EQ(dlpx::TensorView(empty.t).stride(1), int64_t(4));
+    Fixture with_zero(buf, f32, {5, big, 4, 0}, {}, true);
+    CHECK_EQ(dlpx::TensorView(with_zero.t).stride(0), int64_t(0));
+    CHECK_EQ(dlpx::TensorView(with_zero.t).stride(3), int64_t(1));
+  });
+  check::run("flags_read_only_and_subbyte", [&] {
+    Fixture f(buf, f32, {4}, {1});
+    const dlpx::TensorView bare(f.t);
+    CHECK_EQ(bare.flags(), uint64_t(0));
+    CHECK(!bare.read_only());
+    const dlpx::TensorView ro(f.t, DLPACK_FLAG_BITMASK_READ_ONLY);
+    CHECK(ro.read_only());
+    CHECK_THROWS(dlpx::Error, "dlpx: the tensor is read-only; read it as const T", ro.data<float>());
+    CHECK_EQ(ro.data<const float>(), static_cast<const float*>(buf));
+    // fp4 (8 values in 4 bytes, packed) is no array of one-byte T; padded, it is.
+    Fixture fp4(buf, DLDataType{kDLFloat4_e2m1fn, 4, 1}, {8}, {1});
+    const dlpx::TensorView packed(fp4.t);
+    CHECK_EQ(packed.nbytes(), int64_t(4));
+    CHECK_THROWS(dlpx::Error, "float4_e2m1fn tensor occupies 4 bits (packed) but T occupies 8",
+                 packed.data<ByteFp4>());
+    const dlpx::TensorView padded(fp4.t, DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
+    CHECK_EQ(static_cast<void*>(padded.data<ByteFp4>()), static_cast<void*>(buf));
   });
   check::run("data_checks_dtype", [&] {
     Fixture f(buf, f32, {4}, {1});

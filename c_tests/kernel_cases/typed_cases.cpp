@@ -30,6 +30,14 @@ static int64_t first_byte(const dlpx::TensorArg& x, bool write) {
 }
 DLPX_EXPORT_TYPED_KERNEL_SHORT(first_byte, first_byte, "first_byte(x: tensor, write: bool) -> int: x's first byte.")
 
+// The same through a TensorView parameter, which has the tensor's flags too.
+static int64_t view_first_byte(dlpx::TensorView x, bool write) {
+  if (write) return *x.data<uint8_t>() = 'Y';
+  return x.read_only() ? -*x.data<const uint8_t>() : *x.data<const uint8_t>();
+}
+DLPX_EXPORT_TYPED_KERNEL_SHORT(view_first_byte, view_first_byte,
+                               "view_first_byte(x: tensor, write: bool) -> int: x's first byte (negated: read-only).")
+
 // A checked, strided, read-only mdspan: the sum.
 static double sum1(dlpx::mdspan_t<const double, 1> x) {
   double s = 0;

@@ -181,8 +181,9 @@ dlpx::OutputTensor axpby(dlpx::Call& call, double a, dlpx::TensorView x, dlpx::T
   dlpx::OutputTensor out = call.empty_like(x);  // the call deletes it if a check below throws
   const int64_t n = x.numel();
   if (n > 0) {
-    axpby_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<float>(a), x.data<float>(), static_cast<float>(b),
-                                                        y.data<float>(), out.data<float>(), n);
+    axpby_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<float>(a), x.data<const float>(),
+                                                        static_cast<float>(b), y.data<const float>(),
+                                                        out.data<float>(), n);
     check_launch();
   }
   return out;

@@ -17,7 +17,7 @@ namespace {
 // out[...] = alpha * x[...]: x any strides, out compact (written in order).
 template <class T>
 void scale_into(const dlpx::TensorView& x, double alpha, T* out) {
-  const T* in = x.data<T>();
+  const T* in = x.data<const T>();  // an input may be read-only (a jax array, bytes)
   const int32_t ndim = x.ndim();
   int64_t index[64] = {0};
   const int64_t n = x.numel();

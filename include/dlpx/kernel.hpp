@@ -20,8 +20,9 @@
  * one C++ parameter per signature parameter, in order:
  *
  *   signature type   C++ parameter type
- *   tensor           dlpx::TensorView, dlpx::TensorArg (with the read-only flag, which its
- *                    data<T>() checks), dlpx::mdspan_t<T, R> (checked: rank R, T's dtype, a
+ *   tensor           dlpx::TensorView or dlpx::TensorArg (with the tensor's flags: data<T>()
+ *                    of a non-const T refuses a read-only tensor; read inputs as data<const T>()),
+ *                    dlpx::mdspan_t<T, R> (checked: rank R, T's dtype, a
  *                    CPU tensor, positive strides (a reversed or broadcast view is refused:
  *                    read it through TensorView); a non-const T refuses a read-only tensor)
  *   int              int64_t (any integer type of 64 bits or fewer but bool and the character
@@ -89,46 +90,23 @@ class CallError : public Error {
 };
 
 /**
- * A tensor argument with its DLPack flags: a dlpx::TensorView that also says whether the
- * kernel may write through it (`read_only()`: `bytes`, a read-only numpy array, a jax array).
- * Valid until the kernel returns.
+ * A tensor argument with its DLPack flags, as a dlpx::TensorView parameter also has them
+ * (`read_only()`: `bytes`, a read-only numpy array, a jax array), and `as_mdspan` honouring
+ * them. Valid until the kernel returns.
  */
 class TensorArg : public TensorView {
  public:
   /** Views `tensor` (which must outlive the view) with its DLPack `flags`. */
-  TensorArg(const DLTensor& tensor, uint64_t flags) noexcept : TensorView(tensor), flags_(flags) {}
-
-  /** The tensor's DLPack flags (DLPACK_FLAG_BITMASK_*). */
-  uint64_t flags() const noexcept { return flags_; }
-  /** True when the kernel must not write through the tensor's data. */
-  bool read_only() const noexcept { return (flags_ & DLPACK_FLAG_BITMASK_READ_ONLY) != 0; }
+  TensorArg(const DLTensor& tensor, uint64_t flags) noexcept : TensorView(tensor, flags) {}
 
   /**
-   * The first element as `T*`, as dlpx::TensorView::data; a non-const `T` of a read-only tensor
-   * throws dlpx::Error (ValueError): read it as `data<const T>()`.
-   */
-  template <class T>
-  T* data() const {
-    if (!std::is_const<T>::value && read_only()) {
-      detail::throw_error("ValueError", "dlpx: the tensor is read-only; read it as const T");
-    }
-    return TensorView::data<T>();
-  }
-
-  /**
-   * dlpx::as_mdspan<T, Rank> of the tensor on `device_type`; a non-const `T` of a read-only
-   * tensor throws dlpx::Error (ValueError).
+   * dlpx::as_mdspan<T, Rank> of the tensor on `device_type`, honouring its flags: a non-const
+   * `T` of a read-only tensor throws dlpx::Error (ValueError); a padded fp4/fp6 is a byte each.
    */
   template <class T, std::size_t Rank>
   mdspan_t<T, Rank> as_mdspan(DLDeviceType device_type = kDLCPU) const {
-    if (!std::is_const<T>::value && read_only()) {
-      detail::throw_error("ValueError", "dlpx: the tensor is read-only; read it as const T");
-    }
-    return dlpx::as_mdspan<T, Rank>(dltensor(), device_type);
+    return detail::as_mdspan_impl<T, Rank>(dltensor(), device_type, flags());
   }
-
- private:
-  uint64_t flags_;
 };
 
 /**
@@ -711,7 +689,11 @@ template <>
 struct param<TensorView> {
   static constexpr int kind = DLPX_VALUE_TENSOR;
   static constexpr bool optional = false;
-  static TensorView read(DlpxCall* call, Slot slot) { return TensorView(*call_tensor(call, slot.index, nullptr)); }
+  static TensorView read(DlpxCall* call, Slot slot) {
+    uint64_t flags = 0;
+    const DLTensor* t = call_tensor(call, slot.index, &flags);
+    return TensorView(*t, flags);
+  }
 };
 
 template <>

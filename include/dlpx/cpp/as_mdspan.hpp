@@ -6,6 +6,7 @@
 
 #include <dlpx/cpp/dtype.hpp>
 #include <dlpx/cpp/error.hpp>
+#include <dlpx/cpp/tensor_view.hpp>
 #include <dlpx/dlpack.h>
 
 #include <array>
@@ -195,8 +196,10 @@ mdspan_t<T, Rank> make_mdspan(T* data, const std::array<int64_t, Rank>& e, const
 }
 
 template <class T, std::size_t Rank>
-mdspan_t<T, Rank> as_mdspan_impl(const DLTensor& t, DLDeviceType device_type, bool subbyte_padded) {
+mdspan_t<T, Rank> as_mdspan_impl(const DLTensor& t, DLDeviceType device_type, uint64_t flags) {
   constexpr DLDataType want = dtype_of<T>();
+  if (!std::is_const<T>::value && (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0) refuse_read_only();
+  const bool subbyte_padded = (flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0;
   if (t.ndim != static_cast<int32_t>(Rank)) {
     as_mdspan_fail("ValueError", "expected ndim " + std::to_string(Rank) + ", got " + std::to_string(t.ndim));
   }
@@ -210,8 +213,7 @@ mdspan_t<T, Rank> as_mdspan_impl(const DLTensor& t, DLDeviceType device_type, bo
   }
   // fp4/fp6 travel packed unless the producer set IS_SUBBYTE_TYPE_PADDED;
   // T must occupy exactly the bits one element occupies in memory.
-  const int64_t storage_bits = (subbyte_padded && t.dtype.bits < 8) ? 8 * static_cast<int64_t>(t.dtype.lanes)
-                                                                     : static_cast<int64_t>(t.dtype.bits) * t.dtype.lanes;
+  const int64_t storage_bits = storage_bits_of(t.dtype, subbyte_padded);
   if (storage_bits != static_cast<int64_t>(8 * sizeof(T))) {
     as_mdspan_fail("TypeError", "an element of this " + dtype_name(t.dtype) + " tensor occupies " +
                                     std::to_string(storage_bits) + " bits (" + (subbyte_padded ? "padded" : "packed") +
@@ -290,15 +292,15 @@ mdspan_t<T, Rank> as_mdspan_impl(const DLTensor& t, DLDeviceType device_type, bo
 /// expected float32, got bfloat16"). Allocates nothing unless it throws.
 template <class T, std::size_t Rank>
 mdspan_t<T, Rank> as_mdspan(const DLTensor& tensor, DLDeviceType device_type = kDLCPU) {
-  return detail::as_mdspan_impl<T, Rank>(tensor, device_type, false);
+  return detail::as_mdspan_impl<T, Rank>(tensor, device_type, 0);
 }
 
-/// `as_mdspan` of a managed tensor's DLTensor, which also honours its
-/// IS_SUBBYTE_TYPE_PADDED flag (one fp4/fp6 value per byte).
+/// `as_mdspan` of a managed tensor's DLTensor, which also honours its flags:
+/// IS_SUBBYTE_TYPE_PADDED (one fp4/fp6 value per byte), and READ_ONLY (a
+/// non-const `T` throws dlpx::Error, ValueError: read it as `const T`).
 template <class T, std::size_t Rank>
 mdspan_t<T, Rank> as_mdspan(const DLManagedTensorVersioned& tensor, DLDeviceType device_type = kDLCPU) {
-  return detail::as_mdspan_impl<T, Rank>(tensor.dl_tensor, device_type,
-                                         (tensor.flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0);
+  return detail::as_mdspan_impl<T, Rank>(tensor.dl_tensor, device_type, tensor.flags);
 }
 
 }  // namespace dlpx

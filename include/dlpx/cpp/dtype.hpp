@@ -87,6 +87,15 @@ struct complex_part_is_ieee<T, std::enable_if_t<has_dtype<typename T::value_type
 template <class T>
 inline constexpr bool has_dtype_v = detail::has_dtype<std::remove_cv_t<T>>::value;
 
+namespace detail {
+// Bits one element of `dtype` occupies in memory: fp4/fp6 travel packed
+// (bits * lanes) unless the producer set IS_SUBBYTE_TYPE_PADDED (a byte a lane).
+constexpr int64_t storage_bits_of(DLDataType dtype, bool subbyte_padded) noexcept {
+  return (subbyte_padded && dtype.bits < 8) ? 8 * static_cast<int64_t>(dtype.lanes)
+                                            : static_cast<int64_t>(dtype.bits) * dtype.lanes;
+}
+}  // namespace detail
+
 /// The DLPack dtype of the element type `T` (cv-qualifiers ignored), following
 /// CCCL's `cuda::to_dlpack_tensor` mapping; an unsupported `T` is a compile-time
 /// error whose diagnostic names `T`.

@@ -158,7 +158,16 @@ class ManagedTensor {
     if constexpr (std::is_same<I, int64_t>::value) {
       return allocate(api, std::data(shape), checked_ndim(std::size(shape)), dtype, device);
     } else {
-      std::vector<int64_t> s(std::begin(shape), std::end(shape));
+      std::vector<int64_t> s;
+      s.reserve(std::size(shape));
+      for (const I& extent : shape) {
+        // A uint64_t past INT64_MAX or an __int128 is refused as it is, not read wrapped.
+        if (!detail::fits_int64(extent)) {
+          detail::throw_error("ValueError", "dlpx: ManagedTensor::allocate: shape[" + std::to_string(s.size()) +
+                                                "] = " + detail::integer_text(extent) + " does not fit in int64_t");
+        }
+        s.push_back(static_cast<int64_t>(extent));
+      }
       return allocate(api, s.data(), checked_ndim(s.size()), dtype, device);
     }
   }
@@ -187,6 +196,9 @@ class ManagedTensor {
     }
     DLManagedTensorVersioned* out = nullptr;
     if (table->managed_tensor_from_py_object_no_sync(py_object, &out) != 0 || out == nullptr) {
+      // A producer that failed yet gave a tensor still gave us something to free.
+      ManagedTensor guard;
+      guard.p_ = out;
       detail::throw_error("PythonError",
                           "dlpx: ManagedTensor::from_py_object: the producer failed; its Python exception is set");
     }
@@ -217,12 +229,15 @@ class ManagedTensor {
     if (old != nullptr && old->deleter != nullptr) old->deleter(old);
   }
 
-  /// A TensorView of the owned tensor's DLTensor, valid while this owner
-  /// keeps it; throws dlpx::Error (ValueError) when empty.
-  TensorView view() const {
+  /// A TensorView of the owned tensor's DLTensor with its flags (a read-only
+  /// tensor is read as `const T`), valid while this owner keeps it; throws
+  /// dlpx::Error (ValueError) when empty.
+  TensorView view() const& {
     if (p_ == nullptr) detail::throw_error("ValueError", "dlpx: ManagedTensor::view: no tensor is owned");
-    return TensorView(p_->dl_tensor);
+    return TensorView(p_->dl_tensor, p_->flags);
   }
+  /// Deleted: the view of a temporary owner would outlive its tensor.
+  TensorView view() const&& = delete;
 
   /// The DLPACK_FLAG_BITMASK_* flags of the owned tensor (0 when empty).
   uint64_t flags() const noexcept { return p_ != nullptr ? p_->flags : 0; }

@@ -5,12 +5,14 @@
 
 #include <dlpx/cpp/dtype.hpp>
 #include <dlpx/cpp/error.hpp>
+#include <dlpx/cpp/integers.hpp>
 #include <dlpx/dlpack.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 namespace dlpx {
 
@@ -42,26 +44,33 @@ class Int64Span {
 
 namespace detail {
 
-// a * b into *out, or false when the product leaves int64_t; a and b >= 0.
-inline bool mul_nonneg(int64_t a, int64_t b, int64_t* out) noexcept {
-  if (a != 0 && b > std::numeric_limits<int64_t>::max() / a) return false;
-  *out = a * b;
-  return true;
-}
-
 [[noreturn]] inline void throw_error(const char* kind, const std::string& message) {
   throw Error(kind, message);
+}
+
+// A read-only tensor asked for as a non-const T (data<T>(), as_mdspan<T>).
+[[noreturn]] inline void refuse_read_only() {
+  throw_error("ValueError", "dlpx: the tensor is read-only; read it as const T");
 }
 
 }  // namespace detail
 
 /// A non-owning view of a DLTensor, in the manner of tvm::ffi::TensorView:
 /// the tensor (and its shape and strides arrays) must outlive the view.
-/// Metadata is read as the producer left it; `data<T>()` checks the dtype.
+/// Metadata is read as the producer left it; `data<T>()` checks the dtype,
+/// the element size and, where the view has the producer's DLPack flags (a
+/// managed tensor's `view()`, a kernel's `TensorArg`), that a read-only
+/// tensor is read as `const T`.
 class TensorView {
  public:
-  /// Views `tensor`, which must outlive the view.
+  /// Views `tensor`, which must outlive the view (a bare DLTensor carries no
+  /// flags: it is taken as writable and fp4/fp6 as packed).
   explicit TensorView(const DLTensor& tensor) noexcept : t_(&tensor) {}
+  /// Views `tensor` with its DLPack `flags` (DLPACK_FLAG_BITMASK_*).
+  TensorView(const DLTensor& tensor, uint64_t flags) noexcept : t_(&tensor), flags_(flags) {}
+  /// Deleted: a temporary DLTensor is gone before the view is used.
+  explicit TensorView(const DLTensor&& tensor) = delete;
+  TensorView(const DLTensor&& tensor, uint64_t flags) = delete;
   /// Views `*tensor`; throws dlpx::Error (ValueError) when `tensor` is NULL.
   explicit TensorView(const DLTensor* tensor) : t_(tensor) {
     if (tensor == nullptr) detail::throw_error("ValueError", "dlpx: TensorView: tensor is NULL");
@@ -69,6 +78,10 @@ class TensorView {
 
   /// The DLTensor being viewed.
   const DLTensor& dltensor() const noexcept { return *t_; }
+  /// The producer's DLPack flags (DLPACK_FLAG_BITMASK_*; 0 for a bare DLTensor).
+  uint64_t flags() const noexcept { return flags_; }
+  /// True when the producer marked the data read-only.
+  bool read_only() const noexcept { return (flags_ & DLPACK_FLAG_BITMASK_READ_ONLY) != 0; }
   /// Number of dimensions.
   int32_t ndim() const noexcept { return t_->ndim; }
   /// The shape, `ndim()` values.
@@ -85,11 +98,18 @@ class TensorView {
   /// Extent of dimension `i` (`i < ndim()` is the caller's to ensure).
   int64_t size(int32_t i) const noexcept { return t_->shape[i]; }
   /// Stride of dimension `i` in elements, computed as compact row-major when
-  /// the producer left strides NULL.
+  /// the producer left strides NULL: 0 where a later extent is 0 (or
+  /// negative), INT64_MAX where the product passes int64_t (only a tensor
+  /// with no elements, or a producer's impossible shape, has such a stride).
   int64_t stride(int32_t i) const noexcept {
     if (t_->strides != nullptr) return t_->strides[i];
+    for (int32_t k = i + 1; k < t_->ndim; ++k) {
+      if (t_->shape[k] <= 0) return 0;
+    }
     int64_t s = 1;
-    for (int32_t k = i + 1; k < t_->ndim; ++k) s *= t_->shape[k];
+    for (int32_t k = i + 1; k < t_->ndim; ++k) {
+      if (!detail::mul_nonneg(s, t_->shape[k], &s)) return std::numeric_limits<int64_t>::max();
+    }
     return s;
   }
   /// Element type.
@@ -145,24 +165,39 @@ class TensorView {
     for (int32_t i = 0; i < t_->ndim; ++i) {
       if (t_->shape[i] == 0) return true;
     }
+    // Past int64_t the next stride could not be expected: only extents of 1
+    // may follow then. A negative extent is no layout at all.
     int64_t expected = 1;
+    bool beyond = false;
     for (int32_t i = t_->ndim - 1; i >= 0; --i) {
       if (t_->shape[i] == 1) continue;
-      if (t_->strides[i] != expected) return false;
-      expected *= t_->shape[i];
+      if (beyond || t_->shape[i] < 0 || t_->strides[i] != expected) return false;
+      beyond = !detail::mul_nonneg(expected, t_->shape[i], &expected);
     }
     return true;
   }
 
   /// The first element as `T*`; throws dlpx::Error (TypeError) when `T`'s
-  /// dtype is not the tensor's, and (ValueError) when the address is not
-  /// aligned for `T`. NULL for a tensor without data.
+  /// dtype is not the tensor's or `T` does not occupy what one element does
+  /// (fp4/fp6 are packed unless the flags say IS_SUBBYTE_TYPE_PADDED),
+  /// (ValueError) when the address is not aligned for `T`, and (ValueError)
+  /// for a non-const `T` of a read-only tensor: read it as `data<const T>()`.
+  /// NULL for a tensor without data.
   template <class T>
   T* data() const {
-    constexpr DLDataType want = dtype_of<T>();
+    if (!std::is_const<T>::value && read_only()) detail::refuse_read_only();
+    constexpr DLDataType want = dtype_of<std::remove_cv_t<T>>();
     if (!same_dtype(want, t_->dtype)) {
       detail::throw_error("TypeError", "dlpx: TensorView::data: expected " + dlpx::dtype_name(want) + ", got " +
                                            dlpx::dtype_name(t_->dtype));
+    }
+    const bool padded = (flags_ & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0;
+    const int64_t storage_bits = detail::storage_bits_of(t_->dtype, padded);
+    if (storage_bits != static_cast<int64_t>(8 * sizeof(T))) {
+      detail::throw_error("TypeError", "dlpx: TensorView::data: an element of this " + dlpx::dtype_name(want) +
+                                           " tensor occupies " + std::to_string(storage_bits) + " bits (" +
+                                           (padded ? "padded" : "packed") + ") but T occupies " +
+                                           std::to_string(8 * sizeof(T)));
     }
     void* p = data_ptr();
     if (reinterpret_cast<std::uintptr_t>(p) % alignof(T) != 0) {
@@ -174,6 +209,7 @@ class TensorView {
 
  private:
   const DLTensor* t_;
+  uint64_t flags_ = 0;
 };
 
 }  // namespace dlpx

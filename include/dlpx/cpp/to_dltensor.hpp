@@ -5,6 +5,7 @@
 #define DLPX_CPP_TO_DLTENSOR_HPP_
 
 #include <dlpx/cpp/dtype.hpp>
+#include <dlpx/cpp/integers.hpp>
 #include <dlpx/dlpack.h>
 
 #include <array>
@@ -21,8 +22,8 @@ namespace dlpx {
 /// Holds a DLTensor together with the storage of its shape and strides
 /// (`Rank` values each, inline). `get()` exists only on lvalues, because the
 /// DLTensor it returns points into this holder and must not outlive it:
-/// `auto h = to_dltensor(md); DLTensor t = h.get();` — never
-/// `to_dltensor(md).get()`. Copies are safe: `get()` points into the copy.
+/// `auto h = to_dltensor(md); const DLTensor& t = h.get();` — never
+/// `to_dltensor(md).get()`. Copies are safe: a copy's `get()` points into it.
 template <std::size_t Rank>
 class DLTensorHolder {
  public:
@@ -35,23 +36,37 @@ class DLTensorHolder {
     tensor_.ndim = static_cast<int32_t>(Rank);
     tensor_.dtype = dtype;
     tensor_.byte_offset = 0;
+    point_inside();
+  }
+  /// A copy's DLTensor points into the copy.
+  DLTensorHolder(const DLTensorHolder& other) noexcept
+      : shape_(other.shape_), strides_(other.strides_), tensor_(other.tensor_) {
+    point_inside();
+  }
+  DLTensorHolder& operator=(const DLTensorHolder& other) noexcept {
+    shape_ = other.shape_;
+    strides_ = other.strides_;
+    tensor_ = other.tensor_;
+    point_inside();
+    return *this;
   }
 
   /// The DLTensor; its shape and strides point into this holder (NULL for
-  /// rank 0), so it is valid while the holder lives.
-  DLTensor get() const& noexcept {
-    DLTensor t = tensor_;
-    t.shape = Rank > 0 ? const_cast<int64_t*>(shape_.data()) : nullptr;
-    t.strides = Rank > 0 ? const_cast<int64_t*>(strides_.data()) : nullptr;
-    return t;
-  }
+  /// rank 0), so it is valid while the holder lives (`dlpx::TensorView
+  /// tv(holder.get())` views it).
+  const DLTensor& get() const& noexcept { return tensor_; }
   /// Deleted: the DLTensor of a temporary holder would dangle.
-  DLTensor get() const&& = delete;
+  const DLTensor& get() const&& = delete;
 
   /// The number of dimensions.
   static constexpr std::size_t rank() noexcept { return Rank; }
 
  private:
+  void point_inside() noexcept {
+    tensor_.shape = Rank > 0 ? shape_.data() : nullptr;
+    tensor_.strides = Rank > 0 ? strides_.data() : nullptr;
+  }
+
   std::array<int64_t, Rank> shape_;
   std::array<int64_t, Rank> strides_;
   DLTensor tensor_{};
@@ -67,25 +82,6 @@ struct is_mdspan_like : std::false_type {};
 template <class M>
 struct is_mdspan_like<M, std::void_t<decltype(std::declval<const M&>().data_handle()),
                                      std::integral_constant<std::size_t, M::rank()>>> : std::true_type {};
-
-template <class I>
-constexpr bool fits_int64(I v) noexcept {
-  if constexpr (std::is_signed<I>::value) {
-    return sizeof(I) <= sizeof(int64_t) || (v >= static_cast<I>(std::numeric_limits<int64_t>::min()) &&
-                                            v <= static_cast<I>(std::numeric_limits<int64_t>::max()));
-  } else {
-    return v <= static_cast<std::make_unsigned_t<int64_t>>(std::numeric_limits<int64_t>::max());
-  }
-}
-
-template <class I>
-std::string integer_text(I v) {
-  if constexpr (std::is_signed<I>::value) {
-    return std::to_string(static_cast<long long>(v));
-  } else {
-    return std::to_string(static_cast<unsigned long long>(v));
-  }
-}
 
 // Error paths live out of line so that the conversion itself stays small.
 template <class I>

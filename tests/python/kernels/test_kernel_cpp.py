@@ -66,6 +66,12 @@ def test_a_tensor_arg_gives_a_writable_pointer_only_to_a_writable_tensor(cases):
         cases.first_byte(frozen, True)
     assert frozen == b"abcd"
     assert cases.first_byte(spare, True) == ord("X") and spare == bytearray(b"Xbcd")
+    # A TensorView parameter has the flags as well (it lost them: bytes were written).
+    assert cases.view_first_byte(frozen, False) == -ord("a")
+    with pytest.raises(ValueError, match="^dlpx: view_first_byte: the tensor is read-only; read it as const T$"):
+        cases.view_first_byte(frozen, True)
+    assert frozen == b"abcd"
+    assert cases.view_first_byte(spare, True) == ord("Y") and spare == bytearray(b"Ybcd")
 
 
 def test_a_typed_mdspan_reads_any_strides_and_writes_in_place(cases):
