@@ -181,6 +181,24 @@ pub unsafe extern "C" fn allocator_entry(
     })
 }
 
+/// Whether `managed`, a block from [`allocate`] ([`is_ours`]), describes more dimensions than its
+/// block holds where its shape or strides still point into it: its owner raised `ndim` (the
+/// struct is the owner's to write), and reading the description would run past the block.
+///
+/// # Safety
+/// `managed` points to a live block from [`allocate`], with the whole block's provenance.
+pub unsafe fn reads_past_its_block(managed: NonNull<DLManagedTensorVersioned>) -> bool {
+    let header = managed.cast::<Header>().as_ptr();
+    // SAFETY: the block's header, live (the caller's contract).
+    let (block, capacity, dl) = unsafe { ((*header).block, (*header).capacity, &(*header).managed.dl_tensor) };
+    let dims = header.wrapping_add(1).cast::<i64>();
+    let end = block.as_ptr() as usize + capacity.bytes();
+    let room = end.saturating_sub(dims as usize) / (2 * size_of::<i64>());
+    let ndim = usize::try_from(dl.ndim).unwrap_or(0);
+    let inside = |p: *mut i64| (dims as usize..end).contains(&(p as usize));
+    ndim > room && (inside(dl.shape) || inside(dl.strides))
+}
+
 /// Whether `managed` is a block from [`allocate`] (its deleter is ours).
 pub fn is_ours(managed: &DLManagedTensorVersioned) -> bool {
     managed

@@ -160,7 +160,7 @@ fn answer_of<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Answe
 fn finish(tensor: Tensor, request: Request) -> Result<Tensor> {
     let here = tensor.dl_tensor().device;
     let moved = request.device.filter(|&d| d != here);
-    let copied_already = tensor.flags() & DLPACK_FLAG_BITMASK_IS_COPIED != 0;
+    let copied_already = tensor.is_private_copy();
     match (moved, request.copy) {
         (Some(target), Some(false)) => Err(Error::buffer(format!(
             "the tensor is on {}; moving it to {} needs a copy, and copy=False forbids it",

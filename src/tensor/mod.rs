@@ -2,12 +2,15 @@
 //! tensor — allocated by dlpx or imported from any producer (docs/design.md, "Memory and
 //! ownership"); its exports are in `export`.
 
+mod checked;
 mod export;
 mod shared;
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
+pub use checked::{check_managed_or_delete, delete_managed};
+use checked::{check_versioned, Checked};
 use export::is_our_export;
 pub use export::MANAGED_BLOCK;
 use shared::Shared;
@@ -16,7 +19,7 @@ use crate::abi::*;
 use crate::allocation;
 use crate::error::{Error, Result};
 use crate::layout;
-use crate::validate::{check_imported, check_major, major_of, LEGACY_FLAGS};
+use crate::validate::{check_imported, LEGACY_FLAGS};
 
 /// What keeps the memory alive: the producer's managed tensor, whose deleter runs exactly once
 /// when the last `Tensor` (and the last export) is gone.
@@ -239,6 +242,13 @@ impl Tensor {
         self.0.flags
     }
 
+    /// Whether this tensor is a copy its holder alone has: its producer made it as one
+    /// (IS_COPIED), and nothing else shares it (a `dlpx.Tensor` handed over, or an export of one
+    /// taken back, is shared with the tensor it came from: `copy=True` still copies those).
+    pub fn is_private_copy(&self) -> bool {
+        self.0.flags & DLPACK_FLAG_BITMASK_IS_COPIED != 0 && Shared::is_unique(&self.0)
+    }
+
     pub fn is_readonly(&self) -> bool {
         self.0.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0
     }
@@ -276,75 +286,6 @@ fn dims<'a>(ptr: *const i64, ndim: i32) -> &'a [i64] {
     } else {
         // SAFETY: a core's shape and strides are `ndim` long and live as long as the core.
         unsafe { std::slice::from_raw_parts(ptr, ndim as usize) }
-    }
-}
-
-/// What [`check_versioned`] found a versioned managed tensor to be.
-enum Checked {
-    /// An export of a dlpx tensor (its manager_ctx is a `Shared<Core>`).
-    OurExport,
-    /// A block of dlpx's allocator.
-    OurAllocation,
-    /// A valid foreign tensor; owned shape+strides when its strides were NULL.
-    Foreign(Option<Box<[i64]>>),
-}
-
-/// Validates a versioned managed tensor without taking it: its major version first (nothing
-/// else of an unknown major is read), then everything [`check_imported`] checks.
-///
-/// # Safety
-/// `managed` points to a live managed tensor.
-unsafe fn check_versioned(managed: NonNull<DLManagedTensorVersioned>) -> Result<Checked> {
-    // SAFETY: live by the caller's contract; only the version is read before the version check
-    // allows a reference to the whole v1 struct.
-    check_major(unsafe { major_of(managed.as_ptr()) })?;
-    // SAFETY: a v1 struct, live.
-    let m = unsafe { managed.as_ref() };
-    // A read-only export of a writable tensor is read as any producer's (its own tensor, read-only,
-    // holding the export), not taken back.
-    if is_our_export(m) && !export::adds_read_only(m) {
-        return Ok(Checked::OurExport);
-    }
-    if allocation::is_ours(m) {
-        return Ok(Checked::OurAllocation);
-    }
-    // SAFETY: as above; the version is known, so the whole struct may be read.
-    Ok(Checked::Foreign(unsafe { check_imported(&m.dl_tensor, m.flags)? }))
-}
-
-/// Validates a producer's managed tensor that is to be handed on as it is (the kernel API
-/// passes a table's tensor straight to C): Ok(true) when it is valid and complete, Ok(false)
-/// when it is valid but its strides are NULL (an old producer's compact row-major), which a
-/// C caller cannot index: wrap it in a [`Tensor`] and export that instead. On error the tensor
-/// has been deleted (refused tensors are never handed on).
-///
-/// # Safety
-/// `managed` points to a live managed tensor that the caller owns and gives up on error.
-pub unsafe fn check_managed_or_delete(managed: NonNull<DLManagedTensorVersioned>) -> Result<bool> {
-    // SAFETY: forwarded contract.
-    match unsafe { check_versioned(managed) } {
-        Ok(Checked::Foreign(Some(_))) => Ok(false),
-        Ok(_) => Ok(true),
-        Err(err) => {
-            // SAFETY: refused, so still the caller's, which gave it up to us.
-            unsafe { delete_managed(managed) };
-            Err(err)
-        }
-    }
-}
-
-/// Deletes a managed tensor its owner gives up (one dlpx refused, or one it no longer needs).
-/// The deleter sits in the prefix every major version keeps, so it is called even for a major
-/// dlpx cannot read.
-///
-/// # Safety
-/// `managed` is live and owned by the caller, who gives it up.
-pub unsafe fn delete_managed(managed: NonNull<DLManagedTensorVersioned>) {
-    // SAFETY: per the contract; only the stable prefix is read.
-    unsafe {
-        if let Some(deleter) = std::ptr::addr_of!((*managed.as_ptr()).deleter).read() {
-            deleter(managed.as_ptr());
-        }
     }
 }
 

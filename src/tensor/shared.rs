@@ -89,6 +89,12 @@ impl<T> Shared<T> {
         Shared { inner: unsafe { NonNull::new_unchecked(inner.cast_mut()) }, _owns: PhantomData }
     }
 
+    /// Whether this is the only reference (as `Arc::get_mut` asks): no other can be cloned from
+    /// meanwhile, so the answer stays true while this one is held alone.
+    pub fn is_unique(this: &Shared<T>) -> bool {
+        this.inner().count.load(Ordering::Acquire) == 1
+    }
+
     pub fn ptr_eq(a: &Shared<T>, b: &Shared<T>) -> bool {
         a.inner == b.inner
     }

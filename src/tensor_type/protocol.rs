@@ -42,10 +42,16 @@ pub(super) fn dlpack(py: Python<'_>, object: *mut PyObject, args: FastArgs<'_>) 
         true => device,
         false => {
             let (t, id) = args::int_pair(py, dl_device, "dl_device")?;
-            DLDevice {
-                device_type: DeviceType(i32::try_from(t).unwrap_or(-1)),
-                device_id: i32::try_from(id).unwrap_or(-1),
-            }
+            // DLPack's device fields are int32: a wider value names no device (numpy: the same).
+            let field = |value: i64, name: &str| {
+                i32::try_from(value).map_err(|_| {
+                    Error::new(
+                        crate::ErrorKind::OverflowError,
+                        format!("dl_device: {name} {value} does not fit DLPack's int32"),
+                    )
+                })
+            };
+            DLDevice { device_type: DeviceType(field(t, "device type")?), device_id: field(id, "device id")? }
         }
     };
     let copy = args::optional_bool(py, copy, "copy")?;

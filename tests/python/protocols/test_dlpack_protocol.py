@@ -145,6 +145,15 @@ def test_malformed_dl_device_is_a_type_error(tensor, dl_device):
         tensor.__dlpack__(dl_device=dl_device)
 
 
+@pytest.mark.parametrize("dl_device, says", [((1, 2**40), "device id 1099511627776"),
+                                             ((2**40, 0), "device type 1099511627776"),
+                                             ((1, -2**31 - 1), "device id -2147483649")])
+def test_a_dl_device_past_int32_is_an_overflow_error_naming_it(tensor, dl_device, says):
+    # It was read as -1 and refused as "cpu:-1", a device nobody asked for.
+    with pytest.raises(OverflowError, match=rf"^dlpx: __dlpack__: dl_device: {says} does not fit DLPack's int32$"):
+        tensor.__dlpack__(dl_device=dl_device, max_version=(1, 3))
+
+
 # ---- copy: R10 ---------------------------------------------------------------------------
 
 
@@ -174,6 +183,22 @@ def test_a_copy_is_independent_and_writable(tensor, source):
     assert copied.flags.writeable
     copied[...] = -1
     np.testing.assert_array_equal(source, original)
+
+
+def test_from_dlpack_copy_true_of_a_tensor_that_was_a_copy_still_copies():
+    # A tensor once imported as a private copy (IS_COPIED) is shared as soon as it is handed
+    # on: itself, its own export coming home, a subclass wrapping it. copy=True must copy each;
+    # only a fresh copy (the capsule's IS_COPIED, nothing else holding it) is taken as one.
+    a = np.ndarray((3,), dtype=np.float32, buffer=bytearray(20), strides=(6,))  # no element strides
+    a[:] = [1, 2, 3]
+    for t in (dlpx.from_dlpack(np.arange(4.0).__dlpack__(max_version=(1, 0), copy=True)),
+              dlpx.from_dlpack(memoryview(a), copy=True)):
+        before = np.from_dlpack(t).copy()
+        for given in (t, t.__dlpack__(max_version=(1, 0)), type("S", (dlpx.Tensor,), {})(t)):
+            c = dlpx.from_dlpack(given, copy=True)
+            assert c.data_ptr != t.data_ptr
+            np.from_dlpack(c)[...] = -1
+            np.testing.assert_array_equal(np.from_dlpack(t), before)
 
 
 def test_a_copy_of_a_strided_tensor_is_compact():

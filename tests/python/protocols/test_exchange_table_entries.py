@@ -3,6 +3,7 @@ PyObject entry points with their failures and ownership rules (docs/design.md R4
 SetError (R3, design.md "Errors"), and current_work_stream (docs/design.md R9)."""
 
 import ctypes
+import re
 import sys
 import threading
 
@@ -184,6 +185,33 @@ def test_to_py_failure_leaves_ownership_with_the_caller(defect):
     assert managed.calls == 0  # R4: not deleted by dlpx ...
     delete(managed.address)  # ... so the caller deletes it, once
     assert managed.calls == 1
+
+
+def _edit_ndim(dl):
+    dl.ndim = 64
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda dl: dl.shape.__setitem__(0, -5), "shape[0] = -5 is negative"),
+    (lambda dl: setattr(dl.dtype, "code", 99), "unknown dtype code 99"),
+    (lambda dl: dl.strides.__setitem__(0, 2**62), "reaches past isize::MAX bytes"),
+    (_edit_ndim, "ndim = 64 is more dimensions than this tensor of dlpx's allocator was made with"),
+], ids=["negative-extent", "unknown-dtype", "overflowing-stride", "ndim-past-the-block"])
+def test_to_py_checks_an_allocation_of_dlpxs_whose_description_its_owner_changed(edit, says):
+    # The struct is its owner's to write: a block of dlpx's own allocator is read as any
+    # producer's tensor (it was adopted unchecked: valgrind saw shape read past the block).
+    out = ctypes.c_void_p()
+    assert allocate_released(ctypes.byref(abi.prototype((2, 3))), ctypes.byref(out), None, None) == 0
+    dl = abi.managed_at(out.value).dl_tensor
+    edit(dl)
+    result = ctypes.c_void_p()
+    with pytest.raises(BufferError, match=rf"^dlpx: managed_tensor_to_py_object_no_sync: .*{re.escape(says)}"):
+        to_py(out.value, ctypes.byref(result))
+    assert result.value is None
+    delete(out.value)  # still the caller's, deleted once
+    # Unchanged, it is adopted as it was made.
+    assert allocate_released(ctypes.byref(abi.prototype((2, 3))), ctypes.byref(out), None, None) == 0
+    assert import_managed(out.value).shape == (2, 3)
 
 
 def test_to_py_refuses_null_arguments():
