@@ -261,6 +261,61 @@ static void another_thread_s_default_stream_block_serves_the_legacy_stream(void)
   empty_cache();
 }
 
+/* Thread B reads a tensor of thread A's default stream on B's own default stream. */
+static void *read_on_my_default_stream(void *t) {
+  DLManagedTensorVersioned *tensor = (DLManagedTensorVersioned *)t;
+  CHECK(dlpx_record_stream(tensor, 0, (void *)2) == 0, "record_stream: %s", test_str(dlpx_last_error()));
+  CHECK(sim_cuda_use((void *)2, tensor->dl_tensor.data, 256, 0) == 0, "B's read");
+  return NULL;
+}
+
+static void another_thread_s_default_stream_use_is_waited_for(void) {
+  /* Each thread's default stream is a stream of its own: B's read was taken for the allocation
+   * stream (both "the default stream") and the block was reused on A's stream under it. */
+  long before = sim_cuda_unordered_reuses();
+  DLManagedTensorVersioned *t = allocate(0, (void *)2, 256);
+  CHECK(sim_cuda_use((void *)2, t->dl_tensor.data, 256, 1) == 0, "A's write");
+  /* The host waits for A's write, so that B's read is ordered after it: only the reuse is tested. */
+  CUcontext context;
+  CHECK(cuDevicePrimaryCtxRetain(&context, 0) == CUDA_SUCCESS && cuCtxPushCurrent_v2(context) == CUDA_SUCCESS, "ctx");
+  CHECK(cuStreamSynchronize((CUstream)2) == CUDA_SUCCESS, "B reads what A wrote");
+  CHECK(cuCtxPopCurrent_v2(NULL) == CUDA_SUCCESS && cuDevicePrimaryCtxRelease_v2(0) == CUDA_SUCCESS, "ctx back");
+  pthread_t b;
+  pthread_create(&b, NULL, read_on_my_default_stream, t);
+  pthread_join(b, NULL);
+  release(t);
+  DLManagedTensorVersioned *again = allocate(0, (void *)2, 256);
+  CHECK(sim_cuda_use((void *)2, again->dl_tensor.data, 256, 1) == 0, "A's next write");
+  CHECK(sim_cuda_unordered_reuses() == before, "A's write is ordered after B's read (%ld unordered)",
+        sim_cuda_unordered_reuses() - before);
+  release(again);
+  empty_cache();
+}
+
+#define OVERFLOW_BLOCKS 20 /* more than a thread's bin of one class holds */
+
+static void *allocate_and_free_many(void *unused) {
+  (void)unused;
+  DLManagedTensorVersioned *ts[OVERFLOW_BLOCKS];
+  for (int i = 0; i < OVERFLOW_BLOCKS; i++) ts[i] = allocate(0, (void *)2, 400);
+  for (int i = 0; i < OVERFLOW_BLOCKS; i++) release(ts[i]);
+  return NULL;
+}
+
+static void an_exited_thread_s_blocks_all_serve_the_legacy_stream(void) {
+  /* Those its full bins had given the shared list stayed keyed to its default stream: stranded. */
+  pthread_t thread;
+  pthread_create(&thread, NULL, allocate_and_free_many, NULL);
+  pthread_join(thread, NULL);
+  long before = sim_cuda_calls("cuMemAllocFromPoolAsync") + sim_cuda_calls("cuMemAlloc");
+  DLManagedTensorVersioned *ts[OVERFLOW_BLOCKS];
+  for (int i = 0; i < OVERFLOW_BLOCKS; i++) ts[i] = allocate(0, NULL, 400);
+  long driver = sim_cuda_calls("cuMemAllocFromPoolAsync") + sim_cuda_calls("cuMemAlloc") - before;
+  CHECK(driver == 0, "%ld of %d legacy-stream allocations went to the driver", driver, OVERFLOW_BLOCKS);
+  for (int i = 0; i < OVERFLOW_BLOCKS; i++) release(ts[i]);
+  empty_cache();
+}
+
 int main(void) {
   setenv("SIM_CUDA_MEMORY", "67108864", 1);
   sim_cuda_reset_counts();
@@ -271,6 +326,8 @@ int main(void) {
   out_of_memory_gives_the_cache_back_then_fails_with_the_size();
   a_tensor_deleted_twice_is_refused();
   another_thread_s_default_stream_block_serves_the_legacy_stream();
+  another_thread_s_default_stream_use_is_waited_for();
+  an_exited_thread_s_blocks_all_serve_the_legacy_stream();
   a_destroyed_stream_is_never_named_again();
   CHECK(sim_cuda_misuses() == 0, "no driver misuse (%ld; see the sim_cuda: lines above)", sim_cuda_misuses());
   CHECK(sim_cuda_unordered_reuses() == 0, "no unordered reuse (%ld)", sim_cuda_unordered_reuses());

@@ -72,10 +72,11 @@ impl Device for Cuda {
         }
     }
 
-    /// Device memory's allocation stream, and managed memory, need no record (the free waits
-    /// for the first, the driver orders the second); a use on the per-thread default stream is
-    /// recorded as the legacy stream (the free may run on another thread). Uses on other
-    /// devices count too: a peer's kernel may read this device's memory.
+    /// A use that device memory's reuse comes after anyway (its allocation stream, or a
+    /// built-in stream before a reuse on the legacy one), and managed memory, need no record
+    /// (the driver orders the second); a use on the per-thread default stream is recorded as
+    /// the legacy stream (the free may run on another thread). Uses on other devices count too:
+    /// a peer's kernel may read this device's memory.
     fn use_to_record(
         &self,
         device: DLDevice,
@@ -83,17 +84,16 @@ impl Device for Cuda {
         device_id: i32,
         stream: *mut c_void,
     ) -> Option<(i32, usize)> {
-        let stream = cuda::as_recordable(stream) as usize;
         match device.device_type {
-            DeviceType::CUDA if allocation_stream(device, memory, device_id, stream) => None,
-            DeviceType::CUDA | DeviceType::CUDA_HOST => Some((device_id, stream)),
+            DeviceType::CUDA if reuse_comes_after(device, memory, device_id, stream) => None,
+            DeviceType::CUDA | DeviceType::CUDA_HOST => Some((device_id, cuda::as_recordable(stream) as usize)),
             _ => None,
         }
     }
 
     fn fence(&self, device: DLDevice, memory: Memory, uses: &mut Uses, device_id: i32, stream: *mut c_void) -> bool {
         match device.device_type {
-            DeviceType::CUDA if allocation_stream(device, memory, device_id, stream as usize) => true,
+            DeviceType::CUDA if reuse_comes_after(device, memory, device_id, stream) => true,
             DeviceType::CUDA | DeviceType::CUDA_HOST => cuda::fence(uses, device_id, stream),
             _ => true,
         }
@@ -206,7 +206,9 @@ impl Device for Cuda {
     }
 }
 
-/// Whether `stream` of `device_id` is the stream `memory` (device memory) was allocated on.
-fn allocation_stream(device: DLDevice, memory: Memory, device_id: i32, stream: usize) -> bool {
-    device.device_id == device_id && cuda::same_stream(memory.words[1], stream)
+/// Whether work this thread enqueued on `stream` of `device_id` is done before the reuse of
+/// `memory` (device memory) is ordered: the same device, and a stream the block's reuse waits
+/// for (its own; any built-in one for the legacy stream; not another thread's default stream).
+fn reuse_comes_after(device: DLDevice, memory: Memory, device_id: i32, stream: *mut c_void) -> bool {
+    device.device_id == device_id && cuda::reuse_comes_after(memory.words[0], memory.words[1], stream as usize)
 }

@@ -95,20 +95,27 @@ pub fn current_stream_in(py: Python<'_>, table: &DLPackExchangeAPI, device: DLDe
     }
 }
 
-/// `managed` (owned by the caller, who gives it up here, on success and on failure alike) as an
-/// object of the framework of `like`, the entry of the caller's first tensor argument: its
-/// table's `to_py`, else its producer's `from_dlpack` of a `dlpx.Tensor`, else the
-/// `dlpx.Tensor` (also without `like`).
+/// `managed`, a kernel call's output (owned by the caller, who gives it up here, on success and
+/// on failure alike), as an object of the framework of `like`, the entry of the caller's first
+/// tensor argument: its table's `to_py`, else its producer's `from_dlpack` of a `dlpx.Tensor`,
+/// else the `dlpx.Tensor` (also without `like`). The call allocated it through that same
+/// framework's table (dlpx's own for a row without a table of its own) and found it unchanged:
+/// dlpx's own are adopted without a second check.
 pub fn to_py_like(
     py: Python<'_>,
     like: Option<Entry>,
     managed: NonNull<DLManagedTensorVersioned>,
 ) -> Result<*mut PyObject> {
-    let table = match like {
-        Some(entry) if entry.row.synthetic.is_none() => entry.table,
-        _ => tensor_type::own_table().ok_or_else(tensor_type::not_initialised)?,
+    let own = tensor_type::own_table().ok_or_else(tensor_type::not_initialised)?;
+    let converted = match like {
+        Some(entry) if entry.row.synthetic.is_none() && !ptr::eq(entry.table, own) => {
+            to_py_in(py, entry.table, managed.as_ptr())
+        }
+        // SAFETY: an output of dlpx's allocator (dlpx's table and the synthetic tables of rows
+        // without one allocate with it), unchanged since (the caller's contract).
+        _ => unsafe { tensor_type::adopt_output(py, managed) },
     };
-    let object = to_py_in(py, table, managed.as_ptr()).inspect_err(|_| {
+    let object = converted.inspect_err(|_| {
         // R4: a failed `to_py` leaves the tensor with the caller, here.
         // SAFETY: still owned here; deleted once.
         unsafe { crate::tensor::delete_managed(managed) }

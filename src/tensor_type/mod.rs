@@ -237,18 +237,37 @@ pub fn not_initialised() -> Error {
 /// written to `out`. Ownership moves only on success (docs/design.md R4): on failure the caller
 /// still owns `managed`.
 fn to_py(py: Python<'_>, managed: NonNull<DLManagedTensorVersioned>, out: Out<*mut c_void>) -> Result<c_int> {
+    // SAFETY: the caller owns `managed` and gives it up only if this succeeds.
+    let object = wrap_adopted(py, || unsafe { Tensor::from_managed(managed) })?;
+    out.put(object.cast());
+    Ok(0)
+}
+
+/// A kernel call's output as a `dlpx.Tensor`: a block of dlpx's allocator the call found as the
+/// allocator made it (`Outputs::unchanged` compared its header, shape and strides), adopted
+/// without checking it again. On failure the caller still owns `managed`.
+///
+/// # Safety
+/// `managed` is a block of dlpx's allocator, unchanged since it was made, owned by the caller.
+pub unsafe fn adopt_output(py: Python<'_>, managed: NonNull<DLManagedTensorVersioned>) -> Result<*mut PyObject> {
+    // SAFETY: live, the caller's.
+    debug_assert!(crate::allocation::is_ours(unsafe { managed.as_ref() }));
+    // SAFETY: valid as made (the caller's contract); given up only if this succeeds.
+    wrap_adopted(py, || Ok(unsafe { Tensor::from_valid(managed) }))
+}
+
+/// A new `dlpx.Tensor` holding what `adopt` takes, which is called only once the object exists:
+/// once adopted, a failure could no longer leave the tensor with the caller.
+fn wrap_adopted(py: Python<'_>, adopt: impl FnOnce() -> Result<Tensor>) -> Result<*mut PyObject> {
     if tensor_type().is_null() {
         return Err(not_initialised());
     }
-    // Allocate first: once the tensor is adopted, a failure could no longer leave it with the caller.
     let object = type_spec::alloc_empty(py, tensor_type())?;
-    // SAFETY: the caller owns `managed` and gives it up only if this succeeds.
-    match unsafe { Tensor::from_managed(managed) } {
+    match adopt() {
         Ok(tensor) => {
             // SAFETY: a fresh object, not yet visible to anyone.
             unsafe { PyTensor::init(object, tensor) };
-            out.put(object.cast());
-            Ok(0)
+            Ok(object.cast())
         }
         Err(err) => {
             py.decref(object);

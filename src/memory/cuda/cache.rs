@@ -199,6 +199,18 @@ pub unsafe fn free_device(device_id: i32, grant: Grant, stream: *mut c_void, use
     }
 }
 
+/// Whether work this thread enqueued on `stream` is done, in the device's order, before a reuse
+/// of the memory `block` (a grant's) gave: [`StreamKey::comes_after`] of its block's key, or,
+/// for memory outside the cache, whether `stream` is the one it was allocated on (`allocated`,
+/// as recorded: its free is ordered there).
+pub fn reuse_comes_after(block: usize, allocated: usize, stream: usize) -> bool {
+    match NonNull::new(block as *mut Block) {
+        // SAFETY: a block record lives while a tensor holds its memory (the caller's does).
+        Some(block) => unsafe { block.as_ref() }.key().comes_after(stream, thread_cache::thread_id()),
+        None => driver::same_stream(allocated, driver::as_recordable(stream as *mut c_void) as usize),
+    }
+}
+
 /// Gives a block the cache does not keep back to the driver, on `stream` after the streams in
 /// `uses`.
 ///

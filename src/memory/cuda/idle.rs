@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use super::block::{Block, StreamKey};
 use super::classes::MAX_DEVICES;
-use super::driver::Driver;
+use super::driver::{Driver, STREAM_PER_THREAD};
 use super::events::{fences_done, release_fences};
 use super::uses::Fence;
 
@@ -43,6 +43,34 @@ pub fn keep(block: NonNull<Block>) {
     let b = unsafe { block.as_ref() };
     let key = b.key();
     with(b.device_id, |s| s.ready.entry((key.stream, key.thread, b.class)).or_default().push(block));
+}
+
+/// Gives the idle blocks kept for the default stream of `thread` (a thread cache's id), ready or
+/// fenced, to the legacy stream, which waits for it: the thread exits, and no other thread's
+/// default stream is its (they were stranded: no allocation could take them).
+pub fn retire_thread(thread: u64) {
+    let theirs = StreamKey { stream: STREAM_PER_THREAD, thread };
+    for shared in &SHARED {
+        let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(s) = shared.as_mut() else { continue };
+        let keys: Vec<_> =
+            s.ready.keys().filter(|&&(stream, t, _)| (stream, t) == (theirs.stream, thread)).copied().collect();
+        for key in keys {
+            let blocks = s.ready.remove(&key).unwrap_or_default();
+            for &block in &blocks {
+                // SAFETY: listed blocks are alive; the list's lock is held.
+                unsafe { block.as_ref() }.set_key(StreamKey::LEGACY);
+            }
+            s.ready.entry((StreamKey::LEGACY.stream, StreamKey::LEGACY.thread, key.2)).or_default().extend(blocks);
+        }
+        for f in &s.fenced {
+            // SAFETY: as above.
+            let b = unsafe { f.block.as_ref() };
+            if b.key() == theirs {
+                b.set_key(StreamKey::LEGACY);
+            }
+        }
+    }
 }
 
 /// Keeps a block used on other streams until `fences` have completed.

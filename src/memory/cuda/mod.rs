@@ -44,7 +44,7 @@ mod uses;
 
 use std::ffi::c_void;
 
-pub use cache::{alloc_device, free_device, Grant};
+pub use cache::{alloc_device, free_device, reuse_comes_after, Grant};
 pub use copy::{copy_device_to_device, copy_to_host};
 pub use device::{check_device, synchronise_device};
 pub use driver::{

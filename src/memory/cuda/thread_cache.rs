@@ -98,6 +98,8 @@ impl Drop for Handle {
                 b.set_key(b.key().seen_from(0));
                 idle::keep(block);
             }
+            // And those its full bins gave the shared lists.
+            idle::retire_thread(self.0.id);
         });
         drop(retired);
         REGISTRY.lock().unwrap_or_else(|p| p.into_inner()).retain(|c| !Arc::ptr_eq(c, &self.0));
