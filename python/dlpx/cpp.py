@@ -232,8 +232,14 @@ def _built(home: str, name: str) -> Optional[str]:
             recorded = [(str(p), m, n, h) for p, m, n, h in json.load(f)]
     except (OSError, ValueError, TypeError):
         return None
-    library = os.path.join(home, _headers_digest(_seen(recorded))[:16], f"{name}.so")
+    library = os.path.join(home, _headers_digest(_seen(recorded))[:16], _file_name(name))
     return library if os.path.isfile(library) else None
+
+
+def _file_name(name: str) -> str:
+    """The library's file: `lib<name>.so`, as CMake names one, whose module the loader names
+    `name` (it takes a leading `lib` off: `library.so` was the module `rary`)."""
+    return f"lib{name}.so"
 
 
 def _seen(headers: Sequence[Seen]) -> List[Seen]:
@@ -279,7 +285,7 @@ def _compile_and_link(home: str, name: str, units: List[Unit], commands: Command
             objects.append(obj)
         with open(os.path.join(work, "exports.map"), "w") as f:
             f.write(_EXPORTS)
-        linked = os.path.join(work, f"{name}.so")
+        linked = os.path.join(work, _file_name(name))
         link(commands, objects, os.path.join(work, "exports.map"), linked, name, verbose)
         listed = sorted(os.path.abspath(p) for p in headers)
         files = [(path, text) for path, _, text in units if os.path.isabs(path)]
@@ -291,7 +297,7 @@ def _compile_and_link(home: str, name: str, units: List[Unit], commands: Command
         seen = _seen([(path, None, None, None) for path in listed])
         place = os.path.join(home, _headers_digest(seen)[:16])
         os.makedirs(place, exist_ok=True)
-        library = os.path.join(place, f"{name}.so")
+        library = os.path.join(place, _file_name(name))
         os.replace(linked, library)
         _write_atomically(os.path.join(home, "headers.json"), json.dumps(seen), work)
         return library
@@ -317,11 +323,16 @@ def _modified_since(path: str, since_ns: int) -> bool:
 
 
 def _names_relative_path(flag: str) -> bool:
-    """Whether a flag names a path relative to the working directory (`-Iinc`, `-Llib`, `lib.a`)."""
+    """Whether a flag names a path relative to the working directory (`-Iinc`, `-Llib`, `lib.a`;
+    a long option's value or a linker argument that is a path here: `--include-directory=inc`,
+    `-Wl,--version-script=exports.map`)."""
     for prefix in ("-I", "-L", "-isystem", "-iquote", "-idirafter", "-include"):
         if flag.startswith(prefix) and len(flag) > len(prefix):
             return not os.path.isabs(flag[len(prefix):])
-    return not flag.startswith("-") and not os.path.isabs(flag)
+    if not flag.startswith("-"):
+        return not os.path.isabs(flag)
+    values = re.split("[=,]", flag)[1:]
+    return any(v and not v.startswith("-") and not os.path.isabs(v) and os.path.exists(v) for v in values)
 
 
 def _write_atomically(path: str, text: str, work: str) -> None:

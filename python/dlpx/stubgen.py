@@ -256,9 +256,9 @@ def stub(library: Union[str, "os.PathLike[str]", types.ModuleType]) -> str:
     if not found:
         raise StubError(f"{getattr(module, '__file__', module)}: no kernels")
     spell = _Spelling(found)
-    name = module.__name__.replace("\\", "\\\\")
-    header = (f'"""Kernels of {name} (stub written by python -m dlpx.stubgen from their signatures)."""\n\n'
-              + spell.preamble() + spell.imports())
+    # The module is named after the library's file, whatever that holds (`lib"""q.so`).
+    title = f"Kernels of {module.__name__} (stub written by python -m dlpx.stubgen from their signatures)."
+    header = _docstring(title, "") + "\n\n" + spell.preamble() + spell.imports()
     return header + "".join(f"\n{kernel_stub(k, spell)}" for k in found.values())
 
 

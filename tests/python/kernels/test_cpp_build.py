@@ -162,7 +162,7 @@ def test_what_a_killed_build_left_is_removed_a_day_later(cache):
     cpp.build_inline("litter", c_sources=answer(2))  # another build of the name: another directory
     cpp.build_inline("litter", c_sources=answer(1), extra_cflags=["-O1"])
     assert os.path.isdir(old) and os.path.isdir(recent)  # a build elsewhere leaves them
-    os.remove(os.path.join(os.path.dirname(path), "litter.so"))  # the next call here builds
+    os.remove(os.path.join(os.path.dirname(path), "liblitter.so"))  # the next call here builds
     cpp.build_inline("litter", c_sources=answer(1))
     assert not os.path.exists(old) and os.path.isdir(recent)
 
@@ -314,11 +314,21 @@ def test_a_relative_include_flag_is_read_where_the_call_is_made(tmp_path, monkey
         (tmp_path / f"in{value}" / "inc").mkdir(parents=True)
         (tmp_path / f"in{value}" / "inc" / "factor.h").write_text(f"#define FACTOR {value}\n")
     source = "#include <factor.h>\n" + answer("FACTOR")
-    got = []
-    for value in (2, 3):
-        monkeypatch.chdir(tmp_path / f"in{value}")
-        got.append(cpp.load_inline("relative", c_sources=source, extra_cflags=["-Iinc"]).answer())
-    assert got == [2, 3]
+    # gcc's long spelling too (the second directory got the first one's build).
+    for flag in ("-Iinc", "--include-directory=inc"):
+        got = []
+        for value in (2, 3):
+            monkeypatch.chdir(tmp_path / f"in{value}")
+            got.append(cpp.load_inline("relative", c_sources=source, extra_cflags=[flag]).answer())
+        assert got == [2, 3], flag
+
+
+def test_the_module_is_named_as_the_call_names_it(tmp_path):
+    # The file is lib<name>.so: the loader takes a leading `lib` off (`library` was `rary`).
+    for name in ("library", "libfoo", "plain"):
+        lib = cpp.load_inline(name, c_sources=answer(7))
+        assert lib.__name__ == name and os.path.basename(lib.__file__) == f"lib{name}.so"
+        assert lib.answer() == 7
 
 
 def test_a_header_saved_during_the_build_is_built_again(tmp_path, monkeypatch):

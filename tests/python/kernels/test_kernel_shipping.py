@@ -6,6 +6,7 @@ is scripts/check_kernel_wheel.sh's."""
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -121,6 +122,15 @@ def test_stubgen_keeps_a_doc_character_for_character(tmp_path_factory, tmp_path)
     assert ast.get_docstring(k) == "one\rtwo\x0cthree \\ four\n\nfive\u2028six", text
     assert "\r" not in text and "\x0c" not in text and "\u2028" not in text
     assert dlpx.load_library(path).k.__doc__.endswith("one\rtwo\x0cthree \\ four\n\nfive\u2028six")
+
+
+def test_stubgen_spells_a_module_name_with_quotes_and_a_backslash(example, tmp_path):
+    # The module is named after the file: its name goes into the stub's docstring as a doc does
+    # (a `"""` in it ended the docstring early: the stub did not parse).
+    odd = tmp_path / 'lib"""q\\r.so'
+    shutil.copyfile(example, odd)
+    text = stubgen.stub(str(odd))
+    assert ast.get_docstring(ast.parse(text)).startswith('Kernels of """q\\r (stub written by')
 
 
 def test_stubgen_writes_beside_the_library_the_search_path_found(tmp_path_factory, tmp_path):
