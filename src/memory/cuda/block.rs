@@ -44,13 +44,16 @@ impl StreamKey {
     }
 
     /// Whether work thread `thread` enqueued on `stream` is done, in the device's order, before
-    /// the work of a reuse on this key: the same stream, or a built-in one before the legacy
-    /// stream (which waits for the blocking streams, every thread's default stream among them).
-    /// Another thread's default stream is not this key's: its work must be recorded.
+    /// the work of a reuse on this key: the same stream; a built-in one before the legacy
+    /// stream (which waits for the blocking streams, every thread's default stream among them);
+    /// the legacy stream before a thread's default stream (a blocking stream, which waits for
+    /// it). Another thread's default stream is not this key's: its work must be recorded.
     #[inline]
     pub fn comes_after(self, stream: usize, thread: u64) -> bool {
         let used = StreamKey::of(stream, thread);
-        used == self || (self == StreamKey::LEGACY && used.is_built_in())
+        used == self
+            || (self == StreamKey::LEGACY && used.is_built_in())
+            || (self.stream == STREAM_PER_THREAD && used == StreamKey::LEGACY)
     }
 
     /// Whether no one can destroy the stream (so a release may name it at any time).
@@ -145,9 +148,10 @@ mod tests {
         let mine = StreamKey::of(STREAM_PER_THREAD, 7);
         assert_eq!(mine.seen_from(7), mine);
         assert_eq!(mine.seen_from(8), StreamKey::LEGACY);
-        // A reuse on thread 7's default stream waits for no other thread's, nor for another stream.
+        // A reuse on thread 7's default stream waits for the legacy stream, for no other thread's
+        // default stream, nor for a created stream.
         assert!(mine.comes_after(STREAM_PER_THREAD, 7) && !mine.comes_after(STREAM_PER_THREAD, 8));
-        assert!(!mine.comes_after(STREAM_LEGACY, 7) && !mine.comes_after(0x5000, 7));
+        assert!(mine.comes_after(STREAM_LEGACY, 8) && mine.comes_after(0, 7) && !mine.comes_after(0x5000, 7));
         // A reuse on the legacy stream waits for every built-in stream, not for a created one.
         for (stream, thread) in [(0, 7), (STREAM_LEGACY, 7), (STREAM_PER_THREAD, 8)] {
             assert!(StreamKey::LEGACY.comes_after(stream, thread));
