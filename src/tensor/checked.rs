@@ -15,9 +15,8 @@ use crate::validate::{check_imported, check_major, major_of};
 pub(super) enum Checked {
     /// An export of a dlpx tensor (its manager_ctx is a `Shared<Core>`).
     OurExport,
-    /// A block of dlpx's allocator.
-    OurAllocation,
-    /// A valid foreign tensor; owned shape+strides when its strides were NULL.
+    /// Any other valid tensor (a producer's, or a block of dlpx's allocator, read alike: its
+    /// owner may have written its description); owned shape+strides when its strides were NULL.
     Foreign(Option<Box<[i64]>>),
 }
 
@@ -37,23 +36,17 @@ pub(super) unsafe fn check_versioned(managed: NonNull<DLManagedTensorVersioned>)
     if is_our_export(m) && !export::adds_read_only(m) {
         return Ok(Checked::OurExport);
     }
-    if allocation::is_ours(m) {
-        // Valid as made, but its owner may have written its description since: read as any
-        // producer's, within the room its block has.
-        // SAFETY: one of our blocks, live, reached through the caller's pointer.
-        if unsafe { allocation::reads_past_its_block(managed) } {
-            return Err(Error::buffer(format!(
-                "ndim = {} is more dimensions than this tensor of dlpx's allocator was made with",
-                m.dl_tensor.ndim
-            )));
-        }
-        // SAFETY: as below; the description lies within the block or where its owner put it.
-        return Ok(match unsafe { check_imported(&m.dl_tensor, m.flags)? } {
-            None => Checked::OurAllocation,
-            dims => Checked::Foreign(dims),
-        });
+    // A block of dlpx's allocator was valid as made, but its owner may have written its
+    // description since: it is read as any producer's, within the room its block has.
+    // SAFETY: one of our blocks, live, reached through the caller's pointer.
+    if allocation::is_ours(m) && unsafe { allocation::reads_past_its_block(managed) } {
+        return Err(Error::buffer(format!(
+            "ndim = {} is more dimensions than this tensor of dlpx's allocator was made with",
+            m.dl_tensor.ndim
+        )));
     }
-    // SAFETY: as above; the version is known, so the whole struct may be read.
+    // SAFETY: as above; the version is known, so the whole struct may be read (a block's
+    // description lies within it, or where its owner put it).
     Ok(Checked::Foreign(unsafe { check_imported(&m.dl_tensor, m.flags)? }))
 }
 

@@ -152,8 +152,6 @@ impl Tensor {
                 // SAFETY: our export's manager_ctx is a `Shared::into_raw`, its block ours to free.
                 Ok(unsafe { export::take_back(managed.as_ref().manager_ctx, managed.cast()) })
             }
-            // SAFETY: our own allocator's output is valid by construction.
-            Checked::OurAllocation => Ok(unsafe { Self::from_valid(managed) }),
             Checked::Foreign(dims) => {
                 // SAFETY: checked: a v1 struct, live and owned by the caller.
                 let m = unsafe { managed.as_ref() };
