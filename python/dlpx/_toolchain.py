@@ -32,10 +32,14 @@ def run(command: List[str], name: str, verbose: bool) -> None:
                          f"{shlex.join(command)}\n{done.stdout}")
 
 
-def link(commands: "Commands", objects: List[str], exports: str, out: str, name: str, verbose: bool) -> None:
-    """Runs `commands`' link, its linker options in a response file outside the cache (whose path
-    may hold commas), named with what it holds when the link fails."""
-    descriptor, options = tempfile.mkstemp(prefix="dlpx-link.", suffix=".rsp")
+def link(commands: "Commands", objects: List[str], exports: str, out: str, name: str, verbose: bool,
+         work: str) -> None:
+    """Runs `commands`' link, its linker options in a response file, named with what it holds when
+    the link fails. The file is in `work`, the build's own directory (which a build killed midway
+    leaves for the cache to remove), unless its path cannot be a response file's (`@file`: no
+    space, no comma); then in the temporary directory."""
+    safe = not re.search(r"[\s,]", os.path.abspath(work))
+    descriptor, options = tempfile.mkstemp(prefix="dlpx-link.", suffix=".rsp", dir=work if safe else None)
     os.close(descriptor)
     try:
         command = commands.link(objects, exports, out, options)

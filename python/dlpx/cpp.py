@@ -286,7 +286,7 @@ def _compile_and_link(home: str, name: str, units: List[Unit], commands: Command
         with open(os.path.join(work, "exports.map"), "w") as f:
             f.write(_EXPORTS)
         linked = os.path.join(work, _file_name(name))
-        link(commands, objects, os.path.join(work, "exports.map"), linked, name, verbose)
+        link(commands, objects, os.path.join(work, "exports.map"), linked, name, verbose, work)
         listed = sorted(os.path.abspath(p) for p in headers)
         files = [(path, text) for path, _, text in units if os.path.isabs(path)]
         # A source saved after it was read for the key (while this waited for another thread's

@@ -4,8 +4,10 @@ each build by its sources, flags, compilers and the content of the headers they 
 refuse bad input with clear errors."""
 
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -190,6 +192,24 @@ def test_a_flag_reaches_the_compiler_and_the_linker():
     assert lib.answer() == 41
     with pytest.raises(cpp.BuildError, match="no-such-flag"):
         cpp.build_inline("flagged", c_sources=answer(1), extra_ldflags=["-Wl,--no-such-flag"])
+
+
+def test_the_link_s_response_file_is_the_build_s_own(cache, tmp_path, monkeypatch):
+    # In the build's directory, which the cache removes when a killed build left it; where the
+    # cache's path could not be a response file's (a space, a comma), in the temporary directory.
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    tempfile.tempdir = None  # read TMPDIR anew
+    try:
+        for root, inside in ((cache, True), (tmp_path / "a, b", False)):
+            monkeypatch.setenv("DLPX_CACHE_DIR", str(root))
+            with pytest.raises(cpp.BuildError, match="no-such-flag") as failed:
+                cpp.build_inline("responded", c_sources=answer(1), extra_ldflags=["-Wl,--no-such-flag"])
+            held = re.search(r"(\S+\.rsp) holds:", str(failed.value)).group(1)
+            assert held.startswith(str(root)) == inside and held.startswith(str(tmp_path / "tmp")) != inside
+            assert not os.path.exists(held)
+    finally:
+        tempfile.tempdir = None
 
 
 @pytest.mark.parametrize("name", ["", "1st", "a-b", "a.b", "a b", None])
