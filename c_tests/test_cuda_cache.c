@@ -252,13 +252,44 @@ static void another_thread_s_default_stream_block_serves_the_legacy_stream(void)
   pthread_t thread;
   pthread_create(&thread, NULL, free_here, t); /* kept by that thread's cache, then given up */
   pthread_join(thread, NULL);
-  DLManagedTensorVersioned *mine = allocate(0, (void *)2, 1024);
-  CHECK(mine->dl_tensor.data != address, "not on this thread's default stream: it waits for no other thread's");
   DLManagedTensorVersioned *legacy = allocate(0, NULL, 1024);
   CHECK(legacy->dl_tensor.data == address, "on the legacy stream, which waits for every default stream");
-  release(mine);
   release(legacy);
   empty_cache();
+}
+
+/* A thread writes a block on its own default stream, frees it and exits; another thread's
+ * default stream takes it, after waiting for the legacy stream (which waited for the first
+ * thread's): a pool of short-lived threads reuses its blocks instead of growing the cache. */
+static void *write_on_my_default_stream_and_exit(void *address) {
+  DLManagedTensorVersioned *t = allocate(0, (void *)2, 768);
+  *(void **)address = t->dl_tensor.data;
+  CHECK(sim_cuda_use((void *)2, t->dl_tensor.data, 768, 1) == 0, "the exiting thread's write");
+  release(t);
+  return NULL;
+}
+
+static long driver_allocations(void) { return sim_cuda_calls("cuMemAllocFromPoolAsync") + sim_cuda_calls("cuMemAlloc"); }
+
+static void an_exited_thread_s_block_serves_another_thread_s_default_stream_in_order(void) {
+  long unordered = sim_cuda_unordered_reuses(), waits = sim_cuda_calls("cuStreamWaitEvent");
+  for (int round = 0; round < 3; round++) {
+    void *address = NULL;
+    pthread_t thread;
+    pthread_create(&thread, NULL, write_on_my_default_stream_and_exit, &address);
+    pthread_join(thread, NULL);
+    long before = driver_allocations();
+    DLManagedTensorVersioned *mine = allocate(0, (void *)2, 768);
+    CHECK(mine->dl_tensor.data == address && driver_allocations() == before,
+          "round %d: the exited thread's block (%ld driver allocations)", round, driver_allocations() - before);
+    CHECK(sim_cuda_use((void *)2, mine->dl_tensor.data, 768, 1) == 0, "this thread's write");
+    CHECK(sim_cuda_unordered_reuses() == unordered, "round %d: this write is ordered after the exited thread's",
+          round);
+    release(mine);
+    empty_cache(); /* each round from an empty cache: the block this thread keeps is not in the way */
+  }
+  CHECK(sim_cuda_calls("cuStreamWaitEvent") == waits + 3, "one wait a reuse (%ld)",
+        sim_cuda_calls("cuStreamWaitEvent") - waits);
 }
 
 /* Thread B reads a tensor of thread A's default stream on B's own default stream. */
@@ -307,10 +338,10 @@ static void an_exited_thread_s_blocks_all_serve_the_legacy_stream(void) {
   pthread_t thread;
   pthread_create(&thread, NULL, allocate_and_free_many, NULL);
   pthread_join(thread, NULL);
-  long before = sim_cuda_calls("cuMemAllocFromPoolAsync") + sim_cuda_calls("cuMemAlloc");
+  long before = driver_allocations();
   DLManagedTensorVersioned *ts[OVERFLOW_BLOCKS];
   for (int i = 0; i < OVERFLOW_BLOCKS; i++) ts[i] = allocate(0, NULL, 400);
-  long driver = sim_cuda_calls("cuMemAllocFromPoolAsync") + sim_cuda_calls("cuMemAlloc") - before;
+  long driver = driver_allocations() - before;
   CHECK(driver == 0, "%ld of %d legacy-stream allocations went to the driver", driver, OVERFLOW_BLOCKS);
   for (int i = 0; i < OVERFLOW_BLOCKS; i++) release(ts[i]);
   empty_cache();
@@ -328,6 +359,7 @@ int main(void) {
   another_thread_s_default_stream_block_serves_the_legacy_stream();
   another_thread_s_default_stream_use_is_waited_for();
   an_exited_thread_s_blocks_all_serve_the_legacy_stream();
+  an_exited_thread_s_block_serves_another_thread_s_default_stream_in_order();
   a_destroyed_stream_is_never_named_again();
   CHECK(sim_cuda_misuses() == 0, "no driver misuse (%ld; see the sim_cuda: lines above)", sim_cuda_misuses());
   CHECK(sim_cuda_unordered_reuses() == 0, "no unordered reuse (%ld)", sim_cuda_unordered_reuses());

@@ -19,7 +19,7 @@ use super::classes::{class_bytes, class_of, settings, Fault, MAX_DEVICES};
 use super::deferred::{self, capturing, flush};
 use super::device::{no_memory, on_device, synchronise_context, synchronise_device};
 use super::driver::{self, Wait, STREAM_LEGACY, STREAM_PER_THREAD};
-use super::events::record_event;
+use super::events::{enqueue_wait, record_event};
 use super::pool::{self, driver_free};
 use super::thread_cache::{self, Put};
 use super::uses::{Fence, Uses};
@@ -69,7 +69,11 @@ fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, strea
     if let Some((key, class)) = class {
         let driver = driver::get()?;
         // No event is queried while a capture dlpx knows of may be underway (a query breaks it).
-        if let Some(block) = idle::take(driver, device_id, key, class, !deferred::any()) {
+        let quiet = !deferred::any();
+        if let Some(block) = idle::take(driver, device_id, key, class, quiet) {
+            return Ok(hand_out_missed(block));
+        }
+        if let Some(block) = quiet.then(|| from_the_legacy_stream(driver, device_id, key, class)).flatten() {
             return Ok(hand_out_missed(block));
         }
     }
@@ -111,6 +115,34 @@ fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, strea
     release::register_exit_hook();
     let block = Box::new(Block::new(ptr as usize, device_id, class, key));
     Ok(hand_out_missed(NonNull::from(Box::leak(block))))
+}
+
+/// For an allocation on a thread's default stream (`key`), an idle block kept for the legacy
+/// stream, the thread's stream made to wait first for the legacy stream's work so far (an event
+/// recorded there, waited for). The uses of such a block not recorded were on built-in streams,
+/// every one of which the legacy stream waits for: an event recorded on it completes after them.
+/// Blocks of exited threads are kept for the legacy stream (`idle::retire_thread`): without this,
+/// a pool of short-lived threads each allocating on its own default stream grew the cache by
+/// what each allocated. Not while a capture dlpx knows of may be underway (nothing may wait on
+/// the legacy stream then); the block stays where it was when the wait cannot be enqueued.
+fn from_the_legacy_stream(
+    driver: &driver::Driver,
+    device_id: i32,
+    key: StreamKey,
+    class: usize,
+) -> Option<NonNull<Block>> {
+    if key.stream != STREAM_PER_THREAD {
+        return None;
+    }
+    let block = idle::take(driver, device_id, StreamKey::LEGACY, class, true)?;
+    let waited = on_device(device_id, |driver, state| enqueue_wait(driver, state, STREAM_LEGACY, STREAM_PER_THREAD));
+    if waited.is_err() {
+        idle::keep(block);
+        return None;
+    }
+    // SAFETY: an idle block taken from the list: nobody else holds it.
+    unsafe { block.as_ref() }.set_key(key);
+    Some(block)
 }
 
 /// Whether `device_id` has a cache now.
