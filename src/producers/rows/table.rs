@@ -124,11 +124,13 @@ pub fn published_head(
             (py.PyErr_Clear)();
             return Ok(None);
         };
-        let table = (py.PyLong_AsVoidPtr)(address.as_ptr());
-        if table.is_null() {
+        // As a signed value: a negative one (-1 read as 0xffff...) is no address of a table, nor
+        // is one past int64, which user space never reaches.
+        let value = (py.PyLong_AsLongLong)(address.as_ptr());
+        if value <= 0 {
             (py.PyErr_Clear)();
-            return Err(Error::type_error("__c_dlpack_exchange_api__ must be a non-zero integer address"));
+            return Err(Error::type_error("__c_dlpack_exchange_api__ must be a positive integer address"));
         }
-        Ok(Some((table.cast_const().cast(), "__c_dlpack_exchange_api__")))
+        Ok(Some((value as usize as *const DLPackExchangeAPIHeader, "__c_dlpack_exchange_api__")))
     }
 }

@@ -203,6 +203,26 @@ def test_info_rejects_a_zero_address():
         dlpx.exchange_api_info(Zero)
 
 
+@pytest.mark.parametrize("address", [-1, -(2**63), 2**63, 2**64 - 1, 2**64])
+def test_an_address_that_is_no_table_s_is_refused_not_read(address):
+    # -1 was read as 0xffff...ffff (a crash); user space never reaches past int64.
+    source = dlpx.empty((3,), "float32")
+
+    class Odd:
+        __c_dlpack_exchange_api__ = address
+
+        def __dlpack__(self, **kwargs):
+            return source.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(TypeError, match=r"__c_dlpack_exchange_api__ must be a positive integer address"):
+        dlpx.exchange_api_info(Odd)
+    # An import falls back to the protocol, as for any malformed attribute.
+    assert dlpx.from_dlpack(Odd()).data_ptr == source.data_ptr
+
+
 def test_info_rejects_a_capsule_with_the_wrong_name():
     Publisher = class_publishing_capsule(dlpx.Tensor.__c_dlpack_exchange_api__, name=b"not_the_api")
     with pytest.raises(TypeError, match=r"^dlpx: exchange_api_info: .*dlpack_exchange_api"):
