@@ -470,9 +470,10 @@ void dlpx_view_release(DlpxTensorView *view);
 /**
  * Allocates an output like `prototype` (dtype, ndim, shape, device) in the framework of
  * `like_py_object` (GIL held): with its table's allocator (a torch tensor in → torch's
- * allocator), or dlpx's when it has none or `like_py_object` is NULL. Errors go to `ErrorCallback(error_ctx, kind, message)`
- * exactly once (`dlpx_set_error_python` raises them as Python exceptions); with a NULL
- * `SetError` they go to `dlpx_last_error()`. Returns 0, or -1.
+ * allocator), or dlpx's when it has none or `like_py_object` is NULL. An error, dlpx's or the
+ * table's, goes to `dlpx_last_error()` and, when `SetError` is not NULL, to
+ * `SetError(error_ctx, kind, message)` once (`dlpx_set_error_python` raises it as a Python
+ * exception). Returns 0, or -1.
  *
  * # Safety
  * The GIL is held; `like_py_object` is NULL or live; `prototype` is valid with `ndim` shape values; `out` is writable.

@@ -136,9 +136,10 @@ pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
 
 /// Allocates an output like `prototype` (dtype, ndim, shape, device) in the framework of
 /// `like_py_object` (GIL held): with its table's allocator (a torch tensor in → torch's
-/// allocator), or dlpx's when it has none or `like_py_object` is NULL. Errors go to `ErrorCallback(error_ctx, kind, message)`
-/// exactly once (`dlpx_set_error_python` raises them as Python exceptions); with a NULL
-/// `SetError` they go to `dlpx_last_error()`. Returns 0, or -1.
+/// allocator), or dlpx's when it has none or `like_py_object` is NULL. An error, dlpx's or the
+/// table's, goes to `dlpx_last_error()` and, when `SetError` is not NULL, to
+/// `SetError(error_ctx, kind, message)` once (`dlpx_set_error_python` raises it as a Python
+/// exception). Returns 0, or -1.
 ///
 /// # Safety
 /// The GIL is held; `like_py_object` is NULL or live; `prototype` is valid with `ndim` shape values; `out` is writable.
@@ -165,12 +166,39 @@ pub unsafe extern "C" fn dlpx_allocate_like(
     // SAFETY: a live table (process lifetime).
     match unsafe { (*api).managed_tensor_allocator } {
         // SAFETY: the table's allocator with this function's arguments, under the same contract;
-        // it reports its own errors through SetError.
-        Some(allocate) => unsafe { allocate(prototype, out, error_ctx, SetError) },
+        // it reports its own errors through the forwarding SetError, which lives across the call.
+        Some(allocate) => unsafe {
+            let mut forward = Forward { error_ctx, set_error: SetError };
+            allocate(prototype, out, (&mut forward as *mut Forward).cast(), Some(forward_error))
+        },
         None => c_entry!(ErrorCallback(error_ctx, SetError), "allocate_like", out(), || {
             Err::<c_int, _>(Error::not_implemented("the producer's table has no allocator"))
         }),
     }
+}
+
+/// The caller's SetError, as `dlpx_allocate_like` passes it on to a table's allocator.
+struct Forward {
+    error_ctx: *mut c_void,
+    set_error: SetErrorFn,
+}
+
+/// The SetError a table's allocator gets from `dlpx_allocate_like`: the error goes to
+/// `dlpx_last_error()`, then to the caller's SetError when there is one. A NULL one is never
+/// passed on: torch's allocator calls its SetError without a check (a call of address 0).
+unsafe extern "C" fn forward_error(context: *mut c_void, kind: *const c_char, message: *const c_char) {
+    crate::error::guard("allocate_like", || {
+        // SAFETY: the `Forward` `dlpx_allocate_like` passed, live for the allocator's call.
+        let forward = unsafe { &*context.cast::<Forward>() };
+        // SAFETY: the allocator passes NUL-terminated strings (or NULL), valid for the call.
+        let (name, text) = unsafe { (crate::error::c_text(kind), crate::error::c_text(message)) };
+        let err_kind = crate::ErrorKind::from_name(&name).unwrap_or(crate::ErrorKind::RuntimeError);
+        crate::error::set_last_error(&Error::reported(err_kind, text));
+        if let Some(set_error) = forward.set_error {
+            // SAFETY: the caller's callback and context, given for this purpose.
+            unsafe { set_error(forward.error_ctx, kind, message) };
+        }
+    });
 }
 
 /// Turns `managed` into a Python object of `like_py_object`'s framework (GIL held): its table's

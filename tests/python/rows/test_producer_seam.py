@@ -264,3 +264,34 @@ def test_torch_s_native_checks_have_an_off_switch_and_no_first_use_check():
 ])
 def test_switches_that_name_known_rows_say_nothing(env):
     assert switch_warnings(env) == []
+
+
+_SET_ERROR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+
+
+@pytest.mark.parametrize("framework", ["none", "numpy", "torch"])
+def test_allocate_like_reports_a_table_s_error_once_and_to_the_last_error_without_a_set_error(framework):
+    # torch's allocator calls its SetError unchecked: the caller's NULL was passed on to it (a
+    # crash). Every table's error now goes to dlpx_last_error(), then to the caller's callback.
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+    like = {"none": None, "numpy": lambda: np.zeros(2, np.float32), "torch": lambda: torch.zeros(2)}[framework]
+    like = like() if like else None
+    lib = ctypes.PyDLL(dlpx.library_path())
+    lib.dlpx_allocate_like.argtypes = [ctypes.py_object, ctypes.POINTER(abi.DLTensor), ctypes.POINTER(ctypes.c_void_p),
+                                       ctypes.c_void_p, _SET_ERROR]
+    lib.dlpx_last_error.restype = ctypes.c_char_p
+    shape = (ctypes.c_int64 * 2)(2, -3)
+    prototype = abi.DLTensor()
+    prototype.device, prototype.ndim, prototype.dtype = abi.DLDevice(1, 0), 2, abi.DLDataType(2, 32, 1)
+    prototype.shape = shape
+    out = ctypes.c_void_p()
+    lib.dlpx_clear_last_error()
+    assert lib.dlpx_allocate_like(like, ctypes.byref(prototype), ctypes.byref(out), None, _SET_ERROR()) == -1
+    assert not out.value and lib.dlpx_last_error()
+    reported = []
+    callback = _SET_ERROR(lambda ctx, kind, message: reported.append((kind, message)))
+    lib.dlpx_clear_last_error()
+    assert lib.dlpx_allocate_like(like, ctypes.byref(prototype), ctypes.byref(out), None, callback) == -1
+    # The last error less a C++ backtrace (torch's), the callback the table's own words.
+    assert len(reported) == 1 and reported[0][1].startswith(lib.dlpx_last_error()), reported
