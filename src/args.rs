@@ -228,10 +228,15 @@ pub fn int_pair(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<(i6
     // SAFETY: GIL held; PyTuple_Size fails (cleared below) on non-tuples; items are borrowed.
     unsafe {
         if (py.PyTuple_Size)(object) == 2 {
+            let failed = |value: i64| value == -1 && !(py.PyErr_Occurred)().is_null();
+            // Item 1's `__index__` is Python code, never run with item 0's exception pending (one
+            // it handled itself cleared ours, and item 0's -1 was taken for its value).
             let a = (py.PyLong_AsLongLong)((py.PyTuple_GetItem)(object, 0));
-            let b = (py.PyLong_AsLongLong)((py.PyTuple_GetItem)(object, 1));
-            if (py.PyErr_Occurred)().is_null() {
-                return Ok((a, b));
+            if !failed(a) {
+                let b = (py.PyLong_AsLongLong)((py.PyTuple_GetItem)(object, 1));
+                if !failed(b) {
+                    return Ok((a, b));
+                }
             }
         }
         (py.PyErr_Clear)();

@@ -145,6 +145,27 @@ def test_malformed_dl_device_is_a_type_error(tensor, dl_device):
         tensor.__dlpack__(dl_device=dl_device)
 
 
+class _IndexHandlingItsOwnError:
+    """An int whose `__index__` raises and handles an exception of its own."""
+
+    def __index__(self):
+        getattr(self, "missing", None)
+        return 0
+
+
+@pytest.mark.parametrize("first", [1.5, "1"])
+def test_a_pair_s_bad_first_item_is_refused_whatever_the_second_runs(tensor, first):
+    # The second item's __index__ ran with the first's TypeError pending, and cleared it: the
+    # first item was read as -1 (a legacy capsule; a device of type -1).
+    second = _IndexHandlingItsOwnError()
+    with pytest.raises(TypeError, match=r"^dlpx: __dlpack__: .*max_version"):
+        tensor.__dlpack__(max_version=(first, second))
+    with pytest.raises(TypeError, match=r"^dlpx: __dlpack__: .*dl_device"):
+        tensor.__dlpack__(dl_device=(first, second), max_version=(1, 0))
+    with pytest.raises(TypeError, match=r"device"):
+        dlpx.empty(2, device=(first, second))
+
+
 @pytest.mark.parametrize("dl_device, says", [((1, 2**40), "device id 1099511627776"),
                                              ((2**40, 0), "device type 1099511627776"),
                                              ((1, -2**31 - 1), "device id -2147483649")])
