@@ -178,6 +178,21 @@ pub struct DLTensor {
     pub byte_offset: u64,
 }
 
+impl DLTensor {
+    /// Whether two headers are the same (the same pointers to the same shape and strides),
+    /// compared as the six words each is (`repr(C)`, no padding): or-ed differences, with no call
+    /// (an array's `==` is a `bcmp` call, which costs more on a kernel call's path).
+    #[inline(always)]
+    pub fn same_header(&self, other: &DLTensor) -> bool {
+        const _: () = assert!(std::mem::size_of::<DLTensor>() == 48);
+        let words = |t: &DLTensor| (t as *const DLTensor).cast::<u64>();
+        // SAFETY: 48 bytes of plain fields with no padding (the layout DLPack fixes), read as words.
+        (0..6).fold(0u64, |differ, i| {
+            differ | unsafe { words(self).add(i).read_unaligned() ^ words(other).add(i).read_unaligned() }
+        }) == 0
+    }
+}
+
 /// Legacy managed tensor (deprecated since DLPack v0.8; use DLManagedTensorVersioned).
 #[repr(C)]
 pub struct DLManagedTensor {

@@ -81,7 +81,7 @@ impl Outputs {
             let [shape, strides] = self.kept(output);
             // The same header, so the same arrays, as long as when they were kept.
             // SAFETY: the allocator's arrays, alive with the tensor.
-            same_header(now, was) && unsafe { holds(was.shape, shape) && holds(was.strides, strides) }
+            now.same_header(was) && unsafe { holds(was.shape, shape) && holds(was.strides, strides) }
         })
     }
 
@@ -164,18 +164,6 @@ impl Outputs {
 unsafe fn holds(array: *const i64, values: &[i64]) -> bool {
     // SAFETY: the caller's contract.
     values.iter().enumerate().all(|(i, &value)| unsafe { *array.add(i) } == value)
-}
-
-/// Whether two headers are the same, compared as the six words each is (`repr(C)`, no padding):
-/// or-ed differences, with no call (an array's `==` is a `bcmp` call, which costs more here).
-#[inline(always)]
-fn same_header(a: &DLTensor, b: &DLTensor) -> bool {
-    const _: () = assert!(std::mem::size_of::<DLTensor>() == 48);
-    let words = |t: &DLTensor| (t as *const DLTensor).cast::<u64>();
-    // SAFETY: 48 bytes of plain fields with no padding (the layout DLPack fixes), read as words.
-    (0..6)
-        .fold(0u64, |differ, i| differ | unsafe { words(a).add(i).read_unaligned() ^ words(b).add(i).read_unaligned() })
-        == 0
 }
 
 /// A header's shape and strides (each empty where its pointer is NULL or `ndim` is 0).

@@ -31,9 +31,9 @@ pub(super) unsafe fn check_versioned(managed: NonNull<DLManagedTensorVersioned>)
     check_major(unsafe { major_of(managed.as_ptr()) })?;
     // SAFETY: a v1 struct, live.
     let m = unsafe { managed.as_ref() };
-    // A read-only export of a writable tensor is read as any producer's (its own tensor, read-only,
-    // holding the export), not taken back.
-    if is_our_export(m) && !export::adds_read_only(m) {
+    // A read-only export of a writable tensor, or one whose owner rewrote its description, is
+    // read as any producer's (a tensor of its own, holding the export), not taken back.
+    if is_our_export(m) && !export::adds_read_only(m) && export::describes_its_tensor(&m.dl_tensor, m.manager_ctx) {
         return Ok(Checked::OurExport);
     }
     // A block of dlpx's allocator was valid as made, but its owner may have written its

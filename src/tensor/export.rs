@@ -138,6 +138,15 @@ pub(super) fn adds_read_only(m: &DLManagedTensorVersioned) -> bool {
     m.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0 && core.flags & DLPACK_FLAG_BITMASK_READ_ONLY == 0
 }
 
+/// Whether an export of ours (`is_our_export`, `is_our_legacy_export`: `ctx` its manager_ctx)
+/// still describes its tensor as exported: its owner may have rewritten its DLTensor since (a
+/// view of one row, another byte_offset), and then it is read as any producer's, not taken back.
+pub(super) fn describes_its_tensor(dl: &DLTensor, ctx: *mut c_void) -> bool {
+    // SAFETY: as in `adds_read_only`; the core's description never changes.
+    let core = unsafe { &*ctx.cast_const().cast::<Core>() };
+    dl.same_header(&core.dl)
+}
+
 pub(super) fn is_our_export(m: &DLManagedTensorVersioned) -> bool {
     m.deleter.is_some_and(|d| {
         std::ptr::fn_addr_eq(d, delete_versioned_export as unsafe extern "C" fn(*mut DLManagedTensorVersioned))

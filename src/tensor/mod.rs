@@ -178,8 +178,8 @@ impl Tensor {
     pub unsafe fn from_legacy(managed: NonNull<DLManagedTensor>) -> Result<Tensor> {
         // SAFETY: live by the caller's contract.
         let m = unsafe { managed.as_ref() };
-        if export::is_our_legacy_export(m) {
-            // One of our legacy exports coming home: its tensor, as it was (dlpx exports no
+        if export::is_our_legacy_export(m) && export::describes_its_tensor(&m.dl_tensor, m.manager_ctx) {
+            // One of our legacy exports coming home, as exported: its tensor (dlpx exports no
             // read-only tensor without a version, so nothing is lost).
             // SAFETY: our export's manager_ctx is a `Shared::into_raw`, its block ours to free.
             return Ok(unsafe { export::take_back(m.manager_ctx, managed.cast()) });

@@ -181,6 +181,26 @@ def test_a_dlpx_capsule_patched_to_major_2_is_refused_and_released():
     assert managed.calls == 1
 
 
+@pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
+def test_an_export_whose_owner_rewrote_it_comes_home_as_it_says(max_version):
+    # The capsule's owner made it a view of row 1 (one dimension, byte_offset 16): it was taken
+    # back as the whole tensor. As exported, it still comes home as the tensor itself.
+    import ctypes
+
+    t = dlpx.from_dlpack(np.arange(12, dtype=np.int32).reshape(3, 4))
+    assert dlpx.from_dlpack(t.__dlpack__(max_version=max_version)).data_ptr == t.data_ptr
+    capsule = t.__dlpack__(max_version=max_version)
+    m = abi.managed_at(abi.capsule_pointer(capsule), versioned=max_version is not None)
+    shape, strides = (ctypes.c_int64 * 1)(4), (ctypes.c_int64 * 1)(1)
+    m.dl_tensor.ndim, m.dl_tensor.byte_offset = 1, 16
+    m.dl_tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+    m.dl_tensor.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+    row = dlpx.from_dlpack(capsule)
+    assert row.shape == (4,) and np.from_dlpack(row).tolist() == [4, 5, 6, 7]
+    del t
+    assert np.from_dlpack(row).tolist() == [4, 5, 6, 7]  # the export keeps the memory
+
+
 @pytest.mark.parametrize("minor", [0, 2, 3, 4, 99])
 def test_any_minor_of_major_1_is_accepted(minor):
     managed = Managed(np.arange(3.0), version=(1, minor))
