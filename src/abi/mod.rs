@@ -186,8 +186,9 @@ impl DLTensor {
     pub fn same_header(&self, other: &DLTensor) -> bool {
         const _: () = assert!(std::mem::size_of::<DLTensor>() == 48);
         let words = |t: &DLTensor| (t as *const DLTensor).cast::<u64>();
-        // SAFETY: 48 bytes of plain fields with no padding (the layout DLPack fixes), read as words.
         (0..6).fold(0u64, |differ, i| {
+            // SAFETY: 48 bytes of plain fields with no padding (the layout DLPack fixes), read as
+            // words.
             differ | unsafe { words(self).add(i).read_unaligned() ^ words(other).add(i).read_unaligned() }
         }) == 0
     }
