@@ -82,15 +82,15 @@ fn share(tensor: &Tensor) -> DLTensor {
 }
 
 /// A non-owning view of `object` in `out`, where its row has one (its table has
-/// `dltensor_from_py_object_no_sync`); Ok(false) otherwise, and for a read-only dlpx tensor,
-/// which a view cannot flag (docs/design.md, "Read-only").
+/// `dltensor_from_py_object_no_sync`); Ok(false) otherwise, and for a dlpx tensor a view cannot
+/// describe (read-only, padded: `Tensor::has_bare_view`).
 pub fn view_in_place(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor) -> Result<bool> {
     if entry_of(py, object).table.dltensor_from_py_object_no_sync.is_none() {
         return Ok(false);
     }
     let slot = Cell::from_mut(out);
     match answer_of(py, object, Ask::view(slot, false))? {
-        Handover::Own(tensor) if tensor.is_readonly() => return Ok(false),
+        Handover::Own(tensor) if !tensor.has_bare_view() => return Ok(false),
         Handover::Own(tensor) => slot.set(share(tensor)),
         Handover::View if view_is_whole(slot)? => {}
         _ => return Ok(false),

@@ -251,6 +251,13 @@ impl Tensor {
         self.0.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0
     }
 
+    /// Whether a bare `DLTensor` (the table's view entry) describes this tensor whole: not when it
+    /// is read-only or its sub-byte elements are padded a byte each, which only flags say (a
+    /// bare view of int4 means packed). docs/design.md, "Read-only".
+    pub fn has_bare_view(&self) -> bool {
+        !self.is_readonly() && !crate::layout::is_padded(self.0.dl.dtype, self.0.flags)
+    }
+
     pub fn shape(&self) -> &[i64] {
         dims(self.0.dl.shape, self.0.dl.ndim)
     }

@@ -169,7 +169,7 @@ pub unsafe fn exact_writable_view<'a>(object: *mut PyObject) -> Option<&'a DLTen
         if object.is_null() || crate::cpython::type_of_unchecked(object) != tensor_type() {
             return None;
         }
-        PyTensor::get(object).filter(|t| !t.is_readonly()).map(Tensor::dl_tensor)
+        PyTensor::get(object).filter(|t| t.has_bare_view()).map(Tensor::dl_tensor)
     }
 }
 
@@ -206,6 +206,11 @@ pub fn dltensor_from_py(py: Python<'_>, object: *mut PyObject) -> Result<DLTenso
     if tensor.is_readonly() {
         return Err(Error::buffer(
             "a read-only dlpx.Tensor has no view: a DLTensor cannot say read-only (use managed_tensor_from_py_object_no_sync, whose flags do)",
+        ));
+    }
+    if !tensor.has_bare_view() {
+        return Err(Error::buffer(
+            "a dlpx.Tensor of padded sub-byte elements has no view: a DLTensor of them means packed (use managed_tensor_from_py_object_no_sync, whose flags say padded)",
         ));
     }
     Ok(*tensor.dl_tensor())

@@ -152,6 +152,21 @@ def test_view_refuses_other_objects_and_null_out():
         view_of(dlpx.empty((1,)), None)
 
 
+def test_view_refuses_padded_sub_byte_elements_which_a_dltensor_cannot_say():
+    # A bare DLTensor of int4 means packed: the view of [1, 2, 3, 4], one a byte, read [1, 0, 2, 0].
+    # The managed entry, whose flags say padded, serves it; a packed int4 tensor has its view.
+    padded = Managed(np.array([1, 2, 3, 4], np.uint8), flags=abi.FLAG_IS_SUBBYTE_TYPE_PADDED, dtype=(0, 4, 1))
+    t = dlpx.from_dlpack(padded.capsule())
+    view = abi.DLTensor()
+    with pytest.raises(BufferError, match=r"^dlpx: dltensor_from_py_object_no_sync: .*padded sub-byte"):
+        view_of(t, ctypes.byref(view))
+    address = export(t)
+    assert abi.managed_at(address).flags & abi.FLAG_IS_SUBBYTE_TYPE_PADDED
+    delete(address)
+    packed = dlpx.from_dlpack(Managed(np.array([0x21, 0x43], np.uint8), dtype=(0, 4, 1)).capsule())
+    assert packed.shape == (2,) and view_of(packed, ctypes.byref(view)) == 0
+
+
 # ---- managed_tensor_to_py_object_no_sync ---------------------------------------------------------
 
 
