@@ -179,7 +179,7 @@ fn argument(value: &DlpxValue, ty: Type, optional: bool) -> std::result::Result<
             }
             // The flags a kernel reads (kernel.h: the other bits are 0); the sizes are checked
             // as they say (padded or packed).
-            let flags = crate::producers::view_flags(value.flags, tensor.dtype);
+            let flags = crate::layout::carried_flags(value.flags, tensor.dtype);
             // SAFETY: a caller's DLTensor whose shape and strides are `ndim` long.
             if !unsafe { crate::validate::check_view(tensor, flags) }.map_err(|err| err.fact().to_string())? {
                 return Err("its strides are NULL (pass them: DLPack 1.2 and later)".into());

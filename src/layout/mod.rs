@@ -82,6 +82,19 @@ pub fn is_padded(dtype: DLDataType, flags: u64) -> bool {
     flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0 && dtype.bits < 8
 }
 
+/// The DLPack 1.3 flags of a tensor of `dtype` that dlpx passes on (a view to a kernel, an
+/// export), of the `flags` it came with: READ_ONLY (the data must not be written) and, for a
+/// sub-byte dtype, IS_SUBBYTE_TYPE_PADDED (one element a byte). IS_COPIED is the producer's fact,
+/// not the next consumer's, and a bit 1.3 does not define is no fact dlpx can vouch for.
+#[inline(always)]
+pub fn carried_flags(flags: u64, dtype: DLDataType) -> u64 {
+    let padded = match is_padded(dtype, flags) {
+        true => DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
+        false => 0,
+    };
+    (flags & crate::abi::DLPACK_FLAG_BITMASK_READ_ONLY) | padded
+}
+
 /// Bits one element (all its lanes) occupies ([`is_padded`]: a whole byte a lane).
 #[inline]
 pub fn element_bits(dtype: DLDataType, flags: u64) -> u64 {

@@ -16,6 +16,7 @@ use crate::abi::*;
 use crate::copy;
 use crate::cpython::{type_of, Python};
 use crate::error::{Error, Result};
+use crate::layout::carried_flags;
 use crate::tensor::Tensor;
 
 /// `object` (a tensor of any DLPack producer, or a DLPack capsule) as a [`Tensor`]:
@@ -30,21 +31,9 @@ pub fn managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManage
     answer_of(py, object, Ask::MANAGED)?.into_managed(py)
 }
 
-/// The DLPack flags a view of a tensor of `dtype` carries to a kernel, of the tensor's `flags`:
-/// READ_ONLY (it must not write the data) and, for a sub-byte dtype, IS_SUBBYTE_TYPE_PADDED (one
-/// element per byte, which it must read so).
-#[inline(always)]
-pub fn view_flags(flags: u64, dtype: DLDataType) -> u64 {
-    let padded = match crate::layout::is_padded(dtype, flags) {
-        true => DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
-        false => 0,
-    };
-    (flags & DLPACK_FLAG_BITMASK_READ_ONLY) | padded
-}
-
 /// A view of `object` for a kernel: `out` filled, the managed tensor that keeps it valid (NULL
 /// for a non-owning view, valid while the caller holds `object`), and the view's DLPack flags
-/// ([`view_flags`]): READ_ONLY where the tensor may not be written (docs/design.md,
+/// (`layout::carried_flags`): READ_ONLY where the tensor may not be written (docs/design.md,
 /// "Read-only"). A producer's non-owning view carries no flag (it is packed); dlpx's own tables
 /// give none of a read-only tensor.
 /// `read_only`: the kernel only reads (the flag is then always set, and a producer with a
@@ -61,7 +50,7 @@ pub fn view(
     let owner = match answer_of(py, object, ask)? {
         Handover::Own(tensor) => {
             slot.set(share(tensor));
-            return Ok((ptr::null_mut(), asked | view_flags(tensor.flags(), tensor.dl_tensor().dtype)));
+            return Ok((ptr::null_mut(), asked | carried_flags(tensor.flags(), tensor.dl_tensor().dtype)));
         }
         Handover::View if view_is_whole(slot)? => return Ok((ptr::null_mut(), asked)),
         Handover::View => answer_of(py, object, ask.managed())?.into_managed(py)?,
@@ -70,7 +59,7 @@ pub fn view(
     // SAFETY: a live managed tensor the caller owns until it releases the view.
     let owned = unsafe { owner.as_ref() };
     slot.set(owned.dl_tensor);
-    Ok((owner.as_ptr(), asked | view_flags(owned.flags, owned.dl_tensor.dtype)))
+    Ok((owner.as_ptr(), asked | carried_flags(owned.flags, owned.dl_tensor.dtype)))
 }
 
 /// The view of dlpx's own tensor for a kernel, which works on dlpx's current stream: recorded as

@@ -13,7 +13,7 @@ use crate::memory::cpu::{self, Capacity};
 
 impl Tensor {
     fn export_flags(&self, extra: u64) -> u64 {
-        (self.0.flags & !DLPACK_FLAG_BITMASK_IS_COPIED) | extra
+        crate::layout::carried_flags(self.0.flags, self.0.dl.dtype) | extra
     }
 
     /// A new owning managed tensor sharing this tensor's memory; its deleter releases one

@@ -4,6 +4,8 @@ deleted and refused (docs/design.md R7); tensors that fail validation stay with 
 
 The tensors under test are hand-made (numpy_producers.Managed) so each deleter call is counted."""
 
+import ctypes
+
 import numpy as np
 import pytest
 torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
@@ -267,6 +269,18 @@ def test_the_is_copied_flag_of_a_capsule_is_not_passed_on():
     t = dlpx.from_dlpack(managed.capsule())
     # The copy was made for dlpx's import; dlpx's own exports of it share memory.
     assert abi.read_capsule(t.__dlpack__(max_version=(1, 3)))["flags"] & abi.FLAG_IS_COPIED == 0
+
+
+def test_flag_bits_dlpack_1_3_does_not_define_are_not_passed_on():
+    # A newer producer's bit means what dlpx cannot know: a 1.3 export does not vouch for it.
+    unknown = (1 << 5) | (1 << 63)
+    t = dlpx.from_dlpack(Managed(np.arange(3.0), flags=unknown | abi.FLAG_READ_ONLY).capsule())
+    assert abi.read_capsule(t.__dlpack__(max_version=(1, 3)))["flags"] == abi.FLAG_READ_ONLY
+    TABLE = abi.exchange_table(dlpx.Tensor)
+    address = ctypes.c_void_p()
+    assert abi.FromPyObject(TABLE.managed_tensor_from_py_object_no_sync)(t, ctypes.byref(address)) == 0
+    assert abi.managed_at(address.value).flags == abi.FLAG_READ_ONLY
+    abi.call_deleter(address.value, abi.managed_at(address.value).deleter)
 
 
 # ---- tensors on devices dlpx does not allocate on --------------------------------------------------
