@@ -8,7 +8,7 @@ use std::ptr::{self, NonNull};
 
 use pyo3_ffi::{PyObject, Py_ssize_t};
 
-use super::kept_view::Whole;
+use super::kept_view::{byte_stride, Whole};
 use super::this;
 use crate::array_formats;
 use crate::cpython::buffer::*;
@@ -83,12 +83,20 @@ fn strides_capacity(ndim: usize) -> Option<cpu::Capacity> {
 /// Byte strides in a block of their own, freed by `release_buffer` (`view.internal`).
 #[cold]
 fn strides_block(strides: &[i64], item: Py_ssize_t) -> Result<*mut Py_ssize_t> {
+    let mut bytes = [0 as Py_ssize_t; crate::layout::MAX_NDIM];
+    for (i, (&stride, out)) in strides.iter().zip(bytes.iter_mut()).enumerate() {
+        *out = byte_stride(stride, item).ok_or_else(|| {
+            Error::buffer(format!(
+                "strides[{i}] = {stride} elements of {item} bytes does not fit a buffer's Py_ssize_t strides"
+            ))
+        })?;
+    }
     let too_many = || Error::memory("no memory for the buffer's strides");
     let block = strides_capacity(strides.len()).and_then(cpu::alloc).ok_or_else(too_many)?;
     let out = block.as_ptr().cast::<Py_ssize_t>();
-    for (i, &stride) in strides.iter().enumerate() {
+    for (i, &stride) in bytes[..strides.len()].iter().enumerate() {
         // SAFETY: the block holds `ndim` Py_ssize_t, aligned (blocks are 16-aligned).
-        unsafe { out.add(i).write(stride as Py_ssize_t * item) };
+        unsafe { out.add(i).write(stride) };
     }
     Ok(out)
 }

@@ -67,7 +67,9 @@ impl KeptView {
     pub(super) fn keep(&self, whole: Whole, strides: &[i64], item: Py_ssize_t) -> Option<*mut Py_ssize_t> {
         debug_assert!(!strides.is_empty(), "a 0-d tensor's view has no strides to keep");
         let at = self.kept.get();
-        if strides.len() > KEPT_NDIM {
+        // Strides past Py_ssize_t in bytes (a tensor of no element with a huge extent) are
+        // refused by `strides_block`.
+        if strides.len() > KEPT_NDIM || strides.iter().any(|&stride| byte_stride(stride, item).is_none()) {
             return None;
         }
         if self.state.load(Ordering::Acquire) == KEPT {
@@ -82,10 +84,15 @@ impl KeptView {
         let slot = unsafe { &mut *at };
         slot.whole = whole;
         for (out, &stride) in slot.strides.iter_mut().zip(strides) {
-            *out = stride as Py_ssize_t * item;
+            *out = stride as Py_ssize_t * item; // checked above
         }
         let strides = slot.strides.as_mut_ptr();
         self.state.store(KEPT, Ordering::Release);
         Some(strides)
     }
+}
+
+/// `stride` elements of `item` bytes in bytes, where Py_ssize_t holds it.
+pub(super) fn byte_stride(stride: i64, item: Py_ssize_t) -> Option<Py_ssize_t> {
+    Py_ssize_t::try_from(stride).ok()?.checked_mul(item)
 }

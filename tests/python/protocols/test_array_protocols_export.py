@@ -127,6 +127,17 @@ def test_memoryview_of_a_tensor():
     assert bytes(t) == a.tobytes() and bytes(m) == np.asarray(t).tobytes()
 
 
+@pytest.mark.parametrize("shape, dtype", [((0, 2**62), "float64"), ((0, 2**63 - 1), "float32"),
+                                          ((0,) * 5 + (2**62,), "float64")])
+def test_byte_strides_past_py_ssize_t_are_refused_not_wrapped(shape, dtype):
+    # A tensor of no element may have a huge extent; its byte strides wrapped: (0, 8), (-4, 4).
+    t = dlpx.empty(shape, dtype)
+    for _ in range(2):  # the first request, and one after it (the kept view's path)
+        with pytest.raises(BufferError, match=r"^dlpx: buffer protocol: strides\[0\] = \d+ elements of \d bytes"):
+            memoryview(t)
+    assert memoryview(dlpx.empty((0, 5), "float64")).strides == (40, 8)
+
+
 def test_read_only_tensors_export_read_only_buffers():
     a = np.arange(4.0)
     a.flags.writeable = False
