@@ -140,6 +140,17 @@ impl DLDevice {
     ///
     /// cbindgen:ignore
     pub const CPU: DLDevice = DLDevice { device_type: DeviceType::CPU, device_id: 0 };
+
+    /// The device as DLPack names it: CPU memory is device 0 ("for vanilla CPU memory ... this is
+    /// set to 0"), whatever index a producer wrote (jax exports its second CPU device's arrays as
+    /// CPU 1: the same host memory, which dlpx reads, copies and allocates as cpu:0).
+    #[inline(always)]
+    pub fn canonical(self) -> DLDevice {
+        match self.device_type {
+            DeviceType::CPU => DLDevice::CPU,
+            _ => self,
+        }
+    }
 }
 
 /// The data type the tensor can hold, in native endianness.

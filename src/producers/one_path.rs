@@ -52,14 +52,32 @@ pub fn view(
             slot.set(share(tensor));
             return Ok((ptr::null_mut(), asked | carried_flags(tensor.flags(), tensor.dl_tensor().dtype)));
         }
-        Handover::View if view_is_whole(slot)? => return Ok((ptr::null_mut(), asked)),
+        Handover::View if view_is_whole(slot)? => {
+            name_its_device(slot);
+            return Ok((ptr::null_mut(), asked));
+        }
         Handover::View => answer_of(py, object, ask.managed())?.into_managed(py)?,
         handover => handover.into_managed(py)?,
     };
     // SAFETY: a live managed tensor the caller owns until it releases the view.
     let owned = unsafe { owner.as_ref() };
     slot.set(owned.dl_tensor);
+    name_its_device(slot);
     Ok((owner.as_ptr(), asked | carried_flags(owned.flags, owned.dl_tensor.dtype)))
+}
+
+/// A producer's view with its device named as DLPack names it (`DLDevice::canonical`): its
+/// device alone read, and written only where it differs.
+#[inline(always)]
+fn name_its_device(view: &Cell<DLTensor>) {
+    // SAFETY: the cell's value, read and written in place (no reference to it is held).
+    unsafe {
+        let device = std::ptr::addr_of_mut!((*view.as_ptr()).device);
+        let named = (*device).canonical();
+        if *device != named {
+            *device = named;
+        }
+    }
 }
 
 /// The view of dlpx's own tensor for a kernel, which works on dlpx's current stream: recorded as

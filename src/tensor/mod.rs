@@ -212,12 +212,15 @@ impl Tensor {
         unsafe {
             let m = managed.as_ref();
             let room = NonNull::new_unchecked(managed.as_ptr().cast::<u8>().sub(CORE_ROOM));
-            let core = Core { dl: m.dl_tensor, flags: m.flags, owner: Owner::Versioned(managed), _dims: None };
+            let mut dl = m.dl_tensor;
+            dl.device = dl.device.canonical();
+            let core = Core { dl, flags: m.flags, owner: Owner::Versioned(managed), _dims: None };
             Tensor(Shared::new_in(room, core))
         }
     }
 
     fn build(mut dl: DLTensor, flags: u64, owner: Owner, dims: Option<Box<[i64]>>) -> Tensor {
+        dl.device = dl.device.canonical();
         if let Some(dims) = &dims {
             let ndim = dl.ndim as usize;
             dl.shape = dims.as_ptr().cast_mut();

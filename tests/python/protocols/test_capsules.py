@@ -5,6 +5,9 @@ deleted and refused (docs/design.md R7); tensors that fail validation stay with 
 The tensors under test are hand-made (numpy_producers.Managed) so each deleter call is counted."""
 
 import ctypes
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -281,6 +284,33 @@ def test_flag_bits_dlpack_1_3_does_not_define_are_not_passed_on():
     assert abi.FromPyObject(TABLE.managed_tensor_from_py_object_no_sync)(t, ctypes.byref(address)) == 0
     assert abi.managed_at(address.value).flags == abi.FLAG_READ_ONLY
     abi.call_deleter(address.value, abi.managed_at(address.value).deleter)
+
+
+@pytest.mark.parametrize("device_id", [1, 7])
+def test_cpu_memory_is_cpu_0_whatever_index_its_producer_wrote(device_id):
+    # DLPack: "for vanilla CPU memory ... this is set to 0"; jax exports its second CPU device's
+    # arrays as CPU 1. dlpx imported cpu:1, then refused to copy it ("device_id must be 0").
+    managed = Managed(np.arange(4.0), device=(abi.KDL_CPU, device_id))
+    t = dlpx.from_dlpack(managed.capsule())
+    assert str(t.device) == "cpu:0" and t.__dlpack_device__() == (1, 0)
+    assert np.from_dlpack(dlpx.from_dlpack(t, copy=True)).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert abi.read_capsule(t.__dlpack__(max_version=(1, 3)))["device"] == (1, 0)
+
+
+def test_jax_s_second_cpu_device_is_read_copied_and_viewed_as_cpu_0():
+    pytest.importorskip("jax")
+    code = """if True:
+        import copy, jax, jax.numpy as jnp, numpy as np, dlpx
+        x = jax.device_put(jnp.arange(4.0), jax.devices("cpu")[1])
+        t = dlpx.from_dlpack(x)
+        assert str(t.device) == "cpu:0", t.device
+        for made in (dlpx.from_dlpack(x, copy=True), copy.copy(t), dlpx.from_dlpack(x, device=x.device, copy=False)):
+            assert np.from_dlpack(made).tolist() == [0.0, 1.0, 2.0, 3.0]
+        print("ok")
+    """
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 # ---- tensors on devices dlpx does not allocate on --------------------------------------------------
