@@ -167,7 +167,10 @@ fn answer_of<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Answe
 fn finish(tensor: Tensor, request: Request) -> Result<Tensor> {
     let here = tensor.dl_tensor().device;
     let moved = request.device.filter(|&d| d != here);
-    let copied_already = tensor.is_private_copy();
+    // A producer's copy made for this import serves `copy=True` where it is what dlpx's copy is:
+    // compact and writable (numpy's `__dlpack__(copy=True)` of an F-ordered array copies it
+    // F-ordered; a producer may flag its copy read-only).
+    let copied_already = tensor.is_private_copy() && !tensor.is_readonly() && tensor.is_contiguous();
     match (moved, request.copy) {
         (Some(target), Some(false)) => Err(Error::buffer(format!(
             "the tensor is on {}; moving it to {} needs a copy, and copy=False forbids it",

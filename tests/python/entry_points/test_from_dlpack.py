@@ -109,6 +109,33 @@ def test_copy_true_trusts_a_producer_that_flagged_its_copy():
     assert t.data_ptr == managed.array.ctypes.data  # and dlpx did not copy again
 
 
+def test_copy_true_copies_a_producer_s_read_only_copy_again():
+    producer = Producer(source(), copied_flag_on_copy=True, flags=abi.FLAG_READ_ONLY)
+    t = dlpx.from_dlpack(producer, copy=True)
+    (managed,) = producer.made
+    assert not t.readonly and t.data_ptr not in (managed.array.ctypes.data, producer.array.ctypes.data)
+    np.testing.assert_array_equal(np.from_dlpack(t), source())
+
+
+def test_copy_true_of_numpy_through_dlpack_is_compact_as_through_its_direct_row():
+    # numpy's __dlpack__(copy=True) copies an F-ordered array F-ordered; dlpx's copy is compact.
+    class Only:
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kwargs):
+            return self.a.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    a = np.arange(6.0).reshape(2, 3).T
+    for x in (a, Only(a)):
+        t = dlpx.from_dlpack(x, copy=True)
+        assert t.is_contiguous and t.strides == (2, 1) and not t.readonly
+        np.testing.assert_array_equal(np.from_dlpack(t), a)
+
+
 def test_copy_true_gives_a_writable_compact_tensor_of_a_readonly_strided_source():
     base = np.arange(20, dtype=np.int64).reshape(4, 5)
     view = base[::-2, 1::2]
