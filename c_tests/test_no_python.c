@@ -227,6 +227,15 @@ static void test_set_current_stream_rejects_cpu_and_bad_arguments(void) {
   dlpx_clear_last_error();
   CHECK(dlpx_set_current_stream(kDLCUDA, -1, STREAM_A, NULL) == -1, "a negative device_id is refused");
   CHECK(test_contains(dlpx_last_error(), "-1"), "the message names the id: \"%s\"", test_str(dlpx_last_error()));
+  /* A type DLPack does not name has no stream either (the allocator refuses it alike). */
+  int unnamed[] = {0, 5, 99};
+  for (int i = 0; i < 3; i++) {
+    dlpx_clear_last_error();
+    CHECK(dlpx_set_current_stream((DLDeviceType)unnamed[i], 0, STREAM_A, NULL) == -1, "device type %d refused", unnamed[i]);
+    CHECK(test_contains(dlpx_last_error(), "unknown device type"), "type %d: \"%s\"", unnamed[i],
+          test_str(dlpx_last_error()));
+    CHECK(table_stream((DLDeviceType)unnamed[i], 0, &rc) == NULL, "type %d keeps no stream", unnamed[i]);
+  }
   dlpx_clear_last_error();
   CHECK(dlpx_get_current_stream(kDLCUDA, 0, NULL) == -1, "get with out NULL is refused");
   CHECK(dlpx_last_error() != NULL, "get with out NULL leaves a message");

@@ -269,11 +269,15 @@ pub fn consumer_stream(device: DLDevice, value: Option<i64>) -> Result<Option<*m
 }
 
 /// Refuses a device no current stream can be set on (`stream::set_current`): the CPU, which has
-/// none (every other device type may hold one, whether or not dlpx orders work there), or a
+/// none (every other device type DLPack names may hold one, whether or not dlpx orders work
+/// there), a type DLPack does not name (as the allocator and `dlpx_call_stream` refuse it), or a
 /// negative id.
 pub fn check_stream_settable(device: DLDevice) -> Result<()> {
     if device.device_type == DeviceType::CPU {
         return Err(Error::value("cpu has no streams"));
+    }
+    if !crate::device_names::is_known(device.device_type) {
+        return Err(crate::device_names::unknown(device.device_type));
     }
     if device.device_id < 0 {
         return Err(crate::device_names::negative_id(device.device_id));
