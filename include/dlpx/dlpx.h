@@ -488,7 +488,8 @@ int dlpx_allocate_like(void *like_py_object,
  * Turns `managed` into a Python object of `like_py_object`'s framework (GIL held): its table's
  * `managed_tensor_to_py_object_no_sync`, or a `dlpx.Tensor` when it has none (or `like_py_object`
  * is NULL). On success the object owns `managed`; on failure (-1, Python exception set) the
- * caller still owns it and must call its deleter.
+ * caller still owns it and must call its deleter. A NULL `managed` (ValueError) and one of a
+ * major version dlpx cannot read (BufferError) are refused before any table sees them.
  *
  * # Safety
  * The GIL is held; `like_py_object` is NULL or live; `managed` is a managed tensor the caller owns; `out_py_object` is NULL or writable.

@@ -204,7 +204,8 @@ unsafe extern "C" fn forward_error(context: *mut c_void, kind: *const c_char, me
 /// Turns `managed` into a Python object of `like_py_object`'s framework (GIL held): its table's
 /// `managed_tensor_to_py_object_no_sync`, or a `dlpx.Tensor` when it has none (or `like_py_object`
 /// is NULL). On success the object owns `managed`; on failure (-1, Python exception set) the
-/// caller still owns it and must call its deleter.
+/// caller still owns it and must call its deleter. A NULL `managed` (ValueError) and one of a
+/// major version dlpx cannot read (BufferError) are refused before any table sees them.
 ///
 /// # Safety
 /// The GIL is held; `like_py_object` is NULL or live; `managed` is a managed tensor the caller owns; `out_py_object` is NULL or writable.
@@ -214,9 +215,13 @@ pub unsafe extern "C" fn dlpx_to_py_like(
     managed: *mut DLManagedTensorVersioned,
     out_py_object: *mut *mut c_void,
 ) -> c_int {
-    c_entry!(Raise, "to_py_like", out(out_py_object), |py| {
+    c_entry!(Raise, "to_py_like", out(out_py_object), given(managed), |py| {
         let table = producers::table_like(py, like_py_object.cast())?;
-        out_py_object.put(producers::to_py_in(py, table, managed)?.cast());
+        // A major the table's framework may not read is refused here, the tensor left with the
+        // caller: torch's to_py reads a major-2 struct as a 1.x one.
+        // SAFETY: a live managed tensor, by this function's contract; only its version is read.
+        crate::validate::check_major(unsafe { crate::validate::major_of(managed.as_ptr()) })?;
+        out_py_object.put(producers::to_py_in(py, table, managed.as_ptr())?.cast());
         Ok(0)
     })
 }

@@ -295,3 +295,25 @@ def test_allocate_like_reports_a_table_s_error_once_and_to_the_last_error_withou
     assert lib.dlpx_allocate_like(like, ctypes.byref(prototype), ctypes.byref(out), None, callback) == -1
     # The last error less a C++ backtrace (torch's), the callback the table's own words.
     assert len(reported) == 1 and reported[0][1].startswith(lib.dlpx_last_error()), reported
+
+
+@pytest.mark.parametrize("framework", ["none", "numpy", "torch"])
+def test_to_py_like_refuses_null_and_an_unknown_major_and_leaves_the_tensor_with_the_caller(framework):
+    # torch's to_py read a major-2 struct as a 1.x one (past its version); NULL was passed on.
+    from numpy_producers import Managed
+
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+    like = {"none": None, "numpy": lambda: np.zeros(2, np.float32), "torch": lambda: torch.zeros(2)}[framework]
+    like = like() if like else None
+    lib = ctypes.PyDLL(dlpx.library_path())
+    lib.dlpx_to_py_like.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+    out = ctypes.c_void_p()
+    with pytest.raises(ValueError, match=r"^dlpx: to_py_like: .*NULL"):
+        lib.dlpx_to_py_like(like, None, ctypes.byref(out))
+    newer = Managed(np.arange(3.0), version=(2, 0))
+    with pytest.raises(BufferError, match=r"^dlpx: to_py_like: .*major version 2"):
+        lib.dlpx_to_py_like(like, newer.address, ctypes.byref(out))
+    assert newer.calls == 0 and not out.value  # still the caller's
+    abi.call_deleter(newer.address, newer.struct.deleter)
+    assert newer.calls == 1
