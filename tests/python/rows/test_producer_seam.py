@@ -269,15 +269,18 @@ def test_switches_that_name_known_rows_say_nothing(env):
 _SET_ERROR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
 
 
+def _like(framework):
+    """An object of `framework` for the kernel API's `like` ("none": NULL, dlpx's own table)."""
+    if framework == "torch":
+        return pytest.importorskip("torch").zeros(2)
+    return np.zeros(2, np.float32) if framework == "numpy" else None
+
+
 @pytest.mark.parametrize("framework", ["none", "numpy", "torch"])
 def test_allocate_like_reports_a_table_s_error_once_and_to_the_last_error_without_a_set_error(framework):
     # torch's allocator calls its SetError unchecked: the caller's NULL was passed on to it (a
     # crash). Every table's error now goes to dlpx_last_error(), then to the caller's callback.
-    if framework == "torch":
-        torch = pytest.importorskip("torch")
-    like = {"none": None, "numpy": lambda: np.zeros(2, np.float32), "torch": lambda: torch.zeros(2)}[framework]
-    like = like() if like else None
-    lib = ctypes.PyDLL(dlpx.library_path())
+    like, lib = _like(framework), ctypes.PyDLL(dlpx.library_path())
     lib.dlpx_allocate_like.argtypes = [ctypes.py_object, ctypes.POINTER(abi.DLTensor), ctypes.POINTER(ctypes.c_void_p),
                                        ctypes.c_void_p, _SET_ERROR]
     lib.dlpx_last_error.restype = ctypes.c_char_p
@@ -302,11 +305,7 @@ def test_to_py_like_refuses_null_and_an_unknown_major_and_leaves_the_tensor_with
     # torch's to_py read a major-2 struct as a 1.x one (past its version); NULL was passed on.
     from numpy_producers import Managed
 
-    if framework == "torch":
-        torch = pytest.importorskip("torch")
-    like = {"none": None, "numpy": lambda: np.zeros(2, np.float32), "torch": lambda: torch.zeros(2)}[framework]
-    like = like() if like else None
-    lib = ctypes.PyDLL(dlpx.library_path())
+    like, lib = _like(framework), ctypes.PyDLL(dlpx.library_path())
     lib.dlpx_to_py_like.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
     out = ctypes.c_void_p()
     with pytest.raises(ValueError, match=r"^dlpx: to_py_like: .*NULL"):
