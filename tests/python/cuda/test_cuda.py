@@ -81,6 +81,119 @@ def test_bad_streams_are_refused(stream, error):
             pass
 
 
+class CudaCoreLikeStream:
+    """cuda.core's Stream: the protocol, and `.device`, whose number is its `device_id`."""
+
+    def __init__(self, handle, device_id):
+        self.handle_value, self.device = handle, type("Device", (), {"device_id": device_id})()
+
+    def __cuda_stream__(self):
+        return (0, self.handle_value)
+
+
+def test_a_stream_object_s_own_device_is_its_device_for_every_call():
+    # cuda.core's device number is `device_id`: the stream went to cuda:0, and set_current_stream
+    # never asked the object.
+    s = CudaCoreLikeStream(0x9000, 1)
+    with dlpx.cuda.stream(s) as handle:
+        assert handle == 0x9000 and dlpx.cuda.current_stream(1) == 0x9000 and dlpx.cuda.current_stream(0) == 0
+    assert dlpx.cuda.set_current_stream(s) == 0 and dlpx.cuda.current_stream(1) == 0x9000
+    assert dlpx.cuda.set_current_stream(None, "cuda:1") == 0x9000
+    with dlpx.cuda.stream(0x9100, device="cuda:1"):
+        assert dlpx.cuda.current_stream("cuda:1") == 0x9100
+
+
+@pytest.mark.parametrize("stream, error, says", [
+    (type("S", (), {"cuda_stream": -3})(), ValueError, r"a pointer \(0 to 2\*\*64 - 1\), S's handle gave -3"),
+    (CudaCoreLikeStream(-3, 0), ValueError, r"__cuda_stream__ gave -3"),
+    (CudaCoreLikeStream(2**64, 0), ValueError, r"__cuda_stream__ gave 18446744073709551616"),
+    (CudaCoreLikeStream("abc", 0), TypeError, r"__cuda_stream__ gave 'abc', not an int handle"),
+    (True, TypeError, r"expected an int handle"),
+])
+def test_a_handle_no_pointer_can_be_is_refused_however_it_comes(stream, error, says):
+    # Through an object, -3 became 0xfff...fffd and reached the driver.
+    for call in (lambda: dlpx.cuda.stream(stream), lambda: dlpx.cuda.set_current_stream(stream)):
+        with pytest.raises(error, match=r"^dlpx: cuda\.(stream|set_current_stream): .*" + says):
+            call()
+    assert dlpx.cuda.current_stream(0) == 0
+
+
+def test_a_handle_past_2_63_is_a_pointer_like_any_other():
+    # aarch64 tags pointers in their top byte: 2**63 and up were refused as "not 64 bits".
+    tagged = 0xB400_0070_1234_5600
+    with dlpx.cuda.stream(tagged) as handle:
+        assert handle == tagged and dlpx.cuda.current_stream() == tagged
+        assert dlpx.cuda.set_current_stream(2**64 - 1) == tagged
+    assert dlpx.cuda.current_stream() == 0
+
+
+def test_blocks_left_out_of_order_restore_what_was_current_before_them_all():
+    # Two asyncio tasks each in a block across an await: the first in left first, and the thread
+    # kept its stream after both had left.
+    import asyncio
+
+    async def task(handle, first):
+        with dlpx.cuda.stream(handle):
+            await asyncio.sleep(0 if first else 0.01)
+            return dlpx.cuda.current_stream()
+
+    async def both():
+        return await asyncio.gather(task(0xA000, True), task(0xB000, False))
+
+    with dlpx.cuda.stream(0x1000):
+        assert asyncio.run(both()) == [0xB000, 0xB000]  # the innermost open block's, as torch's
+        assert dlpx.cuda.current_stream() == 0x1000
+    assert dlpx.cuda.current_stream() == 0
+
+
+def test_a_block_object_may_be_entered_again_and_twice_at_once():
+    s = dlpx.cuda.stream(0xC000)
+    for _ in range(2):
+        with s:
+            assert dlpx.cuda.current_stream() == 0xC000
+        assert dlpx.cuda.current_stream() == 0
+    outer, inner = dlpx.cuda.stream(0xD000), s
+    inner.__enter__()
+    outer.__enter__()
+    inner.__exit__(None, None, None)  # out of order: the open block's stream stays
+    assert dlpx.cuda.current_stream() == 0xD000
+    outer.__exit__(None, None, None)
+    assert dlpx.cuda.current_stream() == 0
+    # Two tasks sharing `inner`, each in it, with `outer` between: whichever of its entries a
+    # leaving takes, the stream is the innermost open block's.
+    inner.__enter__()
+    outer.__enter__()
+    inner.__enter__()
+    inner.__exit__(None, None, None)
+    assert dlpx.cuda.current_stream() == 0xD000
+    outer.__exit__(None, None, None)
+    assert dlpx.cuda.current_stream() == 0xC000
+    inner.__exit__(None, None, None)
+    assert dlpx.cuda.current_stream() == 0
+
+
+def test_a_block_left_on_another_thread_leaves_that_thread_s_stream_alone():
+    block = dlpx.cuda.stream(0xE000)
+    block.__enter__()
+    seen = []
+
+    def leave():
+        dlpx.cuda.set_current_stream(0xF000)
+        block.__exit__(None, None, None)
+        seen.append(dlpx.cuda.current_stream())
+        dlpx.cuda.set_current_stream(None)
+
+    worker = threading.Thread(target=leave)
+    worker.start()
+    worker.join()
+    assert seen == [0xF000]  # it was set to the entering thread's previous stream, 0
+    assert dlpx.cuda.current_stream() == 0xE000  # unreachable from the other thread: as it was
+    dlpx.cuda.set_current_stream(None)
+    with dlpx.cuda.stream(0x1100):  # the thread's blocks are as if the block had been left
+        pass
+    assert dlpx.cuda.current_stream() == 0
+
+
 def test_a_thread_holds_streams_on_at_most_16_devices_and_says_so():
     for device in range(16):
         dlpx.cuda.set_current_stream(0x100 + device, device)
