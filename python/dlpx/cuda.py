@@ -37,22 +37,22 @@ def _handle(stream: Any, what: str) -> int:
     if stream is None:
         return 0
     if isinstance(stream, int) and not isinstance(stream, bool):
-        value, source = stream, "a stream handle"
+        value, source = stream, "got"
     else:
         protocol = getattr(stream, "__cuda_stream__", None)
         if protocol is not None:
             given = protocol() if callable(protocol) else protocol
-            value, source = (given[1] if isinstance(given, tuple) and len(given) == 2 else given), "__cuda_stream__"
+            value, source = (given[1] if isinstance(given, tuple) and len(given) == 2 else given), "__cuda_stream__ gave"
         else:
             found = [getattr(stream, name, None) for name in ("cuda_stream", "ptr", "handle")]
             value = next((v for v in found if isinstance(v, int) and not isinstance(v, bool)), None)
             if value is None:
                 raise TypeError(f"dlpx: {what}: expected an int handle or a CUDA stream object, got {type(stream).__name__}")
-            source = f"{type(stream).__name__}'s handle"
+            source = f"{type(stream).__name__}'s handle gave"
         if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"dlpx: {what}: {source} gave {value!r}, not an int handle")
+            raise TypeError(f"dlpx: {what}: {source} {value!r}, not an int handle")
     if not 0 <= value < _HANDLE_LIMIT:
-        raise ValueError(f"dlpx: {what}: a stream handle is a pointer (0 to 2**64 - 1), {source} gave {value}")
+        raise ValueError(f"dlpx: {what}: a stream handle is a pointer (0 to 2**64 - 1), {source} {value}")
     return value
 
 
