@@ -222,21 +222,18 @@ pub fn int_value(py: Python<'_>, object: *mut PyObject, name: impl std::fmt::Dis
     }
 }
 
-/// A pair of integers given as a tuple or any sequence of length 2.
+/// A pair of integers given as a tuple (read without building a Vec) or any sequence of length 2.
 pub fn int_pair(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<(i64, i64)> {
-    // The common case, a tuple of two small ints, without building a Vec.
     // SAFETY: GIL held; PyTuple_Size fails (cleared below) on non-tuples; items are borrowed.
     unsafe {
         if (py.PyTuple_Size)(object) == 2 {
-            let failed = |value: i64| value == -1 && !(py.PyErr_Occurred)().is_null();
-            // Item 1's `__index__` is Python code, never run with item 0's exception pending (one
-            // it handled itself cleared ours, and item 0's -1 was taken for its value).
-            let a = (py.PyLong_AsLongLong)((py.PyTuple_GetItem)(object, 0));
-            if !failed(a) {
-                let b = (py.PyLong_AsLongLong)((py.PyTuple_GetItem)(object, 1));
-                if !failed(b) {
-                    return Ok((a, b));
-                }
+            let read = |i| {
+                Some((py.PyLong_AsLongLong)((py.PyTuple_GetItem)(object, i)))
+                    .filter(|&value| value != -1 || (py.PyErr_Occurred)().is_null())
+            };
+            // Item 1's `__index__` never runs with item 0's error pending (a handled one of its own clears it).
+            if let Some(pair) = read(0).and_then(|a| Some((a, read(1)?))) {
+                return Ok(pair);
             }
         }
         (py.PyErr_Clear)();
