@@ -138,6 +138,7 @@ _GetPointer = _fn("PyCapsule_GetPointer", c_void_p, py_object, c_void_p)
 _IsValid = _fn("PyCapsule_IsValid", c_int, py_object, c_char_p)
 _New = _fn("PyCapsule_New", py_object, c_void_p, c_void_p, c_void_p)
 _SetName = _fn("PyCapsule_SetName", c_int, py_object, c_void_p)
+_GetDestructor = _fn("PyCapsule_GetDestructor", c_void_p, py_object)
 _DecRef = _fn("Py_DecRef", None, c_void_p)
 
 # CPython keeps the name pointer a capsule is given, so every name the kit sets lives forever.
@@ -174,6 +175,11 @@ def new_capsule(address: int, name: bytes):
 def rename_capsule(capsule, name: bytes) -> None:
     if _SetName(capsule, static_name(name)) != 0:
         raise RuntimeError("PyCapsule_SetName failed")
+
+
+def capsule_has_destructor(capsule) -> bool:
+    """Whether the capsule has a destructor (DLPack: one that deletes an unconsumed tensor)."""
+    return bool(_GetDestructor(capsule))
 
 
 def capsule_valid(capsule, name: bytes) -> bool:

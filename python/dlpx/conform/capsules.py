@@ -79,18 +79,51 @@ def export(obj, **kwargs):
         return None, exc
 
 
-def export_info(obj, **kwargs):
+def export_info(obj, *, values=False, **kwargs):
     """(info of the capsule, None) or (None, exception); the capsule is consumed and deleted
-    at once (only its description is kept: data pointers stay comparable while `obj` lives)."""
+    at once (only its description is kept: data pointers stay comparable while `obj` lives).
+    With `values`, ``info["values"]`` holds its float32 elements in row-major order, read
+    before the deletion (a CPU tensor's; None on another device)."""
     capsule, error = export(obj, **kwargs)
     if error is not None:
         return None, error
     if not abi.is_capsule(capsule):
         return None, TypeError(f"__dlpack__ returned {type(capsule).__name__}, not a capsule")
-    info, spied = consume(capsule)
+    try:
+        info, spied = consume(capsule)
+    except ValueError as exc:  # a capsule of a name DLPack does not give: its destructor is its own
+        del capsule
+        return None, exc.with_traceback(None)
+    if values:
+        on_cpu = info["device"][0] == abi.KDL_CPU and (info["data"] or not _numel(info["shape"]))
+        info["values"] = read_values(info, row_major(info["shape"])) if on_cpu else None
     spied.delete()
     spied.forget()
     return info, None
+
+
+def row_major(shape) -> list:
+    """Every multi-index of `shape`, in row-major order."""
+    positions = [()]
+    for extent in shape:
+        positions = [p + (i,) for p in positions for i in range(extent)]
+    return positions
+
+
+def _numel(shape) -> int:
+    count = 1
+    for extent in shape:
+        count *= extent
+    return count
+
+
+def compact_strides(shape) -> tuple:
+    """Row-major compact strides in elements: what NULL strides mean (DLPack before 1.2)."""
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
 
 
 def describe_error(exc) -> str:
@@ -100,7 +133,7 @@ def describe_error(exc) -> str:
 
 def read_values(info, positions) -> list:
     """float32 values of a CPU tensor at the given multi-indices (strides from `info`)."""
-    strides = info["strides"] or ()
+    strides = info["strides"] if info["strides"] is not None else compact_strides(info["shape"])
     base = info["data"] + info["byte_offset"]
     out = []
     for index in positions:

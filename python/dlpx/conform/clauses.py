@@ -70,3 +70,5 @@ CONSUMER_IS_COPIED = Clause(C_API, "DLPACK_FLAG_BITMASK_IS_COPIED", "the tensor 
 CONSUMER_SUBBYTE = Clause(C_API, "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED", "This flag can be set by the producer to signal that a tensor of sub-byte type is padded")
 CONSUMER_DEVICE = Clause(PYTHON, "Semantics", "a device that the requesting library does not support, it is recommended to raise a TypeError")
 BYTE_OFFSET = Clause(C_API, "DLTensor.byte_offset", "The offset in bytes to the beginning pointer to data")
+PROTOCOL = Clause(PYTHON, "Syntax", "__dlpack__(...) returns a PyCapsule; __dlpack_device__() returns a tuple (device_type, device_id)")
+IS_COPIED = Clause(C_API, "DLPACK_FLAG_BITMASK_IS_COPIED", "the tensor is considered solely owned throughout its lifetime by the consumer")

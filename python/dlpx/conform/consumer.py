@@ -41,7 +41,9 @@ class _Import:
             self.seen, error = export_info(self.result, max_version=(1, 3))
             if isinstance(error, TypeError):
                 self.seen, _ = export_info(self.result)
-        self.names = [n for t in producer.made for n in reference.capsule_names(t)]
+        # (name after the import, the used_ name DLPack gives that kind of capsule)
+        self.names = [(n, abi.USED_VERSIONED_NAME if t.versioned else abi.USED_LEGACY_NAME)
+                      for t in producer.made for n in reference.capsule_names(t)]
         self.calls_while_alive = producer.deleter_calls
 
     @property
@@ -87,8 +89,10 @@ def _check_versioned(from_dlpack, checks):
         checks.skip("consumer.zero_copy", "the result has no __dlpack__ to look at its memory", C.ZERO_COPY)
     else:
         checks.record("consumer.zero_copy", imp.zero_copy, "a view of the producer's memory" if imp.zero_copy else "a copy", C.ZERO_COPY)
-    used = all(n.startswith(b"used_") for n in imp.names)
-    checks.record("consumer.capsule_renamed", used, f"capsule names after import: {[n.decode() for n in imp.names]}", C.CONSUMER_RENAMES)
+    # Exactly the used_ name of its kind: a versioned capsule renamed used_dltensor is not.
+    used = all(name == expected for name, expected in imp.names)
+    shown = [name.decode() if name else name for name, _ in imp.names]
+    checks.record("consumer.capsule_renamed", used, f"capsule names after import: {shown}", C.CONSUMER_RENAMES)
     alive = imp.calls_while_alive
     after = imp.finish()
     ok = after == [1] and (alive == [0] or not imp.zero_copy)

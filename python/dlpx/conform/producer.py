@@ -9,7 +9,7 @@ import sys
 
 from . import abi, clauses as C
 from .cases import DTYPES, LAYOUT_CASES
-from .capsules import Spied, consume, describe_error, export, export_info, read_values
+from .capsules import Spied, consume, describe_error, export, export_info, read_values, row_major
 from .libraries import Library
 from .protocols import check_protocol_producer, protocol_of
 from .results import Checks
@@ -29,16 +29,16 @@ def check_producer(make, *, readonly=None, undescribable=None, spec=None, checks
     protocol = None if hasattr(x, "__dlpack__") else protocol_of(x)
     if protocol is not None:
         return check_protocol_producer(make, protocol, readonly=readonly, undescribable=undescribable, checks=checks)
-    _check_versions(x, checks)
-    _check_device(x, checks)
-    _check_copy_and_stream(x, checks)
-    _check_capsule_lifetime(x, checks)
-    _check_layouts(make, checks)
-    _check_dtypes(make, checks)
-    _check_read_only(x, readonly, checks)
-    _check_undescribable(undescribable, checks)
-    check_table(x, checks, spec)
-    _check_refcount(x, checks)
+    steps = [(_check_versions, x), (_check_device, x), (_check_copy_and_stream, x), (_check_capsule_lifetime, x),
+             (_check_layouts, make), (_check_dtypes, make), (_check_read_only, x, readonly),
+             (_check_undescribable, undescribable), (lambda x, checks: check_table(x, checks, spec), x),
+             (_check_refcount, x)]
+    for step, *arguments in steps:
+        try:
+            step(*arguments, checks)
+        except Exception as exc:  # noqa: BLE001 - a hostile producer fails its row, not the kit
+            name = getattr(step, "__name__", "table").removeprefix("_check_").replace("<lambda>", "table")
+            checks.record(f"{name}.raised", False, f"the producer made the kit's check raise {describe_error(exc)}", C.PROTOCOL)
     return checks
 
 
@@ -84,32 +84,44 @@ def _check_device(x, checks):
     ok = error is None and device == info["device"]
     checks.record("dlpack_device.matches", ok, f"__dlpack_device__ {device}, capsule {info['device'] if info else describe_error(error)}", C.DLPACK_DEVICE)
     same, error = export_info(x, max_version=V1, dl_device=device)
-    ok = error is None and info is not None and same["data"] == info["data"] and same["device"] == device
+    ok = error is None and info is not None and _first_element(same) == _first_element(info) and same["device"] == device
     checks.record("dl_device.own_device", ok, describe_error(error) if error else f"device {same['device']}, {'same data' if ok else 'other data'}", C.DL_DEVICE_SAME)
     other, error = export_info(x, max_version=V1, dl_device=(abi.KDL_HEXAGON, 0))
     ok = isinstance(error, BufferError)
     checks.record("dl_device.unsupported_type", ok, describe_error(error) if error else f"returned a capsule on {other['device']}", C.DL_DEVICE)
     if device[0] == abi.KDL_CPU:
-        # A CPU array asked for CUDA: refusing is right; a capsule must then be on CUDA.
+        # A CPU array asked for CUDA: refusing (with BufferError, as any device it cannot
+        # handle) is right; a capsule must then be on CUDA.
         other, error = export_info(x, max_version=V1, dl_device=(abi.KDL_CUDA, 0))
-        ok = error is not None or other["device"] == (abi.KDL_CUDA, 0)
+        ok = isinstance(error, BufferError) or (error is None and other["device"] == (abi.KDL_CUDA, 0))
         checks.record("dl_device.honoured", ok, describe_error(error) if error else f"asked for (2, 0), got a capsule on {other['device']}", C.DL_DEVICE)
 
 
+def _first_element(info) -> int:
+    """Where a capsule's tensor starts: its data pointer plus byte_offset (either may carry it)."""
+    return info["data"] + info["byte_offset"]
+
+
 def _check_copy_and_stream(x, checks):
-    base, _ = export_info(x, max_version=V1)
-    copied, error = export_info(x, max_version=V1, copy=True)
+    base, _ = export_info(x, max_version=V1, values=True)
+    copied, error = export_info(x, max_version=V1, copy=True, values=True)
     if error is not None:
         checks.record("copy.true", False, describe_error(error), C.COPY_TRUE)
     else:
-        moved = base is not None and copied["data"] != base["data"]
+        moved = base is not None and _first_element(copied) != _first_element(base)
+        same_values = base is not None and copied["values"] == base["values"]
         flagged = copied["flags"] is not None and bool(copied["flags"] & abi.FLAG_IS_COPIED)
         # A legacy capsule cannot carry the flag; then only the new memory is checked.
-        ok = moved and (flagged or copied["flags"] is None)
-        checks.record("copy.true", ok, f"{'new' if moved else 'same'} memory, IS_COPIED {'set' if flagged else 'absent' if copied['flags'] is not None else 'n/a (legacy capsule)'}", C.COPY_TRUE)
+        ok = moved and same_values and (flagged or copied["flags"] is None)
+        checks.record("copy.true", ok, f"{'new' if moved else 'same'} memory, {'the same' if same_values else 'other'} values, IS_COPIED {'set' if flagged else 'absent' if copied['flags'] is not None else 'n/a (legacy capsule)'}", C.COPY_TRUE)
     kept, error = export_info(x, max_version=V1, copy=False)
-    ok = error is None and base is not None and kept["data"] == base["data"] and not (kept["flags"] or 0) & abi.FLAG_IS_COPIED
+    ok = error is None and base is not None and _first_element(kept) == _first_element(base) and not (kept["flags"] or 0) & abi.FLAG_IS_COPIED
     checks.record("copy.false", ok, describe_error(error) if error else ("same memory, no IS_COPIED" if ok else "copied"), C.COPY_FALSE)
+    # IS_COPIED says the consumer alone owns the memory: never on the array's own memory.
+    if error is None and base is not None:
+        lying = [name for name, info in (("the default export", base), ("copy=False", kept))
+                 if (info["flags"] or 0) & abi.FLAG_IS_COPIED and _first_element(info) == _first_element(kept)]
+        checks.record("copy.flag_only_on_copies", not lying, f"IS_COPIED on the array's own memory: {', '.join(lying)}" if lying else "not on the array's own memory", C.IS_COPIED)
     if tuple(x.__dlpack_device__())[0] != abi.KDL_CPU:
         return
     _, error = export_info(x, max_version=V1, stream=None)
@@ -119,32 +131,40 @@ def _check_copy_and_stream(x, checks):
 
 
 def _check_capsule_lifetime(x, checks):
-    capsule, error = export(x, max_version=V1)
-    if error is not None:
-        checks.record("capsule.name", False, describe_error(error), C.CAPSULE_NAME)
-        return
-    name = abi.capsule_name(capsule)
-    checks.record("capsule.name", name in (abi.VERSIONED_NAME, abi.LEGACY_NAME), repr(name.decode() if name else name), C.CAPSULE_NAME)
-    # Unconsumed: the capsule's destructor must call the deleter, once.
-    spied = Spied(abi.capsule_pointer(capsule), name == abi.VERSIONED_NAME)
-    del capsule
-    gc.collect()
-    calls = spied.forget()
-    if calls == 0 and spied.had_deleter:
-        # jax's destructor calls its deleter function directly, not through the struct's field:
-        # the call cannot be seen from here, which is no evidence of a leak.
-        checks.skip("capsule.unconsumed_deleted_once", "the destructor does not call through the struct's deleter field: not measurable", C.CAPSULE_DESTRUCTOR)
-    else:
-        checks.record("capsule.unconsumed_deleted_once", calls == 1 or not spied.had_deleter, f"deleter calls: {calls}" if spied.had_deleter else "NULL deleter", C.CAPSULE_DESTRUCTOR)
-    # Consumed: renamed, the destructor must leave it alone; the consumer's call frees it.
-    capsule, _ = export(x, max_version=V1)
-    _, spied = consume(capsule)
-    del capsule
-    gc.collect()
-    after_drop = spied.calls
-    spied.delete()
-    total = spied.forget()
-    checks.record("capsule.consumed_not_deleted", after_drop == 0 and total == 1, f"deleter calls after dropping the used capsule: {after_drop}, after the consumer's call: {total}", C.CAPSULE_DESTRUCTOR)
+    # The versioned capsule's rows keep their names; the legacy capsule's are `capsule.legacy_…`.
+    for prefix, max_version in (("capsule.", V1), ("capsule.legacy_", None)):
+        capsule, error = export(x, max_version=max_version)
+        if error is not None:
+            checks.record(f"{prefix}name", False, describe_error(error), C.CAPSULE_NAME)
+            continue
+        name = abi.capsule_name(capsule) if abi.is_capsule(capsule) else None
+        known = name in ((abi.VERSIONED_NAME, abi.LEGACY_NAME) if max_version else (abi.LEGACY_NAME,))
+        checks.record(f"{prefix}name", known, repr(name.decode() if name else name), C.CAPSULE_NAME)
+        if not known:
+            continue
+        # Unconsumed: the capsule's destructor must call the deleter, once.
+        has_destructor = abi.capsule_has_destructor(capsule)
+        spied = Spied(abi.capsule_pointer(capsule), name == abi.VERSIONED_NAME)
+        del capsule
+        gc.collect()
+        calls = spied.forget()
+        if not has_destructor:
+            checks.record(f"{prefix}unconsumed_deleted_once", False, "the capsule has no destructor: an unconsumed tensor is never deleted", C.CAPSULE_DESTRUCTOR)
+        elif calls == 0 and spied.had_deleter:
+            # jax's destructor calls its deleter function directly, not through the struct's field:
+            # the call cannot be seen from here, which is no evidence of a leak.
+            checks.skip(f"{prefix}unconsumed_deleted_once", "the destructor does not call through the struct's deleter field: not measurable", C.CAPSULE_DESTRUCTOR)
+        else:
+            checks.record(f"{prefix}unconsumed_deleted_once", calls == 1 or not spied.had_deleter, f"deleter calls: {calls}" if spied.had_deleter else "NULL deleter", C.CAPSULE_DESTRUCTOR)
+        # Consumed: renamed, the destructor must leave it alone; the consumer's call frees it.
+        capsule, _ = export(x, max_version=max_version)
+        _, spied = consume(capsule)
+        del capsule
+        gc.collect()
+        after_drop = spied.calls
+        spied.delete()
+        total = spied.forget()
+        checks.record(f"{prefix}consumed_not_deleted", after_drop == 0 and total == 1, f"deleter calls after dropping the used capsule: {after_drop}, after the consumer's call: {total}", C.CAPSULE_DESTRUCTOR)
 
 
 def _expect(name, build, shape, expected_values, checks):
@@ -157,18 +177,11 @@ def _expect(name, build, shape, expected_values, checks):
     if error is not None:
         checks.record(f"layout.{name}", False, describe_error(error), C.LAYOUT)
         return None
-    positions = _positions(info["shape"])
+    positions = row_major(info["shape"])
     values = read_values(info, positions) if info["data"] or not positions else None
     ok = info["shape"] == shape and values == expected_values
     checks.record(f"layout.{name}", ok, f"shape {info['shape']}, strides {info['strides']}, values {'as expected' if values == expected_values else values}", C.LAYOUT)
     return info
-
-
-def _positions(shape):
-    positions = [()]
-    for extent in shape:
-        positions = [p + (i,) for p in positions for i in range(extent)]
-    return positions
 
 
 def _check_layouts(make, checks):

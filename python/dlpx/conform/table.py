@@ -7,7 +7,7 @@ import ctypes
 import gc
 
 from . import abi, clauses as C
-from .capsules import Spied, describe_error, export_info
+from .capsules import Spied, compact_strides, describe_error, export_info
 from .isolated import run_isolated
 from .results import Checks
 
@@ -17,7 +17,7 @@ _SENTINEL = 0x5EB7_1E57  # written into `out` before a call that must leave it u
 
 def walk_chain(head: int):
     """[(address, (major, minor))] from `head` along prev_api; raises ValueError on a cycle,
-    a chain longer than 16 links, or majors that do not strictly descend."""
+    a chain longer than 16 links, or versions (major, minor) that do not strictly descend."""
     links, seen = [], set()
     address = head
     while address:
@@ -26,8 +26,8 @@ def walk_chain(head: int):
         seen.add(address)
         header = abi.DLPackExchangeAPIHeader.from_address(address)
         version = (header.version.major, header.version.minor)
-        if links and version[0] >= links[-1][1][0]:
-            raise ValueError(f"majors do not descend: {links[-1][1]} then {version}")
+        if links and version >= links[-1][1]:
+            raise ValueError(f"versions do not descend (prev_api names an older table): {links[-1][1]} then {version}")
         links.append((address, version))
         address = header.prev_api or 0
     return links
@@ -60,6 +60,12 @@ def check_table(x, checks: Checks, spec=None) -> None:
     checks of the synthetic table dlpx reads it through (`synthetic.…`)."""
     cls = type(x)
     address, how = abi.exchange_table_address(cls)
+    published = getattr(cls, "__dlpack_c_exchange_api__", None)
+    if published is not None and how != "capsule":
+        # An attribute that names no table (a capsule of another name, not a capsule at all).
+        what = repr(abi.capsule_name(published)) if abi.is_capsule(published) else type(published).__name__
+        checks.record("table.published", False, f"{cls.__qualname__}.__dlpack_c_exchange_api__ is {what}, not a capsule named 'dlpack_exchange_api'", C.EXCHANGE_CAPSULE)
+        return
     if not address:
         checks.skip("table.published", f"{cls.__qualname__} publishes no exchange table (optional)", C.EXCHANGE_ATTRIBUTE, required=False)
         check_synthetic_table(x, checks, spec)
@@ -161,9 +167,10 @@ def _check_allocator(table, checks, spec, probe="null_set_error"):
     for name, proto in (("negative_shape", abi.prototype((2, -3))), ("unknown_device", abi.prototype((2,), device=(99, 0)))):
         errors = _ErrorLog()
         rc, out = _allocate(table, proto, errors.address)
-        ok = rc != 0 and len(errors.calls) == 1 and out == _SENTINEL
+        # On failure the allocator gives no tensor: `out` left as it was, or NULL written.
+        ok = rc != 0 and len(errors.calls) == 1 and out in (_SENTINEL, None, 0)
         kind = errors.calls[0][0].decode(errors="replace") if errors.calls else "-"
-        checks.record(f"allocator.{name}", ok, f"rc={rc}, SetError calls={len(errors.calls)} (kind {kind}), out {'untouched' if out == _SENTINEL else 'written'}", C.ALLOCATOR)
+        checks.record(f"allocator.{name}", ok, f"rc={rc}, SetError calls={len(errors.calls)} (kind {kind}), out {_out_text(out)}", C.ALLOCATOR)
         if rc == 0 and out and out != _SENTINEL:
             abi.call_deleter(out, abi.read_managed(out, True)["deleter"])
     if spec is None:
@@ -184,7 +191,11 @@ def null_set_error_probe(x, synthetic=False) -> str:
         address, _ = abi.exchange_table_address(type(x))
     table = abi.DLPackExchangeAPI.from_address([a for a, v in walk_chain(address) if v[0] == 1][0])
     rc, out = _allocate(table, abi.prototype((2, -3)), None)
-    return "ok" if rc != 0 and out == _SENTINEL else f"rc={rc}, out {'untouched' if out == _SENTINEL else 'written'}"
+    return "ok" if rc != 0 and out in (_SENTINEL, None, 0) else f"rc={rc}, out {_out_text(out)}"
+
+
+def _out_text(out) -> str:
+    return "untouched" if out == _SENTINEL else "NULL" if not out else "a tensor"
 
 
 def _check_from_to_py(x, table, checks, owner_type):
@@ -197,14 +208,20 @@ def _check_from_to_py(x, table, checks, owner_type):
     except Exception as exc:  # noqa: BLE001
         checks.record("from_py.exports", False, describe_error(exc), C.FROM_PY)
         return
+    if rc != 0 or not out.value:
+        checks.record("from_py.exports", False, f"rc={rc}, out {_out_text(out.value)}: no tensor for a plain array", C.FROM_PY)
+        return
     info = abi.read_managed(out.value, True)
-    same = error is None and all(info.get(k) == reference.get(k) for k in ("data", "shape", "strides", "dtype", "device", "byte_offset"))
+    same = error is None and all(_field(info, k) == _field(reference, k) for k in ("data", "shape", "strides", "dtype", "device", "byte_offset"))
     checks.record("from_py.exports", rc == 0 and info["version"][0] == 1 and same, f"rc={rc}, version {info['version']}, {'equal to' if same else 'differs from'} __dlpack__'s tensor", C.FROM_PY)
     spied = Spied(out.value, True)
     spied.delete()
     checks.record("from_py.deleter_once", spied.forget() == 1, "the kit's one call reached the producer's deleter", C.FROM_PY)
 
     rc = from_py(x, ctypes.byref(out))
+    if rc != 0 or not out.value:
+        checks.record("to_py.imports", False, f"from_py: rc={rc}, out {_out_text(out.value)}", C.TO_PY)
+        return
     data = abi.read_managed(out.value, True)["data"]
     result = ctypes.c_void_p()
     try:
@@ -222,6 +239,13 @@ def _check_from_to_py(x, table, checks, owner_type):
     gc.collect()
 
 
+def _field(info, key):
+    """A description's field, NULL strides read as the compact strides they mean."""
+    if key == "strides" and info.get(key) is None:
+        return compact_strides(info["shape"])
+    return info.get(key)
+
+
 def _check_view(x, table, checks):
     if not table.dltensor_from_py_object_no_sync:
         checks.skip("view.matches_dlpack", "dltensor_from_py_object_no_sync is NULL (allowed)", C.VIEW, required=False)
@@ -234,7 +258,7 @@ def _check_view(x, table, checks):
         checks.record("view.matches_dlpack", False, describe_error(exc), C.VIEW)
         return
     view = abi.describe(dl)
-    diff = [k for k in view if reference is not None and view[k] != reference.get(k)]
+    diff = [k for k in view if reference is not None and _field(view, k) != _field(reference, k)]
     checks.record("view.matches_dlpack", rc == 0 and reference is not None and not diff, f"rc={rc}" + (f", differs in {diff}" if diff else ", every field equal"), C.VIEW)
 
 
@@ -253,6 +277,6 @@ def refcount_through_table(x) -> None:
     if table.header.version.major != abi.DLPACK_MAJOR:
         return
     out = ctypes.c_void_p()
-    abi.FromPyObject(table.managed_tensor_from_py_object_no_sync)(x, ctypes.byref(out))
-    abi.call_deleter(out.value, abi.read_managed(out.value, True)["deleter"])
+    if abi.FromPyObject(table.managed_tensor_from_py_object_no_sync)(x, ctypes.byref(out)) == 0 and out.value:
+        abi.call_deleter(out.value, abi.read_managed(out.value, True)["deleter"])
 

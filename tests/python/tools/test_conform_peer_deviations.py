@@ -28,6 +28,20 @@ def test_torch_copy_true_does_not_set_is_copied():
     assert info["flags"] & abi.FLAG_IS_COPIED == 0
 
 
+def test_torch_and_jax_refuse_cuda_they_cannot_reach_with_runtime_error():
+    # 002 __dlpack__ dl_device: "If the device type cannot be handled by the producer, this
+    # function must raise BufferError" (both raise RuntimeError on a machine without CUDA).
+    for x in (torch.arange(3.0), jnp.arange(3.0)):
+        try:
+            x.__dlpack__(max_version=(1, 0), dl_device=(abi.KDL_CUDA, 0))
+        except BufferError:
+            pytest.fail(f"{type(x).__name__} now raises BufferError: update docs/conformance.md")
+        except RuntimeError:
+            pass
+        else:
+            pytest.skip("CUDA is reachable here: the export moved to the GPU")
+
+
 def test_torch_from_dlpack_refuses_major_2_with_runtime_error():
     # 001 Semantics: "If the consumer doesn't support any version below the producer's maximum
     # version, a BufferError should be raised" (torch raises RuntimeError).
