@@ -94,6 +94,18 @@ def test_a_broken_consumer_fails_its_checks():
     assert {"consumer.deleter_after_death", "consumer.zero_copy", "consumer.major_2_refused"} <= set(bad)
 
 
+def test_a_consumer_that_renames_a_versioned_capsule_used_dltensor_fails():
+    # 002: a versioned capsule is renamed "used_dltensor_versioned"; any "used_" name passed.
+    def wrong_used_name(x):
+        from dlpx.conform import abi
+
+        capsule = x.__dlpack__(max_version=(1, 0))
+        abi.rename_capsule(capsule, abi.USED_LEGACY_NAME)
+        return dlpx.from_dlpack(np.zeros(1))
+
+    assert "consumer.capsule_renamed" in failed(check_consumer(wrong_used_name))
+
+
 def test_reference_tensor_sets_hostile_fields():
     t = ReferenceTensor(shape=(2**63, -1), dtype=(200, 7, 0), ndim=5, device=(99, -1), version=(2, 9), flags=0xFF, deleter=None, strides=None)
     dl = t.struct.dl_tensor
