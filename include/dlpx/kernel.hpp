@@ -945,9 +945,20 @@ using parameters_of =
 // Whether a parameter of C++ type T holds its default `d` (none: it does): an integer in T's
 // range, a number that does not round past a float's. Every call relying on such a default
 // would fail; what the signature spells otherwise is the loader's to refuse.
+// An optional parameter's default is its value type's (`std::optional<uint8_t>` and `= 300`
+// does not compile either; `None` is no number, which each check lets through).
+template <class T>
+struct value_of_optional {
+  using type = T;
+};
+template <class T>
+struct value_of_optional<std::optional<T>> {
+  using type = T;
+};
+
 template <class T>
 constexpr bool holds_default(std::string_view d) {
-  using U = std::remove_cv_t<T>;
+  using U = std::remove_cv_t<typename value_of_optional<std::remove_cv_t<T>>::type>;
   if constexpr (is_int_parameter<U>) {
     const uint64_t positive = static_cast<uint64_t>(std::numeric_limits<U>::max());
     const uint64_t negative = std::is_signed<U>::value ? static_cast<uint64_t>(-(std::numeric_limits<U>::min() + 1)) + 1 : 0;

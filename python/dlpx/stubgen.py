@@ -144,7 +144,7 @@ def _result_type(returns: Optional[str], spell: _Spelling) -> str:
     """The result annotation in the stub's terms; Any for none or one it cannot read."""
     try:
         spelled = _result_node(ast.parse(returns, mode="eval").body, spell) if returns else None
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):  # no type; or nested past what ast reads
         spelled = None
     return spelled or spell("Any")
 

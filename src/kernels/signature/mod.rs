@@ -19,8 +19,8 @@ use text::{is_identifier, Raw, Scanner};
 use types::error;
 
 /// Reads `name(params) [-> returns] [: doc]`.
-pub fn parse(text: &str) -> Result<Signature, SignatureError> {
-    let text = text.trim();
+pub fn parse(input: &str) -> Result<Signature, SignatureError> {
+    let text = input.trim();
     let Some(open) = text.find('(') else { return error("no parameter list: expected name(...)") };
     let name = text[..open].trim();
     // A module's own attributes (`__file__`, `__getattr__`) are no kernel's to take.
@@ -47,6 +47,13 @@ pub fn parse(text: &str) -> Result<Signature, SignatureError> {
     if returns == Some("") {
         return error("'->' without a return annotation");
     }
+    if returns.is_some_and(|r| r.contains(['\n', '\r'])) {
+        return error("a return annotation spans lines (its typed line and stub read one)");
+    }
+    // The doc (a subslice of `input`) may hold any character; what is before it is read by
+    // kernel.hpp too.
+    let head = if doc.is_empty() { input } else { &input[..doc.as_ptr() as usize - input.as_ptr() as usize] };
+    check_spaces(head)?;
     let params = raw.iter().map(Raw::typed).collect::<Result<Vec<_>, _>>()?;
     check(&params)?;
     let (text_signature, typed) = spell(name, &params, &raw, returns);
@@ -60,6 +67,16 @@ pub fn parse(text: &str) -> Result<Signature, SignatureError> {
         typed,
         shape,
     })
+}
+
+/// Refuses whitespace other than what kernel.hpp reads as such (space, tab, line breaks: its
+/// `sig::is_space`): a no-break space a copy brought in (`k(a,\u{a0}*xs)`) was `*xs` here and a
+/// tensor parameter there, so a C++ kernel of the wrong arity compiled.
+fn check_spaces(head: &str) -> Result<(), SignatureError> {
+    match head.chars().find(|&c| c.is_whitespace() && !matches!(c, ' ' | '\t' | '\n' | '\r')) {
+        Some(c) => error(format!("U+{:04X} is a space kernel.hpp does not read as one: write a plain space", c as u32)),
+        None => Ok(()),
+    }
 }
 
 /// What Python requires of a parameter list, and what binding relies on.
@@ -191,6 +208,12 @@ mod tests {
             assert!(wrong(bad).contains("plain string literal"), "{bad}");
         }
         assert!(wrong("add(s=\")").contains("no closing quote"));
+        // What kernel.hpp would read otherwise: a no-break space; an annotation over two lines.
+        for bad in ["k(a,\u{a0}*xs) -> int", "\u{a0}k(a)", "k(a) ->\u{3000}int: doc"] {
+            assert!(wrong(bad).contains("a space kernel.hpp does not read as one"), "{bad}");
+        }
+        assert!(parse("k(a) -> int: a doc\u{a0}with any\u{3000}space").is_ok());
+        assert!(wrong("two() -> tuple[int,\n int]: two ints.").contains("spans lines"));
         assert!(wrong("add(n=01)").contains("no Python int (a leading zero)"));
         assert!(wrong("add(n=-007)").contains("leading zero"));
         assert!(parse("add(n=0, m=00, k=-0, x=01.5, y=0e0, s='a b ~')").is_ok());

@@ -15,6 +15,7 @@ import pytest
 
 import c_build
 import dlpx
+import dlpx.cpp
 from tensor_makers import make_torch
 
 REPO = c_build.REPO
@@ -290,6 +291,10 @@ static int64_t byte(uint8_t n) { return n; }
 DLPX_EXPORT_TYPED_KERNEL(byte_default, byte, "byte_default(n: int = 256) -> int: every call relying on it would fail.")
 static double single(float x) { return x; }
 DLPX_EXPORT_TYPED_KERNEL(float_default, single, "float_default(x: float = 1e300) -> float: past a float's range.")
+static int64_t maybe_byte(std::optional<uint8_t> n) { return n.value_or(0); }
+DLPX_EXPORT_TYPED_KERNEL(optional_byte_default, maybe_byte, "optional_byte_default(n: int | None = 300) -> int: as byte_default.")
+static double maybe_single(std::optional<float> x) { return x.value_or(0.0f); }
+DLPX_EXPORT_TYPED_KERNEL(optional_float_default, maybe_single, "optional_float_default(x: float | None = 1e300) -> float: as float_default.")
 static dlpx::OutputTensor chars(dlpx::Call& call) { return call.allocate(std::string_view("ab"), dlpx::dtype_of<float>()); }
 DLPX_EXPORT_TYPED_KERNEL(char_shape, chars, "char_shape() -> tensor: a string is no shape (it was (97, 98)).")
 """
@@ -322,6 +327,8 @@ def test_a_function_that_does_not_fit_its_signature_does_not_compile(tmp_path):
         "dlpx::Call::allocate(std::string_view, DLDataType)",  # no overload takes it
         "DLPX_EXPORT_TYPED_KERNEL(byte_default): a parameter's C++ type does not take its signature type",
         "DLPX_EXPORT_TYPED_KERNEL(float_default): a parameter's C++ type does not take its signature type",
+        "DLPX_EXPORT_TYPED_KERNEL(optional_byte_default): a parameter's C++ type does not take its signature type",
+        "DLPX_EXPORT_TYPED_KERNEL(optional_float_default): a parameter's C++ type does not take its signature type",
     ]:
         assert message in done.stderr, f"{message!r} not in:\n{done.stderr}"
 
@@ -428,3 +435,17 @@ def test_a_real_mdspan_parameter_cuda_std(tmp_path_factory, tmp_path):
     assert lib.sum2(np.arange(6.0).reshape(2, 3).T, y) == 15.0 and y.tolist() == [15.0]
     with pytest.raises(ValueError, match="^dlpx: sum2: parameter 'x': as_mdspan: expected ndim 2, got 1$"):
         lib.sum2(np.ones(3))
+
+
+def test_a_space_kernel_hpp_reads_otherwise_is_refused_at_load(tmp_path, monkeypatch):
+    # "k(a,\u00a0*xs)": kernel.hpp read two tensors, the loader a tensor and *xs; the function of
+    # two tensors compiled and a third argument was dropped.
+    monkeypatch.setenv("DLPX_CACHE_DIR", str(tmp_path))
+    source = ("static int64_t two(dlpx::TensorView, dlpx::TensorView) { return 2; }\n"
+              'DLPX_EXPORT_TYPED_KERNEL(k, two, "k(a,\\u00a0*xs) -> int: a no-break space.")\n')
+    try:
+        path = dlpx.cpp.build_inline("nbsp", cpp_sources=source)
+    except dlpx.cpp.BuildError as err:
+        pytest.skip(f"no C++ compiler: {err}")
+    with pytest.raises(ImportError, match=r"kernel 'k': signature: U\+00A0 is a space kernel.hpp does not read as one"):
+        dlpx.load_library(path)

@@ -760,3 +760,17 @@ def test_every_view_of_a_dlpack_producer_is_released_once_on_every_path(lib, cas
         _bad_calls(lib, cases, producer)
     gc.collect()
     assert producer.made and all(m.calls == 1 for m in producer.made), [m.calls for m in producer.made]
+
+
+def test_a_kernel_named_as_a_macro_is_exported_under_its_name(tmp_path, monkeypatch):
+    # <stdbool.h> makes `bool` a macro: the kernel was exported as '_Bool', refused by its
+    # signature ("its signature names 'bool'").
+    import dlpx.cpp
+
+    monkeypatch.setenv("DLPX_CACHE_DIR", str(tmp_path))
+    source = ("#include <stdbool.h>\n"
+              "static int k(DlpxCall *call) { return dlpx_call_return_int(call, 7); }\n"
+              'DLPX_EXPORT_KERNEL(bool, k, "bool() -> int: a name that is a macro.")\n'
+              'DLPX_EXPORT_KERNEL_SHORT(true, k, "true() -> int: another.")\n')
+    lib = dlpx.cpp.load_inline("macro_names", c_sources=source)
+    assert getattr(lib, "bool")() == 7 and getattr(lib, "true")() == 7
