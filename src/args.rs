@@ -10,13 +10,14 @@ use pyo3_ffi::PyObject;
 
 use crate::cpython::{interned_attribute, is_str, shown, GilCell, Interned, Owned, Python};
 use crate::error::{Error, Result};
-use crate::layout::MAX_NDIM;
 
 mod device;
 mod dtype;
+mod ints;
 
 pub use device::device;
 pub use dtype::dtype;
+pub use ints::{int_pair, int_sequence, int_value, Ints};
 
 /// A function's parameter names, interned once: keyword names at a call site are interned
 /// strings too, so matching is a pointer comparison (string comparison stays the fallback).
@@ -192,112 +193,6 @@ pub fn optional_bool(py: Python<'_>, object: *mut PyObject, name: &str) -> Resul
         Ok(Some(false))
     } else {
         Err(Error::type_error(format!("{name} must be True, False or None")))
-    }
-}
-
-/// An integer argument (anything with `__index__`). `name` is spelled out only for an error (a
-/// sequence's `shape[2]` costs nothing until then).
-pub fn int_value(py: Python<'_>, object: *mut PyObject, name: impl std::fmt::Display) -> Result<i64> {
-    // SAFETY: GIL held; `object` is a live borrowed reference; the index is a new reference
-    // released by `Owned`.
-    unsafe {
-        let index;
-        // An exact int (the common case) is its own index.
-        let number = match crate::cpython::type_of(py, object) == py.long_type.cast() {
-            true => object,
-            false if (py.PyIndex_Check)(object) == 0 => {
-                return Err(Error::type_error(format!("{name} must be an integer")));
-            }
-            false => {
-                index = Owned::new(py, (py.PyNumber_Index)(object))?;
-                index.as_ptr()
-            }
-        };
-        let value = (py.PyLong_AsLongLong)(number);
-        if value == -1 && !(py.PyErr_Occurred)().is_null() {
-            (py.PyErr_Clear)();
-            return Err(Error::value(format!("{name} does not fit in 64 bits")));
-        }
-        Ok(value)
-    }
-}
-
-/// A pair of integers given as a tuple (read without building a Vec) or any sequence of length 2.
-pub fn int_pair(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<(i64, i64)> {
-    // SAFETY: GIL held; PyTuple_Size fails (cleared below) on non-tuples; items are borrowed.
-    unsafe {
-        if (py.PyTuple_Size)(object) == 2 {
-            let read = |i| {
-                Some((py.PyLong_AsLongLong)((py.PyTuple_GetItem)(object, i)))
-                    .filter(|&value| value != -1 || (py.PyErr_Occurred)().is_null())
-            };
-            // Item 1's `__index__` never runs with item 0's error pending (a handled one of its own clears it).
-            if let Some(pair) = read(0).and_then(|a| Some((a, read(1)?))) {
-                return Ok(pair);
-            }
-        }
-        (py.PyErr_Clear)();
-    }
-    let items = int_sequence(py, object, name)?;
-    match items[..] {
-        [a, b] => Ok((a, b)),
-        [_] => Err(Error::type_error(format!("{name} must be a pair of integers, got one integer"))),
-        _ => Err(Error::type_error(format!("{name} must be a pair of integers, got {} integers", items.len()))),
-    }
-}
-
-/// At most `MAX_NDIM` integers (a shape, its strides), without a heap allocation.
-pub struct Ints {
-    values: [i64; MAX_NDIM],
-    len: usize,
-}
-
-impl std::ops::Deref for Ints {
-    type Target = [i64];
-    fn deref(&self) -> &[i64] {
-        &self.values[..self.len]
-    }
-}
-
-/// A sequence of integers (a shape), or one integer.
-pub fn int_sequence(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<Ints> {
-    let mut out = Ints { values: [0; MAX_NDIM], len: 0 };
-    // SAFETY: GIL held; `object` is live; items are borrowed from a tuple, or new references
-    // released by `Owned`.
-    unsafe {
-        let tuple = crate::cpython::type_of(py, object) == py.tuple_type.cast();
-        if !tuple && (py.PyIndex_Check)(object) != 0 {
-            out.values[0] = int_value(py, object, name)?;
-            out.len = 1;
-            return Ok(out);
-        }
-        if !tuple && (py.PySequence_Check)(object) == 0 {
-            return Err(Error::type_error(format!("{name} must be a sequence of integers")));
-        }
-        let n = if tuple { (py.PyTuple_Size)(object) } else { (py.PySequence_Size)(object) };
-        if n < 0 {
-            (py.PyErr_Clear)();
-            return Err(Error::type_error(format!("{name} must be a sequence of integers")));
-        }
-        // `n` comes from `__len__`, which may lie: no argument dlpx takes has more items than a
-        // shape has dimensions, so a longer one is refused before any item is read.
-        if n as usize > MAX_NDIM {
-            return Err(Error::value(format!(
-                "{name} has {n} items, more than any argument takes (at most ndim = {MAX_NDIM})"
-            )));
-        }
-        for i in 0..n {
-            out.values[i as usize] = match tuple {
-                // An exact tuple's items are borrowed: nothing to take or release.
-                true => int_value(py, (py.PyTuple_GetItem)(object, i), format_args!("{name}[{i}]"))?,
-                false => {
-                    let item = Owned::new(py, (py.PySequence_GetItem)(object, i))?;
-                    int_value(py, item.as_ptr(), format_args!("{name}[{i}]"))?
-                }
-            };
-        }
-        out.len = n as usize;
-        Ok(out)
     }
 }
 

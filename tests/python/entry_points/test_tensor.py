@@ -92,6 +92,20 @@ def test_empty_accepts_an_int_and_any_integer_sequence():
     assert dlpx.empty(Pair(2, 3)).shape == (2, 3)
 
 
+def test_an_integer_array_is_a_shape_as_numpy_reads_it():
+    # Its __index__ refuses more than one element: numpy's (or torch's) own TypeError came out.
+    torch = pytest.importorskip("torch")
+    for array in (np.array([2, 3]), torch.tensor([2, 3]), np.array([2, 3], np.int8)):
+        assert dlpx.empty(array).shape == np.empty(np.array([2, 3])).shape == (2, 3)
+    assert dlpx.empty(np.array(3)).shape == (3,)
+    assert dlpx.empty(2, dtype=np.array([2, 32, 1])).dtype == "float32"
+    assert str(dlpx.Device.parse(np.array([1, 0]))) == "cpu:0"
+    for bad, says in ((np.zeros((2, 2), int), r"shape .*got an array of shape \[2, 2\]"), (np.array([1.5]), r"shape\[0\]"),
+                      (np.array(3.0), r"shape .*got an array of shape \[\]")):
+        with pytest.raises(TypeError, match=r"^dlpx: empty: " + says):
+            dlpx.empty(bad)
+
+
 @pytest.mark.parametrize("shape, error, says", [
     ((2, "3"), TypeError, r"shape\[1\] must be an integer"),
     ([2, 3.0], TypeError, r"shape\[1\] must be an integer"),
