@@ -1,7 +1,8 @@
 /* The block cache's exit hook, against the simulated driver. argv[1]:
  *   "release": blocks the cache keeps go back to the driver at exit, so that a leak check then
  *     (compute-sanitizer's, or this test's own atexit function, registered before dlpx's and so
- *     run after it) sees only the memory a live tensor still holds;
+ *     run after it) sees only the memory a live tensor still holds; a pinned tensor freed after
+ *     the hook goes to the driver;
  *   "shut_down": the driver is shut down before dlpx's hook runs (an atexit function registered
  *     after dlpx's runs first): every call then fails, and the hook must still not crash. */
 #include <stdint.h>
@@ -28,6 +29,12 @@ static DLManagedTensorVersioned *allocate(int32_t device_type, int64_t nbytes) {
 /* Live at exit (a global, so that a leak checker counts it reachable). */
 static DLManagedTensorVersioned *kept;
 
+/* A pinned tensor freed after dlpx's hook (an atexit function registered before it): it goes
+ * to the driver, not to a cache nobody empties again. */
+static DLManagedTensorVersioned *late_pinned;
+
+static void free_late_pinned(void) { late_pinned->deleter(late_pinned); }
+
 /* Runs after dlpx's hook. */
 static void leak_check(void) {
   long device = sim_cuda_live(SIM_CUDA_DEVICE, -1), pinned = sim_cuda_live(SIM_CUDA_HOST, -1);
@@ -47,6 +54,8 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "release";
   if (strcmp(mode, "release") == 0) atexit(leak_check);
   if (strcmp(mode, "shut_down") == 0) atexit(survived);
+  late_pinned = allocate(kDLCUDAHost, 3000);
+  if (strcmp(mode, "release") == 0) atexit(free_late_pinned); /* runs after dlpx's hook, before the check */
   kept = allocate(kDLCUDA, 4096);
   for (int i = 0; i < 4; i++) {
     DLManagedTensorVersioned *t = allocate(kDLCUDA, 1000 << i);

@@ -85,7 +85,7 @@ static void errors_are_clear(void) {
   sim_cuda_fail("cuCtxPushCurrent_v2", 201, 1);
   expect_error(kDLCUDA, 1, 8, "RuntimeError", "cuCtxPushCurrent failed: CUDA_ERROR_INVALID_CONTEXT (201)");
   sim_cuda_fail("cuMemAllocManaged", 2, 1);
-  expect_error(kDLCUDAManaged, 0, 8, "MemoryError", "out of memory allocating 128 bytes on CUDA device 0");
+  expect_error(kDLCUDAManaged, 0, 8, "MemoryError", "out of memory allocating 128 bytes of managed memory");
   /* A deleter cannot fail to its caller: the reason goes to dlpx_last_error() */
   struct error_record r;
   memset(&r, 0, sizeof r);

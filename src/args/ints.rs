@@ -116,9 +116,9 @@ fn array_elements<'py>(py: Python<'py>, object: *mut PyObject, name: &str) -> Op
             // SAFETY: GIL held; a live callable; the result is a new reference.
             Owned::new(py, unsafe { (py.PyObject_CallObject)(tolist.as_ptr(), std::ptr::null_mut()) })
         }
-        ref dims => Err(Error::type_error(format!(
-            "{name} must be a sequence of integers, got an array of shape {dims:?}"
-        ))),
+        ref dims => {
+            Err(Error::type_error(format!("{name} must be a sequence of integers, got an array of shape {dims:?}")))
+        }
     })
 }
 

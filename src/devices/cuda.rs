@@ -192,6 +192,10 @@ impl Device for Cuda {
         cuda::order_after(device.device_id, producer, consumer)
     }
 
+    fn host_waits_for(&self, device: DLDevice, producer: *mut c_void) -> Result<()> {
+        cuda::wait_for_stream(device.device_id, producer)
+    }
+
     /// Device memory only: the block cache's (pinned blocks have a cache of their own, managed
     /// memory none).
     fn memory_stats(&self, device: DLDevice) -> Result<Option<super::DlpxCudaMemoryStats>> {

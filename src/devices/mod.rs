@@ -166,6 +166,13 @@ pub trait Device: Sync {
         Ok(())
     }
 
+    /// Waits on the host for the work enqueued so far on `producer`, a stream of `device`: the
+    /// host reads memory of a host-accessible kind (pinned, managed) that a stream writes.
+    fn host_waits_for(&self, device: DLDevice, producer: *mut c_void) -> Result<()> {
+        let _ = (device, producer);
+        Ok(())
+    }
+
     /// The statistics of the memory this device kind keeps on `device` (None: it keeps none).
     fn memory_stats(&self, device: DLDevice) -> Result<Option<DlpxCudaMemoryStats>> {
         let _ = device;
@@ -252,6 +259,17 @@ pub fn outlives_its_consumer(device: DLDevice, stream: *mut c_void) -> bool {
 /// Makes `consumer` wait for `producer` on `device` (nothing where there is nothing to order).
 pub fn order_after(device: DLDevice, producer: *mut c_void, consumer: *mut c_void) -> Result<()> {
     of(device.device_type).map_or(Ok(()), |d| d.order_after(device, producer, consumer))
+}
+
+/// Orders the reader of memory on `device` after `producer`'s work so far: the host, waiting,
+/// for memory it reads directly (pinned, managed: `host_accessible`); else dlpx's current stream
+/// there, with an event.
+pub fn order_reader_after(device: DLDevice, producer: *mut c_void) -> Result<()> {
+    let Some(d) = of(device.device_type) else { return Ok(()) };
+    match d.host_accessible(device.device_type) {
+        true => d.host_waits_for(device, producer),
+        false => d.order_after(device, producer, crate::stream::current(device)),
+    }
 }
 
 /// The stream a DLPack consumer named for memory of `device`; for a device dlpx has no

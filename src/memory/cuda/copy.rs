@@ -54,3 +54,12 @@ pub unsafe fn copy_device_to_device(
         })
     })
 }
+
+/// Waits on the host, without the GIL, for the work enqueued so far on `stream` (a stream of
+/// `device_id`'s context, or a built-in one): before the host reads memory it writes.
+pub fn wait_for_stream(device_id: i32, stream: *mut c_void) -> Result<()> {
+    on_device(device_id, |driver, _| {
+        // SAFETY: a stream of this context (the caller's); the call only waits.
+        blocking(|| check(driver, "cuStreamSynchronize", unsafe { (driver.cuStreamSynchronize)(stream as CUstream) }))
+    })
+}

@@ -202,14 +202,14 @@ pub(super) fn set_up_devices() -> impl Iterator<Item = (i32, &'static DeviceStat
 
 /// A driver's answer to an allocation of `nbytes`: MemoryError naming the size for
 /// CUDA_ERROR_OUT_OF_MEMORY, the driver's own error otherwise.
-pub(super) fn out_of_memory(driver: &Driver, code: i32, nbytes: usize, device_id: i32) -> Result<()> {
+pub(super) fn out_of_memory(driver: &Driver, code: i32, nbytes: usize, of: &str) -> Result<()> {
     if code == driver::CUDA_ERROR_OUT_OF_MEMORY {
-        return Err(no_memory(nbytes, device_id));
+        return Err(Error::memory(format!("out of memory allocating {nbytes} bytes of {of}")));
     }
     check(driver, "CUDA allocation", code)
 }
 
-/// MemoryError naming the size.
+/// MemoryError naming the size and the device.
 pub(super) fn no_memory(nbytes: usize, device_id: i32) -> Error {
     Error::memory(format!("out of memory allocating {nbytes} bytes on CUDA device {device_id}"))
 }

@@ -45,7 +45,7 @@ mod uses;
 use std::ffi::c_void;
 
 pub use cache::{alloc_device, free_device, reuse_comes_after, Grant};
-pub use copy::{copy_device_to_device, copy_to_host};
+pub use copy::{copy_device_to_device, copy_to_host, wait_for_stream};
 pub use device::{check_device, synchronise_device};
 pub use driver::{
     as_recordable, is_built_in, present as driver_present, same_stream, STREAM_LEGACY, STREAM_PER_THREAD,
@@ -66,11 +66,13 @@ use driver::Wait;
 /// # Safety
 /// `ptr` came from `alloc_pinned(capacity)` and is not used afterwards.
 pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Result<()> {
+    // After the exit hook gave the cache back, nothing would again: the block goes to the driver.
     // SAFETY: per the contract.
-    if unsafe { pinned::free_pinned(ptr, capacity, uses) }? {
+    let (kept, freed) = unsafe { pinned::free_pinned(ptr, capacity, uses, !release::exited()) };
+    if kept {
         release::register_exit_hook();
     }
-    Ok(())
+    freed
 }
 
 /// The memory statistics of `device_id`: every counter, read by `accounting`, handed the sum of

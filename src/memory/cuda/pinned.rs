@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys::CUevent;
 
-use super::device::{devices_in_use, on_device, out_of_memory, synchronise_context};
+use super::device::{devices_in_use, on_device, out_of_memory, synchronise_device};
 use super::driver::{self, check, wait_for, Driver, Wait, STREAM_LEGACY};
 use super::events::{fences_done, record_event, release_fences};
 use super::uses::{Fence, Uses};
@@ -41,7 +41,7 @@ pub fn alloc_pinned(capacity: usize) -> Result<*mut c_void> {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: a valid out pointer; CU_MEMHOSTALLOC_PORTABLE = 1 (usable from every context).
         let code = unsafe { (driver.cuMemHostAlloc)(&mut ptr, capacity, 1) };
-        out_of_memory(driver, code, capacity, 0)?;
+        out_of_memory(driver, code, capacity, "pinned host memory")?;
         Ok(ptr)
     })
 }
@@ -61,31 +61,52 @@ fn take_pinned(driver: &Driver, capacity: usize) -> Option<usize> {
 /// device dlpx has used (which covers every blocking stream: a consumer such as torch copying
 /// from the block on its default stream records nothing).
 ///
-/// Returns whether the cache kept the block (the caller then registers the exit hook).
+/// Returns whether the cache kept the block (`may_keep`: the caller then registers the exit
+/// hook), and the first error: a stream that could not be fenced, a free that failed.
 ///
 /// # Safety
 /// `ptr` came from `alloc_pinned(capacity)` and is not used afterwards.
-pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Result<bool> {
-    let driver = driver::get()?;
+pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses, may_keep: bool) -> (bool, Result<()>) {
+    let driver = match driver::get() {
+        Ok(driver) => driver,
+        Err(err) => return (false, Err(err)),
+    };
+    // SAFETY: per the contract.
+    unsafe { free_pinned_with(driver, ptr, capacity, uses, may_keep) }
+}
+
+/// [`free_pinned`] with the driver.
+///
+/// # Safety
+/// As for [`free_pinned`].
+unsafe fn free_pinned_with(
+    driver: &'static Driver,
+    ptr: *mut c_void,
+    capacity: usize,
+    uses: &Uses,
+    may_keep: bool,
+) -> (bool, Result<()>) {
     let mut fences = uses.fences.clone();
+    let mut first_error = Ok(());
     let legacy = devices_in_use(driver).map(|device_id| (device_id, STREAM_LEGACY));
     for (device_id, stream) in uses.streams.iter().copied().chain(legacy) {
-        let fenced = on_device(device_id, |driver, state| {
-            Ok(record_event(driver, state, stream).map_err(|_| {
-                // A recorded stream is gone: wait for the device instead of reusing under a reader.
-                synchronise_context(driver)
-            }))
-        });
-        if let Ok(Ok(event)) = fenced {
-            fences.push(Fence { device_id, stream, event });
+        // A stream that cannot be fenced (gone, or its device's context not made current) is
+        // waited for by synchronising its device, rather than the block reused under a reader,
+        // as a device block's (`cache::keep_fenced`); the error is the deleter's to report.
+        match on_device(device_id, |driver, state| record_event(driver, state, stream)) {
+            Ok(event) => fences.push(Fence { device_id, stream, event }),
+            Err(err) => {
+                synchronise_device(device_id);
+                first_error = first_error.and(Err(err));
+            }
         }
     }
-    {
+    if may_keep {
         let mut cache = PINNED_CACHE.lock().unwrap_or_else(|p| p.into_inner());
         let kept: usize = cache.iter().map(|b| b.capacity).sum();
         if kept + capacity <= PINNED_CACHE_BYTES {
             cache.push(PinnedBlock { capacity, ptr: ptr as usize, fences });
-            return Ok(true);
+            return (true, first_error);
         }
     }
     // The cache is full: wait for the fenced work (without the GIL), then give the block back.
@@ -94,11 +115,11 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Res
         blocking(|| unsafe { (driver.cuEventSynchronize)(event as CUevent) });
     }
     release_fences(driver, &fences);
-    on_device(0, |driver, _| {
+    let freed = on_device(0, |driver, _| {
         // SAFETY: per the contract.
         check(driver, "cuMemFreeHost", blocking(|| unsafe { (driver.cuMemFreeHost)(ptr) }))
-    })
-    .map(|()| false)
+    });
+    (false, first_error.and(freed))
 }
 
 /// Frees every cached pinned block whose fences have completed.

@@ -107,7 +107,7 @@ pub fn alloc_managed(nbytes: usize) -> Result<*mut c_void> {
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: a valid out pointer; CU_MEM_ATTACH_GLOBAL = 1.
         let code = unsafe { (driver.cuMemAllocManaged)(&mut ptr, nbytes, 1) };
-        out_of_memory(driver, code, nbytes, 0)?;
+        out_of_memory(driver, code, nbytes, "managed memory")?;
         Ok(ptr as *mut c_void)
     })
 }

@@ -74,10 +74,12 @@ impl Producer for CudaArrayInterface {
     }
 }
 
-/// dlpx's current stream on `device` waits for the producer's `stream` (1 the legacy default
-/// stream, 2 the per-thread one, else a handle: the values are the driver's own handles).
+/// The reader waits for the producer's `stream` (1 the legacy default stream, 2 the per-thread
+/// one, else a handle: the values are the driver's own handles): dlpx's current stream on
+/// `device` for device memory; the host for pinned or managed memory, which it reads directly
+/// (numba's mapped arrays: ruling R12's consumer is the host there).
 fn wait_for(device: DLDevice, stream: i64) -> Result<()> {
     let producer = usize::try_from(stream)
         .map_err(|_| Error::buffer(format!("__cuda_array_interface__: stream {stream} is not a stream")))?;
-    devices::order_after(device, producer as *mut c_void, crate::stream::current(device))
+    devices::order_reader_after(device, producer as *mut c_void)
 }

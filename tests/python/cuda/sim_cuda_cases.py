@@ -29,6 +29,8 @@ SIM.sim_cuda_fail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
 SIM.sim_cuda_live.argtypes = [ctypes.c_int, ctypes.c_int]
 SIM.sim_cuda_live.restype = ctypes.c_long
 SIM.sim_cuda_live_events.restype = ctypes.c_long
+SIM.sim_cuda_unordered_reuses.restype = ctypes.c_long
+SIM.sim_cuda_use.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 SIM.sim_cuda_stream_create.argtypes = [ctypes.c_int]
 SIM.sim_cuda_stream_create.restype = ctypes.c_void_p
 SIM.sim_cuda_stream_destroy.argtypes = [ctypes.c_void_p]
@@ -268,6 +270,24 @@ def assert_pinned_reuse_waits_for(busy_stream, numel, record=False):
 def test_a_pinned_block_is_not_reused_before_the_work_recorded_on_it_is_done(stream):
     # an asynchronous copy from the block, on a stream dlpx is told of, is still running
     assert_pinned_reuse_waits_for(stream(), 5000, record=True)
+
+
+def test_a_pinned_block_whose_reader_cannot_be_fenced_waits_for_its_device(stream):
+    # The context push for the fence on the reading stream failed: the block was cached unfenced,
+    # reused at once and written under the read, and nothing was reported.
+    reader, writer = stream(), stream()
+    first = dlpx.empty((5000,), "float32", "cuda_host")
+    address = first.data_ptr
+    dlpx.cuda.record_stream(first, reader, device=0)
+    assert SIM.sim_cuda_use(ctypes.c_void_p(reader), ctypes.c_void_p(address), 20000, 0) == 0
+    SIM.sim_cuda_fail(b"cuCtxPushCurrent_v2", 201, 1)
+    unordered = SIM.sim_cuda_unordered_reuses()
+    del first  # the deleter reports what it could not do, and waits for the device instead
+    assert calls("cuCtxSynchronize") == 1
+    second = dlpx.empty((5000,), "float32", "cuda_host")
+    assert SIM.sim_cuda_use(ctypes.c_void_p(writer), ctypes.c_void_p(second.data_ptr), 20000, 1) == 0
+    assert SIM.sim_cuda_unordered_reuses() == unordered
+    SIM.sim_cuda_reset_counts()  # the one synchronisation was this test's point
 
 
 def test_empty_cache_gives_finished_pinned_blocks_back():

@@ -116,6 +116,20 @@ def test_pinned_and_managed_pointers_are_their_kinds():
     assert dlpx.from_dlpack(OnlyCudaInterface(interface)).device == "cuda_managed:0"
 
 
+@pytest.mark.parametrize("kind", ["cuda_host", "cuda_managed"])
+def test_version_3_s_stream_over_memory_the_host_reads_is_waited_for_on_the_host(stream, kind):
+    # numba's mapped arrays: pinned memory a stream still writes. Only dlpx's stream waited, and
+    # the host read it at once (np.asarray, a copy to the CPU).
+    producer = stream()
+    memory = dlpx.empty((4,), "float32", kind)
+    interface = dict(shape=(4,), typestr="<f4", data=(memory.data_ptr, False), version=3, stream=producer)
+    SIM.sim_cuda_reset_counts()
+    imported = dlpx.from_dlpack(OnlyCudaInterface(interface))
+    assert SIM.sim_cuda_calls(b"cuStreamSynchronize") == 1 and imported.device == kind + ":0"
+    np.asarray(imported)
+    assert SIM.sim_cuda_calls(b"cuStreamWaitEvent") == 0
+
+
 @pytest.mark.parametrize("change, says", [
     ({"stream": 0}, "stream 0 is ambiguous"),
     ({"version": 1}, "version 1"),
