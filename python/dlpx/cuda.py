@@ -14,6 +14,7 @@ import threading
 from typing import Any, List
 
 from . import _native
+from ._device import Device
 
 _KDL_CUDA = 2
 
@@ -68,10 +69,14 @@ def _device_index(device: Any, what: str) -> int:
     if isinstance(device, int) and not isinstance(device, bool):
         index = device
     elif isinstance(device, str):
-        name, _, number = device.partition(":")
-        if name != "cuda" or not number.isdigit():
+        # Read by the one parser of device names (dlpx.empty's: 'cuda:01' is none).
+        try:
+            parsed = Device.parse(device)
+        except ValueError:
+            parsed = None
+        if parsed is None or parsed.device_type != _KDL_CUDA:
             raise ValueError(f"dlpx: {what}: expected a CUDA device such as 'cuda:0', got {device!r}")
-        index = int(number)
+        index = parsed.device_id
     else:
         found = [getattr(device, name, None) for name in ("index", "device_id", "id")]
         index = next((v for v in found if isinstance(v, int) and not isinstance(v, bool)), None)

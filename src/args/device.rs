@@ -147,7 +147,8 @@ fn torch(py: Python<'_>, object: *mut PyObject, kind: &Owned<'_>) -> Result<DLDe
     }
     let index = attribute(py, object, &INDEX).ok_or_else(|| unreadable(py, object, "torch"))?;
     let device_id = match index.as_ptr() == py.none {
-        true if device_type == DeviceType::CPU => 0,
+        // torch exports every CPU tensor as CPU 0, whatever index its device names.
+        _ if device_type == DeviceType::CPU => 0,
         true => {
             return Err(Error::value(format!(
                 "device={}: no index (torch reads it as its current device); name one: '{kind}:0'",

@@ -115,6 +115,10 @@ fn numpy(py: Python<'_>, object: *mut PyObject, isbuiltin: &Owned<'_>) -> Result
 /// `int1`..`int7` and `uint1`..`uint7` one to a byte and exports them as 8-bit integers, so they
 /// have no DLPack dtype (`float4_e2m1fn_x2`, two to a byte, is exported as two lanes).
 fn torch(py: Python<'_>, object: *mut PyObject, _is_floating_point: &Owned<'_>) -> Result<DLDataType> {
+    // A tensor has `is_floating_point` too: it is no dtype at all.
+    if crate::cpython::type_name(py, object) != "torch.dtype" {
+        return Err(Error::type_error(format!("dtype={}: {}", shown(py, object), forms())));
+    }
     // SAFETY: GIL held; `object` is live; the new reference is released by `Owned`, a failure's
     // exception cleared (the refusal below says what went wrong).
     let text = Owned::new(py, unsafe { (py.PyObject_Str)(object) }).and_then(|s| py.str_value(s.as_ptr(), "str"));

@@ -24,7 +24,8 @@ pub(super) fn array_interface(py: Python<'_>, object: *mut PyObject) -> Result<*
     let tensor = this(py, object)?;
     let device = tensor.dl_tensor().device;
     if !devices::host_accessible(device.device_type) {
-        return Err(absent(py, device, "__array_interface__ (host memory only): use __cuda_array_interface__"));
+        let other = devices::kernel_addressable(device.device_type).then_some("__cuda_array_interface__");
+        return Err(absent(py, device, "__array_interface__ (host memory only)", other));
     }
     describe(py, tensor, None)
 }
@@ -35,16 +36,19 @@ pub(super) fn cuda_array_interface(py: Python<'_>, object: *mut PyObject) -> Res
     let tensor = this(py, object)?;
     let device = tensor.dl_tensor().device;
     if !devices::kernel_addressable(device.device_type) {
-        return Err(absent(py, device, "__cuda_array_interface__ (CUDA memory only): use __array_interface__"));
+        let other = devices::host_accessible(device.device_type).then_some("__array_interface__");
+        return Err(absent(py, device, "__cuda_array_interface__ (CUDA memory only)", other));
     }
     describe(py, tensor, Some(devices::interface_stream(device)))
 }
 
-/// The AttributeError of an interface that does not describe memory on `device`.
+/// The AttributeError of an interface that does not describe memory on `device`, naming the
+/// other interface where that one does.
 #[cold]
-fn absent(py: Python<'_>, device: DLDevice, what: &str) -> Error {
+fn absent(py: Python<'_>, device: DLDevice, what: &str, other: Option<&str>) -> Error {
     let on = crate::device_names::name(device);
-    attribute_error(py, &format!("dlpx.Tensor on {on} has no {what} or __dlpack__"))
+    let other = other.map(|other| format!("{other} or ")).unwrap_or_default();
+    attribute_error(py, &format!("dlpx.Tensor on {on} has no {what}: use {other}__dlpack__"))
 }
 
 /// The interface's dict: shape, typestr (and descr), data and its read-only flag, strides in

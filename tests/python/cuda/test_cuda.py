@@ -478,3 +478,11 @@ def test_a_cpu_producer_is_never_given_a_stream():
     with dlpx.cuda.stream(0x5150, device=0):
         dlpx.from_dlpack(producer)
     assert "stream" not in producer.calls[0]
+
+
+@pytest.mark.parametrize("name", ["cuda:01", "cuda:+1", "cuda:\u0663", "cuda:\u00b2", "cpu", "gpu:0"])
+def test_a_device_name_dlpx_empty_refuses_is_refused_here_too(name):
+    # dlpx.cuda read 'cuda:01' and an Arabic-Indic 3 as devices, and '\u00b2' raised int()'s error.
+    with pytest.raises(ValueError, match=r"^dlpx: cuda\.current_stream: expected a CUDA device such as 'cuda:0'"):
+        dlpx.cuda.current_stream(name)
+    assert dlpx.cuda.current_stream("cuda") == dlpx.cuda.current_stream("cuda:0") == dlpx.cuda.current_stream(0)

@@ -92,6 +92,16 @@ def test_empty_accepts_an_int_and_any_integer_sequence():
     assert dlpx.empty(Pair(2, 3)).shape == (2, 3)
 
 
+def test_a_torch_tensor_is_no_dtype_and_torch_s_cpu_is_cpu_0():
+    # A tensor has is_floating_point, as torch's dtypes do: it was read as a dtype (ValueError).
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match=r"^dlpx: empty: dtype=tensor\(\[1\., 1\.\]\): a dtype is"):
+        dlpx.empty(2, dtype=torch.ones(2))
+    # torch exports every CPU tensor as CPU 0: its device is read so (it was cpu:3, refused).
+    assert str(dlpx.empty(2, device=torch.device("cpu", 3)).device) == "cpu:0"
+    assert str(dlpx.Device.parse(torch.device("cpu", 3))) == "cpu:0"
+
+
 def test_an_integer_array_is_a_shape_as_numpy_reads_it():
     # Its __index__ refuses more than one element: numpy's (or torch's) own TypeError came out.
     torch = pytest.importorskip("torch")

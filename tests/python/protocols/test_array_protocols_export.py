@@ -138,6 +138,18 @@ def test_byte_strides_past_py_ssize_t_are_refused_not_wrapped(shape, dtype):
     assert memoryview(dlpx.empty((0, 5), "float64")).strides == (40, 8)
 
 
+def test_a_tensor_with_no_array_interface_names_only_what_it_has():
+    # A vulkan tensor was told to "use __cuda_array_interface__", which it has not either.
+    from dlpx.conform import abi
+
+    capsule = np.arange(4, dtype=np.float32).__dlpack__(max_version=(1, 0))
+    abi.managed_at(abi.capsule_pointer(capsule)).dl_tensor.device.device_type = 7  # kDLVulkan
+    t = dlpx.from_dlpack(capsule)
+    for name in ("__array_interface__", "__cuda_array_interface__"):
+        with pytest.raises(AttributeError, match=r"on vulkan:0 has no " + name + r" \(\w+ memory only\): use __dlpack__$"):
+            getattr(t, name)
+
+
 def test_read_only_tensors_export_read_only_buffers():
     a = np.arange(4.0)
     a.flags.writeable = False
