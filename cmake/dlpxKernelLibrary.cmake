@@ -67,7 +67,10 @@ function(dlpx_add_kernel_library name)
   if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
     set(_exports "${CMAKE_CURRENT_BINARY_DIR}/${name}_exports.map")
     file(WRITE "${_exports}" "{ global: dlpx_kernel_library; local: *; };\n")
-    target_link_options(${name} PRIVATE "LINKER:--exclude-libs,ALL" "LINKER:--version-script=${_exports}")
+    # The script's path as one -Xlinker argument: a LINKER: (-Wl,) list splits at the commas a
+    # build directory may hold.
+    target_link_options(${name} PRIVATE "LINKER:--exclude-libs,ALL"
+                        "SHELL:-Xlinker \"--version-script=${_exports}\"")
     set_property(TARGET ${name} APPEND PROPERTY LINK_DEPENDS "${_exports}")
   endif()
 
@@ -81,6 +84,8 @@ function(dlpx_add_kernel_library name)
       set(_python "${Python3_EXECUTABLE}")
     endif()
     get_filename_component(_stub "${arg_STUB}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_BINARY_DIR}")
+    get_filename_component(_stub_directory "${_stub}" DIRECTORY)
+    file(MAKE_DIRECTORY "${_stub_directory}")
     add_custom_command(TARGET ${name} POST_BUILD
       COMMAND "${_python}" -m dlpx.stubgen "$<TARGET_FILE:${name}>" -o "${_stub}"
       COMMENT "python -m dlpx.stubgen: ${_stub}"

@@ -105,7 +105,10 @@ typedef struct DlpxArgument {
  * tensor, an `int | None` one's an int or NONE, `*name`'s are tensors): a kernel may read the
  * member its signature names without checking `kind`. The rest of the call is dlpx's (a kernel
  * never copies or makes one); the `dlpx_call_*` functions reach it. Valid until the kernel
- * returns.
+ * returns, and the thread's that runs the kernel: the `dlpx_call_*` functions are called on it
+ * (the caller's current stream is that thread's, as every framework's current stream is a
+ * thread's, and a call is not changed by two threads at once). A thread the kernel starts gets
+ * what it needs (the stream, an output) from the kernel; it may read the arguments.
  */
 struct DlpxCall {
   /** `argument_count` arguments (none to read when it is 0: then it need not be NULL). */

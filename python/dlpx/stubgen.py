@@ -278,6 +278,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if output == "-":
             sys.stdout.write(text)
         else:
+            os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)  # a package's __init__.pyi
             with open(output, "w", encoding="utf-8") as f:
                 f.write(text)
     except (OSError, ImportError, StubError) as err:

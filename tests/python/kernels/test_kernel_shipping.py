@@ -190,10 +190,14 @@ def test_stubgen_refuses_what_is_no_kernel_library(example, tmp_path):
     (tmp_path / "text.so").write_text("no library")
     for argv, named in [([str(tmp_path / "missing.so")], "missing.so"), ([str(tmp_path)], str(tmp_path)),
                         ([str(tmp_path / "text.so")], "text.so"),
-                        ([example, "-o", str(tmp_path / "no" / "such.pyi")], "such.pyi")]:
+                        ([example, "-o", str(tmp_path / "text.so" / "such.pyi")], "text.so")]:
         done = subprocess.run([sys.executable, "-m", "dlpx.stubgen", *argv], capture_output=True, text=True)
         assert done.returncode != 0 and named in done.stderr, done.stderr
         assert done.stderr.startswith("dlpx.stubgen: ") and "Traceback" not in done.stderr, done.stderr
+    # A package's stub in a directory not made yet (CMake's STUB my_kernels/__init__.pyi) is written.
+    package = tmp_path / "my_kernels" / "__init__.pyi"
+    done = subprocess.run([sys.executable, "-m", "dlpx.stubgen", example, "-o", str(package)], capture_output=True, text=True)
+    assert done.returncode == 0 and package.read_text().startswith('"""'), done.stderr
 
 
 @pytest.mark.parametrize("which", ["example", "cases"])
@@ -273,7 +277,7 @@ PROJECT = """\
 cmake_minimum_required(VERSION 3.18)
 project(shipped LANGUAGES C CXX)
 find_package(dlpx CONFIG REQUIRED)
-dlpx_add_kernel_library(shipped_kernels SOURCES kernels.c more.cpp OUTPUT_NAME shipped STUB shipped.pyi)
+dlpx_add_kernel_library(shipped_kernels SOURCES kernels.c more.cpp OUTPUT_NAME shipped STUB shipped/__init__.pyi)
 """
 MORE = """\
 #include <dlpx/kernel.h>
@@ -288,14 +292,15 @@ DLPX_EXPORT_KERNEL(twice, twice, "twice(n: int) -> int: 2 n, from C++17.")
 
 
 class InDirectory:
-    """configure_and_build's tmp_path_factory: its build directory in the test's own."""
+    """configure_and_build's tmp_path_factory: its build directory in the test's own, its name
+    holding a comma (a -Wl, list splits at one: the version script's path did)."""
 
     def __init__(self, directory):
         self.directory = directory
 
     def mktemp(self, name):
-        (self.directory / f"build-{name}").mkdir()
-        return self.directory / f"build-{name}"
+        (self.directory / f"build,{name}").mkdir()
+        return self.directory / f"build,{name}"
 
 
 def test_dlpx_add_kernel_library_builds_c_and_cxx_with_its_stub(tmp_path):
@@ -311,7 +316,7 @@ def test_dlpx_add_kernel_library_builds_c_and_cxx_with_its_stub(tmp_path):
     library = os.path.join(out, "libshipped.so")
     lib = dlpx.load_library(library)
     assert lib.twice(21) == 42 and lib.add(np.ones(2), np.ones(2)).tolist() == [2.0, 2.0]
-    with open(os.path.join(out, "shipped.pyi"), encoding="utf-8") as f:
+    with open(os.path.join(out, "shipped", "__init__.pyi"), encoding="utf-8") as f:  # a package's, its directory made
         assert "def twice(n: SupportsIndex) -> int:" in f.read()
     symbols = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True)
     assert symbols.returncode == 0, symbols.stderr
