@@ -257,8 +257,12 @@ impl Tensor {
     /// Whether a bare `DLTensor` (the table's view entry) describes this tensor whole: not when it
     /// is read-only or its sub-byte elements are padded a byte each, which only flags say (a
     /// bare view of int4 means packed). docs/design.md, "Read-only".
+    #[inline(always)]
     pub fn has_bare_view(&self) -> bool {
-        !self.is_readonly() && !crate::layout::is_padded(self.0.dl.dtype, self.0.flags)
+        // One test on the exchange table's view path, where neither flag is set.
+        let flags = self.0.flags;
+        flags & (DLPACK_FLAG_BITMASK_READ_ONLY | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) == 0
+            || (!self.is_readonly() && !crate::layout::is_padded(self.0.dl.dtype, flags))
     }
 
     pub fn shape(&self) -> &[i64] {

@@ -67,14 +67,17 @@ impl KeptView {
     pub(super) fn keep(&self, whole: Whole, strides: &[i64], item: Py_ssize_t) -> Option<*mut Py_ssize_t> {
         debug_assert!(!strides.is_empty(), "a 0-d tensor's view has no strides to keep");
         let at = self.kept.get();
-        // Strides past Py_ssize_t in bytes (a tensor of no element with a huge extent) are
-        // refused by `strides_block`.
-        if strides.len() > KEPT_NDIM || strides.iter().any(|&stride| byte_stride(stride, item).is_none()) {
+        if strides.len() > KEPT_NDIM {
             return None;
         }
         if self.state.load(Ordering::Acquire) == KEPT {
             // SAFETY: published; the strides field's address, not a reference to it.
             return Some(unsafe { std::ptr::addr_of_mut!((*at).strides) }.cast());
+        }
+        // Strides past Py_ssize_t in bytes (a tensor of no element with a huge extent) are
+        // refused by `strides_block`; checked once, before the first keeping.
+        if strides.iter().any(|&stride| byte_stride(stride, item).is_none()) {
+            return None;
         }
         if self.state.compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed).is_err() {
             return None;
