@@ -110,6 +110,17 @@ impl Error {
         Self::verbatim(kind, message)
     }
 
+    /// What a `SetError` callback was handed, as an error: `kind` a Python exception's name
+    /// (RuntimeError for one dlpx does not map), `message` less a C++ backtrace ([`Error::reported`]).
+    ///
+    /// # Safety
+    /// `kind` and `message` are NULL or NUL-terminated strings.
+    pub unsafe fn from_set_error(kind: *const c_char, message: *const c_char) -> Self {
+        // SAFETY: per the contract.
+        let (kind, message) = unsafe { (c_text(kind), c_text(message)) };
+        Self::reported(ErrorKind::from_name(&kind).unwrap_or(ErrorKind::RuntimeError), message)
+    }
+
     pub fn is_python_pending(&self) -> bool {
         self.kind == ErrorKind::PythonPending
     }

@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_void};
 
 use crate::cpython::{Python, Raise};
-use crate::error::{self, Channel, Error, ErrorKind, LastError};
+use crate::error::{self, Channel, Error, LastError};
 use crate::shell::entry::c_entry;
 
 /// The message of the last error on the calling thread ("dlpx: allocator: shape[2] = -3 is
@@ -42,9 +42,7 @@ pub extern "C" fn dlpx_clear_last_error() {
 pub unsafe extern "C" fn dlpx_set_error_python(_error_ctx: *mut c_void, kind: *const c_char, message: *const c_char) {
     c_entry!(LastError, "set_error_python", out(), || {
         // SAFETY: NUL-terminated strings from the allocator, or NULL, by the contract.
-        let (kind, message) = unsafe { (error::c_text(kind), error::c_text(message)) };
-        let kind = ErrorKind::from_name(&kind).unwrap_or(ErrorKind::RuntimeError);
-        let err = Error::reported(kind, message);
+        let err = unsafe { Error::from_set_error(kind, message) };
         if Python::with_gil(|_| Raise.deliver(&err)).is_none() {
             error::set_last_error(&err);
         }

@@ -191,9 +191,7 @@ unsafe extern "C" fn forward_error(context: *mut c_void, kind: *const c_char, me
         // SAFETY: the `Forward` `dlpx_allocate_like` passed, live for the allocator's call.
         let forward = unsafe { &*context.cast::<Forward>() };
         // SAFETY: the allocator passes NUL-terminated strings (or NULL), valid for the call.
-        let (name, text) = unsafe { (crate::error::c_text(kind), crate::error::c_text(message)) };
-        let err_kind = crate::ErrorKind::from_name(&name).unwrap_or(crate::ErrorKind::RuntimeError);
-        crate::error::set_last_error(&Error::reported(err_kind, text));
+        crate::error::set_last_error(&unsafe { Error::from_set_error(kind, message) });
         if let Some(set_error) = forward.set_error {
             // SAFETY: the caller's callback and context, given for this purpose.
             unsafe { set_error(forward.error_ctx, kind, message) };

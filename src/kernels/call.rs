@@ -15,7 +15,7 @@ use super::library::Kernel;
 use super::output::Outputs;
 use super::value::{Returned, Value};
 use crate::abi::*;
-use crate::error::{c_text, Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// The caller's framework, as the kernel reaches it.
 pub struct Environment<'a> {
@@ -299,10 +299,9 @@ fn changed(index: usize, what: &str) -> Error {
 unsafe extern "C" fn reported_error(context: *mut c_void, kind: *const c_char, message: *const c_char) {
     crate::error::guard("allocate", || {
         // SAFETY: the allocator passes NUL-terminated strings (or NULL), valid for the call.
-        let (kind, message) = unsafe { (c_text(kind), c_text(message)) };
-        let kind = ErrorKind::from_name(&kind).unwrap_or(ErrorKind::RuntimeError);
+        let err = unsafe { Error::from_set_error(kind, message) };
         // SAFETY: `context` is the `Option<Error>` `Call::allocate` passed, live for the call.
         let slot = unsafe { &mut *context.cast::<Option<Error>>() };
-        slot.get_or_insert(Error::reported(kind, message));
+        slot.get_or_insert(err);
     });
 }
