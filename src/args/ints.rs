@@ -81,7 +81,7 @@ pub fn int_sequence(py: Python<'_>, object: *mut PyObject, name: &str) -> Result
                 Ok(value) => return Ok(Ints { values: [value; MAX_NDIM], len: 1 }),
                 // An integer array's `__index__` refuses more than one element (a TypeError):
                 // read as its elements (as `np.empty(np.array([2, 3]))`).
-                Err(err) if err.is_python_pending() && pending_type_error(py) => {
+                Err(err) if err.is_python_pending() && crate::cpython::pending_is(py, crate::ErrorKind::TypeError) => {
                     let refused = crate::cpython::take_pending(py);
                     let elements = array_elements(py, object, name).ok_or(refused)??;
                     return items(py, elements.as_ptr(), false, name);
@@ -94,15 +94,6 @@ pub fn int_sequence(py: Python<'_>, object: *mut PyObject, name: &str) -> Result
         }
         items(py, object, tuple, name)
     }
-}
-
-/// Whether the pending exception is a TypeError.
-///
-/// # Safety
-/// GIL held, an exception pending.
-unsafe fn pending_type_error(py: Python<'_>) -> bool {
-    // SAFETY: per the contract.
-    unsafe { (py.PyErr_ExceptionMatches)(py.exception(crate::ErrorKind::TypeError)) != 0 }
 }
 
 /// The elements of an array (numpy, torch, jax: what has a `shape` and a `tolist`) as a list,

@@ -34,7 +34,7 @@ pub use objects::{
     vectorcall_method, CStatic, FastCallKeywords, Interned, VectorcallMethod, METH_FASTCALL,
 };
 pub use owned::Owned;
-pub use raise::{attribute_error, pending_kind, pending_text, reword_pending, take_pending, warn, Raise};
+pub use raise::{attribute_error, pending_is, pending_kind, pending_text, reword_pending, take_pending, warn, Raise};
 pub use token::Python;
 
 use std::ffi::{c_char, c_int, c_long, c_longlong, c_ulonglong, c_void, CString};

@@ -104,6 +104,13 @@ pub fn reword_pending(py: Python<'_>, prefix: &str) -> Error {
     }
 }
 
+/// Whether the pending exception is `kind`'s (or a subclass's); false when none is pending.
+/// The GIL is held (the token).
+pub fn pending_is(py: Python<'_>, kind: ErrorKind) -> bool {
+    // SAFETY: the token proves the GIL is held; with nothing pending the answer is 0.
+    unsafe { (py.PyErr_ExceptionMatches)(py.exception(kind)) != 0 }
+}
+
 /// The kind of the pending exception (a subclass's: numpy's AxisError is an IndexError); None for
 /// one no kind names (KeyboardInterrupt, a bare Exception).
 ///

@@ -240,8 +240,7 @@ fn wrong_type(py: Python<'_>, param: &Param, object: *mut PyObject) -> Error {
 fn number_error(py: Python<'_>, param: &Param, object: *mut PyObject, err: Error) -> Error {
     let pending = err.is_python_pending();
     let type_error = match pending {
-        // SAFETY: GIL held; asked only with an exception pending.
-        true => (unsafe { (py.PyErr_ExceptionMatches)(py.exception(crate::ErrorKind::TypeError)) } != 0),
+        true => crate::cpython::pending_is(py, crate::ErrorKind::TypeError),
         false => err.kind == crate::ErrorKind::TypeError,
     };
     match (type_error, pending) {

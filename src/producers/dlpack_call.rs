@@ -72,7 +72,7 @@ pub fn call<'py>(py: Python<'py>, object: *mut PyObject) -> Result<Owned<'py>> {
             Some(call) => {
                 let args = [object, version];
                 let result = call(name, args.as_ptr(), 1, p.kwnames as *mut PyObject);
-                if result.is_null() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0 {
+                if result.is_null() && crate::cpython::pending_is(py, ErrorKind::TypeError) {
                     (py.PyErr_Clear)();
                     call(name, args.as_ptr(), 1, ptr::null_mut())
                 } else {
@@ -87,7 +87,7 @@ pub fn call<'py>(py: Python<'py>, object: *mut PyObject) -> Result<Owned<'py>> {
                     let method = Owned::new(py, method)?;
                     let empty = p.empty as *mut PyObject;
                     let result = (py.PyObject_Call)(method.as_ptr(), empty, p.kwargs as *mut PyObject);
-                    if result.is_null() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0 {
+                    if result.is_null() && crate::cpython::pending_is(py, ErrorKind::TypeError) {
                         (py.PyErr_Clear)();
                         (py.PyObject_Call)(method.as_ptr(), empty, ptr::null_mut())
                     } else {

@@ -62,7 +62,7 @@ impl<'py> HeldView<'py> {
         unsafe { cpu::free(block.cast(), block_capacity()) };
         // SAFETY: GIL held; the failed call left an exception.
         unsafe {
-            if (py.PyErr_ExceptionMatches)(py.exception(crate::error::ErrorKind::TypeError)) != 0 {
+            if crate::cpython::pending_is(py, crate::error::ErrorKind::TypeError) {
                 (py.PyErr_Clear)();
                 return Ok(None);
             }

@@ -57,11 +57,11 @@ pub fn export<'py>(py: Python<'py>, object: *mut PyObject, request: Request) -> 
         let mut result = (py.PyObject_Call)(method.as_ptr(), empty, kwargs.as_ptr());
         // Producers older than the 2023.12 array API take fewer keywords: retry with max_version
         // alone, then with none. `finish` then makes any copy or move the producer did not.
-        if result.is_null() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0 {
+        if result.is_null() && crate::cpython::pending_is(py, ErrorKind::TypeError) {
             (py.PyErr_Clear)();
             result = (py.PyObject_Call)(method.as_ptr(), empty, common_kwargs);
         }
-        if result.is_null() && (py.PyErr_ExceptionMatches)(py.exception(ErrorKind::TypeError)) != 0 {
+        if result.is_null() && crate::cpython::pending_is(py, ErrorKind::TypeError) {
             (py.PyErr_Clear)();
             result = (py.PyObject_Call)(method.as_ptr(), empty, ptr::null_mut());
         }
