@@ -67,12 +67,13 @@ use driver::Wait;
 /// `ptr` came from `alloc_pinned(capacity)` and is not used afterwards.
 pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses) -> Result<()> {
     // After the exit hook gave the cache back, nothing would again: the block goes to the driver.
-    // SAFETY: per the contract.
-    let (kept, freed) = unsafe { pinned::free_pinned(ptr, capacity, uses, !release::exited()) };
-    if kept {
+    // Before, the hook is registered (once) for what the cache may keep.
+    let may_keep = !release::exited();
+    if may_keep {
         release::register_exit_hook();
     }
-    freed
+    // SAFETY: per the contract.
+    unsafe { pinned::free_pinned(ptr, capacity, uses, may_keep) }
 }
 
 /// The memory statistics of `device_id`: every counter, read by `accounting`, handed the sum of

@@ -61,31 +61,13 @@ fn take_pinned(driver: &Driver, capacity: usize) -> Option<usize> {
 /// device dlpx has used (which covers every blocking stream: a consumer such as torch copying
 /// from the block on its default stream records nothing).
 ///
-/// Returns whether the cache kept the block (`may_keep`: the caller then registers the exit
-/// hook), and the first error: a stream that could not be fenced, a free that failed.
+/// `may_keep`: whether the cache may keep it (not after the exit hook gave the cache back). A
+/// stream that could not be fenced, or a free that failed, is the error.
 ///
 /// # Safety
 /// `ptr` came from `alloc_pinned(capacity)` and is not used afterwards.
-pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses, may_keep: bool) -> (bool, Result<()>) {
-    let driver = match driver::get() {
-        Ok(driver) => driver,
-        Err(err) => return (false, Err(err)),
-    };
-    // SAFETY: per the contract.
-    unsafe { free_pinned_with(driver, ptr, capacity, uses, may_keep) }
-}
-
-/// [`free_pinned`] with the driver.
-///
-/// # Safety
-/// As for [`free_pinned`].
-unsafe fn free_pinned_with(
-    driver: &'static Driver,
-    ptr: *mut c_void,
-    capacity: usize,
-    uses: &Uses,
-    may_keep: bool,
-) -> (bool, Result<()>) {
+pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses, may_keep: bool) -> Result<()> {
+    let driver = driver::get()?;
     let mut fences = uses.fences.clone();
     let mut first_error = Ok(());
     let legacy = devices_in_use(driver).map(|device_id| (device_id, STREAM_LEGACY));
@@ -106,7 +88,7 @@ unsafe fn free_pinned_with(
         let kept: usize = cache.iter().map(|b| b.capacity).sum();
         if kept + capacity <= PINNED_CACHE_BYTES {
             cache.push(PinnedBlock { capacity, ptr: ptr as usize, fences });
-            return (true, first_error);
+            return first_error;
         }
     }
     // The cache is full: wait for the fenced work (without the GIL), then give the block back.
@@ -119,7 +101,7 @@ unsafe fn free_pinned_with(
         // SAFETY: per the contract.
         check(driver, "cuMemFreeHost", blocking(|| unsafe { (driver.cuMemFreeHost)(ptr) }))
     });
-    (false, first_error.and(freed))
+    first_error.and(freed)
 }
 
 /// Frees every cached pinned block whose fences have completed.
