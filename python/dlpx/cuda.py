@@ -119,10 +119,10 @@ class _Entry:
     """One entry into a ``stream`` block: its thread's blocks on its device (``blocks``, a list
     this entry is in until it exits) and the stream to restore when it exits last of them."""
 
-    __slots__ = ("device", "handle", "previous", "blocks", "thread")
+    __slots__ = ("device", "previous", "blocks", "thread")
 
-    def __init__(self, device: int, handle: int, previous: int, blocks: list):
-        self.device, self.handle, self.previous, self.blocks = device, handle, previous, blocks
+    def __init__(self, device: int, previous: int, blocks: list):
+        self.device, self.previous, self.blocks = device, previous, blocks
         self.thread = threading.get_ident()
 
 
@@ -157,7 +157,7 @@ class stream:
         blocks = getattr(_OPEN, "blocks", None)
         if blocks is None:
             blocks = _OPEN.blocks = {}
-        entry = _Entry(self._device, self._handle, previous, blocks.setdefault(self._device, []))
+        entry = _Entry(self._device, previous, blocks.setdefault(self._device, []))
         with _LOCK:
             entry.blocks.append(entry)
         self._entries.append(entry)

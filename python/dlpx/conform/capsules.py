@@ -9,6 +9,7 @@ forwarded, so a producer's double delete cannot become the kit's double free).
 from __future__ import annotations
 
 import ctypes
+import math
 
 from . import abi
 
@@ -95,7 +96,7 @@ def export_info(obj, *, values=False, **kwargs):
         del capsule
         return None, exc.with_traceback(None)
     if values:
-        on_cpu = info["device"][0] == abi.KDL_CPU and (info["data"] or not _numel(info["shape"]))
+        on_cpu = info["device"][0] == abi.KDL_CPU and (info["data"] or not math.prod(info["shape"]))
         info["values"] = read_values(info, row_major(info["shape"])) if on_cpu else None
     spied.delete()
     spied.forget()
@@ -108,13 +109,6 @@ def row_major(shape) -> list:
     for extent in shape:
         positions = [p + (i,) for p in positions for i in range(extent)]
     return positions
-
-
-def _numel(shape) -> int:
-    count = 1
-    for extent in shape:
-        count *= extent
-    return count
 
 
 def compact_strides(shape) -> tuple:

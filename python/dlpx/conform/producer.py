@@ -29,15 +29,18 @@ def check_producer(make, *, readonly=None, undescribable=None, spec=None, checks
     protocol = None if hasattr(x, "__dlpack__") else protocol_of(x)
     if protocol is not None:
         return check_protocol_producer(make, protocol, readonly=readonly, undescribable=undescribable, checks=checks)
-    steps = [(_check_versions, x), (_check_device, x), (_check_copy_and_stream, x), (_check_capsule_lifetime, x),
-             (_check_layouts, make), (_check_dtypes, make), (_check_read_only, x, readonly),
-             (_check_undescribable, undescribable), (lambda x, checks: check_table(x, checks, spec), x),
-             (_check_refcount, x)]
-    for step, *arguments in steps:
+    steps = {
+        "versions": lambda: _check_versions(x, checks), "device": lambda: _check_device(x, checks),
+        "copy_and_stream": lambda: _check_copy_and_stream(x, checks),
+        "capsule_lifetime": lambda: _check_capsule_lifetime(x, checks), "layouts": lambda: _check_layouts(make, checks),
+        "dtypes": lambda: _check_dtypes(make, checks), "read_only": lambda: _check_read_only(x, readonly, checks),
+        "undescribable": lambda: _check_undescribable(undescribable, checks),
+        "table": lambda: check_table(x, checks, spec), "refcount": lambda: _check_refcount(x, checks),
+    }
+    for name, step in steps.items():
         try:
-            step(*arguments, checks)
+            step()
         except Exception as exc:  # noqa: BLE001 - a hostile producer fails its row, not the kit
-            name = getattr(step, "__name__", "table").removeprefix("_check_").replace("<lambda>", "table")
             checks.record(f"{name}.raised", False, f"the producer made the kit's check raise {describe_error(exc)}", C.PROTOCOL)
     return checks
 
