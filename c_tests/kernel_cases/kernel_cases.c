@@ -38,6 +38,9 @@ static int describe(DlpxCall *call) {
   return 0;
 }
 DLPX_EXPORT_KERNEL(describe, describe, "describe(a, bias=None, *, scale: float | None = None) -> tuple: the count, then each kind.")
+/* Tensors only: a call by position binds in the loader's tensor loop, one with a keyword or a
+ * default in its general binding; tests compare the two. */
+DLPX_EXPORT_KERNEL(describe_tensors, describe, "describe_tensors(a, bias=None, *rest) -> tuple: the count, then each kind.")
 
 /* flags(a) -> a's DLPack flags (READ_ONLY for bytes, read-only arrays). */
 static int flags(DlpxCall *call) {

@@ -52,8 +52,20 @@ impl<'py> Arguments<'py> {
                 &matched.0[..matched.1]
             }
         };
-        bind(signature, positional.len(), keywords, |p, source| {
-            let param = &signature.params[p];
+        let count = positional.len();
+        if keywords.is_empty() && signature.takes_only_tensors() && count <= INLINE && signature.filled_by(count) {
+            // A tensor kernel's common call (`add(a, b)`, `nop(*xs)`), bound as `bind`'s first
+            // case binds it, in one loop: `bind`'s closure is a call per argument. Within
+            // `bind`'s count (INLINE) and the list's room.
+            // The parameter is looked up only to convert None or to name it in an error.
+            let (fixed, variadic) = (signature.positional(), signature.variadic());
+            let param = |i: usize| &signature.params[variadic.filter(|_| i >= fixed).unwrap_or(i)];
+            return positional.iter().enumerate().try_for_each(|(i, &object)| match object != self.py.none {
+                true => self.tensor(kernel, object, || param(i)),
+                false => self.convert(param(i), object),
+            });
+        }
+        bind(signature, count, keywords, |p, source| {
             let object = match source {
                 Source::Default(default) => {
                     self.values.push(Value::of_default(default));
@@ -62,14 +74,20 @@ impl<'py> Arguments<'py> {
                 Source::Positional(i) => positional[i],
                 Source::Keyword(k) => args.keyword_value(k),
             };
-            match param.ty == Type::Tensor && object != self.py.none {
-                // A tensor's view is written where the call keeps it (the common argument: a
-                // move of the 64-byte value through the converter's result would cost more
-                // than the write itself).
-                true => self.tensor(kernel, param, object),
-                false => self.convert(param, object),
-            }
+            self.take(kernel, &signature.params[p], object)
         })
+    }
+
+    /// `object` as `param` takes it, pushed as the next argument.
+    #[inline(always)]
+    fn take(&mut self, kernel: &Kernel, param: &Param, object: *mut PyObject) -> Result<()> {
+        match param.ty == Type::Tensor && object != self.py.none {
+            // A tensor's view is written where the call keeps it (the common argument: a move
+            // of the 64-byte value through the converter's result would cost more than the
+            // write itself).
+            true => self.tensor(kernel, object, || param),
+            false => self.convert(param, object),
+        }
     }
 
     /// The flattened arguments, in the kernel's order.
@@ -128,7 +146,7 @@ impl<'py> Arguments<'py> {
     /// A view of `object`, as `dlpx_view_of` takes it, as the next argument; the first one
     /// decides the framework.
     #[inline(always)]
-    fn tensor(&mut self, kernel: &Kernel, param: &Param, object: *mut PyObject) -> Result<()> {
+    fn tensor<'k>(&mut self, kernel: &Kernel, object: *mut PyObject, param: impl FnOnce() -> &'k Param) -> Result<()> {
         let py = self.py;
         // SAFETY: the slot is written whole at once.
         let (view, flags) = Value::empty_tensor_in(unsafe { self.values.push_uninit() });
@@ -142,7 +160,7 @@ impl<'py> Arguments<'py> {
             }
             Err(err) => {
                 self.values.pop();
-                return Err(tensor_error(py, kernel, param, object, err));
+                return Err(tensor_error(py, kernel, param(), object, err));
             }
         }
         if self.like.is_none() {

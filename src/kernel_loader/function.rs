@@ -186,16 +186,20 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
         let stream = |device: DLDevice| stream_of(table, device, holding);
         let allocator = table.and_then(|t| t.managed_tensor_allocator);
         let mut call = Call::new(kernel, arguments.values(), Environment { allocator, stream: &stream });
-        let returned = call.run(|run| match kernel.short {
+        let status = call.start(|run| match kernel.short {
             true => run(),
             // SAFETY: the kernel touches no Python object: its arguments were converted above,
             // and what it asks of the call (the allocator, the stream) takes the GIL where it
             // needs it.
             false => unsafe { released(py, run) },
         });
-        (like, returned)
+        // A kernel that returns None (a nop's call) has no results to move out and convert.
+        (like, (!call.returned_nothing(status)).then(|| call.finish(status)))
     };
-    results::to_py(py, like, returned?).map_err(|err| results::refused(py, kernel.name, err))
+    match returned {
+        None => Ok(py.new_none()),
+        Some(returned) => results::to_py(py, like, returned?).map_err(|err| results::refused(py, kernel.name, err)),
+    }
 }
 
 /// The caller's current stream on a non-CPU device, asked of its framework's table: dlpx's own

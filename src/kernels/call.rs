@@ -37,9 +37,14 @@ pub struct Call<'a> {
     /// to write by mistake.
     values: &'a [Value],
     environment: Environment<'a>,
-    /// Tensors allocated through the call: it owns those not returned yet.
-    outputs: Outputs,
-    results: Inline<Returned, 2>,
+    /// Whether the kernel asked the call to keep anything: an output, a result, an error. Until
+    /// then the three below are empty, and a call that ends so (a kernel that returns None)
+    /// ends with one test of this, where each list's would be a test of its own, twice.
+    asked: bool,
+    /// Tensors allocated through the call: it owns those not returned yet. Dropped by `Drop`,
+    /// where `asked`.
+    outputs: ManuallyDrop<Outputs>,
+    results: ManuallyDrop<Inline<Returned, 2>>,
     /// The first error: the kernel's report, or a failed request of the kernel's (dropped by
     /// `delete_left`, out of line).
     error: ManuallyDrop<Option<Error>>,
@@ -65,8 +70,9 @@ impl<'a> Call<'a> {
             kernel,
             values: arguments,
             environment,
-            outputs: Outputs::new(),
-            results: Inline::new(),
+            asked: false,
+            outputs: ManuallyDrop::new(Outputs::new()),
+            results: ManuallyDrop::new(Inline::new()),
             error: ManuallyDrop::new(None),
         }
     }
@@ -74,19 +80,34 @@ impl<'a> Call<'a> {
     /// Runs the kernel on this call (through `run`, which may release the GIL around it) and
     /// gives its results, or its error, named after the kernel.
     pub fn run(&mut self, run: impl FnOnce(&mut dyn FnMut() -> i32) -> i32) -> Result<Inline<Returned, 2>> {
+        let status = self.start(run);
+        self.finish(status)
+    }
+
+    /// Runs the kernel on this call (through `run`, as [`Call::run`]) and gives what it
+    /// returned; [`Call::returned_nothing`] then [`Call::finish`] say what came of it.
+    #[inline(always)]
+    pub fn start(&mut self, run: impl FnOnce(&mut dyn FnMut() -> i32) -> i32) -> i32 {
         let function = self.kernel.function;
         let this = (self as *mut Call<'a>).cast::<c_void>();
         // SAFETY: the kernel's function gets the call it was exported to take; the call lives
         // across it and no Rust reference to it is used meanwhile.
-        let status = run(&mut || unsafe { function(this) });
-        self.finish(status)
+        run(&mut || unsafe { function(this) })
+    }
+
+    /// Whether a kernel that returned `status` succeeded with nothing to hand back: it asked
+    /// for no output, returned no result and reported no error (`lib.nop`'s call). Its results
+    /// need not be taken then: there are none, and `finish` would move the empty list out.
+    #[inline(always)]
+    pub fn returned_nothing(&self, status: i32) -> bool {
+        status == 0 && !self.asked
     }
 
     /// The results of a kernel that returned `status`: its error when it reported one or a
     /// request failed (whatever it returned then), a RuntimeError when it returned non-zero
     /// without one or changed an output's header (the framework's: `output`).
     #[inline(always)]
-    fn finish(&mut self, status: i32) -> Result<Inline<Returned, 2>> {
+    pub fn finish(&mut self, status: i32) -> Result<Inline<Returned, 2>> {
         match self.error.is_none() && status == 0 && (self.outputs.is_empty() || self.outputs.unchanged()) {
             true => Ok(self.results.take()),
             false => Err(self.failure(status)),
@@ -120,6 +141,7 @@ impl<'a> Call<'a> {
     /// Keeps the first error; a request that fails reports it here as well as returning it.
     pub fn record(&mut self, err: Error) -> Error {
         let err = self.named(err);
+        self.asked = true;
         if self.error.is_none() {
             *self.error = Some(err.clone());
         }
@@ -186,6 +208,7 @@ impl<'a> Call<'a> {
         };
         match (status, NonNull::new(out)) {
             (0, Some(managed)) => {
+                self.asked = true;
                 self.outputs.keep(managed);
                 // SAFETY: a live managed tensor the call owns.
                 Ok(unsafe { &mut (*managed.as_ptr()).dl_tensor })
@@ -221,12 +244,14 @@ impl<'a> Call<'a> {
                 "returned a tensor this call did not allocate, or returned it twice (dlpx_call_allocate gives outputs)",
             ));
         };
+        self.asked = true;
         self.results.push(Returned::Tensor(managed));
         Ok(())
     }
 
     /// Returns a scalar as the next result.
     pub fn return_scalar(&mut self, value: Returned) {
+        self.asked = true;
         self.results.push(value);
     }
 
@@ -247,13 +272,21 @@ impl<'a> Call<'a> {
 }
 
 impl Drop for Call<'_> {
-    /// Inline, as the common call has nothing left to delete: the check stays among the call's
+    /// Inline, as the common call has nothing left to delete: the checks stay among the call's
     /// own lines, and the deletions are out of line (a separate function is lines to fetch again
     /// on every call, once a CUDA launch has evicted them: docs/cuda.md).
     #[inline(always)]
     fn drop(&mut self) {
-        if !(self.outputs.all_returned() && self.results.is_empty() && self.error.is_none()) {
-            self.delete_left();
+        if self.asked {
+            if !(self.outputs.all_returned() && self.results.is_empty() && self.error.is_none()) {
+                self.delete_left();
+            }
+            // SAFETY: dropped once, here, as the call goes (a call never asked holds nothing in
+            // them: nothing spilled to the heap).
+            unsafe {
+                ManuallyDrop::drop(&mut self.outputs);
+                ManuallyDrop::drop(&mut self.results);
+            }
         }
     }
 }

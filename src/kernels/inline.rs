@@ -117,9 +117,10 @@ impl<T: Copy, const N: usize> Inline<T, N> {
         }
     }
 
-    #[inline]
+    /// One compare for a list that never spilled (the common one).
+    #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0 || self.len() == 0
     }
 
     /// Removes item `index` (in bounds), the last one taking its place.

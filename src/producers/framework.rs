@@ -23,7 +23,7 @@ impl Entry {
 
 /// The entry of the framework outputs like `object` go back to: its own type's in the common
 /// case (one check past the row's lookup), else its nearest framework base's, else its own.
-#[inline]
+#[inline(always)]
 pub fn framework_of(py: Python<'_>, object: *mut PyObject) -> Entry {
     let entry = entry_of(py, object);
     match entry.names_framework() {

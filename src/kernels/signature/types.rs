@@ -85,6 +85,8 @@ pub(super) struct Shape {
     pub(super) positional: usize,
     pub(super) variadic: Option<usize>,
     pub(super) keyword_only: bool,
+    /// Every parameter takes a tensor (`add(a, b)`, `nop(*xs)`).
+    pub(super) tensors_only: bool,
 }
 
 impl Shape {
@@ -93,6 +95,7 @@ impl Shape {
             positional: params.iter().take_while(|p| p.kind == Kind::Positional).count(),
             variadic: params.iter().position(|p| p.kind == Kind::Variadic),
             keyword_only: params.iter().any(|p| p.kind == Kind::KeywordOnly),
+            tensors_only: params.iter().all(|p| p.ty == Type::Tensor),
         }
     }
 }
@@ -108,6 +111,12 @@ impl Signature {
     #[inline]
     pub fn variadic(&self) -> Option<usize> {
         self.shape.variadic
+    }
+
+    /// Whether every parameter takes a tensor (or None, where it is optional).
+    #[inline]
+    pub fn takes_only_tensors(&self) -> bool {
+        self.shape.tensors_only
     }
 
     /// Whether `count` positional arguments alone fill every parameter, each with one (`add(a,
