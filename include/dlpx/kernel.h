@@ -323,23 +323,26 @@ int guarded(DlpxCall *call) noexcept {
  * std::terminate.
  */
 #define DLPX_EXPORT_KERNEL_WITH_FLAGS(name, function, signature, flags) \
-  DLPX_EXPORT_KERNEL_NAMED_(name, #name, function, signature, flags)
+  DLPX_EXPORT_KERNEL_NAMED_(dlpx_kernel_##name, #name, function, signature, flags)
 
-/* Each public macro spells the name as written (`#name` where it is an argument): passed on, a
- * name that is also a macro (`bool` with <stdbool.h>, `linux` in GNU C) would be expanded first. */
-#define DLPX_EXPORT_KERNEL_NAMED_(name, name_text, function, signature, flags)                    \
-  static DlpxKernelExport dlpx_kernel_export_##name = {                                          \
+/* Each public macro spells the name as written (`#name`) and pastes the identifiers it makes
+ * from it (`dlpx_kernel_##name`), where it is an argument: passed on, a name that is also a
+ * macro (`bool` with <stdbool.h>, `linux` and `unix` in GNU C, both 1) would be expanded first.
+ * `id` names what one export defines: `id##_export` and `id##_register`. */
+#define DLPX_EXPORT_KERNEL_NAMED_(id, name_text, function, signature, flags)                      \
+  static DlpxKernelExport id##_export = {                                                         \
       DLPX_KERNEL_ABI_VERSION, (flags), name_text, signature, DLPX_KERNEL_GUARDED_(function), 0}; \
-  __attribute__((constructor)) static void dlpx_kernel_register_##name(void) {                   \
-    dlpx_kernel_export_##name.next = dlpx_kernel_library_record.first;                           \
-    dlpx_kernel_library_record.first = &dlpx_kernel_export_##name;                               \
+  __attribute__((constructor)) static void id##_register(void) {                                  \
+    id##_export.next = dlpx_kernel_library_record.first;                                          \
+    dlpx_kernel_library_record.first = &id##_export;                                              \
   }
 
 /** Exports a kernel that runs without the GIL (the default: see DLPX_KERNEL_FLAG_SHORT). */
-#define DLPX_EXPORT_KERNEL(name, function, signature) DLPX_EXPORT_KERNEL_NAMED_(name, #name, function, signature, 0)
+#define DLPX_EXPORT_KERNEL(name, function, signature) \
+  DLPX_EXPORT_KERNEL_NAMED_(dlpx_kernel_##name, #name, function, signature, 0)
 
 /** Exports a kernel that keeps the GIL: one that returns sooner than releasing it would take. */
 #define DLPX_EXPORT_KERNEL_SHORT(name, function, signature) \
-  DLPX_EXPORT_KERNEL_NAMED_(name, #name, function, signature, DLPX_KERNEL_FLAG_SHORT)
+  DLPX_EXPORT_KERNEL_NAMED_(dlpx_kernel_##name, #name, function, signature, DLPX_KERNEL_FLAG_SHORT)
 
 #endif /* DLPX_KERNEL_H */

@@ -449,3 +449,24 @@ def test_a_space_kernel_hpp_reads_otherwise_is_refused_at_load(tmp_path, monkeyp
         pytest.skip(f"no C++ compiler: {err}")
     with pytest.raises(ImportError, match=r"kernel 'k': signature: U\+00A0 is a space kernel.hpp does not read as one"):
         dlpx.load_library(path)
+
+
+def test_a_typed_kernel_named_as_a_macro_is_exported_under_its_name(tmp_path, monkeypatch):
+    # Passed on to the next macro, a name that is a macro was expanded: `unix` (GNU C++'s 1)
+    # failed to compile ("the signature must begin with 1("), through
+    # DLPX_EXPORT_TYPED_KERNEL_WITH_FLAGS it was exported as '1', and `unix` and `linux` (both 1)
+    # pasted the same names.
+    monkeypatch.setenv("DLPX_CACHE_DIR", str(tmp_path))
+    source = ("#define twice 2\n"
+              "static int64_t seven() { return 7; }\n"
+              'DLPX_EXPORT_TYPED_KERNEL(twice, seven, "twice() -> int: a name that is a macro.")\n'
+              'DLPX_EXPORT_TYPED_KERNEL_SHORT(unix, seven, "unix() -> int: GNU C++ defines it.")\n'
+              'DLPX_EXPORT_TYPED_KERNEL_WITH_FLAGS(linux, seven, "linux() -> int: with flags.", 0)\n')
+    try:
+        path = dlpx.cpp.build_inline("macro_names", cpp_sources=source, extra_cflags=["-std=gnu++17"])
+    except dlpx.cpp.BuildError as err:
+        if "must begin with" in str(err) or "error:" in str(err):
+            raise
+        pytest.skip(f"no C++ compiler: {err}")
+    lib = dlpx.load_library(path)
+    assert lib.twice() == 7 and lib.unix() == 7 and lib.linux() == 7

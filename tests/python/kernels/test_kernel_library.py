@@ -763,14 +763,23 @@ def test_every_view_of_a_dlpack_producer_is_released_once_on_every_path(lib, cas
 
 
 def test_a_kernel_named_as_a_macro_is_exported_under_its_name(tmp_path, monkeypatch):
-    # <stdbool.h> makes `bool` a macro: the kernel was exported as '_Bool', refused by its
-    # signature ("its signature names 'bool'").
+    # A name passed on to the next macro was expanded first: <stdbool.h>'s `bool` was exported as
+    # '_Bool' (refused by its signature), two names that are both 1 (GNU C's `unix` and `linux`)
+    # pasted the same identifiers, and a typed kernel's failed to compile ("the signature must
+    # begin with 1(") or, through DLPX_EXPORT_TYPED_KERNEL_WITH_FLAGS, was exported as '1'.
     import dlpx.cpp
 
     monkeypatch.setenv("DLPX_CACHE_DIR", str(tmp_path))
-    source = ("#include <stdbool.h>\n"
-              "static int k(DlpxCall *call) { return dlpx_call_return_int(call, 7); }\n"
-              'DLPX_EXPORT_KERNEL(bool, k, "bool() -> int: a name that is a macro.")\n'
-              'DLPX_EXPORT_KERNEL_SHORT(true, k, "true() -> int: another.")\n')
-    lib = dlpx.cpp.load_inline("macro_names", c_sources=source)
-    assert getattr(lib, "bool")() == 7 and getattr(lib, "true")() == 7
+    c_source = ("#include <stdbool.h>\n#define one 1\n#define uno 1\n"
+                "static int k(DlpxCall *call) { return dlpx_call_return_int(call, 7); }\n"
+                'DLPX_EXPORT_KERNEL(bool, k, "bool() -> int: a name that is a macro.")\n'
+                'DLPX_EXPORT_KERNEL_SHORT(true, k, "true() -> int: another.")\n'
+                'DLPX_EXPORT_KERNEL(one, k, "one() -> int: 1 as a macro.")\n'
+                'DLPX_EXPORT_KERNEL_WITH_FLAGS(uno, k, "uno() -> int: 1 again.", 0)\n')
+    cpp_source = ("#define eins 1\n#define ein 1\n#define zwei 2\n"
+                  "static int64_t seven() { return 7; }\n"
+                  'DLPX_EXPORT_TYPED_KERNEL(eins, seven, "eins() -> int: 1 as a macro.")\n'
+                  'DLPX_EXPORT_TYPED_KERNEL_SHORT(ein, seven, "ein() -> int: 1 again.")\n'
+                  'DLPX_EXPORT_TYPED_KERNEL_WITH_FLAGS(zwei, seven, "zwei() -> int: with flags.", 0)\n')
+    lib = dlpx.cpp.load_inline("macro_names", c_sources=c_source, cpp_sources=cpp_source)
+    assert [getattr(lib, name)() for name in ("bool", "true", "one", "uno", "eins", "ein", "zwei")] == [7] * 7
