@@ -28,7 +28,8 @@ pub fn int_value(py: Python<'_>, object: *mut PyObject, name: impl std::fmt::Dis
         let value = (py.PyLong_AsLongLong)(number);
         if value == -1 && !(py.PyErr_Occurred)().is_null() {
             (py.PyErr_Clear)();
-            return Err(Error::value(format!("{name} does not fit in 64 bits")));
+            // As CPython says of an int its C type cannot hold.
+            return Err(Error::new(crate::ErrorKind::OverflowError, format!("{name} does not fit in 64 bits")));
         }
         Ok(value)
     }

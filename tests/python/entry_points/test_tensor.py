@@ -119,9 +119,9 @@ def test_an_integer_array_is_a_shape_as_numpy_reads_it():
 @pytest.mark.parametrize("shape, error, says", [
     ((2, "3"), TypeError, r"shape\[1\] must be an integer"),
     ([2, 3.0], TypeError, r"shape\[1\] must be an integer"),
-    ((2, 2**70), ValueError, r"shape\[1\] does not fit in 64 bits"),
-    ([2**64], ValueError, r"shape\[0\] does not fit in 64 bits"),
-    ((np.int64(2), -(2**80)), ValueError, r"shape\[1\] does not fit in 64 bits"),
+    ((2, 2**70), OverflowError, r"shape\[1\] does not fit in 64 bits"),
+    ([2**64], OverflowError, r"shape\[0\] does not fit in 64 bits"),
+    ((np.int64(2), -(2**80)), OverflowError, r"shape\[1\] does not fit in 64 bits"),
 ])
 def test_empty_names_the_item_of_the_shape_it_refuses(shape, error, says):
     with pytest.raises(error, match=says):

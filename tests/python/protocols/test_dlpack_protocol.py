@@ -4,6 +4,7 @@ to the numpy array the tensor was imported from (its address, shape, strides and
 reports them), never to the tensor's own properties or another export of it."""
 
 import ctypes
+import re
 
 import numpy as np
 import pytest
@@ -173,6 +174,15 @@ def test_a_dl_device_past_int32_is_an_overflow_error_naming_it(tensor, dl_device
     # It was read as -1 and refused as "cpu:-1", a device nobody asked for.
     with pytest.raises(OverflowError, match=rf"^dlpx: __dlpack__: dl_device: {says} does not fit DLPack's int32$"):
         tensor.__dlpack__(dl_device=dl_device, max_version=(1, 3))
+
+
+@pytest.mark.parametrize("keywords, says", [({"max_version": (2**70, 0)}, "max_version[0]"),
+                                            ({"max_version": (1, -2**64)}, "max_version[1]"),
+                                            ({"stream": 2**64}, "stream")])
+def test_an_int_past_64_bits_is_an_overflow_error_naming_it(tensor, keywords, says):
+    # As CPython (and numpy's __dlpack__) say of an int its C type cannot hold; it was a ValueError.
+    with pytest.raises(OverflowError, match=rf"^dlpx: __dlpack__: {re.escape(says)} does not fit in 64 bits$"):
+        tensor.__dlpack__(**keywords)
 
 
 # ---- copy: R10 ---------------------------------------------------------------------------
