@@ -94,31 +94,25 @@ unsafe fn delete_legacy(py: Python<'_>, managed: *mut DLManagedTensor) {
 /// longer frees it. A tensor of an unknown major version is deleted and refused (BufferError);
 /// one that fails validation stays in the capsule, whose destructor frees it.
 pub fn consume(py: Python<'_>, capsule: *mut PyObject) -> Result<Tensor> {
-    // SAFETY: GIL held; `capsule` is live. IsValid neither raises nor reads a wrong-typed object.
-    unsafe {
-        if (py.PyCapsule_IsValid)(capsule, VERSIONED.as_ptr()) != 0 {
-            let managed = (py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>();
-            let managed = NonNull::new(managed).ok_or_else(|| Error::buffer("capsule holds NULL"))?;
-            // Only the stable prefix (version, deleter) may be read before the version check.
-            if let Err(err) = crate::validate::check_major(crate::validate::major_of(managed.as_ptr())) {
-                mark_used(py, capsule, USED_VERSIONED)?;
-                delete_versioned(py, managed.as_ptr());
-                return Err(err);
-            }
-            mark_used(py, capsule, USED_VERSIONED)?;
-            // A tensor that fails validation goes back to the capsule, whose destructor frees it.
-            return Tensor::from_managed(managed).inspect_err(|_| {
-                let _ = mark_used(py, capsule, VERSIONED);
-            });
+    if let Some(managed) = claim::<DLManagedTensorVersioned>(py, capsule, VERSIONED, USED_VERSIONED, |_| true)? {
+        // Only the stable prefix (version, deleter) may be read before the version check.
+        // SAFETY: the capsule's live managed tensor, now the caller's.
+        if let Err(err) = crate::validate::check_major(unsafe { crate::validate::major_of(managed.as_ptr()) }) {
+            // SAFETY: taken above; deleted once, here.
+            unsafe { delete_versioned(py, managed.as_ptr()) };
+            return Err(err);
         }
-        if (py.PyCapsule_IsValid)(capsule, LEGACY.as_ptr()) != 0 {
-            let managed = (py.PyCapsule_GetPointer)(capsule, LEGACY.as_ptr()).cast::<DLManagedTensor>();
-            let managed = NonNull::new(managed).ok_or_else(|| Error::buffer("capsule holds NULL"))?;
-            mark_used(py, capsule, USED_LEGACY)?;
-            return Tensor::from_legacy(managed).inspect_err(|_| {
-                let _ = mark_used(py, capsule, LEGACY);
-            });
-        }
+        // A tensor that fails validation goes back to the capsule, whose destructor frees it.
+        // SAFETY: a major-1 managed tensor the capsule held.
+        return unsafe { Tensor::from_managed(managed) }.inspect_err(|_| {
+            let _ = mark_used(py, capsule, VERSIONED);
+        });
+    }
+    if let Some(managed) = claim::<DLManagedTensor>(py, capsule, LEGACY, USED_LEGACY, |_| true)? {
+        // SAFETY: the legacy managed tensor the capsule held.
+        return unsafe { Tensor::from_legacy(managed) }.inspect_err(|_| {
+            let _ = mark_used(py, capsule, LEGACY);
+        });
     }
     Err(bad_capsule(py, capsule))
 }
@@ -127,45 +121,64 @@ pub fn consume(py: Python<'_>, capsule: *mut PyObject) -> Result<Tensor> {
 /// renamed) when it is one dlpx can hand on as it is: major version 1, valid, strides given.
 /// None leaves the capsule as it was, for [`consume`] to import or refuse.
 pub fn take_versioned(py: Python<'_>, capsule: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
-    // SAFETY: GIL held; `capsule` is live; only the stable prefix is read before the version
-    // check, and a major-1 tensor is read whole only after it.
-    unsafe {
-        if (py.PyCapsule_IsValid)(capsule, VERSIONED.as_ptr()) == 0 {
-            return Ok(None);
+    claim::<DLManagedTensorVersioned>(py, capsule, VERSIONED, USED_VERSIONED, |managed| {
+        // SAFETY: the capsule's live managed tensor; only the stable prefix is read before the
+        // version check, and a major-1 tensor is read whole only after it.
+        unsafe {
+            crate::validate::major_of(managed.as_ptr()) == DLPACK_MAJOR_VERSION && {
+                let m = managed.as_ref();
+                matches!(crate::validate::check_imported(&m.dl_tensor, m.flags), Ok(None))
+            }
         }
-        let managed = (py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>();
-        let Some(managed) = NonNull::new(managed) else { return Ok(None) };
-        if crate::validate::major_of(managed.as_ptr()) != DLPACK_MAJOR_VERSION {
-            return Ok(None);
-        }
-        let m = managed.as_ref();
-        if !matches!(crate::validate::check_imported(&m.dl_tensor, m.flags), Ok(None)) {
-            return Ok(None);
-        }
-        mark_used(py, capsule, USED_VERSIONED)?;
-        Ok(Some(managed))
-    }
+    })
 }
 
 /// The legacy managed tensor in a `"dltensor"` capsule, taken out (the capsule renamed) and
 /// handed on in a versioned wrapper when it passes every import check and has strides
 /// (`legacy::wrap`). None leaves the capsule as it was, for [`consume`] to import or refuse.
 pub fn take_legacy(py: Python<'_>, capsule: *mut PyObject) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
-    // SAFETY: GIL held; `capsule` is live; the tensor is the capsule's until renamed, and goes
-    // back to it when it cannot be wrapped.
-    unsafe {
-        if (py.PyCapsule_IsValid)(capsule, LEGACY.as_ptr()) == 0 {
-            return Ok(None);
-        }
-        let managed = (py.PyCapsule_GetPointer)(capsule, LEGACY.as_ptr()).cast::<DLManagedTensor>();
-        let Some(managed) = NonNull::new(managed) else { return Ok(None) };
-        mark_used(py, capsule, USED_LEGACY)?;
-        let wrapped = crate::legacy::wrap(managed);
-        if wrapped.is_none() {
-            mark_used(py, capsule, LEGACY)?;
-        }
-        Ok(wrapped)
+    let Some(managed) = claim::<DLManagedTensor>(py, capsule, LEGACY, USED_LEGACY, |_| true)? else {
+        return Ok(None);
+    };
+    // SAFETY: the capsule's live legacy tensor, taken; it goes back to the capsule when it
+    // cannot be wrapped.
+    let wrapped = unsafe { crate::legacy::wrap(managed) };
+    if wrapped.is_none() {
+        mark_used(py, capsule, LEGACY)?;
     }
+    Ok(wrapped)
+}
+
+/// The tensor of a capsule named `name`, taken out: the capsule renamed `used` (its destructor
+/// no longer frees it) where `accept` takes the tensor. None where the capsule is not named
+/// `name` (consumed already, here or by another thread; another kind) or `accept` declines,
+/// the capsule left as it was. The check and the rename are one step, however many threads
+/// consume the capsule at once (`with_object_locked`): one of them takes the tensor, and its
+/// deleter runs once. `accept` runs no Python code.
+fn claim<T>(
+    py: Python<'_>,
+    capsule: *mut PyObject,
+    name: &CStr,
+    used: &'static CStr,
+    accept: impl FnOnce(NonNull<T>) -> bool,
+) -> Result<Option<NonNull<T>>> {
+    crate::cpython::with_object_locked(py, capsule, || {
+        // SAFETY: GIL held (or the capsule locked: this thread attached); `capsule` is live.
+        // IsValid neither raises nor reads a wrong-typed object, and is false for a NULL pointer.
+        unsafe {
+            if (py.PyCapsule_IsValid)(capsule, name.as_ptr()) == 0 {
+                return Ok(None);
+            }
+            let Some(tensor) = NonNull::new((py.PyCapsule_GetPointer)(capsule, name.as_ptr()).cast::<T>()) else {
+                return Ok(None);
+            };
+            if !accept(tensor) {
+                return Ok(None);
+            }
+            mark_used(py, capsule, used)?;
+            Ok(Some(tensor))
+        }
+    })
 }
 
 fn mark_used(py: Python<'_>, capsule: *mut PyObject, name: &'static CStr) -> Result<()> {

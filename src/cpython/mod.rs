@@ -15,6 +15,7 @@
 
 pub mod buffer;
 mod cells;
+mod critical;
 mod freelist;
 mod gil;
 pub mod layout;
@@ -25,6 +26,7 @@ mod raise;
 mod token;
 
 pub use cells::{racing_copy, FreeThreadedLock, GilCell, GilVar, SeqLock};
+pub use critical::with_object_locked;
 pub use freelist::Freelist;
 pub use gil::{released, without_gil, ExceptionGuard};
 pub use module_def::{create_module, RuntimeDef};
