@@ -218,4 +218,11 @@ impl<T: Copy> GilVar<T> {
     pub fn set(&self, py: Python<'_>, value: T) {
         self.0.write(py, |cell| *cell = value)
     }
+
+    /// Changes the value with `f` (no Python code) and gives the value it replaced: the read
+    /// and the write are one step among writers, where a `get` then a `set` let two threads
+    /// both replace the value they read (a free-threaded interpreter).
+    pub fn replace(&self, py: Python<'_>, f: impl FnOnce(T) -> T) -> T {
+        self.0.write(py, |cell| std::mem::replace(cell, f(*cell)))
+    }
 }

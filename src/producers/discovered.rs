@@ -51,10 +51,11 @@ impl<T: Copy + 'static> Discovered<T> {
         Some(found)
     }
 
-    /// Replaces what was found with what a read learnt about it since (the GIL held while it
-    /// read the old value and writes the new one, or another thread's finding may be lost: a
-    /// read re-reads with [`Discovered::get`] just before).
-    pub fn update(&self, py: Python<'_>, found: T) {
-        self.found.set(py, Some(found));
+    /// Replaces what was found with what a read learnt about it since (`learnt`, of what is
+    /// found now, no Python code) and gives what it replaced, in one step: two threads that
+    /// learn at once each replace what the other left, and each releases what it replaced
+    /// once. None (and `learnt` not called) while nothing is found.
+    pub fn update(&self, py: Python<'_>, learnt: impl FnOnce(T) -> T) -> Option<T> {
+        self.found.replace(py, |now| now.map(learnt))
     }
 }

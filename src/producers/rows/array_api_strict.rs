@@ -99,11 +99,14 @@ fn api_new_enough(py: Python<'_>, found: Found) -> bool {
     if text.as_str() < OLDEST_API_VERSION {
         return false;
     }
-    // The state as it is now (a lookup may run Python code, and another thread with it).
-    if let Some(now) = FOUND.get(py) {
-        FOUND.update(py, Found { api_version: version.into_ptr(), ..now });
+    // The state as it is now (a lookup may run Python code, and another thread with it): read
+    // and replaced in one step, so each thread releases only the reference it replaced.
+    let version = version.into_ptr();
+    match FOUND.update(py, |now| Found { api_version: version, ..now }) {
         // The reference the state held, now replaced (its release may run Python code).
-        py.decref(now.api_version);
+        Some(was) => py.decref(was.api_version),
+        // Nothing found to remember it in.
+        None => py.decref(version),
     }
     true
 }

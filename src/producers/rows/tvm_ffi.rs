@@ -193,10 +193,8 @@ fn handle_by_method_once(py: Python<'_>, object: *mut PyObject, found: Found) ->
         // SAFETY: `object` is a tvm_ffi.core.Tensor, the wrapper type the function reads.
         let agree = unsafe { *field(object) } == by_method.cast();
         // `__chandle__()` ran Python code: another thread's finding meanwhile stands, and
-        // either finding the function wrong leaves it unused.
-        let now = FOUND.get(py).unwrap_or(found);
-        let handle_ptr = now.handle_ptr.filter(|_| agree);
-        FOUND.update(py, Found { handle_ptr, accessor_checked: true, ..now });
+        // either finding the function wrong leaves it unused (read and written in one step).
+        FOUND.update(py, |now| Found { handle_ptr: now.handle_ptr.filter(|_| agree), accessor_checked: true, ..now });
     }
     Some(by_method)
 }
