@@ -160,14 +160,18 @@ class stream:
         entry = _Entry(self._device, previous, blocks.setdefault(self._device, []))
         with _LOCK:
             entry.blocks.append(entry)
-        self._entries.append(entry)
+            self._entries.append(entry)
         return self._handle
 
     def __exit__(self, *exception: Any) -> None:
-        # This object's entries all name one stream: whichever is taken, the one left last
-        # restores what was current before the first.
-        entry = self._entries.pop()
+        # This thread's latest entry into this object (another thread's block in it is that
+        # thread's to leave); another thread's only where this one has none (a block left on
+        # another thread than entered it). This thread's entries all name one stream:
+        # whichever is taken, the one left last restores what was current before the first.
+        me = threading.get_ident()
         with _LOCK:
+            mine = [i for i, e in enumerate(self._entries) if e.thread == me]
+            entry = self._entries.pop(mine[-1] if mine else -1)
             at = next(i for i, e in enumerate(entry.blocks) if e is entry)
             innermost = at == len(entry.blocks) - 1
             if not innermost:

@@ -172,6 +172,37 @@ def test_a_block_object_may_be_entered_again_and_twice_at_once():
     assert dlpx.cuda.current_stream() == 0
 
 
+def test_one_block_object_entered_by_two_threads_restores_each_thread_s_stream():
+    # A leaving took the object's latest entry, whoever made it: the first thread out took the
+    # second's, and neither thread's stream was restored.
+    import threading
+
+    shared = dlpx.cuda.stream(0xAB00)
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with shared:
+            a_in.set()
+            b_in.wait()
+        seen["a"] = dlpx.cuda.current_stream()
+        a_out.set()
+
+    def b():
+        a_in.wait()
+        with shared:
+            b_in.set()
+            a_out.wait()
+        seen["b"] = dlpx.cuda.current_stream()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == {"a": 0, "b": 0}
+
+
 def test_a_block_left_on_another_thread_leaves_that_thread_s_stream_alone():
     block = dlpx.cuda.stream(0xE000)
     block.__enter__()
