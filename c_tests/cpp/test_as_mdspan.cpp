@@ -100,6 +100,17 @@ int main() {
     auto mg = dlpx::as_mdspan<float, 2>(g.t);
     CHECK(int64_t(mg.stride(0)) > 0 && int64_t(mg.stride(1)) > 0);
   });
+  check::run("empty_with_extents_whose_product_passes_int64", [&] {
+    // No element, so no span: the product of the other extents (2^64) is no stride either.
+    const int64_t big = int64_t(1) << 62;
+    for (bool null_strides : {true, false}) {
+      Fixture f(nullptr, f32, {big, 4, 0}, {4, 1, 1}, null_strides);
+      auto md = dlpx::as_mdspan<float, 3>(f.t);
+      CHECK_EQ(int64_t(md.extent(0)), big);
+      CHECK_EQ(int64_t(md.extent(2)), int64_t(0));
+      CHECK(int64_t(md.stride(0)) > 0 && int64_t(md.stride(1)) > 0 && int64_t(md.stride(2)) > 0);
+    }
+  });
   check::run("extent_one_strides_are_normalised", [&] {
     // torch: x.expand(1, 3) or x[:, None] leave odd strides on extent-1 dims.
     Fixture f(buf, f32, {3, 1, 4}, {4, 0, 1});

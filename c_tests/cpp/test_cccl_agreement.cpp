@@ -34,6 +34,7 @@
 #include <utility>
 
 #include "check.hpp"
+#include "fixture.hpp"
 
 namespace {
 
@@ -255,6 +256,30 @@ int main() {
 
   // ---- Documented differences: dlpx follows spec 004 / DLPack here. ----
 
+  check::run("difference_a_mapping_s_offset_is_kept", [] {
+    // cuda::to_host_mdspan's default layout (layout_stride_relaxed) keeps a DLTensor's
+    // byte_offset, or a reversed view's start, as its mapping's offset: element 0 is
+    // data_handle() + mapping()(0). dlpx's DLTensor starts at element 0; CCCL's
+    // cuda::to_dlpack_tensor (13.x) takes data_handle() as element 0 and loses the offset.
+    float buf[6] = {0, 1, 2, 3, 4, 5};
+    Fixture f(buf, dlpx::dtype_of<float>(), {4}, {1});
+    f.t.byte_offset = 2 * sizeof(float);
+    auto md = cuda::to_host_mdspan<float, 1>(f.t);
+    CHECK_EQ(md(0), 2.0f);
+    auto h = dlpx::to_dltensor(md);
+    const DLTensor& u = h.get();
+    CHECK(static_cast<float*>(u.data) + u.byte_offset / sizeof(float) == &buf[2]);
+    auto c = cuda::to_dlpack_tensor(md);
+    CHECK(static_cast<float*>(c.get().data) + c.get().byte_offset / sizeof(float) == &buf[0]);
+    // A reversed view: elements buf[5], buf[4], buf[3], from buf + 3 with offset 2.
+    using E = cuda::std::dims<1, int64_t>;
+    using M = cuda::layout_stride_relaxed::mapping<E, cuda::steps<1, int64_t>>;
+    cuda::host_mdspan<float, E, cuda::layout_stride_relaxed> reversed(buf + 3, M(E(3), cuda::steps<1, int64_t>(-1), 2));
+    auto r = dlpx::to_dltensor(reversed);
+    const float* first = static_cast<const float*>(r.get().data);
+    CHECK(first == &buf[5] && r.get().strides[0] == -1);
+    for (int64_t i = 0; i < 3; ++i) CHECK_EQ(first[i * r.get().strides[0]], reversed(i));
+  });
   check::run("difference_zero_size_tensors_round_trip", [] {
     // Both produce data = NULL for a zero-size view (spec 004). CCCL's own
     // to_host_mdspan then refuses that tensor ("data must be non-null");

@@ -90,6 +90,28 @@ int main() {
     Fixture h(buf, f32, {2, -3}, {1, 1});
     CHECK_THROWS(dlpx::Error, "shape[1] = -3 is negative", dlpx::TensorView(h.t).numel());
   });
+  check::run("numel_of_an_empty_tensor_is_zero_wherever_its_zero_is", [&] {
+    // The extents before the 0 multiply past int64_t: the count is 0 all the same.
+    const int64_t big = int64_t(1) << 62;
+    Fixture first(nullptr, f32, {0, big, 4}, {}, true);
+    Fixture last(nullptr, f32, {big, 4, 0}, {}, true);
+    CHECK_EQ(dlpx::TensorView(first.t).numel(), int64_t(0));
+    CHECK_EQ(dlpx::TensorView(last.t).numel(), int64_t(0));
+    CHECK_EQ(dlpx::TensorView(last.t).nbytes(), int64_t(0));
+  });
+  check::run("nbytes_fits_where_the_bytes_do", [&] {
+    // 2^60 float32s (a broadcast: torch.empty(1).expand(2**60)) are 2^62 bytes, though 2^65 bits.
+    Fixture f(buf, f32, {int64_t(1) << 60}, {0});
+    CHECK_EQ(dlpx::TensorView(f.t).nbytes(), int64_t(1) << 62);
+    Fixture f4(buf, DLDataType{kDLFloat4_e2m1fn, 4, 1}, {(int64_t(1) << 62) + 3}, {1});
+    CHECK_EQ(dlpx::TensorView(f4.t).nbytes(), (int64_t(1) << 61) + 2);
+  });
+  check::run("nbytes_of_padded_subbyte_is_a_byte_a_value", [&] {
+    // As data<T>() reads the flag: one fp4 value a byte.
+    Fixture f4(buf, DLDataType{kDLFloat4_e2m1fn, 4, 1}, {8}, {1});
+    CHECK_EQ(dlpx::TensorView(f4.t, DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED).nbytes(), int64_t(8));
+    CHECK_EQ(dlpx::TensorView(f4.t).nbytes(), int64_t(4));
+  });
   check::run("null_strides_mean_row_major", [&] {
     Fixture f(buf, f32, {2, 3, 4}, {}, true);
     dlpx::TensorView v(f.t);

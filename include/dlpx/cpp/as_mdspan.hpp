@@ -6,6 +6,7 @@
 
 #include <dlpx/cpp/dtype.hpp>
 #include <dlpx/cpp/error.hpp>
+#include <dlpx/cpp/integers.hpp>
 #include <dlpx/cpp/tensor_view.hpp>
 #include <dlpx/dlpack.h>
 
@@ -195,6 +196,14 @@ mdspan_t<T, Rank> make_mdspan(T* data, const std::array<int64_t, Rank>& e, const
 #endif
 }
 
+/// Compact row-major strides of extents `e`, each positive, as layout_stride needs.
+template <std::size_t Rank>
+std::array<int64_t, Rank> compact_strides(const std::array<int64_t, Rank>& e) {
+  std::array<int64_t, Rank> s{};
+  if (!row_major_strides(e, 1, &s)) as_mdspan_fail("ValueError", "the shape overflows int64_t");
+  return s;
+}
+
 template <class T, std::size_t Rank>
 mdspan_t<T, Rank> as_mdspan_impl(const DLTensor& t, DLDeviceType device_type, uint64_t flags) {
   constexpr DLDataType want = dtype_of<T>();
@@ -243,11 +252,7 @@ mdspan_t<T, Rank> as_mdspan_impl(const DLTensor& t, DLDeviceType device_type, ui
       for (std::size_t i = 0; i < Rank; ++i) s[i] = t.strides[i];
     } else {
       // NULL strides (DLPack < 1.2) mean compact row-major.
-      int64_t acc = 1;
-      for (std::size_t k = Rank; k-- > 0;) {
-        s[k] = acc;
-        if (!mul_ok(acc, e[k] > 0 ? e[k] : 1, &acc)) as_mdspan_fail("ValueError", "the shape overflows int64_t");
-      }
+      s = compact_strides(e);
     }
     if (!is_layout_stride(e, s)) {
       // The stride of an extent-1 (or empty) dimension never moves the
@@ -270,11 +275,7 @@ mdspan_t<T, Rank> as_mdspan_impl(const DLTensor& t, DLDeviceType device_type, ui
                                        "overlap or interleave), and a span that does not overflow int64_t");
         }
         // No element is reachable: any valid strides describe it.
-        int64_t acc = 1;
-        for (std::size_t k = Rank; k-- > 0;) {
-          s[k] = acc;
-          if (!mul_ok(acc, e[k] > 0 ? e[k] : 1, &acc)) as_mdspan_fail("ValueError", "the shape overflows int64_t");
-        }
+        s = compact_strides(e);
       }
     }
   }

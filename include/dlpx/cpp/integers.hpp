@@ -1,9 +1,12 @@
 // dlpx C++ layer: the integer checks the other headers share: a product of
-// extents that must stay in int64_t, an integer of any width that must fit
-// int64_t (a shape from a container of uint64_t or __int128), and its text.
+// extents that must stay in int64_t, compact row-major strides, an integer of
+// any width that must fit int64_t (a shape from a container of uint64_t or
+// __int128), and its text.
 #ifndef DLPX_CPP_INTEGERS_HPP_
 #define DLPX_CPP_INTEGERS_HPP_
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -16,6 +19,21 @@ namespace detail {
 inline bool mul_nonneg(int64_t a, int64_t b, int64_t* out) noexcept {
   if (a != 0 && b > std::numeric_limits<int64_t>::max() / a) return false;
   *out = a * b;
+  return true;
+}
+
+// The compact row-major strides of `shape` (extents >= 0) into *out, an extent of 0 counted as
+// `empty_as` (0: an empty tensor's strides as DLPack and numpy spell them; 1: positive, as a
+// layout_stride mapping needs); false where a stride leaves int64_t. The product of all the
+// extents is no stride: only the inner ones must fit ({2^62, 4, 0} has strides).
+template <std::size_t Rank>
+bool row_major_strides(const std::array<int64_t, Rank>& shape, int64_t empty_as,
+                       std::array<int64_t, Rank>* out) noexcept {
+  int64_t s = 1;
+  for (std::size_t k = Rank; k-- > 0;) {
+    (*out)[k] = s;
+    if (k > 0 && !mul_nonneg(s, shape[k] != 0 ? shape[k] : empty_as, &s)) return false;
+  }
   return true;
 }
 

@@ -131,30 +131,42 @@ class TensorView {
   /// Number of elements; throws dlpx::Error (ValueError) for a negative
   /// extent or a count beyond int64_t.
   int64_t numel() const {
-    int64_t n = 1;
+    bool empty = false;
     for (int32_t i = 0; i < t_->ndim; ++i) {
       const int64_t e = t_->shape[i];
       if (e < 0) {
         detail::throw_error("ValueError",
                             "dlpx: TensorView: shape[" + std::to_string(i) + "] = " + std::to_string(e) + " is negative");
       }
-      if (!detail::mul_nonneg(n, e, &n)) {
+      empty = empty || e == 0;
+    }
+    // An extent of 0 anywhere makes 0, whatever the others multiply to.
+    if (empty) return 0;
+    int64_t n = 1;
+    for (int32_t i = 0; i < t_->ndim; ++i) {
+      if (!detail::mul_nonneg(n, t_->shape[i], &n)) {
         detail::throw_error("ValueError", "dlpx: TensorView: the number of elements overflows int64_t");
       }
     }
     return n;
   }
 
-  /// Bytes spanned by `numel()` compact elements; sub-byte types (fp6, fp4)
-  /// count as packed, ceil(numel * bits * lanes / 8), which is DLPack's
-  /// default when IS_SUBBYTE_TYPE_PADDED is not set.
+  /// Bytes spanned by `numel()` compact elements: bits * lanes / 8 each, and
+  /// sub-byte types (fp6, fp4) packed, ceil(numel * bits * lanes / 8), unless
+  /// the view's flags say IS_SUBBYTE_TYPE_PADDED (one byte a value), as
+  /// `data<T>()` reads them. Throws dlpx::Error (ValueError) past int64_t.
   int64_t nbytes() const {
-    const int64_t bits_per_element = static_cast<int64_t>(t_->dtype.bits) * t_->dtype.lanes;
-    int64_t bits = 0;
-    if (!detail::mul_nonneg(numel(), bits_per_element, &bits)) {
+    const bool padded = (flags_ & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0;
+    const int64_t bits = detail::storage_bits_of(t_->dtype, padded);
+    // numel * bits / 8 as (numel / 8) * bits + ceil((numel % 8) * bits / 8): exact, and it
+    // overflows only where the byte count does (not 8 times sooner, as the bit count did).
+    const int64_t n = numel();
+    int64_t whole = 0;
+    const int64_t rest = ((n % 8) * bits + 7) / 8;
+    if (!detail::mul_nonneg(n / 8, bits, &whole) || whole > std::numeric_limits<int64_t>::max() - rest) {
       detail::throw_error("ValueError", "dlpx: TensorView: the size in bytes overflows int64_t");
     }
-    return bits / 8 + (bits % 8 != 0 ? 1 : 0);
+    return whole + rest;
   }
 
   /// True when the elements are compact and row-major (C order). Extents of

@@ -120,14 +120,7 @@ int64_t checked_stride(std::size_t i, I v) {
 template <std::size_t Rank>
 std::array<int64_t, Rank> row_major_strides(const std::array<int64_t, Rank>& shape) {
   std::array<int64_t, Rank> strides{};
-  int64_t s = 1;
-  for (std::size_t k = Rank; k-- > 0;) {
-    strides[k] = s;
-    // The product of all extents is not a stride: only k > 0 must fit.
-    if (k == 0) break;
-    if (shape[k] != 0 && s > std::numeric_limits<int64_t>::max() / shape[k]) throw_stride_overflow();
-    s *= shape[k];
-  }
+  if (!row_major_strides(shape, 0, &strides)) throw_stride_overflow();
   return strides;
 }
 
@@ -149,6 +142,34 @@ DLTensorHolder<Rank> make_holder(T* data, DLDevice device, const std::array<int6
   return DLTensorHolder<Rank>(p, device, dtype_of<U>(), shape, strides);
 }
 
+// The offset of element (0, ..., 0) from `data_handle()`, in elements: its mapping's, which
+// is not 0 for cuda::layout_stride_relaxed (cuda::to_host_mdspan's default: an offset, and
+// negative strides); 0 for a view without a `mapping()` (dlpx::StridedView). Asked only of a
+// view with elements (a mapping takes no index of an empty extent).
+template <class M, std::size_t... I>
+auto first_element_offset(const M& md, std::index_sequence<I...>, int) -> decltype(md.mapping()(((void)I, 0)...)) {
+  return md.mapping()(((void)I, 0)...);
+}
+template <class M, std::size_t... I>
+int first_element_offset(const M&, std::index_sequence<I...>, long) {
+  return 0;
+}
+
+}  // namespace detail
+
+// What `to_dltensor(md)` defaults to depends on whether <cuda/mdspan> came first, which may
+// differ between two files of one program: each way is its own inline namespace, so the two are
+// different functions (one name for both broke the one-definition rule, and the linker kept
+// whichever it met first for every file).
+#if defined(_CUDA___MDSPAN_HOST_DEVICE_ACCESSOR_H)
+#define DLPX_DETAIL_DEFAULT_DEVICE_NS after_cuda_mdspan
+#else
+#define DLPX_DETAIL_DEFAULT_DEVICE_NS without_cuda_mdspan
+#endif
+
+namespace detail {
+inline namespace DLPX_DETAIL_DEFAULT_DEVICE_NS {
+
 #if defined(_CUDA___MDSPAN_HOST_DEVICE_ACCESSOR_H)
 template <class M>
 constexpr DLDevice default_device() noexcept {
@@ -169,13 +190,15 @@ constexpr DLDevice default_device() noexcept {
 }
 #endif
 
+}  // inline namespace DLPX_DETAIL_DEFAULT_DEVICE_NS
 }  // namespace detail
 
 /// A non-owning DLTensor of any mdspan-like view — std::mdspan,
 /// cuda::std::mdspan, cuda::host/device/managed_mdspan, Kokkos' mdspan,
 /// dlpx::StridedView: anything with a constant `rank()`, `extent(i)`,
 /// `stride(i)` and a pointer `data_handle()` — on `device`. `data` is NULL when
-/// the view has no elements; `byte_offset` is 0. Throws std::invalid_argument
+/// the view has no elements, else element (0, ..., 0): `data_handle()` plus
+/// its mapping's offset; `byte_offset` is 0. Throws std::invalid_argument
 /// when an extent or stride does not fit in int64_t. Allocates nothing.
 template <class M, std::enable_if_t<detail::is_mdspan_like<M>::value, int> = 0>
 DLTensorHolder<M::rank()> to_dltensor(const M& md, DLDevice device) {
@@ -190,16 +213,20 @@ DLTensorHolder<M::rank()> to_dltensor(const M& md, DLDevice device) {
       strides[i] = detail::checked_stride(i, md.stride(i));
     }
   }
-  return detail::make_holder(md.data_handle(), device, shape, strides);
+  auto* data = md.data_handle();
+  if (!detail::has_zero_extent(shape)) data += detail::first_element_offset(md, std::make_index_sequence<rank>{}, 0);
+  return detail::make_holder(data, device, shape, strides);
 }
 
 /// `to_dltensor(md, device)` on the device the view's type implies: CPU,
 /// except cuda::managed_mdspan (cuda_managed:0) when <cuda/mdspan> came
 /// first; a cuda::device_mdspan must name its device.
+inline namespace DLPX_DETAIL_DEFAULT_DEVICE_NS {
 template <class M, std::enable_if_t<detail::is_mdspan_like<M>::value, int> = 0>
 DLTensorHolder<M::rank()> to_dltensor(const M& md) {
-  return to_dltensor(md, detail::default_device<M>());
+  return ::dlpx::to_dltensor(md, detail::default_device<M>());
 }
+}  // inline namespace DLPX_DETAIL_DEFAULT_DEVICE_NS
 
 /// A non-owning, row-major DLTensor of `Rank` extents at `data`:
 /// `to_dltensor(p, {2, 3})`. Extents must be non-negative.
