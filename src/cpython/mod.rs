@@ -31,7 +31,7 @@ pub use freelist::Freelist;
 pub use gil::{released, without_gil, ExceptionGuard};
 pub use module_def::{create_module, RuntimeDef};
 pub use objects::{
-    attribute, fastcall_as_cfunction, immortalise_if_free_threaded, imported_module, int_tuple, interned,
+    attribute, dict_item, fastcall_as_cfunction, immortalise_if_free_threaded, imported_module, int_tuple, interned,
     interned_attribute, is_str, is_tuple, is_type, name_of_type, shown, type_name, type_of, type_of_unchecked,
     vectorcall_method, CStatic, FastCallKeywords, Interned, VectorcallMethod, METH_FASTCALL,
 };

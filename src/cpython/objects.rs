@@ -242,3 +242,41 @@ pub fn immortalise_if_free_threaded(py: Python<'_>, object: *mut PyObject) {
         };
     }
 }
+
+type GetItemRef = unsafe extern "C" fn(*mut PyObject, *mut PyObject, *mut *mut PyObject) -> c_int;
+
+/// The interpreter's `PyDict_GetItemRef` (3.13 on), once looked up.
+static DICT_GET_ITEM_REF: OnceCell<Option<GetItemRef>> = OnceCell::new();
+
+/// `dict[key]` as a new reference, None when absent. Where the interpreter has
+/// `PyDict_GetItemRef` (3.13 on, every free-threaded one) the reference is taken by the lookup
+/// itself: a borrowed item of a dict another thread changes may be freed before it is counted
+/// (docs/design.md, "Free-threaded CPython": borrowed references come only from tuples). Before
+/// 3.13 the GIL is held across the borrowed lookup and the count.
+pub fn dict_item<'py>(py: Python<'py>, dict: *mut PyObject, key: *mut PyObject) -> Result<Option<Owned<'py>>> {
+    let get_item_ref = *DICT_GET_ITEM_REF.get_or_init(|| {
+        // SAFETY: `int PyDict_GetItemRef(PyObject *, PyObject *, PyObject **)` of the running
+        // interpreter, where it has one.
+        lookup("PyDict_GetItemRef\0").ok().map(|f| unsafe { std::mem::transmute::<*mut c_void, GetItemRef>(f) })
+    });
+    let Some(get_item_ref) = get_item_ref else {
+        // SAFETY: GIL held (no free-threaded interpreter lacks PyDict_GetItemRef); a live dict
+        // and key; the result is borrowed (NULL when absent, with an exception only when the
+        // lookup failed) and counted at once.
+        let value = unsafe { (py.PyDict_GetItemWithError)(dict, key) };
+        return match std::ptr::NonNull::new(value) {
+            Some(v) => Ok(Some(Owned::from_borrowed(py, v))),
+            // SAFETY: GIL held.
+            None if unsafe { (py.PyErr_Occurred)() }.is_null() => Ok(None),
+            None => Err(crate::error::Error::python_pending()),
+        };
+    };
+    let mut value = std::ptr::null_mut();
+    // SAFETY: the thread attached (the token); a live dict and key; `value` is written with a
+    // new reference when the result is 1.
+    match unsafe { get_item_ref(dict, key, &mut value) } {
+        1 => Owned::new(py, value).map(Some),
+        0 => Ok(None),
+        _ => Err(crate::error::Error::python_pending()),
+    }
+}

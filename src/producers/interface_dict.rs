@@ -175,16 +175,7 @@ pub fn interface_of<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> R
 
 /// `dict[key]` as a new reference, None when absent.
 fn get<'py>(py: Python<'py>, dict: *mut PyObject, key: &Interned) -> Result<Option<Owned<'py>>> {
-    let key = key.get(py)?;
-    // SAFETY: GIL held; a live dict and key; the result is borrowed (NULL when absent, with an
-    // exception only when the lookup failed) and a new reference is taken at once.
-    let value = unsafe { (py.PyDict_GetItemWithError)(dict, key) };
-    match std::ptr::NonNull::new(value) {
-        Some(v) => Ok(Some(Owned::from_borrowed(py, v))),
-        // SAFETY: GIL held.
-        None if unsafe { (py.PyErr_Occurred)() }.is_null() => Ok(None),
-        None => Err(Error::python_pending()),
-    }
+    crate::cpython::dict_item(py, dict, key.get(py)?)
 }
 
 fn is_tuple(py: Python<'_>, object: *mut PyObject) -> bool {
