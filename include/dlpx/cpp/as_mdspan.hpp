@@ -60,7 +60,9 @@ class StridedView {
   using data_handle_type = T*;
   using reference = T&;
 
-  /// An empty view (no data, all extents 0).
+  /// A view of nothing: no data, every extent 0, so no element (of rank 0 it
+  /// has no extent to be 0, and `size()` counts the one element a rank-0 view
+  /// has: give it data before reading it, as std::mdspan has no such view).
   constexpr StridedView() noexcept = default;
   /// A view of `data` with the given extents and strides (in elements); the
   /// caller vouches that they describe valid, distinct elements.
