@@ -72,13 +72,10 @@ impl Guard {
         } else {
             State::Trusted
         };
-        // Another thread may have decided meanwhile (the lookups run Python code): an "off"
-        // verdict stays.
-        match self.state.get(py) {
-            State::Unknown => {
-                self.state.set(py, state);
-                state
-            }
+        // Another thread may have decided meanwhile (the lookups run Python code): its verdict
+        // stays, an "off" one above all (read and written in one step).
+        match self.state.replace(py, |now| if now == State::Unknown { state } else { now }) {
+            State::Unknown => state,
             known => known,
         }
     }
@@ -95,13 +92,15 @@ impl Guard {
     /// `DLPX_DIRECT_STRICT`, is an error that leaves the read undecided, so that every later
     /// object is checked, and fails, again: a caller that swallows one error hides nothing.
     fn verdict(&self, py: Python<'_>, difference: Option<String>) -> Result<()> {
-        match (self.state.get(py), difference) {
-            (State::Off, _) => Ok(()),
-            (_, None) => {
-                self.state.set(py, State::Trusted);
+        match difference {
+            // Agreement trusts the read unless another thread's check turned it off meanwhile
+            // (read and written in one step: two steps let "trusted" overwrite "off").
+            None => {
+                self.state.replace(py, |now| if now == State::Off { now } else { State::Trusted });
                 Ok(())
             }
-            (_, Some(difference)) => self.disagreed(py, &difference),
+            Some(_) if self.state.get(py) == State::Off => Ok(()),
+            Some(difference) => self.disagreed(py, &difference),
         }
     }
 
