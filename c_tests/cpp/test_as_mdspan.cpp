@@ -100,6 +100,11 @@ int main() {
     auto mg = dlpx::as_mdspan<float, 2>(g.t);
     CHECK(int64_t(mg.stride(0)) > 0 && int64_t(mg.stride(1)) > 0);
   });
+  check::run("a_shape_whose_count_passes_int64_is_refused_as_such", [&] {
+    float one = 0;
+    Fixture f(&one, f32, {int64_t(1) << 62, 4}, {}, true);
+    CHECK_THROWS(dlpx::Error, "the shape overflows int64_t", (dlpx::as_mdspan<float, 2>(f.t)));
+  });
   check::run("empty_with_extents_whose_product_passes_int64", [&] {
     // No element, so no span: the product of the other extents (2^64) is no stride either.
     const int64_t big = int64_t(1) << 62;

@@ -323,26 +323,28 @@ int guarded(DlpxCall *call) noexcept {
  * std::terminate.
  */
 #define DLPX_EXPORT_KERNEL_WITH_FLAGS(name, function, signature, flags) \
-  DLPX_EXPORT_KERNEL_NAMED_(dlpx_kernel_##name, #name, function, signature, flags)
+  DLPX_EXPORT_KERNEL_NAMED_(dlpx_kernel_export_##name, dlpx_kernel_register_##name, #name, function, signature, flags)
 
 /* Each public macro spells the name as written (`#name`) and pastes the identifiers it makes
- * from it (`dlpx_kernel_##name`), where it is an argument: passed on, a name that is also a
- * macro (`bool` with <stdbool.h>, `linux` and `unix` in GNU C, both 1) would be expanded first.
- * `id` names what one export defines: `id##_export` and `id##_register`. */
-#define DLPX_EXPORT_KERNEL_NAMED_(id, name_text, function, signature, flags)                      \
-  static DlpxKernelExport id##_export = {                                                         \
+ * from it, where it is an argument: passed on, a name that is also a macro (`bool` with
+ * <stdbool.h>, `linux` and `unix` in GNU C, both 1) would be expanded first. Each identifier
+ * is a prefix of its own and the name, so no two kernels' identifiers meet (a suffix would:
+ * `foo` and `foo_export`). */
+#define DLPX_EXPORT_KERNEL_NAMED_(export_id, register_id, name_text, function, signature, flags)  \
+  static DlpxKernelExport export_id = {                                                           \
       DLPX_KERNEL_ABI_VERSION, (flags), name_text, signature, DLPX_KERNEL_GUARDED_(function), 0}; \
-  __attribute__((constructor)) static void id##_register(void) {                                  \
-    id##_export.next = dlpx_kernel_library_record.first;                                          \
-    dlpx_kernel_library_record.first = &id##_export;                                              \
+  __attribute__((constructor)) static void register_id(void) {                                    \
+    export_id.next = dlpx_kernel_library_record.first;                                            \
+    dlpx_kernel_library_record.first = &export_id;                                                \
   }
 
 /** Exports a kernel that runs without the GIL (the default: see DLPX_KERNEL_FLAG_SHORT). */
 #define DLPX_EXPORT_KERNEL(name, function, signature) \
-  DLPX_EXPORT_KERNEL_NAMED_(dlpx_kernel_##name, #name, function, signature, 0)
+  DLPX_EXPORT_KERNEL_NAMED_(dlpx_kernel_export_##name, dlpx_kernel_register_##name, #name, function, signature, 0)
 
 /** Exports a kernel that keeps the GIL: one that returns sooner than releasing it would take. */
-#define DLPX_EXPORT_KERNEL_SHORT(name, function, signature) \
-  DLPX_EXPORT_KERNEL_NAMED_(dlpx_kernel_##name, #name, function, signature, DLPX_KERNEL_FLAG_SHORT)
+#define DLPX_EXPORT_KERNEL_SHORT(name, function, signature)                                                     \
+  DLPX_EXPORT_KERNEL_NAMED_(dlpx_kernel_export_##name, dlpx_kernel_register_##name, #name, function, signature, \
+                            DLPX_KERNEL_FLAG_SHORT)
 
 #endif /* DLPX_KERNEL_H */

@@ -1114,36 +1114,37 @@ int invoke(DlpxCall* raw) noexcept {
 }  // namespace detail
 }  // namespace dlpx
 
-/* Each public macro spells the name as written (`#name`) and pastes the identifier it makes
- * (`dlpx_typed_kernel_##name`) where it is an argument, as dlpx/kernel.h's do: passed on, a name
- * that is also a macro would be expanded first. `id` is the typed kernel's C function, `id##_signature`
- * its signature. */
-#define DLPX_EXPORT_TYPED_KERNEL_NAMED_(id, name_text, function, signature, flags)                                  \
-  static_assert(::dlpx::detail::function_traits<decltype(&function)>::ok,                                           \
-                "DLPX_EXPORT_TYPED_KERNEL(" name_text "): " #function " must be a function (not an overload set)"); \
-  static_assert(::dlpx::detail::sig::kernel_name(signature) == name_text,                                           \
-                "DLPX_EXPORT_TYPED_KERNEL(" name_text "): the signature must begin with " name_text "(");           \
-  static_assert(::dlpx::detail::arity_of<decltype(&function)>() == ::dlpx::detail::sig::count(signature),           \
-                "DLPX_EXPORT_TYPED_KERNEL(" name_text "): " #function                                               \
-                " takes a different number of parameters (after dlpx::Call&) than the signature lists");            \
-  static_assert(::dlpx::detail::parameter_that_does_not_fit<decltype(&function)>(signature) == -1,                  \
-                "DLPX_EXPORT_TYPED_KERNEL(" name_text "): a parameter's C++ type does not take its signature type " \
-                "(tensor: dlpx::TensorView, dlpx::TensorArg or dlpx::mdspan_t<T, R>; int: int64_t; float: double; " \
-                "bool: bool; str: std::string_view; T | None: std::optional<...>; *name: dlpx::TensorList; "        \
-                "a default the type holds)");                                                                       \
-  static_assert(::dlpx::detail::result_fits<decltype(&function)>(),                                                 \
-                "DLPX_EXPORT_TYPED_KERNEL(" name_text "): " #function                                               \
-                " must return void, dlpx::OutputTensor, an integer (64 bits at most), a floating-point number, "    \
-                "bool or a std::tuple of two or more of them (not nested)");                                        \
-  static_assert(::dlpx::detail::returns_as_annotated<decltype(&function)>(signature),                               \
-                "DLPX_EXPORT_TYPED_KERNEL(" name_text "): the signature's return annotation is not what " #function \
-                " returns (tensor: dlpx::OutputTensor; int, float, bool: those; None: void; tuple[...]: a "         \
-                "std::tuple of as many)");                                                                          \
-  static constexpr char id##_signature[] = signature;                                                               \
-  static int id(DlpxCall* call) noexcept {                                                                          \
-    return ::dlpx::detail::invoke<&function, id##_signature>(call);                                                 \
-  }                                                                                                                 \
-  DLPX_EXPORT_KERNEL_NAMED_(id, name_text, id, id##_signature, flags)
+/* Each public macro spells the name as written (`#name`) and pastes the identifiers it makes
+ * from it where it is an argument, as dlpx/kernel.h's do (a name that is a macro, passed on,
+ * would be expanded first), each a prefix of its own and the name: the typed kernel's C function
+ * (`fn_id`), its signature (`signature_id`), and the export's two (`export_id`, `register_id`). */
+#define DLPX_EXPORT_TYPED_KERNEL_NAMED_(fn_id, signature_id, export_id, register_id, name_text, function, signature, \
+                                        flags)                                                                       \
+  static_assert(::dlpx::detail::function_traits<decltype(&function)>::ok,                                            \
+                "DLPX_EXPORT_TYPED_KERNEL(" name_text "): " #function " must be a function (not an overload set)");  \
+  static_assert(::dlpx::detail::sig::kernel_name(signature) == name_text,                                            \
+                "DLPX_EXPORT_TYPED_KERNEL(" name_text "): the signature must begin with " name_text "(");            \
+  static_assert(::dlpx::detail::arity_of<decltype(&function)>() == ::dlpx::detail::sig::count(signature),            \
+                "DLPX_EXPORT_TYPED_KERNEL(" name_text "): " #function                                                \
+                " takes a different number of parameters (after dlpx::Call&) than the signature lists");             \
+  static_assert(::dlpx::detail::parameter_that_does_not_fit<decltype(&function)>(signature) == -1,                   \
+                "DLPX_EXPORT_TYPED_KERNEL(" name_text "): a parameter's C++ type does not take its signature type "  \
+                "(tensor: dlpx::TensorView, dlpx::TensorArg or dlpx::mdspan_t<T, R>; int: int64_t; float: double; "  \
+                "bool: bool; str: std::string_view; T | None: std::optional<...>; *name: dlpx::TensorList; "         \
+                "a default the type holds)");                                                                        \
+  static_assert(::dlpx::detail::result_fits<decltype(&function)>(),                                                  \
+                "DLPX_EXPORT_TYPED_KERNEL(" name_text "): " #function                                                \
+                " must return void, dlpx::OutputTensor, an integer (64 bits at most), a floating-point number, "     \
+                "bool or a std::tuple of two or more of them (not nested)");                                         \
+  static_assert(::dlpx::detail::returns_as_annotated<decltype(&function)>(signature),                                \
+                "DLPX_EXPORT_TYPED_KERNEL(" name_text "): the signature's return annotation is not what " #function  \
+                " returns (tensor: dlpx::OutputTensor; int, float, bool: those; None: void; tuple[...]: a "          \
+                "std::tuple of as many)");                                                                           \
+  static constexpr char signature_id[] = signature;                                                                  \
+  static int fn_id(DlpxCall* call) noexcept {                                                                        \
+    return ::dlpx::detail::invoke<&function, signature_id>(call);                                                    \
+  }                                                                                                                  \
+  DLPX_EXPORT_KERNEL_NAMED_(export_id, register_id, name_text, fn_id, signature_id, flags)
 
 /**
  * Exports the C++ function `function` (a function, not an overload set) as the kernel `name`
@@ -1155,15 +1156,21 @@ int invoke(DlpxCall* raw) noexcept {
  * parameter's type (the compiler's note gives the parameter's index: "reduces to (1 == -1)"),
  * or when the result type is not one a kernel returns.
  */
-#define DLPX_EXPORT_TYPED_KERNEL_WITH_FLAGS(name, function, signature, flags) \
-  DLPX_EXPORT_TYPED_KERNEL_NAMED_(dlpx_typed_kernel_##name, #name, function, signature, flags)
+#define DLPX_EXPORT_TYPED_KERNEL_WITH_FLAGS(name, function, signature, flags)                                \
+  DLPX_EXPORT_TYPED_KERNEL_NAMED_(dlpx_typed_kernel_fn_##name, dlpx_typed_kernel_signature_##name,           \
+                                  dlpx_typed_kernel_export_##name, dlpx_typed_kernel_register_##name, #name, \
+                                  function, signature, flags)
 
 /** Exports a typed kernel that runs without the GIL (the default: see DLPX_KERNEL_FLAG_SHORT). */
-#define DLPX_EXPORT_TYPED_KERNEL(name, function, signature) \
-  DLPX_EXPORT_TYPED_KERNEL_NAMED_(dlpx_typed_kernel_##name, #name, function, signature, 0)
+#define DLPX_EXPORT_TYPED_KERNEL(name, function, signature)                                                  \
+  DLPX_EXPORT_TYPED_KERNEL_NAMED_(dlpx_typed_kernel_fn_##name, dlpx_typed_kernel_signature_##name,           \
+                                  dlpx_typed_kernel_export_##name, dlpx_typed_kernel_register_##name, #name, \
+                                  function, signature, 0)
 
 /** Exports a typed kernel that keeps the GIL: one that returns sooner than releasing it would take. */
-#define DLPX_EXPORT_TYPED_KERNEL_SHORT(name, function, signature) \
-  DLPX_EXPORT_TYPED_KERNEL_NAMED_(dlpx_typed_kernel_##name, #name, function, signature, DLPX_KERNEL_FLAG_SHORT)
+#define DLPX_EXPORT_TYPED_KERNEL_SHORT(name, function, signature)                                            \
+  DLPX_EXPORT_TYPED_KERNEL_NAMED_(dlpx_typed_kernel_fn_##name, dlpx_typed_kernel_signature_##name,           \
+                                  dlpx_typed_kernel_export_##name, dlpx_typed_kernel_register_##name, #name, \
+                                  function, signature, DLPX_KERNEL_FLAG_SHORT)
 
 #endif  // DLPX_KERNEL_HPP_

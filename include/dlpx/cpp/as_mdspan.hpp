@@ -198,11 +198,15 @@ mdspan_t<T, Rank> make_mdspan(T* data, const std::array<int64_t, Rank>& e, const
 #endif
 }
 
-/// Compact row-major strides of extents `e`, each positive, as layout_stride needs.
+/// Compact row-major strides of extents `e`, each positive, as layout_stride needs. A tensor
+/// with elements must count them in int64_t too (an empty one has none to count).
 template <std::size_t Rank>
-std::array<int64_t, Rank> compact_strides(const std::array<int64_t, Rank>& e) {
+std::array<int64_t, Rank> compact_strides(const std::array<int64_t, Rank>& e, bool empty) {
   std::array<int64_t, Rank> s{};
-  if (!row_major_strides(e, 1, &s)) as_mdspan_fail("ValueError", "the shape overflows int64_t");
+  int64_t count = 1;
+  if (!row_major_strides(e, 1, &s) || (!empty && Rank > 0 && !mul_nonneg(s[0], e[0], &count))) {
+    as_mdspan_fail("ValueError", "the shape overflows int64_t");
+  }
   return s;
 }
 
@@ -254,7 +258,7 @@ mdspan_t<T, Rank> as_mdspan_impl(const DLTensor& t, DLDeviceType device_type, ui
       for (std::size_t i = 0; i < Rank; ++i) s[i] = t.strides[i];
     } else {
       // NULL strides (DLPack < 1.2) mean compact row-major.
-      s = compact_strides(e);
+      s = compact_strides(e, empty);
     }
     if (!is_layout_stride(e, s)) {
       // The stride of an extent-1 (or empty) dimension never moves the
@@ -277,7 +281,7 @@ mdspan_t<T, Rank> as_mdspan_impl(const DLTensor& t, DLDeviceType device_type, ui
                                        "overlap or interleave), and a span that does not overflow int64_t");
         }
         // No element is reachable: any valid strides describe it.
-        s = compact_strides(e);
+        s = compact_strides(e, empty);
       }
     }
   }

@@ -780,6 +780,12 @@ def test_a_kernel_named_as_a_macro_is_exported_under_its_name(tmp_path, monkeypa
                   "static int64_t seven() { return 7; }\n"
                   'DLPX_EXPORT_TYPED_KERNEL(eins, seven, "eins() -> int: 1 as a macro.")\n'
                   'DLPX_EXPORT_TYPED_KERNEL_SHORT(ein, seven, "ein() -> int: 1 again.")\n'
-                  'DLPX_EXPORT_TYPED_KERNEL_WITH_FLAGS(zwei, seven, "zwei() -> int: with flags.", 0)\n')
+                  'DLPX_EXPORT_TYPED_KERNEL_WITH_FLAGS(zwei, seven, "zwei() -> int: with flags.", 0)\n'
+                  # Names that extend another by what an identifier made from it could end in.
+                  'DLPX_EXPORT_TYPED_KERNEL(k, seven, "k() -> int: a short name.")\n'
+                  'DLPX_EXPORT_TYPED_KERNEL(k_export, seven, "k_export() -> int: k and more.")\n'
+                  'DLPX_EXPORT_TYPED_KERNEL(k_signature, seven, "k_signature() -> int: and more.")\n'
+                  'DLPX_EXPORT_TYPED_KERNEL(signature_k, seven, "signature_k() -> int: more before.")\n')
     lib = dlpx.cpp.load_inline("macro_names", c_sources=c_source, cpp_sources=cpp_source)
-    assert [getattr(lib, name)() for name in ("bool", "true", "one", "uno", "eins", "ein", "zwei")] == [7] * 7
+    names = ("bool", "true", "one", "uno", "eins", "ein", "zwei", "k", "k_export", "k_signature", "signature_k")
+    assert [getattr(lib, name)() for name in names] == [7] * len(names)
