@@ -55,9 +55,9 @@ impl<'py> Arguments<'py> {
         let count = positional.len();
         if keywords.is_empty() && signature.takes_only_tensors() && count <= INLINE && signature.filled_by(count) {
             // A tensor kernel's common call (`add(a, b)`, `nop(*xs)`), bound as `bind`'s first
-            // case binds it, in one loop: `bind`'s closure is a call per argument. Within
-            // `bind`'s count (INLINE) and the list's room.
-            // The parameter is looked up only to convert None or to name it in an error.
+            // case binds it, in one loop: `bind`'s closure is a call per argument. At most
+            // INLINE arguments (the lists' room, far below `bind`'s int32 count); the parameter
+            // is looked up only to convert None or to name it in an error.
             let (fixed, variadic) = (signature.positional(), signature.variadic());
             let param = |i: usize| &signature.params[variadic.filter(|_| i >= fixed).unwrap_or(i)];
             return positional.iter().enumerate().try_for_each(|(i, &object)| match object != self.py.none {
