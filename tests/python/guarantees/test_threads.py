@@ -2,15 +2,15 @@
 nothing serialises them but dlpx (a GIL build's GIL makes these hold by itself: there the test
 is short and checks the counts alone)."""
 
-import ctypes
 import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import dlpx
-from dlpx.conform import abi
+from numpy_producers import Managed
 
 FREE_THREADED = not getattr(sys, "_is_gil_enabled", lambda: True)()
 THREADS = 4
@@ -20,27 +20,12 @@ def test_a_capsule_that_threads_consume_at_once_is_taken_once():
     # Each capsule's check and rename were two steps: on 3.14t about 5 of 100 000 capsules
     # consumed by 4 threads at once were taken twice, and their deleters ran twice.
     count = 200_000 if FREE_THREADED else 2_000
-    deleted = {}
-    lock = threading.Lock()
-
-    @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-    def deleter(address):
-        with lock:
-            deleted[address] = deleted.get(address, 0) + 1
-
-    data = (ctypes.c_float * 4)()
     # 64 dimensions: the checks between a capsule's test and its rename take longer, and a
     # second thread had more time to come between them.
-    ndim = 64
-    shape, strides = (ctypes.c_int64 * ndim)(4, *[1] * (ndim - 1)), (ctypes.c_int64 * ndim)(*[1] * ndim)
-    managed = [abi.DLManagedTensorVersioned() for _ in range(count)]
-    for m in managed:
-        m.version.major, m.version.minor = abi.DLPACK_MAJOR, abi.DLPACK_MINOR
-        m.deleter = ctypes.cast(deleter, ctypes.c_void_p)
-        m.dl_tensor = abi.DLTensor(ctypes.addressof(data), abi.DLDevice(abi.KDL_CPU, 0), ndim, abi.DLDataType(2, 32, 1),
-                                   shape, strides, 0)
+    array = np.zeros((4,) + (1,) * 63, np.float32)
+    managed = [Managed(array) for _ in range(count)]
     # No destructor: the one consumer that takes a tensor deletes it.
-    capsules = [abi.new_capsule(ctypes.addressof(m), b"dltensor_versioned") for m in managed]
+    capsules = [m.capsule() for m in managed]
     taken = [[0] * count for _ in range(THREADS)]
     start = threading.Barrier(THREADS)
 
@@ -59,7 +44,7 @@ def test_a_capsule_that_threads_consume_at_once_is_taken_once():
     for thread in threads:
         thread.join()
     twice = [i for i in range(count) if sum(t[i] for t in taken) != 1]
-    deleted_twice = [i for i, m in enumerate(managed) if deleted.get(ctypes.addressof(m)) != 1]
+    deleted_twice = [i for i, m in enumerate(managed) if m.calls != 1]
     assert not twice, f"{len(twice)} of {count} capsules taken by more than one thread (or none)"
     assert not deleted_twice, f"{len(deleted_twice)} of {count} deleters did not run exactly once"
 
