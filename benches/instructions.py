@@ -105,6 +105,39 @@ def dumped_totals(directory: str) -> dict[str, int]:
     return totals
 
 
+def called_inclusive(directory: str, label: str, wanted) -> int:
+    """Instructions inside the calls to functions whose (demangled) name `wanted(name)` accepts,
+    in the dump `label` of `directory`: each call's inclusive cost, counted once where such a
+    function calls another (the outermost call only)."""
+    for path in glob.glob(f"{directory}/cg.out*"):
+        if f"desc: Trigger: dump {label}\n" in open(path).read():
+            break
+    else:
+        raise KeyError(label)
+    names: dict[str, str] = {}  # callgrind's name compression: "(id) name" once, then "(id)"
+
+    def name_of(value: str) -> str:
+        if not value.startswith("("):
+            return value
+        key, _, name = value.partition(" ")
+        if name:
+            names[key] = name
+        return names.get(key, key)
+
+    total, caller, callee, counting = 0, "", "", False
+    for line in open(path):
+        if line.startswith("fn="):
+            caller = name_of(line[3:].strip())
+        elif line.startswith("cfn="):
+            callee = name_of(line[4:].strip())
+        elif line.startswith("calls="):
+            counting = wanted(callee) and not wanted(caller)
+        elif counting:  # the line after calls=: the call's position and inclusive cost
+            total += int(line.split()[1])
+            counting = False
+    return total
+
+
 def main() -> int:
     calls = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else 5000
     cases = sys.argv[sys.argv.index("--cases") + 1] if "--cases" in sys.argv else "from_dlpack,view_of,allocator"

@@ -42,7 +42,7 @@ import dlpx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_timing import call_timer, calls_per_sample  # noqa: E402
-from instructions import dumped_totals  # noqa: E402
+from instructions import called_inclusive, dumped_totals  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 ROUNDS = 3 if QUICK else 21
@@ -165,8 +165,15 @@ def count_child(calls: int) -> None:
         dump(f"twice-{label}")
 
 
+def in_torch(name: str) -> bool:
+    """torch's share of a call: its exchange table's entries (the views, the allocator, the
+    conversion to a torch.Tensor) and the output's deallocation (when the next result replaces it)."""
+    return name.startswith(("TorchDLPackExchangeAPI::", "THPVariable_dealloc("))
+
+
 def count(calls: int) -> int:
-    """Runs count_child under callgrind and prints instructions per call of each column."""
+    """Runs count_child under callgrind and prints instructions per call of each column, and how
+    many of them torch spends: what no consumer that allocates through torch's table can remove."""
     if shutil.which("callgrind_control") is None:
         sys.exit("kernel_add: --instructions needs valgrind (callgrind_control on PATH)")
     columns = load_columns()  # builds tvm-ffi's module here, not under valgrind
@@ -175,18 +182,27 @@ def count(calls: int) -> int:
                         os.path.abspath(__file__), "--count-child", str(calls)], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         dumped = dumped_totals(tmp)
-    totals = {label[len("twice-"):]: (total - dumped["once-" + label[len("twice-"):]]) / calls
-              for label, total in dumped.items() if label.startswith("twice-")}
+        names = [label[len("twice-"):] for label in dumped if label.startswith("twice-")]
+        totals = {name: (dumped["twice-" + name] - dumped["once-" + name]) / calls for name in names}
+        torch_share = {name: (called_inclusive(tmp, "twice-" + name, in_torch)
+                              - called_inclusive(tmp, "once-" + name, in_torch)) / calls for name in names}
     base = totals.pop("baseline")
+    total = {name: totals[name] - base for name in totals}
+    rest = {name: total[name] - torch_share[name] for name in total}
     print(f"add(a, b) of two 16-element float32 torch CPU tensors, instructions per call "
-          f"(callgrind, {calls} calls, the loop's own {base:.0f} taken off)\n")
-    print("| kernel | instructions | dlpx / it |")
-    print("|---|---|---|")
+          f"(callgrind, {calls} calls, the loop's own {base:.0f} taken off); torch's share: its "
+          f"exchange table's entries and the output's deallocation\n")
+    print("| kernel | instructions | torch's share | the rest | dlpx / it | dlpx's rest / its rest |")
+    print("|---|---|---|---|---|---|")
     for name, fn in columns.items():
-        if name not in totals:
-            print(f"| {name} | {fn} | |")
+        if name not in total:
+            print(f"| {name} | {fn} | | | | |")
             continue
-        print(f"| {name} | {totals[name] - base:.0f} | {(totals['dlpx'] - base) / (totals[name] - base):.2f} |")
+        print(f"| {name} | {total[name]:.0f} | {torch_share[name]:.0f} | {rest[name]:.0f} "
+              f"| {total['dlpx'] / total[name]:.2f} | {rest['dlpx'] / rest[name]:.2f} |")
+    if "tvm-ffi" in total:
+        print(f"\nThe floor: torch's share of the dlpx call alone is {torch_share['dlpx'] / total['tvm-ffi']:.2f}x "
+              f"tvm-ffi's whole call (issue 43's target: {TARGET}x).")
     return 0
 
 
