@@ -127,6 +127,13 @@ static void streams_order_allocation_and_free(void) {
   CHECK(sim_cuda_calls("cuStreamWaitEvent") == waits + 1, "one wait only");
   CHECK(sim_cuda_last_free_stream() == s && sim_cuda_frees_waiting() == frees_waiting + 1, "freed on its stream after the wait");
   CHECK(dlpx_record_stream(NULL, 0, s) == -1 && test_contains(dlpx_last_error(), "tensor is NULL"), "NULL tensor");
+  {
+    DLManagedTensorVersioned *u = allocate(kDLCUDA, 0, 64, &r);
+    CHECK(dlpx_record_stream(u, 64, consumer) == -1 && test_contains(dlpx_last_error(), "cuda:64 does not exist"),
+          "a stream on a device that does not exist: %s", test_str(dlpx_last_error()));
+    CHECK(dlpx_record_stream(u, -1, consumer) == -1, "a negative device");
+    release(u);
+  }
   sim_cuda_stream_destroy(s);
   sim_cuda_stream_destroy(consumer);
 }

@@ -379,7 +379,8 @@ int dlpx_get_current_stream(DLDeviceType device_type, int32_t device_id, void **
  * (`__dlpack__(stream=...)`, and its current stream when a kernel reads a tensor through the
  * exchange table); a consumer working on another stream records it here. The stream must
  * outlive the tensor (an event is recorded on it when the tensor is deleted).
- * Returns 0, or -1 (see `dlpx_last_error()`) for a NULL tensor or a negative `device_id`.
+ * Returns 0, or -1 (see `dlpx_last_error()`) for a NULL tensor, a negative `device_id`, or,
+ * where a CUDA driver is present, a device that does not exist.
  *
  * # Safety
  * `tensor` is NULL or a managed tensor the caller holds (its deleter not yet called).

@@ -16,7 +16,8 @@ use crate::shell::entry::c_entry;
 /// (`__dlpack__(stream=...)`, and its current stream when a kernel reads a tensor through the
 /// exchange table); a consumer working on another stream records it here. The stream must
 /// outlive the tensor (an event is recorded on it when the tensor is deleted).
-/// Returns 0, or -1 (see `dlpx_last_error()`) for a NULL tensor or a negative `device_id`.
+/// Returns 0, or -1 (see `dlpx_last_error()`) for a NULL tensor, a negative `device_id`, or,
+/// where a CUDA driver is present, a device that does not exist.
 ///
 /// # Safety
 /// `tensor` is NULL or a managed tensor the caller holds (its deleter not yet called).
@@ -29,6 +30,11 @@ pub unsafe extern "C" fn dlpx_record_stream(
     c_entry!(LastError, "record_stream", out(), given(tensor), || {
         if device_id < 0 {
             return Err(crate::device_names::negative_id(device_id));
+        }
+        // Where there is a driver, a stream's device exists (an event is recorded there when
+        // the tensor is deleted); without one dlpx holds no CUDA memory whose free could wait.
+        if crate::devices::driver_present() {
+            crate::devices::check_exists(DLDevice { device_type: DeviceType::CUDA, device_id })?;
         }
         // SAFETY: a live managed tensor, per the contract.
         unsafe { crate::Tensor::record_stream_of(tensor, device_id, stream) };
