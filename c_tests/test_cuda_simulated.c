@@ -159,6 +159,27 @@ static void pinned_reuse_waits_for_recorded_work(void) {
   sim_cuda_stream_destroy(s);
 }
 
+static void pinned_out_of_memory_gives_the_cache_back_and_retries(void) {
+  struct error_record r;
+  memset(&r, 0, sizeof r);
+  release(allocate(kDLCUDAHost, 0, 3000, &r)); /* a 64 KiB block, kept for reuse */
+  CHECK(sim_cuda_live(SIM_CUDA_HOST, -1) == 1, "the block is cached (%ld)", sim_cuda_live(SIM_CUDA_HOST, -1));
+  long frees = sim_cuda_calls("cuMemFreeHost");
+  sim_cuda_fail("cuMemHostAlloc", 2, 1); /* CUDA_ERROR_OUT_OF_MEMORY, once */
+  DLManagedTensorVersioned *t = allocate(kDLCUDAHost, 0, 60000, &r);
+  CHECK(t != NULL, "the retry after giving the cache back succeeds: %s", r.message);
+  CHECK(sim_cuda_calls("cuMemFreeHost") == frees + 1, "the cached block went back to the driver");
+  CHECK(sim_cuda_live(SIM_CUDA_HOST, -1) == 1, "only the new block is live (%ld)", sim_cuda_live(SIM_CUDA_HOST, -1));
+  memset(&r, 0, sizeof r);
+  sim_cuda_fail("cuMemHostAlloc", 2, 2); /* nothing cached to give back: out of memory it is */
+  CHECK(allocate(kDLCUDAHost, 0, 3000, &r) == NULL && strcmp(r.kind, "MemoryError") == 0 &&
+            strstr(r.message, "out of memory allocating 65536 bytes of pinned host memory") != NULL,
+        "MemoryError: %s: %s", r.kind, r.message);
+  sim_cuda_fail("cuMemHostAlloc", 0, 0);
+  release(t);
+  CHECK(dlpx_cuda_empty_cache() == 0, "empty_cache: %s", test_str(dlpx_last_error()));
+}
+
 #define THREADS 8
 #define ROUNDS 300
 
@@ -207,6 +228,7 @@ int main(void) {
   errors_are_clear();
   streams_order_allocation_and_free();
   pinned_reuse_waits_for_recorded_work();
+  pinned_out_of_memory_gives_the_cache_back_and_retries();
   threads_share_the_allocator();
   a_deleter_runs_on_another_thread();
   CHECK(sim_cuda_calls("cuCtxSynchronize") == 0, "never a device-wide synchronisation");

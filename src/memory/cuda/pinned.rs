@@ -37,13 +37,22 @@ pub fn alloc_pinned(capacity: usize) -> Result<*mut c_void> {
     if let Some(block) = take_pinned(driver, capacity) {
         return Ok(block as *mut c_void);
     }
-    on_device(0, |driver, _| {
-        let mut ptr: *mut c_void = std::ptr::null_mut();
-        // SAFETY: a valid out pointer; CU_MEMHOSTALLOC_PORTABLE = 1 (usable from every context).
-        let code = unsafe { (driver.cuMemHostAlloc)(&mut ptr, capacity, 1) };
-        out_of_memory(driver, code, capacity, "pinned host memory")?;
-        Ok(ptr)
-    })
+    let host_alloc = || {
+        on_device(0, |driver, _| {
+            let mut ptr: *mut c_void = std::ptr::null_mut();
+            // SAFETY: a valid out pointer; CU_MEMHOSTALLOC_PORTABLE = 1 (usable from every context).
+            let code = unsafe { (driver.cuMemHostAlloc)(&mut ptr, capacity, 1) };
+            Ok((code, ptr))
+        })
+    };
+    let (mut code, mut ptr) = host_alloc()?;
+    if code == driver::CUDA_ERROR_OUT_OF_MEMORY && empty_pinned_cache(Wait::Hooked)? > 0 {
+        // Out of page-locked memory: the cached blocks of other sizes went back, try once more
+        // (as a device allocation does after giving its idle blocks back).
+        (code, ptr) = host_alloc()?;
+    }
+    out_of_memory(driver, code, capacity, "pinned host memory")?;
+    Ok(ptr)
 }
 
 /// A cached block of `capacity` whose fences have all completed.
@@ -104,8 +113,8 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses, may_ke
     first_error.and(freed)
 }
 
-/// Frees every cached pinned block whose fences have completed.
-pub(super) fn empty_pinned_cache(wait: Wait) -> Result<()> {
+/// Frees every cached pinned block whose fences have completed; returns how many went back.
+pub(super) fn empty_pinned_cache(wait: Wait) -> Result<usize> {
     let driver = driver::get()?;
     let done: Vec<PinnedBlock> = {
         let mut cache = PINNED_CACHE.lock().unwrap_or_else(|p| p.into_inner());
@@ -114,7 +123,7 @@ pub(super) fn empty_pinned_cache(wait: Wait) -> Result<()> {
         done
     };
     if done.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     on_device(0, |driver, _| {
         let mut first_error = Ok(());
@@ -124,6 +133,6 @@ pub(super) fn empty_pinned_cache(wait: Wait) -> Result<()> {
             let code = wait_for(wait, || unsafe { (driver.cuMemFreeHost)(block.ptr as *mut c_void) });
             first_error = first_error.and(check(driver, "cuMemFreeHost", code));
         }
-        first_error
+        first_error.map(|()| done.len())
     })
 }

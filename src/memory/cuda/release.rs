@@ -113,7 +113,7 @@ pub(super) fn release_all(wait: Wait) -> Result<()> {
     }
     if wait == Wait::AtExit {
         // Pinned blocks have a cache of their own: its finished blocks go back too.
-        first_error = first_error.and(pinned::empty_pinned_cache(wait));
+        first_error = first_error.and(pinned::empty_pinned_cache(wait).map(drop));
     }
     first_error
 }
