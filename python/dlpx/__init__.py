@@ -80,13 +80,15 @@ def load_library(path):
         raise OSError(f"dlpx: load_library: cannot load {path!r}: dlpx opens libraries by UTF-8 names") from None
     if "/" in path and not os.path.isabs(path):
         # Joined to the working directory less its `.` parts; `..` stays: `link/../x.so` is
-        # dlopen's to resolve through the link.
-        path = os.path.join(os.getcwd(), *[part for part in path.split("/") if part not in ("", ".")])
+        # dlopen's to resolve through the link, as a trailing `/` is (a file's name with one is
+        # no path to it).
+        joined = os.path.join(os.getcwd(), *[part for part in path.split("/") if part not in ("", ".")])
+        path = joined + "/" if path.endswith("/") else joined
     return _native.load_library(path)
 
 
 # The blocks of `outputs_like` entered in this context, innermost first: a `_Block`
-# (framework, the outer blocks), or None. A context variable, as decimal.localcontext keeps its
+# (framework, the outer blocks, its entry's key), or None. A context variable, as decimal.localcontext keeps its
 # context: each asyncio task has its own copy, each thread its own (a copy of its starter's where
 # threads inherit contexts: free-threaded 3.14). The loader reads it (its `get`) in a call made
 # while any block lives, in any context.
@@ -95,8 +97,9 @@ _native._outputs_like_context(_OUTPUTS_LIKE.get)
 
 
 class _Block(tuple):
-    """(framework, outer blocks): counted by the loader from its making to its freeing, when no
-    context holds it any more (a task or thread that inherited it may outlive its `with`)."""
+    """(framework, outer blocks, its entry's key): counted by the loader from its making to its
+    freeing, when no context holds it any more (a task or thread that inherited it may outlive
+    its `with`)."""
 
     __slots__ = ()
 
@@ -115,23 +118,43 @@ class outputs_like:
     choice. The choice is a context variable's (``contextvars``), as ``decimal.localcontext``'s:
     other threads and other asyncio tasks keep their own."""
 
-    __slots__ = ("_framework",)
+    __slots__ = ("_framework", "_entered")
 
     def __init__(self, x):
         self._framework = x
+        self._entered = []  # the blocks this object entered and has not left, latest last
 
     def __enter__(self):
         # x, or its type's nearest base that names a framework; a TypeError for what is none's.
         # Counted from here: the block made next is uncounted when it is freed.
         framework = _native._outputs_like_enter(self._framework)
-        _OUTPUTS_LIKE.set(_Block((framework, _OUTPUTS_LIKE.get())))
+        key = object()
+        _OUTPUTS_LIKE.set(_Block((framework, _OUTPUTS_LIKE.get(), key)))
+        self._entered.append(key)
 
     def __exit__(self, *exc_info):
-        # The innermost block of this context is left (with-blocks nest). None: the block was
-        # entered in another context (a generator finished by another thread), which keeps it.
+        # This object's latest block in force in this context leaves it, wherever it sits in the
+        # chain: a generator's block may end inside a block entered after it. The blocks above
+        # it are made again over its outer ones (each counted as at its entry, its key kept). A
+        # block entered in another context (a generator finished by another thread) is not in
+        # this one's chain, and that context keeps it.
+        chain = []
         blocks = _OUTPUTS_LIKE.get()
-        if blocks is not None:
-            _OUTPUTS_LIKE.set(blocks[1])
+        while blocks is not None:
+            chain.append(blocks)
+            blocks = blocks[1]
+        keys = [block[2] for block in chain]
+        mine = next((key for key in reversed(self._entered) if any(key is k for k in keys)), None)
+        if mine is None:
+            if self._entered:
+                self._entered.pop()
+            return
+        self._entered.remove(mine)
+        at = next(i for i, key in enumerate(keys) if key is mine)
+        rest = chain[at][1]
+        for block in reversed(chain[:at]):
+            rest = _Block((_native._outputs_like_enter(block[0]), rest, block[2]))
+        _OUTPUTS_LIKE.set(rest)
 
 
 DLPACK_VERSION = _native.DLPACK_VERSION

@@ -253,3 +253,38 @@ def test_a_task_made_inside_a_block_keeps_it_after_the_block_is_left(lib):
 
     assert asyncio.run(main()) == (dlpx.Tensor, np.ndarray)
     assert type(lib.add(a, a)) is np.ndarray
+
+
+def test_a_generator_s_block_that_ends_inside_a_later_block_leaves_the_later_one_in_force(lib):
+    # The generator's block is entered first and left inside a block entered after it: the block
+    # left is the generator's (leaving the innermost one, the later block, made the calls inside
+    # it the generator's framework's, and kept the generator's block after both ended).
+    a = np.ones(2, np.float32)
+
+    def batches():
+        with dlpx.outputs_like(torch.Tensor):
+            yield type(lib.add(a, a))
+
+    def in_a_context():
+        generator = batches()
+        assert next(generator) is torch.Tensor
+        with dlpx.outputs_like(dlpx.Tensor):
+            assert type(lib.add(a, a)) is dlpx.Tensor
+            assert list(generator) == []
+            assert type(lib.add(a, a)) is dlpx.Tensor, "the later block is still in force"
+            with dlpx.outputs_like(np.ndarray):
+                assert type(lib.add(a, a)) is np.ndarray
+            assert type(lib.add(a, a)) is dlpx.Tensor
+        assert type(lib.add(a, a)) is np.ndarray, "both blocks ended"
+        # One object entered twice, then left twice, the inner entry first.
+        block = dlpx.outputs_like(torch.Tensor)
+        with block:
+            with dlpx.outputs_like(dlpx.Tensor):
+                with block:
+                    assert type(lib.add(a, a)) is torch.Tensor
+                assert type(lib.add(a, a)) is dlpx.Tensor
+            assert type(lib.add(a, a)) is torch.Tensor
+        assert type(lib.add(a, a)) is np.ndarray
+
+    contextvars.copy_context().run(in_a_context)
+    assert type(lib.add(a, a)) is np.ndarray
