@@ -193,8 +193,8 @@ static int huge(DlpxCall *call) {
 }
 DLPX_EXPORT_KERNEL(huge, huge, "huge(a): asks for 128 TiB.")
 
-/* Asks a's framework for what no tensor can be: an extent of -5 (what 0), dtype code 99 (1), or
- * 2**62 float32s, whose bytes overflow 64 bits (2). */
+/* Asks a's framework for what no tensor can be: an extent of -5 (what 0), dtype code 99 (1),
+ * 2**62 float32s, whose bytes overflow 64 bits (2), a negative ndim (3) or a NULL shape (4). */
 static int impossible(DlpxCall *call) {
   const DLTensor *a;
   DLTensor *out;
@@ -205,7 +205,7 @@ static int impossible(DlpxCall *call) {
   dtype = a->dtype;
   if (which == 1) dtype.code = 99;
   if (which == 2) shape[0] = INT64_C(1) << 62;
-  return dlpx_call_allocate(call, a->device, dtype, 1, shape, &out);
+  return dlpx_call_allocate(call, a->device, dtype, which == 3 ? -1 : 1, which == 4 ? NULL : shape, &out);
 }
 DLPX_EXPORT_KERNEL(impossible, impossible, "impossible(a, which: int): asks for what no tensor can be.")
 

@@ -5,7 +5,7 @@
 //
 //   scale(x, alpha=1.0)   alpha * x over any strides and rank (float32, float64): a new tensor
 //                         like x, allocated by x's framework and returned as x's type;
-//   axpy(alpha, x, y)     alpha * x + y of 1-d float32 tensors (any strides), as a new tensor.
+//   axpy(alpha, x, y)     alpha * x + y of 1-d float32 tensors (any positive strides), as a new tensor.
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -65,4 +65,4 @@ dlpx::OutputTensor axpy(dlpx::Call& call, double alpha, dlpx::mdspan_t<const flo
 DLPX_EXPORT_TYPED_KERNEL(scale, scale, "scale(x, alpha=1.0) -> tensor: alpha * x (any strides; float32, float64), "
                                        "a new tensor like x in x's framework.")
 DLPX_EXPORT_TYPED_KERNEL(axpy, axpy, "axpy(alpha: float, x, y) -> tensor: alpha * x + y of 1-d float32 tensors "
-                                     "(any strides), in x's framework.")
+                                     "(any positive strides), in x's framework.")

@@ -94,8 +94,9 @@ def build_inline(name: str, *, c_sources: Sources = None, cpp_sources: Sources =
                  verbose: bool = False) -> str:
     """The path of the kernel library built from source text (see ``load_inline``)."""
     texts = {"c": c_sources, "c++": cpp_sources, "cuda": cuda_sources}
+    # An empty sequence is no source of its language (all empty: "no sources", not an empty library).
     units = [(_INLINE_FILE[language].format(name), language, _inline_text(language, text))
-             for language, text in texts.items() if text is not None]
+             for language, text in texts.items() if text is not None and not (isinstance(text, (list, tuple)) and not text)]
     return _build(name, lambda: units, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
                   build_directory, verbose)
 

@@ -14,6 +14,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use crate::abi::*;
 use crate::error::{c_text, set_last_error, Channel, Error, FailureValue, Result};
+use crate::kernels::call::for_the_call;
 use crate::kernels::value::{DlpxValueKind, Returned, Value};
 use crate::kernels::Call;
 use crate::shell::entry::c_entry;
@@ -193,10 +194,11 @@ pub unsafe extern "C" fn dlpx_call_allocate(
 ) -> c_int {
     on_call(call, "call_allocate", |call| {
         let out = crate::error::out(out, "out")?;
-        let ndim = crate::layout::checked_ndim(ndim)?;
+        // What the request itself gets wrong is the output's error, as what `allocate` refuses.
+        let ndim = crate::layout::checked_ndim(ndim).map_err(|err| for_the_call("output", err))?;
         let shape: &[i64] = match (ndim, shape.is_null()) {
             (0, _) => &[],
-            (_, true) => return Err(Error::null("shape")),
+            (_, true) => return Err(for_the_call("output", Error::null("shape"))),
             // SAFETY: `ndim` values, by the function's contract.
             (n, false) => unsafe { std::slice::from_raw_parts(shape, n) },
         };

@@ -165,7 +165,10 @@ impl<'a> Call<'a> {
         usize::try_from(index).ok().and_then(|i| self.arguments().get(i)).ok_or_else(|| {
             Error::new(
                 ErrorKind::IndexError,
-                format!("argument {index} asked for; the call has {n} (0 to {})", n as i64 - 1),
+                match n {
+                    0 => format!("argument {index} asked for; the call has none"),
+                    _ => format!("argument {index} asked for; the call has {n} (0 to {})", n - 1),
+                },
             )
         })
     }

@@ -221,6 +221,8 @@ def test_a_name_that_is_no_identifier_is_refused(name):
 def test_bad_input_is_refused_before_anything_is_built(tmp_path, cache, monkeypatch):
     with pytest.raises(ValueError, match="empty: no sources"):
         cpp.build_inline("empty")
+    with pytest.raises(ValueError, match="empty: no sources"):  # empty sequences are none either
+        cpp.build_inline("empty", c_sources=[], cpp_sources=())
     with pytest.raises(TypeError, match="extra_cflags is a sequence of str"):
         cpp.build_inline("flags", c_sources=answer(1), extra_cflags="-O0")
     with pytest.raises(TypeError, match="c sources are a str or a sequence of str"):

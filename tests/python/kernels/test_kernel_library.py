@@ -228,6 +228,10 @@ def test_a_module_s_file_is_the_absolute_path_it_was_first_loaded_by(example_pat
     monkeypatch.chdir(tmp_path)
     module = dlpx.load_library("./relative_kernels.so")
     assert module.__file__ == str(tmp_path / "relative_kernels.so")
+    # A file's name with a trailing slash is no path to it, relative as absolute.
+    for name in ("relative_kernels.so/", "./relative_kernels.so//", str(tmp_path / "relative_kernels.so") + "/"):
+        with pytest.raises(OSError, match="Not a directory"):
+            dlpx.load_library(name)
 
 
 def test_a_bare_name_is_looked_up_as_dlopen_does_and_the_error_says_so(example_path, lib, tmp_path, monkeypatch):
@@ -616,6 +620,8 @@ def test_a_kernel_s_bad_request_is_an_error_naming_it(cases, kernel, error, mess
     (0, r"shape\[0\] = -5 is negative"),
     (1, r"unknown dtype code 99 \(DLPack names 0..=18\)"),
     (2, "4611686018427387904 elements of float32 overflow the byte size"),
+    (3, "ndim = -1 is negative"),
+    (4, "shape is NULL"),
 ])
 def test_a_request_no_tensor_can_answer_is_the_same_value_error_in_every_framework(cases, which, message):
     # Refused before the framework's allocator is asked: torch's table calls them MemoryErrors.
@@ -623,6 +629,17 @@ def test_a_request_no_tensor_can_answer_is_the_same_value_error_in_every_framewo
     for a in (np.ones(3, np.float32), torch.ones(3), dlpx.from_dlpack(np.ones(3, np.float32))):
         with pytest.raises(ValueError, match=rf"^dlpx: impossible: output: {message}"):
             cases.impossible(a, which)
+
+
+def test_an_argument_asked_of_a_call_with_none_says_it_has_none():
+    source = ("static int first(DlpxCall *call) { const DLTensor *t; return dlpx_call_tensor(call, 0, &t, NULL); }\n"
+              'DLPX_EXPORT_KERNEL(first, first, "first(*xs): asks for argument 0.")\n')
+    import dlpx.cpp
+
+    lib = dlpx.cpp.load_inline("asks_of_none", c_sources=source)
+    with pytest.raises(IndexError, match=r"^dlpx: first: argument 0 asked for; the call has none$"):
+        lib.first()
+    assert lib.first(np.ones(1)) is None
 
 
 def test_dlpx_reads_its_own_argument_count_whatever_the_kernel_writes_in_its_call(cases):
