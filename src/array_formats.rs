@@ -171,7 +171,8 @@ pub fn from_typestr(typestr: &str) -> Result<DLDataType> {
     if !matches!(order, b'<' | b'>' | b'|' | b'=') {
         return Err(refuse());
     }
-    if size > 1 && !matches!(order, b'=') && order != NATIVE {
+    // `|` (byte order not applicable) numpy reads as native whatever the size, as `=`.
+    if size > 1 && !matches!(order, b'=' | b'|') && order != NATIVE {
         return Err(Error::buffer(format!("typestr {typestr:?} is not in this machine's byte order")));
     }
     Ok(dtype)

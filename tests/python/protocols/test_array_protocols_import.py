@@ -281,6 +281,14 @@ def test_array_interfaces_dlpack_cannot_describe_are_refused(changes, says):
         dlpx.from_dlpack(OnlyArrayInterface(np.arange(4), **changes))
 
 
+@pytest.mark.parametrize("typestr", ["|f4", "|i4", "=f8", "|u2"])
+def test_a_typestr_whose_order_does_not_apply_or_is_native_reads_as_numpy_reads_it(typestr):
+    x = np.arange(4, dtype=np.dtype(typestr))
+    t = dlpx.from_dlpack(OnlyArrayInterface(x, typestr=typestr, descr=[("", typestr)]))
+    assert t.dtype == x.dtype.name
+    np.testing.assert_array_equal(values(t), x)
+
+
 def test_an_array_interface_with_data_none_reads_the_object_s_buffer_at_offset():
     class Shaped:
         def __init__(self):
