@@ -50,6 +50,10 @@ pub const fn class_bytes(class: usize) -> usize {
 pub struct Settings {
     /// Most idle bytes cached per device (`DLPX_CUDA_CACHE_BYTES`; 0 turns the cache off).
     pub cap: u64,
+    /// `DLPX_CUDA_CACHE_BYTES`'s value when it is no byte count: setting a device up refuses it
+    /// (as torch refuses a `PYTORCH_CUDA_ALLOC_CONF` it cannot read), rather than the default
+    /// silently standing for what was asked.
+    pub unreadable: Option<String>,
     /// A deliberately wrong cache, for the tests that show the simulator catches one
     /// (`DLPX_CUDA_CACHE_FAULT`, never set in use).
     pub fault: Fault,
@@ -69,18 +73,23 @@ static SETTINGS: OnceLock<Settings> = OnceLock::new();
 
 /// The settings, read from the environment on first use.
 pub fn settings() -> &'static Settings {
-    SETTINGS.get_or_init(|| Settings {
-        cap: std::env::var("DLPX_CUDA_CACHE_BYTES").ok().and_then(|v| parse_bytes(&v)).unwrap_or(DEFAULT_CACHE_BYTES),
-        fault: match std::env::var("DLPX_CUDA_CACHE_FAULT").as_deref() {
-            Ok("ignore_uses") => Fault::IgnoreUses,
-            Ok("ignore_capture") => Fault::IgnoreCapture,
-            _ => Fault::None,
-        },
+    SETTINGS.get_or_init(|| {
+        // Set to nothing is unset, as for most variables.
+        let asked = std::env::var("DLPX_CUDA_CACHE_BYTES").ok().filter(|v| !v.trim().is_empty());
+        let read = asked.as_deref().map(parse_bytes);
+        Settings {
+            cap: read.flatten().unwrap_or(DEFAULT_CACHE_BYTES),
+            unreadable: asked.filter(|_| read == Some(None)),
+            fault: match std::env::var("DLPX_CUDA_CACHE_FAULT").as_deref() {
+                Ok("ignore_uses") => Fault::IgnoreUses,
+                Ok("ignore_capture") => Fault::IgnoreCapture,
+                _ => Fault::None,
+            },
+        }
     })
 }
 
-/// Bytes as `1073741824`, `512M`, `4G` (K, M, G: powers of 1024); None for anything else (the
-/// default then applies).
+/// Bytes as `1073741824`, `512M`, `4G` (K, M, G: powers of 1024); None for anything else.
 fn parse_bytes(text: &str) -> Option<u64> {
     let text = text.trim();
     let (digits, shift) = match text.as_bytes().last()? {

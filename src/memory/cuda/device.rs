@@ -49,6 +49,11 @@ fn device(device_id: i32) -> Result<(&'static Driver, &'static DeviceState)> {
 }
 
 fn set_up(driver: &Driver, device_id: i32) -> Result<DeviceState> {
+    if let Some(value) = &super::classes::settings().unreadable {
+        return Err(Error::value(format!(
+            "DLPX_CUDA_CACHE_BYTES={value:?} is no byte count (a number of bytes, or of K, M or G: 512M, 4G; 0 turns the cache off)"
+        )));
+    }
     let mut device: CUdevice = 0;
     let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: valid out pointers; the ordinal was checked against the device count.

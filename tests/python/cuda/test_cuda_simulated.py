@@ -86,6 +86,20 @@ def test_a_machine_without_devices_names_the_count():
     )
 
 
+@pytest.mark.parametrize("value", ["1.5G", "1T", "-1", "abc", "1GiB"])
+def test_a_cache_size_that_is_no_byte_count_is_refused_naming_it(value):
+    assert probe({"DLPX_CUDA_CACHE_BYTES": value}) == (
+        f"ValueError dlpx: empty: DLPX_CUDA_CACHE_BYTES={value!r} is no byte count".replace("'", '"')
+        + " (a number of bytes, or of K, M or G: 512M, 4G; 0 turns the cache off)"
+    )
+
+
+def test_a_cache_size_in_megabytes_is_the_cache_s_limit_and_an_empty_one_the_default():
+    code = "import dlpx\ndlpx.empty((1,), 'float32', 'cuda:0')\nprint(dlpx.cuda.memory_stats(0)['cache_limit_bytes'])\n"
+    assert probe({"DLPX_CUDA_CACHE_BYTES": "512M"}, code) == str(512 << 20)
+    assert probe({"DLPX_CUDA_CACHE_BYTES": ""}, code) == str(1 << 30)
+
+
 def test_devices_without_memory_pools_use_cu_mem_alloc():
     code = (
         "import ctypes, os, dlpx\n"
