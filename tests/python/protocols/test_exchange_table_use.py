@@ -85,6 +85,20 @@ def test_dlpx_from_dlpack_goes_through_torch_table():
     np.testing.assert_array_equal(np.from_dlpack(d), [0.0, 1.0, 2.0, 3.0])
 
 
+def test_a_subclass_that_unsets_the_inherited_table_is_read_through_its_own_dlpack():
+    # The table is looked up on the type (DLPack 1.3), inherited included: a subclass whose
+    # __dlpack__ exports otherwise opts out of its base's table by setting it to None.
+    class Sevens(torch.Tensor):
+        __dlpack_c_exchange_api__ = None
+
+        def __dlpack__(self, *args, **kwargs):
+            return torch.full((3,), 7.0).__dlpack__(*args, **kwargs)
+
+    t = torch.arange(3.0).as_subclass(Sevens)
+    assert np.from_dlpack(dlpx.from_dlpack(t)).tolist() == [7.0, 7.0, 7.0]
+    assert dlpx.exchange_api_of(t) != dlpx.exchange_api_of(torch.arange(3.0))
+
+
 def test_dlpx_tensor_constructor_goes_through_torch_table():
     base = torch.arange(6, dtype=torch.int16).reshape(2, 3)
     d = dlpx.Tensor(base.as_subclass(NoProtocolTorch))
