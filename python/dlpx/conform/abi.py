@@ -32,6 +32,7 @@ FLAG_IS_COPIED = 1 << 1
 FLAG_IS_SUBBYTE_TYPE_PADDED = 1 << 2
 
 KDL_CPU, KDL_CUDA, KDL_HEXAGON = 1, 2, 16
+KDL_BOOL = 6  # DLDataTypeCode kDLBool
 
 VERSIONED_NAME, LEGACY_NAME = b"dltensor_versioned", b"dltensor"
 USED_VERSIONED_NAME, USED_LEGACY_NAME = b"used_dltensor_versioned", b"used_dltensor"

@@ -103,6 +103,15 @@ def export_info(obj, *, values=False, **kwargs):
     return info, None
 
 
+def read_bytes(info, positions, itemsize: int) -> list:
+    """The bytes of each element of a CPU tensor at the given multi-indices (strides from
+    `info`, in elements; NULL strides row-major)."""
+    strides = info["strides"] if info["strides"] is not None else compact_strides(info["shape"])
+    base = info["data"] + info["byte_offset"]
+    return [ctypes.string_at(base + itemsize * sum(i * s for i, s in zip(index, strides)), itemsize)
+            for index in positions]
+
+
 def row_major(shape) -> list:
     """Every multi-index of `shape`, in row-major order."""
     positions = [()]

@@ -7,7 +7,7 @@ import gc
 import sys
 
 from . import abi, clauses as C, reference
-from .capsules import describe_error, export_info, read_values
+from .capsules import describe_error, export_info, read_bytes, read_values, row_major
 from .reference import ReferenceProducer, STRAY_DELETES, settle
 from .results import Checks
 
@@ -68,6 +68,7 @@ def check_consumer(from_dlpack, *, checks=None) -> Checks:
     _check_major_2(from_dlpack, checks)
     _check_flags(from_dlpack, checks)
     _check_layouts(from_dlpack, checks)
+    _check_dtypes_and_layouts(from_dlpack, checks)
     _check_unknown_device(from_dlpack, checks)
     _check_overflowing_strides(from_dlpack, checks)
     _check_dlpx_tensor(from_dlpack, checks)
@@ -160,6 +161,56 @@ def _check_layouts(from_dlpack, checks):
     after = imp.finish()
     ok = imp.error is None and values == ARANGE[:4] and after == [1]
     checks.record("consumer.byte_offset", ok, describe_error(imp.error) if imp.error else f"values {values}, deleter calls {after}", C.BYTE_OFFSET)
+
+
+#: The dtypes the value check imports, (code, bits): every byte-sized one numpy, torch and jax
+#: all name, bool among them.
+CHECKED_DTYPES = {"int8": (0, 8), "int16": (0, 16), "int32": (0, 32), "int64": (0, 64), "uint8": (1, 8),
+                  "float16": (2, 16), "float64": (2, 64), "complex64": (5, 64), "complex128": (5, 128),
+                  "bool": (abi.KDL_BOOL, 8)}
+#: Layouts within a compact buffer: (shape, strides in elements; None for compact row-major).
+CHECKED_LAYOUTS = {"row-major": ((3, 4), None), "column-major": ((3, 4), (1, 3)), "0-d": ((), None)}
+
+
+def _check_dtypes_and_layouts(from_dlpack, checks):
+    """Each dtype in each layout: the import holds the producer's bytes, element by element (a
+    view or a copy), or refuses with an exception, or converts to another dtype (its values are
+    then not compared); the deleter runs once either way."""
+    wrong, refused, converted, unseen, deletes = [], [], [], 0, []
+    for name, (code, bits) in CHECKED_DTYPES.items():
+        for layout, (shape, strides) in CHECKED_LAYOUTS.items():
+            options = {"shape": shape, "dtype": (code, bits, 1)}
+            if strides is not None:
+                options["strides"] = strides
+            imp = _Import(from_dlpack, ReferenceProducer(**options))
+            case = f"{name} {layout}"
+            if imp.error is not None:
+                refused.append(f"{case} ({type(imp.error).__name__})")
+            elif imp.seen is None or imp.seen["device"][0] != abi.KDL_CPU:
+                unseen += 1
+            elif imp.seen["dtype"] != (code, bits, 1):
+                # Another dtype is the consumer's choice (jax without x64 makes int64 int32).
+                converted.append(f"{case} to {imp.seen['dtype']}")
+            else:
+                made = imp.producer.made[-1]
+                sent = {"data": made.data_address, "byte_offset": made.struct.dl_tensor.byte_offset,
+                        "shape": shape, "strides": strides}
+                positions = row_major(shape)
+                same_shape = tuple(imp.seen["shape"]) == tuple(shape)
+                if not same_shape or read_bytes(imp.seen, positions, bits // 8) != read_bytes(sent, positions, bits // 8):
+                    wrong.append(case if same_shape else f"{case} (shape {tuple(imp.seen['shape'])})")
+            after = imp.finish()
+            if after != [1]:
+                deletes.append(f"{case}: {after}")
+    total = len(CHECKED_DTYPES) * len(CHECKED_LAYOUTS)
+    held = total - len(wrong) - len(refused) - len(converted) - unseen
+    detail = (f"{held} of {total} imports hold the producer's values"
+              + (f"; wrong: {', '.join(wrong)}" if wrong else "")
+              + (f"; refused: {', '.join(refused)}" if refused else "")
+              + (f"; converted (not compared): {', '.join(converted)}" if converted else "")
+              + (f"; {unseen} not looked at (no CPU __dlpack__ on the result)" if unseen else "")
+              + (f"; deleter calls {', '.join(deletes)}" if deletes else ""))
+    checks.record("consumer.values_of_each_dtype_and_layout", not wrong and not deletes, detail, C.ZERO_COPY)
 
 
 def _check_unknown_device(from_dlpack, checks):

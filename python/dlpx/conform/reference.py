@@ -113,7 +113,8 @@ class ReferenceTensor:
     - ``deleter``: ``COUNTING`` (the kit's thunk: counts into ``deleter_calls``, records a
       second call in ``STRAY_DELETES``), ``None`` (NULL), or the address of any C function.
     - ``fill``: for float32 ``arange(numel)`` is written into the default buffer
-      (row-major), so a consumer's view can be compared value by value.
+      (row-major), for any other dtype a byte pattern, so a consumer's view can be compared value
+      by value (byte by byte).
 
     Attributes: ``address`` (of the struct), ``struct`` (the ctypes struct; edit it freely
     before handing the tensor out), ``data_address``, ``deleter_calls``, ``versioned``,
@@ -180,6 +181,11 @@ class ReferenceTensor:
         if fill and tuple(dtype) == (2, 32, 1) and nbytes > 0:
             numel = nbytes // 4
             (ctypes.c_float * numel).from_address(address + byte_offset)[:] = [float(i) for i in range(numel)]
+        elif fill and nbytes > 0:
+            # Any other dtype: a byte pattern (bools 0 and 1, as DLPack's bool is), so that a view
+            # or copy can be compared byte by byte.
+            pattern = [i % 2 for i in range(nbytes)] if dtype[0] == abi.KDL_BOOL else [(7 * i + 1) % 256 for i in range(nbytes)]
+            (ctypes.c_uint8 * nbytes).from_address(address + byte_offset)[:] = pattern
         return address
 
     @property

@@ -106,6 +106,27 @@ def test_a_consumer_that_renames_a_versioned_capsule_used_dltensor_fails():
     assert "consumer.capsule_renamed" in failed(check_consumer(wrong_used_name))
 
 
+def test_a_consumer_that_reads_strides_as_row_major_or_loses_bytes_fails_the_value_check():
+    # Each reads through dlpx first, which refuses the kit's hostile strides (numpy does not).
+    def ignores_strides(x):
+        a = np.from_dlpack(dlpx.from_dlpack(x))
+        compact = np.lib.stride_tricks.as_strided(a, strides=np.empty(a.shape, a.dtype).strides)
+        return compact.copy()
+
+    def drops_the_last_byte(x):
+        a = np.from_dlpack(dlpx.from_dlpack(x)).copy()
+        last = a.reshape(-1).view(np.uint8)[-1:]
+        last ^= 1  # a bool stays 0 or 1
+        return a
+
+    detail = failed(check_consumer(ignores_strides))["consumer.values_of_each_dtype_and_layout"]
+    assert "wrong: int8 column-major" in detail and "row-major," not in detail.split("wrong:")[1], detail
+    detail = failed(check_consumer(drops_the_last_byte))["consumer.values_of_each_dtype_and_layout"]
+    assert "int8 row-major" in detail and "int64 0-d" in detail and "bool column-major" in detail, detail
+    # numpy's own reading holds every value.
+    assert "consumer.values_of_each_dtype_and_layout" not in failed(check_consumer(np.from_dlpack))
+
+
 def test_reference_tensor_sets_hostile_fields():
     t = ReferenceTensor(shape=(2**63, -1), dtype=(200, 7, 0), ndim=5, device=(99, -1), version=(2, 9), flags=0xFF, deleter=None, strides=None)
     dl = t.struct.dl_tensor
