@@ -306,8 +306,9 @@ const DLPackExchangeAPI *dlpx_exchange_api(void);
 
 /**
  * Walks a `prev_api` chain from `head` to the first table of DLPack major version 1 — the one
- * dlpx and this header understand. At most 16 links are followed; a cycle, a chain without a
- * major-1 table, or a NULL head returns NULL with the reason in `dlpx_last_error()`.
+ * dlpx and this header understand. At most 16 tables are read (the head and 15 links); a longer
+ * chain, a cycle, a chain without a major-1 table, or a NULL head returns NULL with the reason
+ * in `dlpx_last_error()`.
  *
  * # Safety
  * `head` is NULL or a table header whose `prev_api` links are NULL or valid headers.
@@ -355,7 +356,9 @@ void dlpx_set_error_python(void *_error_ctx, const char *kind, const char *messa
  * Makes `stream` the calling thread's current work stream on (`device_type`, `device_id`);
  * NULL restores the default. The previous stream is written to `*previous` when `previous`
  * is not NULL, so a caller can restore it. Returns 0, or -1 (see `dlpx_last_error()`) for a
- * CPU device, which has no streams, a device type DLPack does not name, or a negative id.
+ * CPU device, which has no streams, a device type DLPack does not name, a negative id, or a
+ * 17th device with a stream set on this thread (a thread holds current streams on at most 16
+ * devices; setting one back to NULL frees its place).
  */
 int dlpx_set_current_stream(DLDeviceType device_type,
                             int32_t device_id,
@@ -474,7 +477,9 @@ void dlpx_view_release(DlpxTensorView *view);
  * allocator), or dlpx's when it has none or `like_py_object` is NULL. An error, dlpx's or the
  * table's, goes to `dlpx_last_error()` and, when `SetError` is not NULL, to
  * `SetError(error_ctx, kind, message)` once (`dlpx_set_error_python` raises it as a Python
- * exception). Returns 0, or -1.
+ * exception): a table's own words, the first it reported. A table's answer that is not the
+ * tensor asked for (another shape, dtype or device, strides not compact, no data, another DLPack
+ * major), or a failure it did not report, is refused (the tensor deleted). Returns 0, or -1.
  *
  * # Safety
  * The GIL is held; `like_py_object` is NULL or live; `prototype` is valid with `ndim` shape values; `out` is writable.

@@ -139,7 +139,9 @@ pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
 /// allocator), or dlpx's when it has none or `like_py_object` is NULL. An error, dlpx's or the
 /// table's, goes to `dlpx_last_error()` and, when `SetError` is not NULL, to
 /// `SetError(error_ctx, kind, message)` once (`dlpx_set_error_python` raises it as a Python
-/// exception). Returns 0, or -1.
+/// exception): a table's own words, the first it reported. A table's answer that is not the
+/// tensor asked for (another shape, dtype or device, strides not compact, no data, another DLPack
+/// major), or a failure it did not report, is refused (the tensor deleted). Returns 0, or -1.
 ///
 /// # Safety
 /// The GIL is held; `like_py_object` is NULL or live; `prototype` is valid with `ndim` shape values; `out` is writable.
@@ -152,51 +154,34 @@ pub unsafe extern "C" fn dlpx_allocate_like(
     error_ctx: *mut c_void,
     SetError: Option<unsafe extern "C" fn(error_ctx: *mut c_void, kind: *const c_char, message: *const c_char)>,
 ) -> c_int {
-    let api = c_entry!(ErrorCallback(error_ctx, SetError), "allocate_like", out(), || {
-        if like_py_object.is_null() {
-            return Ok(&EXCHANGE_API as *const DLPackExchangeAPI);
-        }
-        // SAFETY: the caller holds the GIL, by this function's contract.
-        let py = unsafe { Python::assume_attached()? };
-        Ok(producers::table_of(py, like_py_object.cast()) as *const DLPackExchangeAPI)
-    });
-    if api.is_null() {
-        return -1;
-    }
-    // SAFETY: a live table (process lifetime).
-    match unsafe { (*api).managed_tensor_allocator } {
-        // SAFETY: the table's allocator with this function's arguments, under the same contract;
-        // it reports its own errors through the forwarding SetError, which lives across the call.
-        Some(allocate) => unsafe {
-            let mut forward = Forward { error_ctx, set_error: SetError };
-            allocate(prototype, out, (&mut forward as *mut Forward).cast(), Some(forward_error))
-        },
-        None => c_entry!(ErrorCallback(error_ctx, SetError), "allocate_like", out(), || {
-            Err::<c_int, _>(Error::not_implemented("the producer's table has no allocator"))
-        }),
-    }
-}
-
-/// The caller's SetError, as `dlpx_allocate_like` passes it on to a table's allocator.
-struct Forward {
-    error_ctx: *mut c_void,
-    set_error: SetErrorFn,
-}
-
-/// The SetError a table's allocator gets from `dlpx_allocate_like`: the error goes to
-/// `dlpx_last_error()`, then to the caller's SetError when there is one. A NULL one is never
-/// passed on: torch's allocator calls its SetError without a check (a call of address 0).
-unsafe extern "C" fn forward_error(context: *mut c_void, kind: *const c_char, message: *const c_char) {
-    crate::error::guard("allocate_like", || {
-        // SAFETY: the `Forward` `dlpx_allocate_like` passed, live for the allocator's call.
-        let forward = unsafe { &*context.cast::<Forward>() };
-        // SAFETY: the allocator passes NUL-terminated strings (or NULL), valid for the call.
-        crate::error::set_last_error(&unsafe { Error::from_set_error(kind, message) });
-        if let Some(set_error) = forward.set_error {
-            // SAFETY: the caller's callback and context, given for this purpose.
-            unsafe { set_error(forward.error_ctx, kind, message) };
-        }
-    });
+    c_entry!(ErrorCallback(error_ctx, SetError), "allocate_like", out(out), given(prototype), || {
+        // SAFETY: a valid prototype with `ndim` shape values, by the contract.
+        let prototype = unsafe { prototype.as_ref() };
+        let shape: &[i64] = match (crate::layout::checked_ndim(prototype.ndim)?, prototype.shape.is_null()) {
+            (0, _) => &[],
+            (_, true) => return Err(Error::null("prototype.shape")),
+            // SAFETY: as above.
+            (n, false) => unsafe { std::slice::from_raw_parts(prototype.shape, n) },
+        };
+        let api = match like_py_object.is_null() {
+            true => &EXCHANGE_API,
+            // SAFETY: the caller holds the GIL, by this function's contract.
+            false => producers::table_of(unsafe { Python::assume_attached()? }, like_py_object.cast()),
+        };
+        // The table's answer held to the request; an error it reported keeps its own words
+        // (less a C++ backtrace), and only the first of several reports is passed on.
+        // SAFETY: a table's allocator, under DLPack's contract.
+        let managed = unsafe {
+            crate::kernels::framework_allocator::allocate(
+                api.managed_tensor_allocator,
+                prototype.device,
+                prototype.dtype,
+                shape,
+            )
+        }?;
+        out.put(managed.as_ptr());
+        Ok(0)
+    })
 }
 
 /// Turns `managed` into a Python object of `like_py_object`'s framework (GIL held): its table's

@@ -6,9 +6,9 @@
 //! The call is used by the one thread that runs the kernel, with or without the GIL: the
 //! environment (allocator, stream) is the caller's to make safe without it.
 
-use std::ffi::{c_char, c_void};
+use std::ffi::c_void;
 use std::mem::ManuallyDrop;
-use std::ptr::{self, NonNull};
+use std::ptr;
 
 use super::inline::Inline;
 use super::library::Kernel;
@@ -193,35 +193,13 @@ impl<'a> Call<'a> {
         // What no framework can allocate is the kernel's mistake, refused alike whichever
         // framework serves the call (torch's table calls a negative shape a MemoryError).
         check_request(device, dtype, shape).map_err(|err| for_the_call("output", err))?;
-        let mut prototype = DLTensor {
-            data: ptr::null_mut(),
-            device,
-            ndim: shape.len() as i32,
-            dtype,
-            shape: shape.as_ptr().cast_mut(),
-            strides: ptr::null_mut(),
-            byte_offset: 0,
-        };
-        let mut reported: Option<Error> = None;
-        let mut out: *mut DLManagedTensorVersioned = ptr::null_mut();
-        // SAFETY: the allocator's contract: a prototype whose shape is `ndim` long, a writable out,
-        // and a SetError that records into `reported` (no Python: it may run without the GIL).
-        let status = unsafe {
-            allocator(&mut prototype, &mut out, (&mut reported as *mut Option<Error>).cast(), Some(reported_error))
-        };
-        match (status, NonNull::new(out)) {
-            (0, Some(managed)) => {
-                self.asked = true;
-                self.outputs.keep(managed);
-                // SAFETY: a live managed tensor the call owns.
-                Ok(unsafe { &mut (*managed.as_ptr()).dl_tensor })
-            }
-            (0, None) => Err(Error::runtime("the caller's allocator gave no tensor")),
-            _ => Err(match reported {
-                Some(err) => for_the_call("output", err),
-                None => Error::memory("the caller's allocator failed without saying why"),
-            }),
-        }
+        // SAFETY: a table's allocator, under DLPack's contract.
+        let managed = unsafe { super::framework_allocator::allocate(Some(allocator), device, dtype, shape) }
+            .map_err(|err| for_the_call("output", err))?;
+        self.asked = true;
+        self.outputs.keep(managed);
+        // SAFETY: a live managed tensor the call owns.
+        Ok(unsafe { &mut (*managed.as_ptr()).dl_tensor })
     }
 
     /// The caller's current stream on `device` (NULL for the CPU, which has none to ask).
@@ -329,15 +307,4 @@ fn changed(index: usize, what: &str) -> Error {
     Error::runtime(format!(
         "the kernel changed output {index}'s {what}: an output's header (ndim to byte_offset, its shape and strides) is its framework's, and a kernel writes only its data"
     ))
-}
-
-/// The `SetError` the call gives the allocator: the error goes into the call's slot.
-unsafe extern "C" fn reported_error(context: *mut c_void, kind: *const c_char, message: *const c_char) {
-    crate::error::guard("allocate", || {
-        // SAFETY: the allocator passes NUL-terminated strings (or NULL), valid for the call.
-        let err = unsafe { Error::from_set_error(kind, message) };
-        // SAFETY: `context` is the `Option<Error>` `Call::allocate` passed, live for the call.
-        let slot = unsafe { &mut *context.cast::<Option<Error>>() };
-        slot.get_or_insert(err);
-    });
 }

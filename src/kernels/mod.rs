@@ -9,6 +9,7 @@ mod anchor;
 pub mod bind;
 pub mod call;
 pub mod export;
+pub mod framework_allocator;
 pub mod inline;
 pub mod library;
 mod link_map;

@@ -72,6 +72,11 @@ pub fn to_py_in(
     let mut object: *mut c_void = ptr::null_mut();
     // SAFETY: the table's contract: the GIL held (the token); `managed` moves only on success.
     match unsafe { to_py(managed, &mut object) } {
+        // A success without an object is a failure that was not reported: taken as one, the
+        // tensor left with the caller (the likelier story than a table that kept it and lost it).
+        0 if object.is_null() => {
+            Err(Error::runtime("the table's managed_tensor_to_py_object_no_sync reported success and gave no object"))
+        }
         0 => Ok(object.cast()),
         _ => Err(Error::python_pending()),
     }

@@ -9,6 +9,7 @@ set for a later call to trip over.
 
 import ctypes
 import gc
+import re
 import sys
 
 import numpy as np
@@ -503,3 +504,106 @@ def test_the_conformance_kit_holds_consumers_to_refusing_overflowing_strides():
 
     assert verdict(dlpx.from_dlpack) == "pass"
     assert verdict(np.from_dlpack) == "fail"
+
+
+# ---- what a framework's allocator answers is held to the request (src/kernels/framework_allocator.rs) ----
+
+
+ALLOCATOR_ANSWERS = {
+    "another shape": (hostile.GIVES, dict(shape=(2, 1)), RuntimeError, "gave a tensor other than the one asked for: another shape"),
+    "another ndim": (hostile.GIVES, dict(shape=(6,)), RuntimeError, "another device, dtype or ndim"),
+    "a negative extent": (hostile.GIVES, dict(shape=(2, -3)), RuntimeError, "another shape"),
+    "another dtype": (hostile.GIVES, dict(dtype=(0, 8, 1)), RuntimeError, "another device, dtype or ndim"),
+    "no data": (hostile.GIVES, dict(data=False), RuntimeError, "no data"),
+    "strides not compact": (hostile.GIVES, dict(strides=(1, 2)), RuntimeError, "strides that are not compact row-major"),
+    "major 9": (hostile.GIVES, dict(version=(9, 0)), RuntimeError, "DLPack major 9"),
+    "a silent failure": (hostile.FAILS_SILENTLY, {}, MemoryError, "the allocator failed without saying why"),
+    "success without a tensor": (hostile.GIVES_NOTHING, {}, RuntimeError, "reported success and gave no tensor"),
+    "two reports": (hostile.REPORTS_TWICE, {}, ValueError, "the first report$"),
+}
+
+
+@pytest.fixture(scope="module")
+def like_kernel():
+    import dlpx.cpp
+
+    source = ("static int like(DlpxCall *call) {\n"
+              "  const DLTensor *a; DLTensor *out;\n"
+              "  if (dlpx_call_tensor(call, 0, &a, NULL) || dlpx_call_allocate(call, a->device, a->dtype, a->ndim, a->shape, &out)) return -1;\n"
+              "  float *f = (float *)out->data;\n"
+              "  for (int64_t i = 0; i < a->shape[0] * a->shape[1]; ++i) f[i] = 1.0f;  /* what a kernel writes */\n"
+              "  return dlpx_call_return_tensor(call, out);\n"
+              "}\n"
+              'DLPX_EXPORT_KERNEL(like, like, "like(a) -> tensor: ones like a.")\n')
+    return dlpx.cpp.load_inline("allocates_like", c_sources=source).like
+
+
+@pytest.mark.parametrize("case", sorted(ALLOCATOR_ANSWERS))
+def test_a_kernel_output_that_is_not_the_tensor_asked_for_is_refused_and_deleted(like_kernel, case):
+    mode, answer, error, message = ALLOCATOR_ANSWERS[case]
+    Hostile, made = hostile_type(dict(shape=(2, 3)))
+    hostile.arm_allocator(mode, **answer)
+    try:
+        with pytest.raises(error, match=rf"^dlpx: like: output: .*{message}"):
+            like_kernel(Hostile())
+    finally:
+        hostile.arm_allocator(hostile.GIVES, shape=(2, 3))
+    gc.collect()
+    assert all(t.deleter_calls == 1 for t in made()), [t.deleter_calls for t in made()]
+    nothing_pending()
+
+
+LIB.dlpx_allocate_like.argtypes = [ctypes.py_object, ctypes.POINTER(abi.DLTensor), ctypes.POINTER(ctypes.c_void_p),
+                                   ctypes.c_void_p, ctypes.c_void_p]
+LIB.dlpx_allocate_like.restype = ctypes.c_int
+LIB.dlpx_last_error.restype = ctypes.c_char_p
+
+
+@pytest.mark.parametrize("case", sorted(ALLOCATOR_ANSWERS))
+def test_dlpx_allocate_like_holds_a_table_s_answer_to_the_request(case):
+    mode, answer, error, message = ALLOCATOR_ANSWERS[case]
+    Hostile, made = hostile_type(dict(shape=(2, 3)))
+    hostile.arm_allocator(mode, **answer)
+    shape = (ctypes.c_int64 * 2)(2, 3)
+    prototype = abi.DLTensor(None, abi.DLDevice(abi.KDL_CPU, 0), 2, abi.DLDataType(2, 32, 1), shape, None, 0)
+    out = ctypes.c_void_p()
+    try:
+        assert LIB.dlpx_allocate_like(Hostile(), ctypes.byref(prototype), ctypes.byref(out), None, None) == -1
+    finally:
+        hostile.arm_allocator(hostile.GIVES, shape=(2, 3))
+    assert not out.value
+    # dlpx's words for what it refuses; a table's own for what it reported (the first report).
+    text = LIB.dlpx_last_error().decode()
+    assert re.search(message, text), text
+    assert text.startswith("the first report" if mode == hostile.REPORTS_TWICE else "dlpx: allocate_like: "), text
+    assert all(t.deleter_calls == 1 for t in made()), [t.deleter_calls for t in made()]
+    nothing_pending()
+
+
+LIB.dlpx_to_py_like.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+LIB.dlpx_to_py_like.restype = ctypes.c_int
+
+
+def test_a_to_py_that_reports_success_without_an_object_is_an_error_and_leaves_the_tensor(like_kernel):
+    hostile.arm(shape=(2, 3))
+    hostile.arm_allocator(hostile.GIVES, shape=(2, 3))
+    Hostile = hostile.table_type(to_py_gives_nothing=True)
+    start = hostile.count()
+    # A kernel's result: the output is deleted once, the error names the result.
+    with pytest.raises(RuntimeError, match="^dlpx: like: result: .*reported success and gave no object"):
+        like_kernel(Hostile())
+    gc.collect()
+    assert [t.deleter_calls for t in hostile.made_since(start)] == [1, 1]  # the argument, the output
+    nothing_pending()
+    # dlpx_to_py_like: the caller keeps the tensor.
+    managed = dlpx.empty((2,)).__dlpack__(max_version=(1, 3))
+    from dlpx.conform.capsules import consume
+
+    info, spied = consume(managed)
+    out = ctypes.c_void_p()
+    with pytest.raises(RuntimeError, match="^dlpx: to_py_like: .*reported success and gave no object"):
+        LIB.dlpx_to_py_like(Hostile(), info["address"], ctypes.byref(out))
+    assert not out.value and spied.calls == 0
+    spied.delete()
+    assert spied.forget() == 1
+    nothing_pending()

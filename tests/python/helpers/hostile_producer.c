@@ -191,7 +191,50 @@ static int hp_view_from_py_object(void *py_object, DLTensor *out) {
   return 0;
 }
 
-static DLPackExchangeAPI hp_tables[2];
+/* The allocator's answer, armed apart from the other entries' (`hp_arm_allocator`): the tensor
+ * `hp_allocated` says whatever was asked (mode 0), a failure it does not report (1), a success
+ * without a tensor (2), or two reports and a failure (3). */
+static hp_spec hp_allocated;
+static int hp_allocator_mode;
+
+static int hp_allocate(DLTensor *prototype, DLManagedTensorVersioned **out, void *error_ctx,
+                       void (*SetError)(void *error_ctx, const char *kind, const char *message)) {
+  (void)prototype;
+  switch (hp_allocator_mode) {
+    case 1:
+      return -1;
+    case 2:
+      *out = NULL;
+      return 0;
+    case 3:
+      SetError(error_ctx, "ValueError", "the first report");
+      SetError(error_ctx, "TypeError", "the second report");
+      return -1;
+    default:
+      break;
+  }
+  int id = hp_make(&hp_allocated, 1);
+  if (id < 0) {
+    SetError(error_ctx, "MemoryError", "the C producer ran out of ids or memory");
+    return -1;
+  }
+  *out = &hp_live[id]->managed.versioned;
+  return 0;
+}
+
+void hp_arm_allocator(int mode, const hp_spec *spec) {
+  hp_allocator_mode = mode;
+  if (spec != NULL) hp_allocated = *spec;
+}
+
+/* A `to_py` that reports success and gives no object (and keeps nothing). */
+static int hp_to_py_gives_nothing(DLManagedTensorVersioned *managed, void **out) {
+  (void)managed;
+  *out = NULL;
+  return 0;
+}
+
+static DLPackExchangeAPI hp_tables[3];
 
 /* Arms the tables: every later call of their entries makes a tensor as `spec` says. */
 void hp_arm(const hp_spec *spec) { hp_armed = *spec; }
@@ -203,7 +246,15 @@ const DLPackExchangeAPI *hp_table(int view) {
   table->header.version.major = DLPACK_MAJOR_VERSION;
   table->header.version.minor = DLPACK_MINOR_VERSION;
   table->header.prev_api = NULL;
+  table->managed_tensor_allocator = hp_allocate;
   table->managed_tensor_from_py_object_no_sync = hp_from_py_object;
   table->dltensor_from_py_object_no_sync = view ? hp_view_from_py_object : NULL;
   return table;
+}
+
+/* The first table, with a `to_py` that reports success and gives no object. */
+const DLPackExchangeAPI *hp_table_to_py_gives_nothing(void) {
+  hp_tables[2] = *hp_table(0);
+  hp_tables[2].managed_tensor_to_py_object_no_sync = hp_to_py_gives_nothing;
+  return &hp_tables[2];
 }

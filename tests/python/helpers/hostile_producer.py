@@ -124,6 +124,10 @@ def library():
     lib.hp_capsule.restype = ctypes.py_object
     lib.hp_arm.argtypes = [ctypes.POINTER(Spec)]
     lib.hp_arm.restype = None
+    lib.hp_arm_allocator.argtypes = [c_int, ctypes.POINTER(Spec)]
+    lib.hp_arm_allocator.restype = None
+    lib.hp_table_to_py_gives_nothing.argtypes = []
+    lib.hp_table_to_py_gives_nothing.restype = c_void_p
     lib.hp_table.argtypes = [c_int]
     lib.hp_table.restype = c_void_p
     return lib
@@ -162,6 +166,18 @@ def arm(**spec_kwargs) -> None:
     library().hp_arm(ctypes.byref(_armed[0]))
 
 
+#: What the table's allocator does (``arm_allocator``): give the armed tensor, whatever was asked;
+#: fail without reporting; succeed without a tensor; report twice and fail.
+GIVES, FAILS_SILENTLY, GIVES_NOTHING, REPORTS_TWICE = 0, 1, 2, 3
+
+
+def arm_allocator(mode=GIVES, **spec_kwargs) -> None:
+    """What the C table's allocator answers from now on (``GIVES``: a tensor made as
+    ``spec_kwargs`` say, whatever the request)."""
+    _allocated[0] = spec(**spec_kwargs)
+    library().hp_arm_allocator(mode, ctypes.byref(_allocated[0]))
+
+
 def made_since(count: int) -> list:
     """The tensors made since ``hp_count()`` was ``count``."""
     return [HostileTensor(i) for i in range(count, library().hp_count())]
@@ -171,11 +187,12 @@ def count() -> int:
     return library().hp_count()
 
 
-def table_type(view=False):
-    """A class publishing the C table (its view entry only with ``view``). Its ``__dlpack__``
-    hands out a capsule of a tensor made from the armed spec too, so every path dlpx may take
-    (table or protocol) meets the same hostile tensor."""
-    address = library().hp_table(int(view))
+def table_type(view=False, to_py_gives_nothing=False):
+    """A class publishing the C table (its view entry only with ``view``; with
+    ``to_py_gives_nothing`` a ``to_py`` that reports success and gives no object). Its
+    ``__dlpack__`` hands out a capsule of a tensor made from the armed spec too, so every path
+    dlpx may take (table or protocol) meets the same hostile tensor."""
+    address = library().hp_table_to_py_gives_nothing() if to_py_gives_nothing else library().hp_table(int(view))
 
     class Hostile:
         __c_dlpack_exchange_api__ = address
@@ -188,4 +205,5 @@ def table_type(view=False):
 
 
 _armed = [None]  # the armed Spec, kept for table_type's __dlpack__
+_allocated = [None]  # the allocator's armed Spec
 
