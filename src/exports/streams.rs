@@ -10,7 +10,9 @@ use crate::shell::entry::c_entry;
 /// Makes `stream` the calling thread's current work stream on (`device_type`, `device_id`);
 /// NULL restores the default. The previous stream is written to `*previous` when `previous`
 /// is not NULL, so a caller can restore it. Returns 0, or -1 (see `dlpx_last_error()`) for a
-/// CPU device, which has no streams, a device type DLPack does not name, or a negative id.
+/// CPU device, which has no streams, a device type DLPack does not name, a negative id, or a
+/// 17th device with a stream set on this thread (a thread holds current streams on at most 16
+/// devices; setting one back to NULL frees its place).
 #[no_mangle]
 pub extern "C" fn dlpx_set_current_stream(
     device_type: DeviceType,
