@@ -59,7 +59,10 @@ def compiler(language: str) -> List[str]:
     """The compiler of `language` as a command (`$CC` may be `ccache gcc`), its program resolved to
     a path (its identity is part of the cache key)."""
     variable, default = {"c": ("CC", "cc"), "c++": ("CXX", "c++"), "cuda": ("NVCC", "nvcc")}[language]
-    words = shlex.split(os.environ.get(variable, ""))
+    try:
+        words = shlex.split(os.environ.get(variable, ""))
+    except ValueError as exc:  # an unclosed quote
+        raise BuildError(f"dlpx.cpp: ${variable} is no command line ({exc}): {os.environ.get(variable)!r}") from None
     named, arguments = (words[0], words[1:]) if words else (None, [])
     candidates = [named] if named else [default]
     if language == "cuda" and not named:
@@ -69,7 +72,8 @@ def compiler(language: str) -> List[str]:
     for candidate in candidates:
         found = shutil.which(candidate)
         if found:
-            return [found, *arguments]
+            # Absolute: a relative one (`./bin/cc`) names another program in another directory.
+            return [os.path.abspath(found), *arguments]
     tried = ", ".join(candidates)
     raise BuildError(f"dlpx.cpp: no {language} compiler (tried {tried}): install one or set ${variable}")
 

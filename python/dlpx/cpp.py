@@ -177,10 +177,12 @@ def _build_once(name: str, units: List[Unit], cflags: Flags, cuda_cflags: Flags,
     commands = Commands(name, tools, flags, includes)
     # What the compilers read besides their command line: the environment's header and library
     # paths and nvcc's own flags, the working directory for a relative path in a flag
-    # (`-Iinclude`), and the files a link flag names (`libfoo.a`: by size and time).
+    # (`-Iinclude`), and the files a flag names (`libfoo.a`, in a `-Wl,` list, `@options`: by size
+    # and time).
     environment = [os.environ.get(v) for v in _ENVIRONMENT]
     relative = any(_names_relative_path(flag) for flag in flags["c"] + flags["cuda"] + flags["ld"])
-    linked = [(flag, os.stat(flag).st_size, os.stat(flag).st_mtime_ns) for flag in flags["ld"] if os.path.isfile(flag)]
+    named = sorted({path for flag in flags["c"] + flags["cuda"] + flags["ld"] for path in _named_files(flag)})
+    linked = [(path, os.stat(path).st_size, os.stat(path).st_mtime_ns) for path in named]
     key = _digest(json.dumps([name, dlpx.__version__, dlpx.library_path(), units, flags, includes,
                               sorted(tools.items()), commands.cuda_arch, environment, linked,
                               os.getcwd() if relative else None]).encode())
@@ -292,7 +294,8 @@ def _compile_and_link(home: str, name: str, units: List[Unit], commands: Command
         files = [(path, text) for path, _, text in units if os.path.isabs(path)]
         # A source saved after it was read for the key (while this waited for another thread's
         # build, or for nvidia-smi) was compiled as it is now: not filed under the old text's key.
-        if any(_modified_since(path, started) for path in listed + [path for path, _ in files]) or any(
+        ended = time.time_ns() + 20_000_000
+        if any(_modified_between(path, started, ended) for path in listed + [path for path, _ in files]) or any(
                 _source_text(path) != text for path, text in files):
             raise _Raced()
         seen = _seen([(path, None, None, None) for path in listed])
@@ -316,11 +319,26 @@ def _forget_abandoned(home: str) -> None:
             pass
 
 
-def _modified_since(path: str, since_ns: int) -> bool:
+def _modified_between(path: str, start_ns: int, end_ns: int) -> bool:
+    """Whether `path` was saved while the build ran. A time past its end is a clock ahead of ours
+    (a file unpacked from an archive, a network file system's), not a save during the build: it
+    would read as one at every try. Its time and size are in the headers' key, so a later save
+    still builds anew."""
     try:
-        return os.stat(path).st_mtime_ns >= since_ns
+        return start_ns <= os.stat(path).st_mtime_ns <= end_ns
     except OSError:  # none to have been changed (a header gone is its own content: none)
         return False
+
+
+def _named_files(flag: str) -> List[str]:
+    """The files a flag names that exist: itself (`libfoo.a`), an item of a `-Wl,` list or its
+    value (`-Wl,--whole-archive,libv.a`, `-Wl,--version-script=v.map`), a response file (`@f`)."""
+    words = [flag]
+    if flag.startswith("-Wl,"):
+        words += [part for item in flag[4:].split(",") for part in (item, item.partition("=")[2]) if part]
+    if flag.startswith("@"):
+        words.append(flag[1:])
+    return [word for word in words if os.path.isfile(word)]
 
 
 def _names_relative_path(flag: str) -> bool:

@@ -367,6 +367,21 @@ def test_a_header_saved_during_the_build_is_built_again(tmp_path, monkeypatch):
     assert cpp.load_inline("saved", c_sources=source, extra_include_paths=[str(tmp_path)]).answer() == 3
 
 
+def test_files_dated_ahead_of_the_clock_build_and_a_later_save_builds_anew(tmp_path):
+    # A time past the build's end (a file from an archive, a clock ahead of ours) read as a save
+    # during the build at every try: "its sources or headers kept changing".
+    header, source = tmp_path / "factor.h", tmp_path / "ahead.c"
+    header.write_text("#define FACTOR 2\n")
+    source.write_text("#include <dlpx/kernel.h>\n#include <factor.h>\n" + answer("FACTOR"))
+    ahead = time.time() + 600
+    for path in (header, source):
+        os.utime(path, (ahead, ahead))
+    first = cpp.load("ahead", [str(source)], extra_include_paths=[str(tmp_path)])
+    assert first.answer() == 2
+    header.write_text("#define FACTOR 3\n")  # saved now: an earlier time than the one it had
+    assert cpp.load("ahead", [str(source)], extra_include_paths=[str(tmp_path)]).answer() == 3
+
+
 def test_a_source_saved_between_its_reading_and_its_compile_is_not_filed_under_the_old_text(tmp_path, monkeypatch):
     # The source is saved while the build waits for its entry's lock (another thread building it,
     # or, for CUDA, nvidia-smi): what is compiled then is the new text, which must not be filed
@@ -407,11 +422,41 @@ def test_a_changed_archive_a_link_flag_names_or_nvcc_s_flag_variable_builds_anew
     make_archive(2)
     second = cpp.load_inline("archived", c_sources=source, extra_ldflags=[str(archive)]).answer()
     assert (first, second) == (1, 2)
+    # Named inside a -Wl, list, and a response file of compiler flags.
+    listed = [f"-Wl,--whole-archive,{archive},--no-whole-archive"]
+    assert cpp.load_inline("archived", c_sources=source, extra_ldflags=listed).answer() == 2
+    time.sleep(0.01)
+    make_archive(3)
+    assert cpp.load_inline("archived", c_sources=source, extra_ldflags=listed).answer() == 3
+    options = tmp_path / "options.rsp"
+    options.write_text("-DVALUE=4\n")
+    assert cpp.load_inline("optioned", c_sources=answer("VALUE"), extra_cflags=[f"@{options}"]).answer() == 4
+    time.sleep(0.01)
+    options.write_text("-DVALUE=55\n")
+    assert cpp.load_inline("optioned", c_sources=answer("VALUE"), extra_cflags=[f"@{options}"]).answer() == 55
     keys = set()
     for flags in ("", "-DV=1", "-DV=2"):
         monkeypatch.setenv("NVCC_APPEND_FLAGS", flags)
         keys.add(os.path.dirname(os.path.dirname(cpp.build_inline("flagged", c_sources=answer(1)))))
     assert len(keys) == 3
+
+
+def test_a_relative_compiler_is_the_one_its_path_names_from_where_the_call_is_made(tmp_path, monkeypatch):
+    # Two directories, each with ./bin/cc defining VALUE otherwise: the name alone was the key's.
+    for value in (1, 2):
+        (tmp_path / str(value) / "bin").mkdir(parents=True)
+        wrapper = tmp_path / str(value) / "bin" / "cc"
+        wrapper.write_text(f'#!/bin/sh\nexec cc -DVALUE={value} "$@"\n')
+        wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", "./bin/cc")
+    got = []
+    for value in (1, 2):
+        monkeypatch.chdir(tmp_path / str(value))
+        got.append(cpp.load_inline("relative_cc", c_sources=answer("VALUE")).answer())
+    assert got == [1, 2]
+    monkeypatch.setenv("CC", '"cc')
+    with pytest.raises(cpp.BuildError, match=r"\$CC is no command line"):
+        cpp.build_inline("unquoted", c_sources=answer(1))
 
 
 def test_compilers_with_arguments_flags_of_any_iterable_and_sources_in_latin1(tmp_path, monkeypatch):
