@@ -162,12 +162,15 @@ class Commands:
         # named before the objects that use it: nvcc puts the file first).
         linker = ["--push-state", "--no-as-needed", library, "--pop-state", "--exclude-libs", "ALL",
                   f"--version-script={exports}", "-rpath", os.path.dirname(library)]
+        cuda = "cuda" in self.tools
+        # nvcc links (the static CUDA runtime, device code): a `-Wl,` flag is the host linker's,
+        # and goes in the host compiler's response file, where nvcc cannot split it at a space.
+        host = [flag for flag in self.flags["ld"] if cuda and flag.startswith("-Wl,")]
         with open(options, "w") as f:
             f.write("".join(f"-Xlinker {_response_quoted(option)}\n" for option in linker))
-        if "cuda" in self.tools:
-            # nvcc links (the static CUDA runtime, device code): a `-Wl,` flag is the host linker's.
-            ldflags = [part for flag in self.flags["ld"] for part in
-                       (["-Xlinker", flag[4:]] if flag.startswith("-Wl,") else [flag])]
+            f.write("".join(f"{_response_quoted(flag)}\n" for flag in host))
+        if cuda:
+            ldflags = [flag for flag in self.flags["ld"] if not flag.startswith("-Wl,")]
             return [*self.tools["cuda"], "-shared", "-cudart", "static", *self.cuda_arch, *objects,
                     "-Xcompiler", f"@{options}", *ldflags, "-o", out]
         driver = self.tools.get("c++") or self.tools["c"]
