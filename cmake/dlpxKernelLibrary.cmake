@@ -68,11 +68,9 @@ function(dlpx_add_kernel_library name)
     set(_exports "${CMAKE_CURRENT_BINARY_DIR}/${name}_exports.map")
     file(WRITE "${_exports}" "{ global: dlpx_kernel_library; local: *; };\n")
     # The script's path as one -Xlinker argument: a LINKER: (-Wl,) list splits at the commas a
-    # build directory may hold. In the shell's double quotes, what it expands there is escaped
-    # (a build directory named with a `$`).
-    string(REGEX REPLACE "([\\\"$`])" "\\\\\\1" _quoted "${_exports}")
+    # build directory may hold.
     target_link_options(${name} PRIVATE "LINKER:--exclude-libs,ALL"
-                        "SHELL:-Xlinker \"--version-script=${_quoted}\"")
+                        "SHELL:-Xlinker \"--version-script=${_exports}\"")
     set_property(TARGET ${name} APPEND PROPERTY LINK_DEPENDS "${_exports}")
   endif()
 
