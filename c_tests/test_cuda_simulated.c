@@ -176,6 +176,14 @@ static void pinned_out_of_memory_gives_the_cache_back_and_retries(void) {
             strstr(r.message, "out of memory allocating 65536 bytes of pinned host memory") != NULL,
         "MemoryError: %s: %s", r.kind, r.message);
   sim_cuda_fail("cuMemHostAlloc", 0, 0);
+  /* A free that fails while the cache is given back leaves the retry its chance. */
+  release(allocate(kDLCUDAHost, 0, 3000, &r));
+  sim_cuda_fail("cuMemFreeHost", 700, 1);
+  sim_cuda_fail("cuMemHostAlloc", 2, 1);
+  memset(&r, 0, sizeof r);
+  DLManagedTensorVersioned *u = allocate(kDLCUDAHost, 0, 30000, &r);
+  CHECK(u != NULL, "retried after a failed free: %s: %s", r.kind, r.message);
+  release(u);
   release(t);
   CHECK(dlpx_cuda_empty_cache() == 0, "empty_cache: %s", test_str(dlpx_last_error()));
 }

@@ -306,9 +306,9 @@ const DLPackExchangeAPI *dlpx_exchange_api(void);
 
 /**
  * Walks a `prev_api` chain from `head` to the first table of DLPack major version 1 — the one
- * dlpx and this header understand. At most 16 tables are read (the head and 15 links); a longer
- * chain, a cycle, a chain without a major-1 table, or a NULL head returns NULL with the reason
- * in `dlpx_last_error()`.
+ * dlpx and this header understand, among the first 16 tables (the head and 15 links). NULL, with
+ * the reason in `dlpx_last_error()`, when none of them is major 1 (the chain ends, loops or goes
+ * on past them first) or the head is NULL.
  *
  * # Safety
  * `head` is NULL or a table header whose `prev_api` links are NULL or valid headers.
@@ -590,7 +590,8 @@ int dlpx_call_str(DlpxCall *call, int32_t index, const char **out_data, size_t *
  * Allocates an output in the caller's framework: with the allocator of the first tensor
  * argument's framework (a torch tensor in → torch's allocator; dlpx's for everything else, and
  * for a C caller), compact row-major, `ndim` dimensions of `shape` (copied), on `device`.
- * `*out` is the new tensor, whose data the kernel writes. Its header (`ndim` to `byte_offset`,
+ * `*out` is the new tensor, whose data the kernel writes from `data` (its `byte_offset` is 0:
+ * an allocator's answer that is not so, or not the tensor asked for, is refused). Its header (`ndim` to `byte_offset`,
  * and the shape and strides it points to) is the framework's: a kernel that changes it fails
  * the call with a RuntimeError when it returns, and the framework gets its header back. The
  * call owns the tensor until `dlpx_call_return_tensor(call, *out)`, and deletes it if the

@@ -83,7 +83,7 @@ def load_library(path):
         # dlopen's to resolve through the link, as a trailing `/` is (a file's name with one is
         # no path to it).
         joined = os.path.join(os.getcwd(), *[part for part in path.split("/") if part not in ("", ".")])
-        path = joined + "/" if path.endswith("/") else joined
+        path = joined + "/" if path.endswith(("/", "/.")) else joined
     return _native.load_library(path)
 
 
@@ -145,9 +145,7 @@ class outputs_like:
             blocks = blocks[1]
         keys = [block[2] for block in chain]
         mine = next((key for key in reversed(self._entered) if any(key is k for k in keys)), None)
-        if mine is None:
-            if self._entered:
-                self._entered.pop()
+        if mine is None:  # its context keeps it; which of this object's entries it was is unknown
             return
         self._entered.remove(mine)
         at = next(i for i, key in enumerate(keys) if key is mine)

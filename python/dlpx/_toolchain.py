@@ -164,13 +164,15 @@ class Commands:
                   f"--version-script={exports}", "-rpath", os.path.dirname(library)]
         cuda = "cuda" in self.tools
         # nvcc links (the static CUDA runtime, device code): a `-Wl,` flag is the host linker's,
-        # and goes in the host compiler's response file, where nvcc cannot split it at a space.
-        host = [flag for flag in self.flags["ld"] if cuda and flag.startswith("-Wl,")]
+        # passed as -Xlinker in its place, but one with a space in the host compiler's response
+        # file, where nvcc cannot split it (its place among the other flags then lost).
+        host = [flag for flag in self.flags["ld"] if cuda and flag.startswith("-Wl,") and any(c.isspace() for c in flag)]
         with open(options, "w") as f:
             f.write("".join(f"-Xlinker {_response_quoted(option)}\n" for option in linker))
             f.write("".join(f"{_response_quoted(flag)}\n" for flag in host))
         if cuda:
-            ldflags = [flag for flag in self.flags["ld"] if not flag.startswith("-Wl,")]
+            ldflags = [part for flag in self.flags["ld"] if flag not in host for part in
+                       (["-Xlinker", flag[4:]] if flag.startswith("-Wl,") else [flag])]
             return [*self.tools["cuda"], "-shared", "-cudart", "static", *self.cuda_arch, *objects,
                     "-Xcompiler", f"@{options}", *ldflags, "-o", out]
         driver = self.tools.get("c++") or self.tools["c"]

@@ -174,7 +174,8 @@ pub unsafe extern "C" fn dlpx_call_str(
 /// Allocates an output in the caller's framework: with the allocator of the first tensor
 /// argument's framework (a torch tensor in → torch's allocator; dlpx's for everything else, and
 /// for a C caller), compact row-major, `ndim` dimensions of `shape` (copied), on `device`.
-/// `*out` is the new tensor, whose data the kernel writes. Its header (`ndim` to `byte_offset`,
+/// `*out` is the new tensor, whose data the kernel writes from `data` (its `byte_offset` is 0:
+/// an allocator's answer that is not so, or not the tensor asked for, is refused). Its header (`ndim` to `byte_offset`,
 /// and the shape and strides it points to) is the framework's: a kernel that changes it fails
 /// the call with a RuntimeError when it returns, and the framework gets its header back. The
 /// call owns the tensor until `dlpx_call_return_tensor(call, *out)`, and deletes it if the

@@ -89,9 +89,9 @@ unsafe extern "C" fn dltensor_from_py_object_checked(py_object: *mut c_void, out
 }
 
 /// Walks a `prev_api` chain from `head` to the first table of DLPack major version 1 — the one
-/// dlpx and this header understand. At most 16 tables are read (the head and 15 links); a longer
-/// chain, a cycle, a chain without a major-1 table, or a NULL head returns NULL with the reason
-/// in `dlpx_last_error()`.
+/// dlpx and this header understand, among the first 16 tables (the head and 15 links). NULL, with
+/// the reason in `dlpx_last_error()`, when none of them is major 1 (the chain ends, loops or goes
+/// on past them first) or the head is NULL.
 ///
 /// # Safety
 /// `head` is NULL or a table header whose `prev_api` links are NULL or valid headers.

@@ -32,7 +32,7 @@ pub fn chosen(py: Python<'_>) -> Result<Option<Entry>> {
 }
 
 /// The framework of the innermost block entered in this context (None: the first tensor
-/// argument's): the context variable holds `(framework, outer blocks)`, or None.
+/// argument's): the context variable holds `(framework, outer blocks, its entry's key)`, or None.
 #[cold]
 #[inline(never)]
 fn in_this_context(py: Python<'_>) -> Result<Option<Entry>> {
@@ -42,7 +42,7 @@ fn in_this_context(py: Python<'_>) -> Result<Option<Entry>> {
     if blocks.as_ptr() == py.none {
         return Ok(None);
     }
-    // SAFETY: GIL held; dlpx's own tuple of two (a borrowed item, alive while `blocks` is held).
+    // SAFETY: GIL held; dlpx's own tuple of three (a borrowed item, alive while `blocks` is held).
     let framework = py.check(unsafe { (py.PyTuple_GetItem)(blocks.as_ptr(), 0) })?;
     Ok(match framework == py.none {
         true => None,

@@ -1,7 +1,7 @@
 //! A framework's allocator (its exchange table's `managed_tensor_allocator`), asked for one
 //! compact tensor for a kernel to write. Its answer is held to the request before anyone writes
 //! through it: a kernel writes `numel` items at `data`, so a tensor of another shape, dtype or
-//! device, without data, or of another DLPack major is a framework's bug that would otherwise
+//! device, without data, starting past `data` or of another DLPack major is a framework's bug that would otherwise
 //! become a write past its memory. The answer's failure modes are named too: a failure it did not
 //! report, a success without a tensor, a second report (only the first is kept).
 
@@ -91,6 +91,10 @@ unsafe fn other_than_asked(
         if !crate::layout::is_contiguous(shape, strides) {
             return Some("strides that are not compact row-major".to_string());
         }
+    }
+    if t.byte_offset != 0 {
+        // Kernels write from `data` (kernel.h's promise of a fresh output), as the examples do.
+        return Some(format!("byte_offset {} (a new output starts at data)", t.byte_offset));
     }
     (t.data.is_null() && !shape.contains(&0)).then(|| "no data".to_string())
 }

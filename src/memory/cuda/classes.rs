@@ -75,7 +75,9 @@ static SETTINGS: OnceLock<Settings> = OnceLock::new();
 pub fn settings() -> &'static Settings {
     SETTINGS.get_or_init(|| {
         // Set to nothing is unset, as for most variables.
-        let asked = std::env::var("DLPX_CUDA_CACHE_BYTES").ok().filter(|v| !v.trim().is_empty());
+        let asked = std::env::var_os("DLPX_CUDA_CACHE_BYTES")
+            .map(|v| v.to_string_lossy().into_owned()) // not UTF-8: no byte count, refused as one
+            .filter(|v| !v.trim().is_empty());
         let read = asked.as_deref().map(parse_bytes);
         Settings {
             cap: read.flatten().unwrap_or(DEFAULT_CACHE_BYTES),

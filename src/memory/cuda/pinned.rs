@@ -46,7 +46,8 @@ pub fn alloc_pinned(capacity: usize) -> Result<*mut c_void> {
         })
     };
     let (mut code, mut ptr) = host_alloc()?;
-    if code == driver::CUDA_ERROR_OUT_OF_MEMORY && empty_pinned_cache(Wait::Hooked)? > 0 {
+    // A free that failed while giving the cache back does not replace the out-of-memory error.
+    if code == driver::CUDA_ERROR_OUT_OF_MEMORY && empty_pinned_cache(Wait::Hooked).map_or(true, |freed| freed > 0) {
         // Out of page-locked memory: the cached blocks of other sizes went back, try once more
         // (as a device allocation does after giving its idle blocks back).
         (code, ptr) = host_alloc()?;

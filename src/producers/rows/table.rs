@@ -100,7 +100,7 @@ pub fn published_v1(py: Python<'_>, ty: *mut PyTypeObject) -> Option<&'static DL
 
 /// The head of the exchange-table chain a type publishes: the capsule
 /// `__dlpack_c_exchange_api__` first, then the integer `__c_dlpack_exchange_api__`; None when
-/// it publishes neither.
+/// it publishes neither, or sets the capsule's attribute to None (a subclass opting out).
 pub fn published_head(
     py: Python<'_>,
     ty: *mut PyTypeObject,
@@ -110,6 +110,10 @@ pub fn published_head(
     // are cleared.
     unsafe {
         if let Ok(capsule) = Owned::new(py, (py.PyObject_GetAttrString)(ty, c"__dlpack_c_exchange_api__".as_ptr())) {
+            // None: a subclass that opts out of its base's table (its objects go to `__dlpack__`).
+            if capsule.as_ptr() == py.none {
+                return Ok(None);
+            }
             let table = (py.PyCapsule_GetPointer)(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr());
             if table.is_null() {
                 (py.PyErr_Clear)();

@@ -94,6 +94,11 @@ def test_a_cache_size_that_is_no_byte_count_is_refused_naming_it(value):
     )
 
 
+def test_a_cache_size_that_is_no_utf8_is_refused_too():
+    said = probe({"DLPX_CUDA_CACHE_BYTES": "\udcff1G"})  # the byte 0xff, then 1G
+    assert said.startswith("ValueError dlpx: empty: DLPX_CUDA_CACHE_BYTES=") and "is no byte count" in said, said
+
+
 def test_a_cache_size_in_megabytes_is_the_cache_s_limit_and_an_empty_one_the_default():
     code = "import dlpx\ndlpx.empty((1,), 'float32', 'cuda:0')\nprint(dlpx.cuda.memory_stats(0)['cache_limit_bytes'])\n"
     assert probe({"DLPX_CUDA_CACHE_BYTES": "512M"}, code) == str(512 << 20)

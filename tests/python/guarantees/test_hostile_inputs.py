@@ -515,6 +515,7 @@ ALLOCATOR_ANSWERS = {
     "a negative extent": (hostile.GIVES, dict(shape=(2, -3)), RuntimeError, "another shape"),
     "another dtype": (hostile.GIVES, dict(dtype=(0, 8, 1)), RuntimeError, "another device, dtype or ndim"),
     "no data": (hostile.GIVES, dict(data=False), RuntimeError, "no data"),
+    "a byte_offset": (hostile.GIVES, dict(byte_offset=16), RuntimeError, "byte_offset 16"),
     "strides not compact": (hostile.GIVES, dict(strides=(1, 2)), RuntimeError, "strides that are not compact row-major"),
     "major 9": (hostile.GIVES, dict(version=(9, 0)), RuntimeError, "DLPack major 9"),
     "a silent failure": (hostile.FAILS_SILENTLY, {}, MemoryError, "the allocator failed without saying why"),

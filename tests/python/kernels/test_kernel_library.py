@@ -229,7 +229,8 @@ def test_a_module_s_file_is_the_absolute_path_it_was_first_loaded_by(example_pat
     module = dlpx.load_library("./relative_kernels.so")
     assert module.__file__ == str(tmp_path / "relative_kernels.so")
     # A file's name with a trailing slash is no path to it, relative as absolute.
-    for name in ("relative_kernels.so/", "./relative_kernels.so//", str(tmp_path / "relative_kernels.so") + "/"):
+    for name in ("relative_kernels.so/", "./relative_kernels.so//", "relative_kernels.so/.",
+                 str(tmp_path / "relative_kernels.so") + "/"):
         with pytest.raises(OSError, match="Not a directory"):
             dlpx.load_library(name)
 

@@ -4,6 +4,8 @@ through dlpx's table (tvm_ffi reads `__dlpack_c_exchange_api__` from the object 
 and dlpx imports torch tensors through torch's. Each proof uses a subclass whose `__dlpack__`
 raises (or counts its calls): the protocol path would fail, the table path does not."""
 
+import ctypes
+
 import numpy as np
 import pytest
 torch = pytest.importorskip("torch")  # not on the free-threaded interpreters
@@ -96,7 +98,11 @@ def test_a_subclass_that_unsets_the_inherited_table_is_read_through_its_own_dlpa
 
     t = torch.arange(3.0).as_subclass(Sevens)
     assert np.from_dlpack(dlpx.from_dlpack(t)).tolist() == [7.0, 7.0, 7.0]
-    assert dlpx.exchange_api_of(t) != dlpx.exchange_api_of(torch.arange(3.0))
+    address = ctypes.pythonapi.PyCapsule_GetPointer
+    address.restype, address.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    tables = [address(dlpx.exchange_api_of(x), b"dlpack_exchange_api") for x in (t, torch.arange(3.0))]
+    assert tables[0] != tables[1], "the subclass's table is dlpx's synthetic one, not torch's"
+    assert dlpx.exchange_api_info(type(t)) is None, "it publishes none"
 
 
 def test_dlpx_tensor_constructor_goes_through_torch_table():
