@@ -52,16 +52,8 @@ pub unsafe fn allocate(prototype: &DLTensor) -> Result<NonNull<DLManagedTensorVe
 /// As for [`allocate`].
 pub unsafe fn allocate_with_flags(prototype: &DLTensor, flags: u64) -> Result<NonNull<DLManagedTensorVersioned>> {
     let flags = flags & (DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED | DLPACK_FLAG_BITMASK_IS_COPIED);
-    let ndim = layout::checked_ndim(prototype.ndim)?;
-    if ndim > 0 && prototype.shape.is_null() {
-        return Err(Error::value(format!("prototype.shape is NULL with ndim = {ndim}")));
-    }
-    let shape: &[i64] = if ndim == 0 {
-        &[]
-    } else {
-        // SAFETY: non-NULL and `ndim` long, by the caller's contract.
-        unsafe { std::slice::from_raw_parts(prototype.shape, ndim) }
-    };
+    // SAFETY: `ndim` values where not NULL, by the caller's contract.
+    let shape = unsafe { layout::dims(prototype.ndim, prototype.shape, "prototype.shape") }?;
     crate::dtype::check(prototype.dtype)?;
     // The host, the hot case, statically: its calls inline (the seam's dispatch costs ~6 % of a
     // CPU allocation's time otherwise); every other device through the seam.

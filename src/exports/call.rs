@@ -196,13 +196,8 @@ pub unsafe extern "C" fn dlpx_call_allocate(
     on_call(call, "call_allocate", |call| {
         let out = crate::error::out(out, "out")?;
         // What the request itself gets wrong is the output's error, as what `allocate` refuses.
-        let ndim = crate::layout::checked_ndim(ndim).map_err(|err| for_the_call("output", err))?;
-        let shape: &[i64] = match (ndim, shape.is_null()) {
-            (0, _) => &[],
-            (_, true) => return Err(for_the_call("output", Error::null("shape"))),
-            // SAFETY: `ndim` values, by the function's contract.
-            (n, false) => unsafe { std::slice::from_raw_parts(shape, n) },
-        };
+        // SAFETY: `ndim` values where not NULL, by the function's contract.
+        let shape = unsafe { crate::layout::dims(ndim, shape, "shape") }.map_err(|err| for_the_call("output", err))?;
         out.put(call.allocate(device, dtype, shape)?);
         Ok(0)
     })

@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use crate::abi::*;
 use crate::cpython::{Python, Raise};
-use crate::error::{Error, ErrorCallback, LastError};
+use crate::error::{ErrorCallback, LastError};
 use crate::producers;
 use crate::shell::entry::c_entry;
 
@@ -157,12 +157,8 @@ pub unsafe extern "C" fn dlpx_allocate_like(
     c_entry!(ErrorCallback(error_ctx, SetError), "allocate_like", out(out), given(prototype), || {
         // SAFETY: a valid prototype with `ndim` shape values, by the contract.
         let prototype = unsafe { prototype.as_ref() };
-        let shape: &[i64] = match (crate::layout::checked_ndim(prototype.ndim)?, prototype.shape.is_null()) {
-            (0, _) => &[],
-            (_, true) => return Err(Error::null("prototype.shape")),
-            // SAFETY: as above.
-            (n, false) => unsafe { std::slice::from_raw_parts(prototype.shape, n) },
-        };
+        // SAFETY: as above.
+        let shape = unsafe { crate::layout::dims(prototype.ndim, prototype.shape, "prototype.shape") }?;
         let api = match like_py_object.is_null() {
             true => &EXCHANGE_API,
             // SAFETY: the caller holds the GIL, by this function's contract.

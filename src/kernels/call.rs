@@ -186,15 +186,11 @@ impl<'a> Call<'a> {
     /// Allocates an output in the caller's framework: owned by the call until the kernel
     /// returns it, deleted with the call otherwise.
     pub fn allocate(&mut self, device: DLDevice, dtype: DLDataType, shape: &[i64]) -> Result<*mut DLTensor> {
-        let allocator = self
-            .environment
-            .allocator
-            .ok_or_else(|| Error::not_implemented("the caller's framework has no allocator"))?;
         // What no framework can allocate is the kernel's mistake, refused alike whichever
         // framework serves the call (torch's table calls a negative shape a MemoryError).
         check_request(device, dtype, shape).map_err(|err| for_the_call("output", err))?;
         // SAFETY: a table's allocator, under DLPack's contract.
-        let managed = unsafe { super::framework_allocator::allocate(Some(allocator), device, dtype, shape) }
+        let managed = unsafe { super::framework_allocator::allocate(self.environment.allocator, device, dtype, shape) }
             .map_err(|err| for_the_call("output", err))?;
         self.asked = true;
         self.outputs.keep(managed);

@@ -1,8 +1,8 @@
 //! A framework's allocator (its exchange table's `managed_tensor_allocator`), asked for one
 //! compact tensor for a kernel to write. Its answer is held to the request before anyone writes
 //! through it: a kernel writes `numel` items at `data`, so a tensor of another shape, dtype or
-//! device, without data, starting past `data` or of another DLPack major is a framework's bug that would otherwise
-//! become a write past its memory. The answer's failure modes are named too: a failure it did not
+//! device, without data, starting past `data` or of another DLPack major is a framework's bug
+//! that would otherwise become a write past its memory. The answer's failure modes are named too: a failure it did not
 //! report, a success without a tensor, a second report (only the first is kept).
 
 use std::ffi::{c_char, c_void};
@@ -87,7 +87,7 @@ unsafe fn other_than_asked(
     if dims(t.shape) != Some(shape) {
         return Some("another shape".to_string());
     }
-    if let Some(strides) = dims(t.strides).filter(|_| !t.strides.is_null()) {
+    if let Some(strides) = dims(t.strides) {
         if !crate::layout::is_contiguous(shape, strides) {
             return Some("strides that are not compact row-major".to_string());
         }

@@ -21,6 +21,21 @@ pub fn checked_ndim(ndim: i32) -> Result<usize> {
     }
 }
 
+/// The `ndim` values at `values` (a shape or strides a caller passed), after [`checked_ndim`]:
+/// NULL is an error naming `name` where `ndim` > 0, and stands for none where it is 0.
+///
+/// # Safety
+/// `values` is NULL or points to `ndim` readable values, which outlive the slice.
+#[inline]
+pub unsafe fn dims<'a>(ndim: i32, values: *const i64, name: &str) -> Result<&'a [i64]> {
+    match (checked_ndim(ndim)?, values.is_null()) {
+        (0, _) => Ok(&[]),
+        (n, true) => Err(Error::value(format!("{name} is NULL with ndim = {n}"))),
+        // SAFETY: `n` readable values, by the caller's contract.
+        (n, false) => Ok(unsafe { std::slice::from_raw_parts(values, n) }),
+    }
+}
+
 #[cold]
 fn bad_ndim(ndim: i32) -> Error {
     if ndim < 0 {
