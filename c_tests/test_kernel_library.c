@@ -84,6 +84,74 @@ static void test_scalars_in_and_out_with_defaults(void) {
   CHECK(rc == 0 && results[1].float64 == 10.0, "x = 5 as a float: %f", results[1].float64);
 }
 
+/* Keyword arguments, as vectorcall passes them: the keyword-only parameters of `scalars(n: int,
+ * x=1.0, *, flag=True, text="abc")` are set from C only this way; Python's TypeErrors for the
+ * rest. */
+static void test_keyword_arguments(void) {
+  DlpxValue args[4] = {value(DLPX_VALUE_INT), value(DLPX_VALUE_STR), value(DLPX_VALUE_BOOL), value(DLPX_VALUE_FLOAT)};
+  args[0].int64 = 1;
+  args[1].str_data = "abcdefg";
+  args[1].str_size = 7;
+  args[2].boolean = false;
+  args[3].float64 = 4.0;
+  const char *names[3] = {"text", "flag", "x"};
+  DlpxValue results[4];
+  size_t n = 0;
+  int rc = dlpx_kernel_call_named(find("scalars"), args, 1, names, 3, results, 4, &n);
+  CHECK(rc == 0 && n == 4, "rc %d, n %zu: %s", rc, n, test_str(dlpx_last_error()));
+  if (rc != 0 || n != 4) return;
+  CHECK(results[1].float64 == 8.0 && results[2].boolean == true && results[3].int64 == 7, "x, flag, text by name");
+  /* Every parameter by name, and none: dlpx_kernel_call's answer. */
+  DlpxValue all[1] = {value(DLPX_VALUE_INT)};
+  all[0].int64 = 41;
+  const char *n_only[1] = {"n"};
+  rc = dlpx_kernel_call_named(find("scalars"), all, 0, n_only, 1, results, 4, &n);
+  CHECK(rc == 0 && n == 4 && results[0].int64 == 42 && results[3].int64 == 3, "n by name: %s",
+        test_str(dlpx_last_error()));
+  rc = dlpx_kernel_call_named(find("scalars"), all, 1, NULL, 0, results, 4, &n);
+  CHECK(rc == 0 && n == 4 && results[0].int64 == 42, "no names: %s", test_str(dlpx_last_error()));
+
+  struct {
+    size_t nargs, nnames;
+    const char *names[3];
+    const char *kind, *needle;
+  } bad[] = {
+      {1, 1, {"nope"}, "TypeError", "dlpx: scalars: got an unexpected keyword argument 'nope'"},
+      {1, 1, {"n"}, "TypeError", "dlpx: scalars: got multiple values for argument 'n'"},
+      {0, 2, {"n", "n"}, "TypeError", "dlpx: scalars: got multiple values for argument 'n'"},
+      {1, 1, {"\xff"}, "TypeError", "got an unexpected keyword argument \"\\xff\" (not UTF-8)"},
+      {1, 1, {NULL}, "ValueError", "names[0] is NULL"},
+      {0, 1, {"flag"}, "TypeError", "dlpx: scalars: missing required argument 'n'"},
+      /* `text` takes a str: the keyword's value is checked as a positional one is. */
+      {1, 1, {"text"}, "TypeError", "dlpx: scalars: parameter 'text': takes str, got"},
+  };
+  DlpxValue values[3] = {value(DLPX_VALUE_INT), value(DLPX_VALUE_INT), value(DLPX_VALUE_INT)};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    n = 99;
+    rc = dlpx_kernel_call_named(find("scalars"), values, bad[i].nargs, bad[i].names, bad[i].nnames, results, 4, &n);
+    CHECK(rc == -1 && n == 99, "case %zu: rc %d", i, rc);
+    CHECK(test_streq(dlpx_last_error_kind(), bad[i].kind), "case %zu: kind %s", i, test_str(dlpx_last_error_kind()));
+    CHECK(test_contains(dlpx_last_error(), bad[i].needle), "case %zu: \"%s\" lacks \"%s\"", i,
+          test_str(dlpx_last_error()), bad[i].needle);
+  }
+  /* A `*name` parameter takes no keyword; NULL names or args with a count are refused. */
+  const char *rest[1] = {"rest"};
+  rc = dlpx_kernel_call_named(find("describe_tensors"), values, 0, rest, 1, results, 4, &n);
+  CHECK(rc == -1 && test_contains(dlpx_last_error(), "got an unexpected keyword argument 'rest'"), "%s",
+        test_str(dlpx_last_error()));
+  rc = dlpx_kernel_call_named(find("scalars"), values, 1, NULL, 1, results, 4, &n);
+  CHECK(rc == -1 && test_contains(dlpx_last_error(), "names (with nnames > 0) is NULL"), "%s",
+        test_str(dlpx_last_error()));
+  rc = dlpx_kernel_call_named(find("scalars"), NULL, 0, n_only, 1, results, 4, &n);
+  CHECK(rc == -1 && test_contains(dlpx_last_error(), "args (with nnames > 0) is NULL"), "%s",
+        test_str(dlpx_last_error()));
+  /* A hostile count reads no further than one name past the parameters (here: the repeat). */
+  const char *repeated[3] = {"n", "x", "n"};
+  rc = dlpx_kernel_call_named(find("scalars"), values, 0, repeated, SIZE_MAX, results, 4, &n);
+  CHECK(rc == -1 && test_contains(dlpx_last_error(), "got multiple values for argument 'n'"), "%s",
+        test_str(dlpx_last_error()));
+}
+
 static void test_tensor_results_are_the_callers_to_delete(void) {
   float data[8] = {0, -1, 1, -1, 2, -1, 3, -1};
   int64_t shape[1], strides[1];
@@ -293,6 +361,7 @@ int main(int argc, char **argv) {
   test_kernel_h_has_the_layout_the_loader_reads();
   test_arguments_read_in_place_agree_with_the_functions();
   test_scalars_in_and_out_with_defaults();
+  test_keyword_arguments();
   test_tensor_results_are_the_callers_to_delete();
   test_kinds_of_optional_and_keyword_only_parameters();
   test_bad_calls_fail_cleanly_and_lose_nothing();

@@ -696,6 +696,7 @@ const char *dlpx_kernel_signature(const DlpxKernel *kernel);
  * come from dlpx's allocator; a kernel asking for a stream gets dlpx's current stream of this
  * thread. Returns 0, or -1 with the message in `dlpx_last_error()` (`dlpx: add: …`, the
  * kernel's own error or a TypeError naming the parameter) and nothing to delete.
+ * `dlpx_kernel_call_named` passes keyword arguments too.
  *
  * # Safety
  * `kernel` is from `dlpx_kernel_find`; `args` holds `nargs` values (NULL when 0) whose tensors
@@ -708,6 +709,27 @@ int dlpx_kernel_call(const DlpxKernel *kernel,
                      DlpxValue *results,
                      size_t capacity,
                      size_t *nresults);
+
+/**
+ * `dlpx_kernel_call` with keyword arguments, as CPython's vectorcall passes them: `args` holds
+ * the `nargs` positional values, then one value for each of the `nnames` names, in order
+ * (`names[i]` names `args[nargs + i]`, a parameter's name, NUL-terminated UTF-8). A keyword-only
+ * parameter (after `*` or `*name` in the signature) is set this way only. A name the kernel has
+ * not, a name given twice or one that a positional argument already fills, and the `*name`
+ * parameter's own name are TypeErrors, as Python's.
+ *
+ * # Safety
+ * `dlpx_kernel_call`'s, and: `args` holds `nargs + nnames` values (NULL when none); `names`
+ * holds `nnames` pointers (NULL when 0), each to a NUL-terminated string.
+ */
+int dlpx_kernel_call_named(const DlpxKernel *kernel,
+                           const DlpxValue *args,
+                           size_t nargs,
+                           const char *const *names,
+                           size_t nnames,
+                           DlpxValue *results,
+                           size_t capacity,
+                           size_t *nresults);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -4,7 +4,7 @@
 //! stream a kernel asks for is dlpx's current stream of the calling thread.
 
 use std::ffi::{c_char, c_int, CStr};
-use std::ptr;
+use std::ptr::{self, NonNull};
 
 use crate::abi::*;
 use crate::error::{Error, LastError};
@@ -105,6 +105,7 @@ pub unsafe extern "C" fn dlpx_kernel_signature(kernel: *const DlpxKernel) -> *co
 /// come from dlpx's allocator; a kernel asking for a stream gets dlpx's current stream of this
 /// thread. Returns 0, or -1 with the message in `dlpx_last_error()` (`dlpx: add: …`, the
 /// kernel's own error or a TypeError naming the parameter) and nothing to delete.
+/// `dlpx_kernel_call_named` passes keyword arguments too.
 ///
 /// # Safety
 /// `kernel` is from `dlpx_kernel_find`; `args` holds `nargs` values (NULL when 0) whose tensors
@@ -120,50 +121,149 @@ pub unsafe extern "C" fn dlpx_kernel_call(
     nresults: *mut usize,
 ) -> c_int {
     c_entry!(LastError, "kernel_call", out(), given(kernel), || {
-        // SAFETY: a kernel from dlpx_kernel_find (process lifetime).
-        let kernel: &'static Kernel = unsafe { kernel.cast::<Kernel>().as_ref() };
-        match (nresults.is_null(), capacity > 0 && results.is_null(), nargs > 0 && args.is_null()) {
-            (true, _, _) => return Err(Error::null("nresults")),
-            (_, true, _) => return Err(Error::null("results (with capacity > 0)")),
-            (_, _, true) => return Err(Error::null("args (with nargs > 0)")),
-            _ => {}
-        }
-        // Room for the usual call; more grows as `bind` takes them. A hostile count is refused by
-        // `bind` (naming it) before anything is read or allocated for it: values are read one by
-        // one, by index, never as one slice of `nargs` (its length could pass `isize::MAX`).
-        let mut values = Vec::with_capacity(nargs.min(1024).max(kernel.signature.params.len()));
-        bind(&kernel.signature, nargs, &[], |p, source| {
-            let param = &kernel.signature.params[p];
-            let value = match source {
-                Source::Default(default) => Value::of_default(default),
-                // SAFETY: `bind` gives an index below `nargs`, a count it accepted; `args` holds
-                // `nargs` values, by the function's contract.
-                Source::Positional(i) => argument(unsafe { &*args.add(i) }, param.ty, param.optional)
-                    .map_err(|fact| Error::type_error(format!("parameter '{}': {fact}", param.name)))?,
-                Source::Keyword(_) => unreachable!("C passes no keywords"),
-            };
-            values.push(value);
-            Ok(())
-        })
-        .map_err(|err| err.at(kernel.name))?;
-        let stream = |device| Ok(crate::stream::current(device));
-        let environment = Environment { allocator: Some(crate::allocation::allocator_entry), stream: &stream };
-        let returned = Call::new(kernel, &values, environment).run(|kernel| kernel())?;
-        if returned.len() > capacity {
-            let n = returned.len();
-            returned.as_slice().iter().copied().for_each(Returned::discard);
-            return Err(Error::value(format!("the kernel returned {n} results; results has room for {capacity}"))
-                .at(kernel.name));
-        }
-        let n = returned.len();
-        for (i, &result) in returned.as_slice().iter().enumerate() {
-            // SAFETY: i < capacity, by the check above.
-            unsafe { results.add(i).write(result_value(result)) };
-        }
-        // SAFETY: non-NULL, checked above.
-        unsafe { nresults.write(n) };
-        Ok(0)
+        // SAFETY: the function's contract, with no keywords.
+        unsafe { call(kernel, args, nargs, &Keywords::NONE, results, capacity, nresults) }
     })
+}
+
+/// `dlpx_kernel_call` with keyword arguments, as CPython's vectorcall passes them: `args` holds
+/// the `nargs` positional values, then one value for each of the `nnames` names, in order
+/// (`names[i]` names `args[nargs + i]`, a parameter's name, NUL-terminated UTF-8). A keyword-only
+/// parameter (after `*` or `*name` in the signature) is set this way only. A name the kernel has
+/// not, a name given twice or one that a positional argument already fills, and the `*name`
+/// parameter's own name are TypeErrors, as Python's.
+///
+/// # Safety
+/// `dlpx_kernel_call`'s, and: `args` holds `nargs + nnames` values (NULL when none); `names`
+/// holds `nnames` pointers (NULL when 0), each to a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn dlpx_kernel_call_named(
+    kernel: *const DlpxKernel,
+    args: *const DlpxValue,
+    nargs: usize,
+    names: *const *const c_char,
+    nnames: usize,
+    results: *mut DlpxValue,
+    capacity: usize,
+    nresults: *mut usize,
+) -> c_int {
+    c_entry!(LastError, "kernel_call_named", out(), given(kernel), || {
+        if nnames > 0 && names.is_null() {
+            return Err(Error::null("names (with nnames > 0)"));
+        }
+        let keywords = Keywords { names, count: nnames };
+        // SAFETY: the function's contract.
+        unsafe { call(kernel, args, nargs, &keywords, results, capacity, nresults) }
+    })
+}
+
+/// A C call's keyword names: `count` pointers at `names`.
+struct Keywords {
+    names: *const *const c_char,
+    count: usize,
+}
+
+impl Keywords {
+    const NONE: Keywords = Keywords { names: ptr::null(), count: 0 };
+
+    /// The parameter each name is, in order, read one by one: at most one past the kernel's
+    /// parameters is read (by then a name is unknown or repeated), whatever `count` says.
+    ///
+    /// # Safety
+    /// `names` holds `count` pointers, each NULL or to a NUL-terminated string.
+    unsafe fn parameters(&self, kernel: &Kernel) -> Result<Vec<usize>, Error> {
+        let params = &kernel.signature.params;
+        let mut matched: Vec<usize> = Vec::with_capacity(self.count.min(params.len() + 1));
+        for i in 0..self.count {
+            // SAFETY: i < count, by the caller's contract.
+            let name = unsafe { *self.names.add(i) };
+            if name.is_null() {
+                return Err(Error::value(format!("names[{i}] is NULL")));
+            }
+            // SAFETY: NUL-terminated, by the caller's contract.
+            let name = unsafe { CStr::from_ptr(name) };
+            let Ok(text) = name.to_str() else {
+                // No parameter's: their names are UTF-8 (checked at load).
+                return Err(Error::type_error(format!("got an unexpected keyword argument {name:?} (not UTF-8)")));
+            };
+            let Some(p) = params.iter().position(|param| param.name == text) else {
+                return Err(Error::type_error(format!("got an unexpected keyword argument '{text}'")));
+            };
+            if matched.contains(&p) {
+                return Err(Error::type_error(format!("got multiple values for argument '{}'", params[p].name)));
+            }
+            matched.push(p);
+        }
+        Ok(matched)
+    }
+}
+
+/// One C call of `kernel`: `args` (positional, then one for each keyword), bound, converted,
+/// run; its results written out.
+///
+/// # Safety
+/// `dlpx_kernel_call_named`'s contract.
+unsafe fn call(
+    kernel: NonNull<DlpxKernel>,
+    args: *const DlpxValue,
+    nargs: usize,
+    keywords: &Keywords,
+    results: *mut DlpxValue,
+    capacity: usize,
+    nresults: *mut usize,
+) -> Result<c_int, Error> {
+    // SAFETY: a kernel from dlpx_kernel_find (process lifetime).
+    let kernel: &'static Kernel = unsafe { kernel.cast::<Kernel>().as_ref() };
+    match (nresults.is_null(), capacity > 0 && results.is_null(), (nargs > 0 || keywords.count > 0) && args.is_null()) {
+        (true, _, _) => return Err(Error::null("nresults")),
+        (_, true, _) => return Err(Error::null("results (with capacity > 0)")),
+        (_, _, true) if nargs > 0 => return Err(Error::null("args (with nargs > 0)")),
+        (_, _, true) => return Err(Error::null("args (with nnames > 0)")),
+        _ => {}
+    }
+    // SAFETY: the caller's contract.
+    let named = unsafe { keywords.parameters(kernel) }.map_err(|err| err.at(kernel.name))?;
+    // Room for the usual call; more grows as `bind` takes them. A hostile count is refused by
+    // `bind` (naming it) before anything is read or allocated for it: values are read one by
+    // one, by index, never as one slice of `nargs` (its length could pass `isize::MAX`).
+    let mut values = Vec::with_capacity(nargs.min(1024).max(kernel.signature.params.len()));
+    bind(&kernel.signature, nargs, &named, |p, source| {
+        let param = &kernel.signature.params[p];
+        let at = match source {
+            Source::Default(default) => {
+                values.push(Value::of_default(default));
+                return Ok(());
+            }
+            Source::Positional(i) => i,
+            // `bind` took nargs (below i32::MAX) and `named` holds at most one per parameter.
+            Source::Keyword(k) => nargs + k,
+        };
+        // SAFETY: `bind` gives a positional index below `nargs`, a count it accepted, and a
+        // keyword index below `nnames`; `args` holds `nargs + nnames` values, by the contract.
+        let value = argument(unsafe { &*args.add(at) }, param.ty, param.optional)
+            .map_err(|fact| Error::type_error(format!("parameter '{}': {fact}", param.name)))?;
+        values.push(value);
+        Ok(())
+    })
+    .map_err(|err| err.at(kernel.name))?;
+    let stream = |device| Ok(crate::stream::current(device));
+    let environment = Environment { allocator: Some(crate::allocation::allocator_entry), stream: &stream };
+    let returned = Call::new(kernel, &values, environment).run(|kernel| kernel())?;
+    if returned.len() > capacity {
+        let n = returned.len();
+        returned.as_slice().iter().copied().for_each(Returned::discard);
+        return Err(
+            Error::value(format!("the kernel returned {n} results; results has room for {capacity}")).at(kernel.name)
+        );
+    }
+    let n = returned.len();
+    for (i, &result) in returned.as_slice().iter().enumerate() {
+        // SAFETY: i < capacity, by the check above.
+        unsafe { results.add(i).write(result_value(result)) };
+    }
+    // SAFETY: non-NULL, checked above.
+    unsafe { nresults.write(n) };
+    Ok(0)
 }
 
 /// A C caller's argument for a parameter of type `ty`; why not, otherwise.

@@ -184,9 +184,14 @@ fn keyword_parameters(
     for k in 0..count {
         // SAFETY: k < len(keyword_names); the item is borrowed from the tuple.
         let p = parameter(py, kernel, names, unsafe { (py.PyTuple_GetItem)(keyword_names, k as _) })?;
-        // More keywords than parameters name one twice or one the kernel has not: CPython
-        // refuses the first, `parameter` the second, before this could be reached.
-        *keywords.get_mut(k).ok_or_else(|| Error::type_error("more keyword arguments than parameters"))? = p;
+        // More keywords than parameters name one twice (a str subclass whose `__eq__` never
+        // holds gets past CPython's own check): the first repeated, as `bind` would name it.
+        let Some(slot) = keywords.get_mut(k) else {
+            let twice = keywords.iter().enumerate().find(|&(j, q)| keywords[..j].contains(q)).map_or(p, |(_, &q)| q);
+            let name = &kernel.signature.params[twice].name;
+            return Err(Error::type_error(format!("got multiple values for argument '{name}'")));
+        };
+        *slot = p;
     }
     Ok((keywords, count))
 }

@@ -128,3 +128,29 @@ def test_a_kernel_that_returns_none_asks_nothing_yet_one_that_asks_is_heard(case
     assert raised(lambda: cases.allocate_then_fail(a)) == (ValueError, "dlpx: allocate_then_fail: failed after allocating")
     # A failed request the kernel ignored is still the call's error, though it returned 0.
     assert raised(lambda: cases.ninth_ignored(a))[0] is IndexError
+
+
+def test_a_keyword_repeated_past_the_most_parameters_is_named(tmp_path_factory):
+    # 64 parameters (the most) named, and one of them again by a str whose `__eq__` never holds:
+    # CPython passes all 65 keywords on, and the loader names the repeated one as `bind` does.
+    directory = tmp_path_factory.mktemp("most_parameters")
+    source = directory / "most.c"
+    params = ", ".join(f"p{i}=0" for i in range(64))
+    source.write_text(
+        "#include <dlpx/kernel.h>\n"
+        "static int f(DlpxCall *call) { return dlpx_call_return_int(call, dlpx_call_argument_count(call)); }\n"
+        f'DLPX_EXPORT_KERNEL(f, f, "f({params}) -> int: the count.")\n'
+    )
+    lib = dlpx.load_library(c_build.kernel_library(tmp_path_factory, "c", str(source), "most_parameters"))
+    keywords = {f"p{i}": i for i in range(64)}
+    assert lib.f(**keywords) == 64
+
+    class Unequal(str):
+        __hash__ = str.__hash__
+
+        def __eq__(self, other):
+            return False
+
+    expected = (TypeError, "dlpx: f: got multiple values for argument 'p1'")
+    assert raised(lambda: lib.f(**keywords, **{Unequal("p1"): 2})) == expected
+    assert raised(lambda: lib.f(**{Unequal("p1"): 2}, **keywords)) == expected
