@@ -43,6 +43,9 @@ impl PyBuffer {
     }
 }
 
+/// Plain bytes: one contiguous run of `len` bytes (an exporter that has no such run refuses,
+/// as a strided memoryview does), read-only allowed.
+pub const PYBUF_SIMPLE: c_int = 0;
 pub const PYBUF_WRITABLE: c_int = 0x0001;
 pub const PYBUF_FORMAT: c_int = 0x0004;
 pub const PYBUF_ND: c_int = 0x0008;

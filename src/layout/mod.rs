@@ -79,10 +79,10 @@ fn bad_shape(shape: &[i64]) -> Error {
 /// producer flagged sub-byte types as padded, then one byte per sub-byte lane.
 #[inline]
 pub fn nbytes(numel: u64, dtype: DLDataType, flags: u64) -> Result<u64> {
-    match numel.checked_mul(element_bits(dtype, flags)) {
-        Some(bits) => Ok(bits.div_ceil(8)),
-        None => Err(bytes_overflow(numel, dtype)),
-    }
+    // Counted in bits, which pass 64 bits eight times sooner than the bytes do (2^59 float64s
+    // are 2^65 bits, 2^62 bytes): the product is taken in 128 bits, which it always fits.
+    let bytes = (numel as u128 * element_bits(dtype, flags) as u128).div_ceil(8);
+    u64::try_from(bytes).map_err(|_| bytes_overflow(numel, dtype))
 }
 
 #[cold]
@@ -201,6 +201,12 @@ mod tests {
         assert_eq!(nbytes(4, dt(15, 6, 1), 0).unwrap(), 3);
         assert_eq!(nbytes(16, dt(2, 32, 1), 0).unwrap(), 64);
         assert!(nbytes(u64::MAX / 2, dt(2, 32, 1), 0).is_err());
+        // Bytes that fit though their bits do not: 2^62 float64s, 2^61 complex128s.
+        assert_eq!(nbytes(1 << 59, dt(2, 64, 1), 0).unwrap(), 1 << 62);
+        assert_eq!(nbytes(1 << 57, dt(5, 128, 1), 0).unwrap(), 1 << 61);
+        assert_eq!(nbytes(u64::MAX, dt(1, 8, 1), 0).unwrap(), u64::MAX);
+        assert!(nbytes(u64::MAX / 8 + 1, dt(2, 64, 1), 0).is_err());
+        assert_eq!(nbytes(u64::MAX, dt(17, 4, 1), 0).unwrap(), u64::MAX / 2 + 1);
         assert!(numel(&[i64::MAX, 3]).is_err());
         assert_eq!(numel(&[2, -3]).unwrap_err().fact(), "shape[1] = -3 is negative");
         assert_eq!(numel(&[]).unwrap(), 1);

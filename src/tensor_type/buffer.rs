@@ -176,7 +176,9 @@ fn view_of(
         len: whole.len,
         itemsize: (dl.dtype.bits / 8) as Py_ssize_t,
         readonly: tensor.is_readonly() as c_int,
-        ndim: shape.len() as c_int,
+        // No shape asked (PyBUF_SIMPLE, PyBUF_WRITABLE): one run of `len` bytes, as
+        // PyBuffer_FillInfo and memoryview answer; a reader copies `ndim` extents from `shape`.
+        ndim: if flags & PYBUF_ND != 0 { shape.len() as c_int } else { 1 },
         format: if flags & PYBUF_FORMAT != 0 { whole.format } else { ptr::null_mut() },
         shape: if flags & PYBUF_ND != 0 && !shape.is_empty() {
             shape.as_ptr().cast_mut().cast()

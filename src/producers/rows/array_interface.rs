@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use crate::abi::*;
-use crate::cpython::buffer::PYBUF_RECORDS_RO;
+use crate::cpython::buffer::PYBUF_SIMPLE;
 use crate::cpython::Python;
 use crate::error::{Error, Result};
 use crate::producers::held::{self, Reference};
@@ -73,7 +73,9 @@ fn managed_of(py: Python<'_>, interface: &Interface<'_>) -> Result<NonNull<DLMan
             unsafe { held::managed_holding(py, Reference::to(py, keeper.non_null()), tensor, dims(), readonly) }
         }
         Data::Buffer(ref exporter, offset) => {
-            let Some(mut held) = HeldView::take(py, exporter.as_ptr(), PYBUF_RECORDS_RO)? else {
+            // Its bytes as one run, which the interface's strides index (numpy takes `data` so):
+            // a strided buffer's `buf` and `len` say nothing of where its bytes lie.
+            let Some(mut held) = HeldView::take(py, exporter.as_ptr(), PYBUF_SIMPLE)? else {
                 return Err(Error::buffer("__array_interface__: data is neither (address, read_only) nor a buffer"));
             };
             let (view, out) = held.parts();
@@ -102,7 +104,7 @@ fn copied(py: Python<'_>, interface: &Interface<'_>) -> Result<NonNull<DLManaged
             crate::copy::gather_bytes(*address as *const u8, shape, byte_strides, interface.dtype)?
         },
         Data::Buffer(exporter, offset) => {
-            let Some(held) = HeldView::take(py, exporter.as_ptr(), PYBUF_RECORDS_RO)? else {
+            let Some(held) = HeldView::take(py, exporter.as_ptr(), PYBUF_SIMPLE)? else {
                 return Err(Error::buffer("__array_interface__: data is neither (address, read_only) nor a buffer"));
             };
             fits(interface, *offset, held.view().len as usize)?;

@@ -96,6 +96,28 @@ def test_the_kept_view_answers_every_request_as_the_full_path_does(layout):
         assert answer(kept, flags) == answer(dlpx.from_dlpack(a), flags), hex(flags)
 
 
+@pytest.mark.parametrize("shape", [(2, 3), (4,), ()])
+def test_a_request_for_plain_bytes_gets_one_run_as_cpython_s_exporters_give(shape):
+    # PyBUF_SIMPLE and PyBUF_WRITABLE ask no shape: the view is one run of `len` bytes, ndim 1
+    # (memoryview's and PyBuffer_FillInfo's answer). A view with ndim 2 and no shape made
+    # PyMemoryView_FromBuffer copy two extents from NULL.
+    a = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    t = dlpx.from_dlpack(a)
+    np.asarray(t)  # the kept view answers later requests too
+    for flags in (0x0, 0x1):
+        assert answer(t, flags)[1:] == answer(memoryview(a), flags)[1:], hex(flags)
+        assert answer(t, flags)[4:7] == (1, None, None)
+    from_buffer = ctypes.pythonapi.PyMemoryView_FromBuffer
+    from_buffer.argtypes, from_buffer.restype = [ctypes.POINTER(PyBuffer)], ctypes.py_object
+    get_buffer, release = ctypes.pythonapi.PyObject_GetBuffer, ctypes.pythonapi.PyBuffer_Release
+    get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(PyBuffer), ctypes.c_int]
+    release.argtypes = [ctypes.POINTER(PyBuffer)]
+    view = PyBuffer()
+    get_buffer(t, ctypes.byref(view), 0)
+    assert bytes(from_buffer(ctypes.byref(view))) == a.tobytes()
+    release(ctypes.byref(view))
+
+
 def test_views_taken_at_once_by_many_threads_all_have_the_strides():
     # The first request keeps the strides; a request racing it makes its own. None may see a
     # half-written set (on a free-threaded interpreter the threads really run at once).

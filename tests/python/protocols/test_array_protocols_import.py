@@ -258,6 +258,35 @@ def test_an_interface_s_buffer_must_hold_every_item_copied_or_not():
             dlpx.from_dlpack(aligned, copy=copy)
 
 
+def test_an_interface_s_buffer_is_its_bytes_in_one_run_as_numpy_takes_it():
+    # `data` a strided view: its `buf` is the first item's address, its `len` the items' bytes,
+    # not where they lie (forward: the wrong bytes; reversed: bytes before the buffer's start).
+    # numpy refuses such a buffer; so does dlpx, copied or not, before a byte is read.
+    raw = bytearray(range(64))
+
+    def bytes_of(data, **changes):
+        return OnlyArrayInterface(np.empty(0, np.uint8), data=data, strides=None, **changes)
+
+    for strided in (memoryview(raw)[::2], memoryview(raw)[::-1]):
+        holder = bytes_of(strided, shape=(len(strided),))
+        with pytest.raises(BufferError, match="not C-contiguous"):
+            np.asarray(holder)
+        for copy in (None, True):
+            with pytest.raises(BufferError, match="not C-contiguous"):
+                dlpx.from_dlpack(holder, copy=copy)
+    # Unaligned byte strides take the copy's path: refused alike.
+    unaligned = OnlyArrayInterface(np.empty(0), data=memoryview(raw)[::2], shape=(2,), strides=(12,))
+    with pytest.raises(BufferError, match="not C-contiguous"):
+        dlpx.from_dlpack(unaligned, copy=True)
+    # A contiguous run of any shape or format is its bytes: read as they lie, writable as it is.
+    grid = memoryview(raw).cast("B", (8, 8))
+    t = dlpx.from_dlpack(bytes_of(grid, shape=(64,)))
+    np.testing.assert_array_equal(values(t), np.arange(64, dtype=np.uint8))
+    assert not t.readonly
+    t = dlpx.from_dlpack(bytes_of(bytes(raw), shape=(64,)))
+    assert t.readonly
+
+
 def test_a_numpy_scalar_s_memory_is_kept_by_its_interface_s_ref():
     # A numpy scalar's __array_interface__ points into a temporary array that only the dict's
     # `__ref` holds: the import holds that (the scalar keeps nothing), so the memory outlives the

@@ -237,3 +237,18 @@ def test_copy_true_makes_one_copy_when_numpy_already_copied():
     assert exported["flags"] & abi.FLAG_IS_COPIED  # numpy honoured copy=True ...
     assert exported["data"] != source.array.ctypes.data
     assert t.data_ptr == exported["data"]  # ... so dlpx keeps numpy's copy instead of copying it again
+
+
+@pytest.mark.parametrize("dtype, shape", [("float64", (2**29, 2**30)), ("complex128", (2**28, 2**30))])
+def test_a_view_of_2_62_bytes_is_taken_alike_directly_and_by_capsule(dtype, shape):
+    # 2^62 bytes fit 64 bits though their 2^65 bits do not: the direct read and the capsule's
+    # both take the view, and its nbytes is numpy's (it was counted in bits: refused by capsule,
+    # 2^64 - 1 directly).
+    a = np.broadcast_to(np.zeros(1, dtype), shape)
+    direct = dlpx.from_dlpack(a)
+    by_capsule = dlpx.from_dlpack(np.from_dlpack(direct).__dlpack__(max_version=(1, 0)))
+    for t in (direct, by_capsule):
+        assert t.nbytes == a.nbytes == 2**62
+        assert t.shape == shape and t.strides == (0, 0)
+    with pytest.raises(MemoryError):
+        dlpx.from_dlpack(a, copy=True)
