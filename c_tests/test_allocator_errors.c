@@ -48,7 +48,10 @@ static const struct bad_case cases[] = {
     {"element count overflows", 0, 0, 2, 0, {I64MAX, 3, 0, 0}, kDLFloat, 32, 1, CPU, 0, "ValueError", "overflow"},
     {"element count overflows (4-d)", 0, 0, 4, 0, {1 << 20, 1 << 20, 1 << 20, 1 << 20}, kDLUInt, 8, 1, CPU, 0,
      "ValueError", "overflow"},
-    {"bit count overflows", 0, 0, 1, 0, {(int64_t)1 << 60, 0, 0, 0}, kDLFloat, 32, 1, CPU, 0, "ValueError", "overflow"},
+    {"byte count overflows", 0, 0, 1, 0, {(int64_t)1 << 62, 0, 0, 0}, kDLFloat, 32, 1, CPU, 0, "ValueError", "overflow"},
+    /* 2^62 bytes: their 2^65 bits pass 64 bits, the bytes do not (they were refused as an overflow). */
+    {"bytes that fit though their bits do not", 0, 0, 1, 0, {(int64_t)1 << 60, 0, 0, 0}, kDLFloat, 32, 1, CPU, 0,
+     "MemoryError", "out of memory allocating 4611686018427387904 bytes"},
     {"bit count overflows with lanes", 0, 0, 1, 0, {(int64_t)1 << 50, 0, 0, 0}, kDLFloat, 64, 65535, CPU, 0,
      "ValueError", "overflow"},
     {"bits 0", 0, 0, 1, 0, {4, 0, 0, 0}, kDLFloat, 0, 1, CPU, 0, "ValueError", "bits = 0"},

@@ -203,6 +203,31 @@ int main() {
     m.dl_tensor = p.t;
     CHECK_THROWS(dlpx::Error, "occupies 16 bits (padded)", (dlpx::as_mdspan<Fp4x2, 1>(m)));
   });
+  check::run("read_only_views_give_const_mdspans_only", [&] {
+    // A read-only TensorView and a kernel's DlpxTensorView say so; their bare DLTensor cannot.
+    Fixture f(buf, f32, {2, 3}, {3, 1});
+    const dlpx::TensorView ro(f.t, DLPACK_FLAG_BITMASK_READ_ONLY);
+    CHECK_THROWS(dlpx::Error, "read-only", (dlpx::as_mdspan<float, 2>(ro)));
+    const auto of_ro = dlpx::as_mdspan<const float, 2>(ro);  // data_handle() is a reference into it
+    CHECK_EQ(of_ro.data_handle(), static_cast<const float*>(buf));
+    DlpxTensorView view{};
+    view.tensor = f.t;
+    view.flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+    CHECK_THROWS(dlpx::Error, "read-only", (dlpx::as_mdspan<float, 2>(view)));
+    CHECK_EQ(int64_t((dlpx::as_mdspan<const float, 2>(view).extent(1))), int64_t(3));
+    // Writable, each is an mdspan of float; a padded fp4 view is read as padded.
+    view.flags = 0;
+    const auto of_view = dlpx::as_mdspan<float, 2>(view);
+    const auto of_tensor_view = dlpx::as_mdspan<float, 2>(dlpx::TensorView(f.t, 0));
+    CHECK_EQ(of_view.data_handle(), buf);
+    CHECK_EQ(of_tensor_view.data_handle(), buf);
+    uint8_t bytes[8] = {};
+    Fixture fp4(bytes, DLDataType{kDLFloat4_e2m1fn, 4, 1}, {8}, {1});
+    view.tensor = fp4.t;
+    view.flags = DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
+    CHECK_EQ(int64_t((dlpx::as_mdspan<Fp4, 1>(view).extent(0))), int64_t(8));
+    CHECK_EQ(int64_t((dlpx::as_mdspan<Fp4, 1>(dlpx::TensorView(fp4.t, view.flags)).extent(0))), int64_t(8));
+  });
   check::run("round_trip_with_to_dltensor", [&] {
     auto h = dlpx::to_dltensor(buf, {2, 3, 4}, {1, 2, 6});
     DLTensor t = h.get();

@@ -1,6 +1,7 @@
 // Printable dtype and device names: they must equal the names the Python
 // side prints (dlpx.Tensor.dtype / .device), so kernels' error messages and
-// Python's agree. The expected strings are that contract, spelled once here.
+// Python's agree (tests/python/kernels/test_cpp_names.py compares them over
+// every code and many widths; these are the cases spelled out).
 #include <dlpx/dlpx.hpp>
 
 #include <cstdint>
@@ -60,11 +61,13 @@ int main() {
         {dt(kDLFloat4_e2m1fn, 4), "float4_e2m1fn"},
         {dt(kDLFloat, 32, 4), "float32x4"},
         {dt(kDLBfloat, 16, 2), "bfloat16x2"},
-        {dt(kDLFloat, 8), "dtype(code=2,bits=8,lanes=1)"},
-        {dt(kDLInt, 128), "dtype(code=0,bits=128,lanes=1)"},
+        {dt(kDLFloat, 8), "float8"},
+        {dt(kDLInt, 128), "int128"},
         {dt(kDLBool, 1), "dtype(code=6,bits=1,lanes=1)"},
-        {dt(kDLComplex, 32), "dtype(code=5,bits=32,lanes=1)"},
-        {dt(kDLOpaqueHandle, 64), "dtype(code=3,bits=64,lanes=1)"},
+        {dt(kDLComplex, 32), "complex32"},
+        {dt(kDLOpaqueHandle, 64), "handle64"},
+        {dt(kDLInt, 4), "int4"},
+        {dt(kDLFloat8_e4m3fn, 16), "dtype(code=10,bits=16,lanes=1)"},
         {dt(99, 16, 2), "dtype(code=99,bits=16,lanes=2)"},
         {dt(kDLFloat, 32, 0), "dtype(code=2,bits=32,lanes=0)"},
     };

@@ -144,6 +144,10 @@ int main() {
     CHECK(!contiguous(Fixture(buf, f32, {3, big, 2}, {std::numeric_limits<int64_t>::max(), 2, 1})));
     CHECK(contiguous(Fixture(buf, f32, {1, big, 2}, {5, 2, 1})));  // past int64_t, only extents of 1
     CHECK(!contiguous(Fixture(buf, f32, {2, -3}, {1, 1})));
+    // A negative extent beside an empty one, or without strides, is no layout either.
+    CHECK(!contiguous(Fixture(buf, f32, {-3, 0}, {1, 1})));
+    CHECK(!contiguous(Fixture(buf, f32, {-3, 0}, {}, true)));
+    CHECK(!contiguous(Fixture(buf, f32, {-3}, {}, true)));
     // NULL strides: compact ones; INT64_MAX past int64_t (the empty tensor UBSan saw), 0
     // where an empty extent follows.
     Fixture empty(buf, f32, {0, big, 4}, {}, true);

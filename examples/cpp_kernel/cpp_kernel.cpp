@@ -23,7 +23,8 @@ class Argument {
   ~Argument() { dlpx_view_release(&view_); }
   Argument(const Argument&) = delete;
   Argument& operator=(const Argument&) = delete;
-  const DLTensor& tensor() const { return view_.tensor; }
+  // The view with its flags (read-only, padded sub-byte), which as_mdspan honours.
+  const DlpxTensorView& view() const { return view_; }
 
  private:
   DlpxTensorView view_{};
@@ -32,8 +33,8 @@ class Argument {
 PyObject* matmul_impl(PyObject* a_object, PyObject* b_object) {
   Argument a_arg(a_object);
   Argument b_arg(b_object);
-  auto a = dlpx::as_mdspan<const float, 2>(a_arg.tensor());
-  auto b = dlpx::as_mdspan<const float, 2>(b_arg.tensor());
+  auto a = dlpx::as_mdspan<const float, 2>(a_arg.view());
+  auto b = dlpx::as_mdspan<const float, 2>(b_arg.view());
   if (a.extent(1) != b.extent(0)) {
     throw dlpx::Error("ValueError", "dlpx_cpp_kernel.matmul: inner dimensions differ: " +
                                         std::to_string(a.extent(1)) + " and " + std::to_string(b.extent(0)));
@@ -42,7 +43,7 @@ PyObject* matmul_impl(PyObject* a_object, PyObject* b_object) {
   if (api == nullptr) throw dlpx::Error("python", "");
   auto out = dlpx::ManagedTensor::allocate(api, {static_cast<int64_t>(a.extent(0)), static_cast<int64_t>(b.extent(1))},
                                            dlpx::dtype_of<float>());
-  auto c = dlpx::as_mdspan<float, 2>(out->dl_tensor);
+  auto c = dlpx::as_mdspan<float, 2>(out.view());
   for (int64_t i = 0; i < c.extent(0); ++i) {
     for (int64_t j = 0; j < c.extent(1); ++j) {
       float sum = 0;

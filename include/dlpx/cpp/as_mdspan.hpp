@@ -9,6 +9,7 @@
 #include <dlpx/cpp/integers.hpp>
 #include <dlpx/cpp/tensor_view.hpp>
 #include <dlpx/dlpack.h>
+#include <dlpx/dlpx.h>
 
 #include <array>
 #include <cstddef>
@@ -297,6 +298,8 @@ mdspan_t<T, Rank> as_mdspan_impl(const DLTensor& t, DLDeviceType device_type, ui
 /// extent-1 dimensions are normalised). NULL strides mean row-major. Throws
 /// dlpx::Error whose message names the failed check ("dlpx: as_mdspan:
 /// expected float32, got bfloat16"). Allocates nothing unless it throws.
+/// A bare DLTensor carries no flags: it is taken as writable, and fp4/fp6 as
+/// packed; the overloads below take a view or managed tensor with its flags.
 template <class T, std::size_t Rank>
 mdspan_t<T, Rank> as_mdspan(const DLTensor& tensor, DLDeviceType device_type = kDLCPU) {
   return detail::as_mdspan_impl<T, Rank>(tensor, device_type, 0);
@@ -308,6 +311,21 @@ mdspan_t<T, Rank> as_mdspan(const DLTensor& tensor, DLDeviceType device_type = k
 template <class T, std::size_t Rank>
 mdspan_t<T, Rank> as_mdspan(const DLManagedTensorVersioned& tensor, DLDeviceType device_type = kDLCPU) {
   return detail::as_mdspan_impl<T, Rank>(tensor.dl_tensor, device_type, tensor.flags);
+}
+
+/// `as_mdspan` of a view with its flags, as for a managed tensor: a read-only
+/// `TensorView` (or `ManagedTensor::view()`) gives no mdspan of non-const `T`.
+template <class T, std::size_t Rank>
+mdspan_t<T, Rank> as_mdspan(const TensorView& view, DLDeviceType device_type = kDLCPU) {
+  return detail::as_mdspan_impl<T, Rank>(view.dltensor(), device_type, view.flags());
+}
+
+/// `as_mdspan` of a kernel's view (`dlpx_view_of`, `dlpx_read_view_of`) with its
+/// flags, as for a managed tensor: pass the view, not `view.tensor`, whose bare
+/// DLTensor cannot say it is read-only (`bytes`, a read-only numpy array).
+template <class T, std::size_t Rank>
+mdspan_t<T, Rank> as_mdspan(const DlpxTensorView& view, DLDeviceType device_type = kDLCPU) {
+  return detail::as_mdspan_impl<T, Rank>(view.tensor, device_type, view.flags);
 }
 
 }  // namespace dlpx

@@ -214,18 +214,6 @@ inline const named_value* find_named(const named_value* first, const named_value
   return nullptr;
 }
 
-// The widths this layer names for codes that allow any width: those of the C++
-// element types it maps (dtype_of); others print as "dtype(code=...)".
-inline bool is_standard_width(uint8_t code, uint8_t bits) noexcept {
-  switch (code) {
-    case kDLInt:
-    case kDLUInt: return bits == 8 || bits == 16 || bits == 32 || bits == 64;
-    case kDLFloat: return bits == 16 || bits == 32 || bits == 64;
-    case kDLComplex: return bits == 64 || bits == 128;
-    default: return false;
-  }
-}
-
 }  // namespace detail
 
 /// The name of a device type as the Python side spells it ("cpu", "cuda",
@@ -236,15 +224,14 @@ inline const char* device_type_name(int32_t device_type) noexcept {
   return row != nullptr ? row->name : nullptr;
 }
 
-/// The printable name of a dtype, equal to the Python side's: "float32",
-/// "bfloat16", "float32x4" for lanes > 1, and "dtype(code=C,bits=B,lanes=L)"
-/// for anything without a name.
+/// The printable name of a dtype, equal to the Python side's (src/dtype.rs):
+/// "float32", "bfloat16", any width of a code that fixes none ("int4",
+/// "complex32"), "float32x4" for lanes > 1, and "dtype(code=C,bits=B,lanes=L)"
+/// for anything without a name (a width its code does not have, no lanes).
 inline std::string dtype_name(DLDataType dtype) {
   const detail::named_value* row =
       detail::find_named(std::begin(detail::k_dtype_codes), std::end(detail::k_dtype_codes), dtype.code);
-  const bool named = row != nullptr && dtype.lanes != 0 &&
-                     (row->fixed_bits != 0 ? dtype.bits == row->fixed_bits
-                                           : detail::is_standard_width(dtype.code, dtype.bits));
+  const bool named = row != nullptr && dtype.lanes != 0 && (row->fixed_bits == 0 || dtype.bits == row->fixed_bits);
   if (!named) {
     return "dtype(code=" + std::to_string(dtype.code) + ",bits=" + std::to_string(dtype.bits) +
            ",lanes=" + std::to_string(dtype.lanes) + ")";

@@ -55,9 +55,11 @@ DLPX_DETAIL_VECTOR_DTYPE(__nv_fp8x4_e8m0, __nv_fp8_e8m0, 4)
 #endif
 #endif
 
-// One fp6/fp4 value occupies a whole byte in these types, so a tensor of them
-// is "padded" in DLPack's sense (DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
-// the dtype still says 6 or 4 bits, as CCCL and DLPack have it.
+// Each fp6 value occupies a whole byte in these types (fp6x2 is 2 bytes, fp6x4
+// 4), as one fp4 does in __nv_fp4_e2m1, so a tensor of them is "padded" in
+// DLPack's sense (DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED); fp4x2 and fp4x4
+// pack theirs (1 and 2 bytes). The dtype still says 6 or 4 bits, as CCCL and
+// DLPack have it; to_dltensor refuses the padded ones (a DLTensor has no flags).
 #if defined(__CUDA_FP6_H__) && !defined(DLPX_DETAIL_HAVE_FP6)
 #define DLPX_DETAIL_HAVE_FP6
 DLPX_DETAIL_SCALAR_DTYPE(__nv_fp6_e2m3, kDLFloat6_e2m3fn, 6)

@@ -173,12 +173,16 @@ class TensorView {
   /// 1 do not constrain their stride and a zero-size tensor is contiguous, as
   /// in torch and numpy.
   bool is_contiguous() const noexcept {
-    if (t_->strides == nullptr) return true;
+    // A negative extent is no layout at all, with strides or without (numel()
+    // refuses it too).
+    bool empty = false;
     for (int32_t i = 0; i < t_->ndim; ++i) {
-      if (t_->shape[i] == 0) return true;
+      if (t_->shape[i] < 0) return false;
+      empty = empty || t_->shape[i] == 0;
     }
+    if (t_->strides == nullptr || empty) return true;
     // Past int64_t the next stride could not be expected: only extents of 1
-    // may follow then. A negative extent is no layout at all.
+    // may follow then.
     int64_t expected = 1;
     bool beyond = false;
     for (int32_t i = t_->ndim - 1; i >= 0; --i) {

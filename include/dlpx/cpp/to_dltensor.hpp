@@ -136,6 +136,11 @@ template <class T, std::size_t Rank>
 DLTensorHolder<Rank> make_holder(T* data, DLDevice device, const std::array<int64_t, Rank>& shape,
                                  const std::array<int64_t, Rank>& strides) {
   using U = std::remove_cv_t<T>;
+  static_assert(8 * sizeof(U) == std::size_t{dtype_of<U>().bits} * dtype_of<U>().lanes,
+                "dlpx::to_dltensor: this element type stores its sub-byte values padded (one fp4/fp6 value a "
+                "byte, as __nv_fp4_e2m1 and __nv_fp6x2_e2m3 do), which a DLTensor cannot say (it has no flags): "
+                "every DLPack reader would take the bytes as packed. Convert packed types (__nv_fp4x2_e2m1), or "
+                "hand over a managed tensor flagged DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED");
   // DLTensor::data is unqualified: a view of const elements is const_cast,
   // as CCCL does; the DLTensor carries no read-only flag to say so.
   void* p = has_zero_extent(shape) ? nullptr : const_cast<U*>(data);
