@@ -3,22 +3,7 @@
 // compile: a DLTensor has no flag to say so, and every reader takes the bytes
 // as packed. With DLPX_EXPECT_ERROR, the padded type; the positive control
 // converts the packed one (two fp4 a byte, as __nv_fp4x2_e2m1 holds them).
-#include <dlpx/dlpx.hpp>
-
-struct Fp4 {
-  unsigned char bits;
-};
-struct Fp4x2 {
-  unsigned char bits;
-};
-template <>
-struct dlpx::dtype_traits<Fp4> {
-  static constexpr DLDataType value{kDLFloat4_e2m1fn, 4, 1};
-};
-template <>
-struct dlpx::dtype_traits<Fp4x2> {
-  static constexpr DLDataType value{kDLFloat4_e2m1fn, 4, 2};
-};
+#include "fp4_stand_ins.hpp"
 
 int main() {
 #ifdef DLPX_EXPECT_ERROR

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "fp4_stand_ins.hpp"
 #include "fixture.hpp"
 
 namespace {
@@ -26,26 +27,7 @@ auto& elem(const M& md, I... idx) {
   return md.data_handle()[off];
 }
 
-
-// A one-byte fp4 stand-in (one value per byte, like CUDA's __nv_fp4_e2m1).
-struct Fp4 {
-  uint8_t bits;
-};
-// Two packed fp4 values per byte (like __nv_fp4x2_e2m1).
-struct Fp4x2 {
-  uint8_t bits;
-};
-
 }  // namespace
-
-template <>
-struct dlpx::dtype_traits<Fp4> {
-  static constexpr DLDataType value{kDLFloat4_e2m1fn, 4, 1};
-};
-template <>
-struct dlpx::dtype_traits<Fp4x2> {
-  static constexpr DLDataType value{kDLFloat4_e2m1fn, 4, 2};
-};
 
 int main() {
   alignas(64) float buf[64];
