@@ -43,12 +43,32 @@ pub trait Suspect: Sync {
 /// The producer's own `__dlpack__` where the row hands nothing over (it does not cover the object,
 /// or its guard is off): its answer is the handover. A direct read's row serves a `device=` or
 /// `copy=` request itself, after the read: so does its fallback, whatever the producer's
-/// `__dlpack__` can do (tvm_ffi's cannot copy).
+/// `__dlpack__` can do (tvm_ffi's cannot copy); see [`guarded_export`].
 #[cold]
 #[inline(never)]
 pub fn uncovered<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
-    let request = if entry.row.guard.is_some() { Request::PLAIN } else { ask.request };
-    dlpack::export(py, object, request)
+    match entry.row.guard {
+        Some(_) => guarded_export(py, object, ask),
+        None => dlpack::export(py, object, ask.request),
+    }
+}
+
+/// What a guarded row's producer exports for `ask`: the tensor as it is, or, where that is
+/// refused (a BufferError: numpy's strides of no whole item) and a copy was asked, the
+/// producer's copy, which it may make where the tensor cannot cross as it is (numpy can).
+fn guarded_export<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Answer<'py> {
+    match dlpack::export(py, object, Request::PLAIN) {
+        Err(err)
+            if ask.request.copy == Some(true)
+                && err.is_python_pending()
+                && crate::cpython::pending_is(py, crate::ErrorKind::BufferError) =>
+        {
+            // SAFETY: the token proves the GIL is held; the refusal makes way for the copy's answer.
+            unsafe { (py.PyErr_Clear)() };
+            dlpack::export(py, object, Request { device: None, copy: Some(true) })
+        }
+        plain => plain,
+    }
 }
 
 /// A guard's first use: the row's handover (`ours`, an owner) held against the producer's own
@@ -63,7 +83,7 @@ pub fn first_use<'py>(
     ask: Ask<'_>,
     ours: Handover<'py>,
 ) -> Answer<'py> {
-    let theirs = dlpack::export(py, object, Request::PLAIN);
+    let theirs = guarded_export(py, object, ask);
     let guard = entry.row.guard.expect("a first use is a guard's");
     let answer = guard.judge(py, ours, theirs)?;
     // Once the check trusts the row, a view is the row's own, for this object as for every

@@ -252,3 +252,21 @@ def test_a_view_of_2_62_bytes_is_taken_alike_directly_and_by_capsule(dtype, shap
         assert t.shape == shape and t.strides == (0, 0)
     with pytest.raises(MemoryError):
         dlpx.from_dlpack(a, copy=True)
+
+
+def test_strides_of_no_whole_item_cross_as_numpy_s_own_copy_under_copy_true():
+    # A field of a packed record: strides of 5 bytes for int32 items. numpy's `__dlpack__()`
+    # refuses them and so does dlpx; with copy=True numpy copies them (its `__dlpack__(copy=True)`),
+    # as dlpx does the same memory through the buffer protocol: the import is that copy.
+    a = np.zeros(4, dtype=[("a", "u1"), ("b", "<i4")])["b"]
+    a[:] = [1, 2, 3, 4]
+    with pytest.raises(BufferError, match="multiple of itemsize"):
+        dlpx.from_dlpack(a)
+    for t in (dlpx.from_dlpack(a, copy=True), dlpx.from_dlpack(a, copy=True, device="cpu"),
+              dlpx.from_dlpack(memoryview(a), copy=True)):
+        assert t.strides == (1,) and not t.readonly
+        np.testing.assert_array_equal(np.asarray(t), [1, 2, 3, 4])
+        np.asarray(t)[0] = 9  # a copy: the record is unchanged
+        assert a[0] == 1
+    with pytest.raises(BufferError, match="multiple of itemsize"):
+        dlpx.from_dlpack(a, copy=False)
