@@ -36,6 +36,12 @@ fn copy_to(src: &Tensor, target: DLDevice) -> Result<Tensor> {
     let nbytes = src.nbytes() as usize;
     debug_assert_eq!(src.nbytes(), dst.nbytes());
     if src.is_contiguous() {
+        if devices::has_streams(target.device_type) {
+            // The copy reads the source on dlpx's current stream and is not waited for (one to
+            // the host is): a use of the source there, as a kernel's view through the table is,
+            // so its block is not reused on its own stream before the copy is done.
+            src.record_current_stream();
+        }
         // SAFETY: both regions hold `nbytes` bytes of their devices, which `device` copies between.
         unsafe { device.copy(dl.device, target, dst_base.cast(), src_base.cast(), nbytes)? };
         return Ok(dst);

@@ -83,6 +83,17 @@ fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, strea
             return Ok(ptr);
         }
         accounting::retried(device_id);
+        if capture_underway(driver, stream) {
+            // Nothing may wait for the device or work on the legacy stream while a capture runs
+            // (either breaks it; torch releases no cached block then either): only the pool's
+            // memory no block holds goes back, and then the request is refused.
+            pool::trim(driver, state);
+            if let Some(ptr) = pool::allocate(driver, state, device_id, nbytes, stream)? {
+                return Ok(ptr);
+            }
+            accounting::ran_out(device_id);
+            return Err(no_memory(nbytes, device_id));
+        }
         let released = release::release_device(driver, state, device_id, Wait::Hooked).unwrap_or(0);
         pool::trim(driver, state);
         if let Some(ptr) = pool::allocate(driver, state, device_id, nbytes, stream)? {
@@ -115,6 +126,15 @@ fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, strea
     release::register_exit_hook();
     let block = Box::new(Block::new(ptr as usize, device_id, class, key));
     Ok(hand_out_missed(NonNull::from(Box::leak(block))))
+}
+
+/// Whether a capture into a CUDA graph may be underway, as `climb` asks it after the driver ran
+/// out: `stream`'s own (the context current), or one dlpx knows of (a free it put off).
+fn capture_underway(driver: &driver::Driver, stream: *mut c_void) -> bool {
+    let own = !matches!(stream as usize, 0 | STREAM_LEGACY)
+        && settings().fault != Fault::IgnoreCapture
+        && capturing(driver, stream as usize);
+    own || deferred::any()
 }
 
 /// For an allocation on a thread's default stream (`key`), an idle block kept for the legacy

@@ -35,6 +35,7 @@ for name in ("sim_cuda_stream_destroy", "sim_cuda_hold", "sim_cuda_release"):
 SIM.sim_cuda_use.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 SIM.sim_cuda_alloc_captured.argtypes = [ctypes.c_void_p]
 SIM.sim_cuda_set_capturing.argtypes = [ctypes.c_void_p, ctypes.c_int]
+SIM.sim_cuda_fail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
 SIM.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
 SIM.cuCtxPushCurrent_v2.argtypes = [ctypes.c_void_p]
 SIM.cuCtxPopCurrent_v2.argtypes = [ctypes.c_void_p]
@@ -58,6 +59,60 @@ def nbytes(t):
 def use(stream, t, write=False):
     """A kernel on `stream` reading (or writing) all of `t`."""
     assert SIM.sim_cuda_use(stream, t.data_ptr, nbytes(t), int(write)) == 0
+
+
+@pytest.mark.parametrize("copy", ["from_dlpack(copy=True)", "__dlpack__(copy=True)"])
+def test_a_device_copy_on_another_stream_is_a_use_of_its_source(streams, copy):
+    # dlpx's copy reads the source on its current stream, T, after the test ordered T after the
+    # source's stream S; T is held. The source's block must not return to S's bin before the copy
+    # is done: the next block on S is another (the simulator catches a reuse otherwise).
+    order = Ordering()
+    s, t_stream = streams(), streams()
+    with dlpx.cuda.stream(s):
+        t = dlpx.empty((1024,), "float32", "cuda:0")
+        use(s, t, write=True)
+    address = t.data_ptr
+    order.after(s, t_stream)
+    SIM.sim_cuda_hold(t_stream)
+    with dlpx.cuda.stream(t_stream):
+        copied = dlpx.from_dlpack(t, copy=True) if copy.startswith("from") else t.__dlpack__(copy=True, max_version=(1, 3))
+    del t
+    with dlpx.cuda.stream(s):
+        u = dlpx.empty((1024,), "float32", "cuda:0")
+        assert u.data_ptr != address, "not while the copy may still read it"
+        use(s, u, write=True)
+    SIM.sim_cuda_release(t_stream)
+    del copied
+    order.close()
+
+
+def test_running_out_during_a_capture_neither_waits_for_the_device_nor_frees_cached_blocks(streams):
+    # Out of device memory while a stream is captured: cached blocks go back to the driver only by
+    # work on the legacy stream, and the retry after them waits for the whole device; either breaks
+    # the capture (torch releases no cached block then either). The pool's unused memory is trimmed
+    # and the request refused.
+    s, other = streams(), streams()
+    with dlpx.cuda.stream(other):
+        cached = [dlpx.empty((1 << 18,), "float32", "cuda:0") for _ in range(3)]
+        for t in cached:
+            use(other, t, write=True)
+        del cached, t
+    SIM.sim_cuda_set_capturing(s, 1)
+    SIM.sim_cuda_reset_counts()
+    SIM.sim_cuda_fail(b"cuMemAllocFromPoolAsync", 2, 100)  # CUDA_ERROR_OUT_OF_MEMORY
+    try:
+        with dlpx.cuda.stream(s), pytest.raises(MemoryError):
+            dlpx.empty((1 << 19,), "float32", "cuda:0")
+        assert calls("cuCtxSynchronize") == 0 and calls("cuMemFreeAsync") == 0
+        assert calls("cuMemPoolTrimTo") >= 1
+    finally:
+        SIM.sim_cuda_fail(b"cuMemAllocFromPoolAsync", 0, 0)
+        SIM.sim_cuda_set_capturing(s, 0)
+    # Out of it, the same request gives the cached blocks back and succeeds.
+    with dlpx.cuda.stream(s):
+        SIM.sim_cuda_fail(b"cuMemAllocFromPoolAsync", 2, 1)
+        after = dlpx.empty((1 << 19,), "float32", "cuda:0")
+        use(s, after, write=True)
 
 
 class Ordering:
