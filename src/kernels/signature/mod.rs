@@ -50,6 +50,14 @@ pub fn parse(input: &str) -> Result<Signature, SignatureError> {
     if returns.is_some_and(|r| r.contains(['\n', '\r'])) {
         return error("a return annotation spans lines (its typed line and stub read one)");
     }
+    // Python reads past what kernel.hpp's check of a typed kernel's result reads (which then
+    // checks nothing): the stub would say a result no check held the kernel to.
+    if returns.is_some_and(|r| r.contains('#')) {
+        return error("a return annotation holds '#' (a stub reads a comment there, kernel.hpp does not)");
+    }
+    if returns.is_some_and(|r| r.split_whitespace().collect::<String>().contains(",]")) {
+        return error("a return annotation ends a list with a comma (tuple[int,]: write tuple[int])");
+    }
     // The doc (a subslice of `input`) may hold any character; what is before it is read by
     // kernel.hpp too.
     let head = if doc.is_empty() { input } else { &input[..doc.as_ptr() as usize - input.as_ptr() as usize] };
@@ -214,6 +222,11 @@ mod tests {
         }
         assert!(parse("k(a) -> int: a doc\u{a0}with any\u{3000}space").is_ok());
         assert!(wrong("two() -> tuple[int,\n int]: two ints.").contains("spans lines"));
+        // What a stub reads otherwise than kernel.hpp's check: a comment, a trailing comma.
+        assert!(wrong("k() -> int # c: says int").contains("holds '#'"));
+        assert!(wrong("k() -> tuple[int,]: one").contains("ends a list with a comma"));
+        assert!(wrong("k() -> tuple[int, bool , ]: two").contains("ends a list with a comma"));
+        assert!(parse("k() -> tuple[int, bool]: two, # and a doc with [a,] in it").is_ok());
         assert!(wrong("add(n=01)").contains("no Python int (a leading zero)"));
         assert!(wrong("add(n=-007)").contains("leading zero"));
         assert!(parse("add(n=0, m=00, k=-0, x=01.5, y=0e0, s='a b ~')").is_ok());
