@@ -103,13 +103,35 @@ def export_info(obj, *, values=False, **kwargs):
     return info, None
 
 
+# How far past its compact size a tensor the kit asked a factory for may reach before the kit
+# refuses to read it: a fresh array reaches no further than its own elements, and strides that
+# reach 2^40 bytes (a hostile or broken producer) would crash the kit's process, not fail a row.
+SPAN_SLACK = 16
+SPAN_FLOOR = 1 << 20
+
+
+def _offsets(info, positions, itemsize: int) -> list:
+    """The byte offset of each multi-index from the first element (strides from `info`, in
+    elements; NULL strides row-major); ValueError when they span far more than the tensor's own
+    elements (`SPAN_SLACK`): not read."""
+    strides = info["strides"] if info["strides"] is not None else compact_strides(info["shape"])
+    offsets = [itemsize * sum(i * s for i, s in zip(index, strides)) for index in positions]
+    if offsets:
+        numel = 1
+        for extent in info["shape"]:
+            numel *= extent
+        span = max(offsets) - min(offsets) + itemsize
+        if span > max(SPAN_SLACK * numel * itemsize, SPAN_FLOOR):
+            raise ValueError(f"not read: strides {tuple(strides)} span {span} bytes for {numel} elements of "
+                             f"{itemsize} bytes, beyond any memory of the tensor's own")
+    return offsets
+
+
 def read_bytes(info, positions, itemsize: int) -> list:
     """The bytes of each element of a CPU tensor at the given multi-indices (strides from
     `info`, in elements; NULL strides row-major)."""
-    strides = info["strides"] if info["strides"] is not None else compact_strides(info["shape"])
     base = info["data"] + info["byte_offset"]
-    return [ctypes.string_at(base + itemsize * sum(i * s for i, s in zip(index, strides)), itemsize)
-            for index in positions]
+    return [ctypes.string_at(base + offset, itemsize) for offset in _offsets(info, positions, itemsize)]
 
 
 def row_major(shape) -> list:
@@ -136,10 +158,5 @@ def describe_error(exc) -> str:
 
 def read_values(info, positions) -> list:
     """float32 values of a CPU tensor at the given multi-indices (strides from `info`)."""
-    strides = info["strides"] if info["strides"] is not None else compact_strides(info["shape"])
     base = info["data"] + info["byte_offset"]
-    out = []
-    for index in positions:
-        offset = sum(i * s for i, s in zip(index, strides))
-        out.append(ctypes.c_float.from_address(base + 4 * offset).value)
-    return out
+    return [ctypes.c_float.from_address(base + offset).value for offset in _offsets(info, positions, 4)]

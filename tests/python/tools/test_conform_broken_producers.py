@@ -87,6 +87,13 @@ def _null_strides_legacy_only(capsule, kwargs, array):
         m.dl_tensor.strides = None
 
 
+def _strides_far_outside(capsule, kwargs, array):
+    m, _ = _struct(capsule)
+    if m.dl_tensor.ndim > 0 and m.dl_tensor.strides:
+        for i in range(m.dl_tensor.ndim):
+            m.dl_tensor.strides[i] = 1 << 40
+
+
 # (edit, the check that must fail), each breaking the clause that check cites.
 BROKEN = {
     "copy=True hands out zeros": (_zeros_for_a_copy, "copy.true"),
@@ -149,3 +156,11 @@ def test_a_producer_with_no_dlpack_device_fails_a_row_and_the_kit_goes_on():
     raised = [c for c in checks if c.name.endswith(".raised")]
     assert raised and not checks.ok and "AttributeError" in raised[0].detail
     assert any(c.name.startswith("layout.") and c.status == "pass" for c in checks)  # later steps ran
+
+
+def test_strides_reaching_far_outside_fail_rows_instead_of_crashing_the_kit():
+    # Strides of 2^40 elements: read at them, the kit's own process crashed (SIGSEGV) with no
+    # table. Now it reads no element of such a tensor and fails the rows that would have.
+    checks = check_producer(_make(_strides_far_outside))
+    raised = [c for c in checks if c.failed_required and "ValueError: not read: strides (1099511627776" in c.detail]
+    assert raised and not checks.ok, [(c.name, c.status, c.detail) for c in checks if c.status != "pass"]
