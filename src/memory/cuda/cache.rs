@@ -78,7 +78,8 @@ fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, strea
         }
     }
     let from_driver = on_device(device_id, |driver, state| {
-        flush(driver, state, device_id);
+        // An allocation on `stream`: its owner vouches for it.
+        flush(driver, state, device_id, deferred::Vouched::Stream(stream as usize));
         if let Some(ptr) = pool::allocate(driver, state, device_id, nbytes, stream)? {
             return Ok(ptr);
         }

@@ -32,10 +32,22 @@ pub(super) fn defer(deferred: Deferred) {
     ANY_DEFERRED.store(true, Ordering::Release);
 }
 
-/// Whether a capture dlpx knows of (a free put off on `device_id`) is still underway, after
-/// freeing what is no longer put off.
-pub(super) fn capture_underway(driver: &Driver, state: &DeviceState, device_id: i32) -> bool {
-    flush(driver, state, device_id);
+/// The streams a flush may name (docs/cuda.md, "Streams that die"): a created stream only while
+/// its owner vouches for it, at an allocation on it or the free of a tensor allocated on it
+/// (`Stream`), or at `dlpx.cuda.empty_cache()`, which the owner calls before destroying a stream
+/// dlpx allocated on (`Every`). A free put off on a stream no one vouches for waits until then.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Vouched {
+    Stream(usize),
+    Every,
+}
+
+/// Whether a capture dlpx knows of (a free put off on `device_id`) may still be underway, after
+/// freeing what is no longer put off of the streams `vouched` names (None: none may be named).
+pub(super) fn capture_underway(driver: &Driver, state: &DeviceState, device_id: i32, vouched: Option<Vouched>) -> bool {
+    if let Some(vouched) = vouched {
+        flush(driver, state, device_id, vouched);
+    }
     ANY_DEFERRED.load(Ordering::Acquire)
         && DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|d| d.device_id == device_id)
 }
@@ -57,16 +69,19 @@ pub(super) fn capturing(driver: &Driver, stream: usize) -> bool {
     asked == driver::CUDA_SUCCESS && status != 0
 }
 
-/// Frees what was put off on `device_id` whose stream is no longer captured (context current).
-pub(super) fn flush(driver: &Driver, state: &DeviceState, device_id: i32) {
+/// Frees what was put off on `device_id`, on a stream `vouched` names, whose stream is no longer
+/// captured (context current).
+pub(super) fn flush(driver: &Driver, state: &DeviceState, device_id: i32, vouched: Vouched) {
     if !ANY_DEFERRED.load(Ordering::Acquire) {
         return;
     }
     let ready: Vec<Deferred> = {
         let mut deferred = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
-        let (ready, waiting) = std::mem::take(&mut *deferred)
-            .into_iter()
-            .partition(|d| d.device_id == device_id && !capturing(driver, d.stream));
+        let (ready, waiting) = std::mem::take(&mut *deferred).into_iter().partition(|d| {
+            d.device_id == device_id
+                && (vouched == Vouched::Every || vouched == Vouched::Stream(d.stream))
+                && !capturing(driver, d.stream)
+        });
         *deferred = waiting;
         ANY_DEFERRED.store(!deferred.is_empty(), Ordering::Release);
         ready

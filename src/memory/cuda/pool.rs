@@ -8,7 +8,7 @@ use std::ffi::c_void;
 use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUmemoryPool, CUstream};
 
 use super::accounting::{reserved, unreserved};
-use super::deferred::{capturing, defer, flush, free_now, Deferred};
+use super::deferred::{capturing, defer, flush, free_now, Deferred, Vouched};
 use super::device::{on_device, out_of_memory, set_up_devices, with_context, DeviceState, DEVICES};
 use super::driver::{self, check, Driver};
 use super::events::release_fences;
@@ -73,7 +73,8 @@ pub unsafe fn driver_free(
             let code = blocking(|| unsafe { (driver.cuMemFree_v2)(ptr as CUdeviceptr) });
             return check(driver, "cuMemFree", code).inspect(|()| unreserved(device_id, nbytes));
         }
-        flush(driver, state, device_id);
+        // The free of a tensor allocated on `stream`: its owner vouches for it.
+        flush(driver, state, device_id, Vouched::Stream(stream as usize));
         if capturing(driver, stream as usize) {
             // Freed now, the free would become a node of the graph being captured, run again at
             // every replay: put off until the capture ends (as torch's allocator does).
@@ -93,7 +94,8 @@ pub(super) fn trim_pools() -> Result<()> {
     let driver = driver::get()?;
     for (device_id, state) in set_up_devices().filter(|(_, s)| s.pool != 0) {
         with_context(driver, state.context as CUcontext, || {
-            flush(driver, state, device_id);
+            // `dlpx.cuda.empty_cache()`: what its owner calls before destroying a stream.
+            flush(driver, state, device_id, Vouched::Every);
             // SAFETY: a pool dlpx created; trimming keeps memory that is still allocated.
             check(driver, "cuMemPoolTrimTo", unsafe { (driver.cuMemPoolTrimTo)(state.pool as CUmemoryPool, 0) })
         })?;

@@ -17,7 +17,7 @@ use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUevent, CUmemoryPool, CUstrea
 
 use super::block::Block;
 use super::classes::MAX_DEVICES;
-use super::deferred::capture_underway;
+use super::deferred::{capture_underway, Vouched};
 use super::device::{set_up_devices, with_context, DeviceState};
 use super::driver::{self, check, wait_for, Driver, Wait, STREAM_LEGACY};
 use super::events::release_fences;
@@ -37,7 +37,10 @@ pub(super) fn release_device(driver: &Driver, state: &DeviceState, device_id: i3
     if usize::try_from(device_id).map_or(true, |d| d >= MAX_DEVICES) {
         return Ok(0);
     }
-    if capture_underway(driver, state, device_id) {
+    // At exit a stream may be gone: nothing put off is named then (what it holds stays the
+    // driver's to reclaim with the process); through empty_cache, every stream may be.
+    let vouched = (wait == Wait::Hooked).then_some(Vouched::Every);
+    if capture_underway(driver, state, device_id, vouched) {
         // A synchronisation, or work on the legacy stream, would break the capture: the blocks
         // stay cached until it ends (torch refuses to empty its cache during a capture).
         return Ok(0);

@@ -293,6 +293,29 @@ def test_memory_allocated_during_a_capture_is_the_graph_s(streams):
         assert after.data_ptr == cached_address and SIM.sim_cuda_alloc_captured(after.data_ptr) == 0
 
 
+def test_a_free_put_off_during_a_capture_names_its_stream_only_where_its_owner_vouches(streams):
+    # Put off during a capture of s, a free is freed when s is vouched for again: an allocation
+    # on s, the free of a tensor allocated on it, or empty_cache (docs/cuda.md, "Streams that
+    # die"). An allocation on another stream does not ask s whether it is still captured: s may
+    # be destroyed by then, and the real driver crashes on its handle.
+    s = streams()
+    SIM.sim_cuda_set_capturing(s, 1)
+    with dlpx.cuda.stream(s):
+        inside = dlpx.empty((300,), "float32", "cuda:0")  # the graph's
+        del inside  # put off until the capture ends
+    SIM.sim_cuda_set_capturing(s, 0)
+    live = SIM.sim_cuda_live(0, -1)
+    SIM.sim_cuda_reset_counts()
+    elsewhere = dlpx.empty((1 << 20,), "float32", "cuda:0")  # the legacy stream: a trip to the driver
+    use(LEGACY, elsewhere, write=True)
+    assert calls("cuStreamIsCapturing") == 0, "s was named by an allocation on another stream"
+    assert SIM.sim_cuda_live(0, -1) == live + 1, "the put-off free waits for s's owner"
+    with dlpx.cuda.stream(s):
+        again = dlpx.empty((1 << 21,), "float32", "cuda:0")  # on s: vouched for, the free is made
+        use(s, again, write=True)
+    assert SIM.sim_cuda_live(0, -1) == live + 1, "one freed, one allocated"
+
+
 def test_memory_stats_has_torch_s_names_and_adds_up():
     dlpx.cuda.empty_cache()
     start = dlpx.cuda.memory_stats("cuda:0")
