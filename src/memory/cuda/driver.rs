@@ -19,6 +19,8 @@ use crate::error::{Error, ErrorKind, Result};
 pub const CUDA_SUCCESS: c_int = 0;
 pub const CUDA_ERROR_INVALID_VALUE: c_int = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: c_int = 2;
+/// What an allocation ordered on a stream of another device's context answers.
+pub const CUDA_ERROR_INVALID_CONTEXT: c_int = 201;
 pub const CUDA_ERROR_NO_DEVICE: c_int = 100;
 /// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED.
 pub const ATTRIBUTE_MEMORY_POOLS_SUPPORTED: c_int = 115;

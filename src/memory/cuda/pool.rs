@@ -37,6 +37,16 @@ pub(super) fn allocate(
     };
     match code {
         driver::CUDA_ERROR_OUT_OF_MEMORY => Ok(None),
+        // The caller's current stream there is another device's (`dlpx.cuda.stream(s, device=0)`
+        // with a stream made on device 1): said so, the driver's code after.
+        driver::CUDA_ERROR_INVALID_CONTEXT
+            if !matches!(stream as usize, 0 | driver::STREAM_LEGACY | driver::STREAM_PER_THREAD) =>
+        {
+            Err(crate::error::Error::runtime(format!(
+                "CUDA allocation failed: the current stream {stream:p} of cuda:{device_id} is another device's \
+                 (CUDA_ERROR_INVALID_CONTEXT)"
+            )))
+        }
         _ => check(driver, "CUDA allocation", code).map(|()| {
             reserved(device_id, nbytes);
             Some(ptr as *mut c_void)

@@ -316,6 +316,17 @@ def test_a_free_put_off_during_a_capture_names_its_stream_only_where_its_owner_v
     assert SIM.sim_cuda_live(0, -1) == live + 1, "one freed, one allocated"
 
 
+def test_a_current_stream_of_another_device_is_named_when_it_fails_an_allocation(streams):
+    # A stream made on cuda:1 set as cuda:0's current one: the driver refuses the allocation
+    # (CUDA_ERROR_INVALID_CONTEXT); the error says which stream and why.
+    other_device = streams(1)
+    with dlpx.cuda.stream(other_device, device=0), pytest.raises(RuntimeError) as refused:
+        dlpx.empty((4,), "float32", "cuda:0")
+    assert f"the current stream {hex(other_device)} of cuda:0 is another device's" in str(refused.value)
+    assert "CUDA_ERROR_INVALID_CONTEXT" in str(refused.value)
+    SIM.sim_cuda_reset_counts()  # the driver's refusal, the caller's stream: counted as a misuse
+
+
 def test_memory_stats_has_torch_s_names_and_adds_up():
     dlpx.cuda.empty_cache()
     start = dlpx.cuda.memory_stats("cuda:0")
