@@ -26,6 +26,45 @@ static PINNED_CACHE: Mutex<Vec<PinnedBlock>> = Mutex::new(Vec::new());
 /// Most bytes of freed pinned memory kept for reuse.
 const PINNED_CACHE_BYTES: usize = 256 << 20;
 
+/// Pinned blocks freed while a capture dlpx knows of may be underway (`deferred::any`): no event
+/// is recorded or queried then (one on the legacy stream breaks the capture of a blocking
+/// stream), so they are not kept for reuse, and go back to the driver once no capture is known,
+/// after the devices finished their work (at the next pinned allocation or free, or a release).
+static UNFENCED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Whether a capture dlpx knows of may be underway (docs/cuda.md, "Graphs").
+fn capture_known() -> bool {
+    super::deferred::any()
+}
+
+/// Gives back the blocks freed during a capture, once none is known; the devices in use are
+/// synchronised first, as nothing fences those blocks.
+fn free_unfenced(driver: &'static Driver, wait: Wait) -> Result<()> {
+    if capture_known() {
+        return Ok(());
+    }
+    let blocks = std::mem::take(&mut *UNFENCED.lock().unwrap_or_else(|p| p.into_inner()));
+    if blocks.is_empty() {
+        return Ok(());
+    }
+    let mut first_error = Ok(());
+    for device_id in devices_in_use(driver) {
+        first_error = first_error.and(on_device(device_id, |driver, _| {
+            // SAFETY: the device's context is current.
+            check(driver, "cuCtxSynchronize", wait_for(wait, || unsafe { (driver.cuCtxSynchronize)() }))
+        }));
+    }
+    on_device(0, |driver, _| {
+        for ptr in blocks {
+            // SAFETY: a pinned block freed by its tensor, unused since, its device work done.
+            let code = wait_for(wait, || unsafe { (driver.cuMemFreeHost)(ptr as *mut c_void) });
+            first_error = std::mem::replace(&mut first_error, Ok(())).and(check(driver, "cuMemFreeHost", code));
+        }
+        Ok(())
+    })?;
+    first_error
+}
+
 /// The capacity a pinned request of `nbytes` gets (powers of two from 4 KiB, so blocks recycle).
 pub fn pinned_capacity(nbytes: usize) -> Option<usize> {
     nbytes.max(4096).checked_next_power_of_two()
@@ -34,6 +73,7 @@ pub fn pinned_capacity(nbytes: usize) -> Option<usize> {
 /// Pinned (page-locked, portable) host memory of `capacity` bytes.
 pub fn alloc_pinned(capacity: usize) -> Result<*mut c_void> {
     let driver = driver::get()?;
+    free_unfenced(driver, Wait::Hooked)?;
     if let Some(block) = take_pinned(driver, capacity) {
         return Ok(block as *mut c_void);
     }
@@ -58,6 +98,9 @@ pub fn alloc_pinned(capacity: usize) -> Result<*mut c_void> {
 
 /// A cached block of `capacity` whose fences have all completed.
 fn take_pinned(driver: &Driver, capacity: usize) -> Option<usize> {
+    if capture_known() {
+        return None; // no event is queried during a capture
+    }
     let mut cache = PINNED_CACHE.lock().unwrap_or_else(|p| p.into_inner());
     let index = cache.iter().position(|b| b.capacity == capacity && fences_done(driver, &b.fences))?;
     let block = cache.swap_remove(index);
@@ -78,6 +121,12 @@ fn take_pinned(driver: &Driver, capacity: usize) -> Option<usize> {
 /// `ptr` came from `alloc_pinned(capacity)` and is not used afterwards.
 pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses, may_keep: bool) -> Result<()> {
     let driver = driver::get()?;
+    if may_keep && capture_known() {
+        release_fences(driver, &uses.fences);
+        UNFENCED.lock().unwrap_or_else(|p| p.into_inner()).push(ptr as usize);
+        return Ok(());
+    }
+    free_unfenced(driver, Wait::Hooked)?;
     let mut fences = uses.fences.clone();
     let mut first_error = Ok(());
     let legacy = devices_in_use(driver).map(|device_id| (device_id, STREAM_LEGACY));
@@ -117,6 +166,10 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses, may_ke
 /// Frees every cached pinned block whose fences have completed; returns how many went back.
 pub(super) fn empty_pinned_cache(wait: Wait) -> Result<usize> {
     let driver = driver::get()?;
+    if capture_known() && wait == Wait::Hooked {
+        return Ok(0); // no event is queried during a capture; the blocks stay until it ends
+    }
+    free_unfenced(driver, wait)?;
     let done: Vec<PinnedBlock> = {
         let mut cache = PINNED_CACHE.lock().unwrap_or_else(|p| p.into_inner());
         let (done, pending) = std::mem::take(&mut *cache).into_iter().partition(|b| fences_done(driver, &b.fences));

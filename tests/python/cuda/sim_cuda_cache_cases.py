@@ -327,6 +327,35 @@ def test_a_current_stream_of_another_device_is_named_when_it_fails_an_allocation
     SIM.sim_cuda_reset_counts()  # the driver's refusal, the caller's stream: counted as a misuse
 
 
+def test_pinned_memory_records_and_queries_no_event_while_a_capture_is_known(streams):
+    # While dlpx knows a capture may be underway (a free put off), a pinned block is neither
+    # taken from the cache (its events would be queried) nor fenced when freed (an event on the
+    # legacy stream breaks the capture of a blocking stream): it goes back to the driver once the
+    # capture is over, after the devices are idle.
+    s = streams(blocking=True)
+    cached = dlpx.empty((16,), "float32", "cuda_host")
+    del cached
+    SIM.sim_cuda_set_capturing(s, 1)
+    with dlpx.cuda.stream(s):
+        inside = dlpx.empty((16,), "float32", "cuda:0")
+        del inside  # put off: the capture is known
+    SIM.sim_cuda_reset_counts()
+    during = dlpx.empty((16,), "float32", "cuda_host")
+    del during
+    kept = dlpx.empty((16,), "float32", "cuda_host")
+    assert calls("cuEventQuery") == 0 and calls("cuEventRecord") == 0 and calls("cuEventSynchronize") == 0
+    assert calls("cuMemFreeHost") == 0
+    SIM.sim_cuda_set_capturing(s, 0)
+    del kept
+    with dlpx.cuda.stream(s):
+        after = dlpx.empty((16,), "float32", "cuda:0")  # on s: the put-off free is made
+        use(s, after, write=True)
+    SIM.sim_cuda_reset_counts()
+    again = dlpx.empty((16,), "float32", "cuda_host")
+    assert calls("cuMemFreeHost") == 2, "the two blocks freed during the capture went back"
+    del again
+
+
 def test_memory_stats_has_torch_s_names_and_adds_up():
     dlpx.cuda.empty_cache()
     start = dlpx.cuda.memory_stats("cuda:0")
