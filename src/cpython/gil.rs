@@ -76,6 +76,16 @@ pub unsafe fn released<T>(py: Python<'_>, f: impl FnOnce() -> T) -> T {
     struct Released(&'static Api, *mut c_void);
     impl Drop for Released {
         fn drop(&mut self) {
+            // The interpreter began shutting down meanwhile (only a daemon thread can see that:
+            // every other is joined first). Taking the GIL back then ends the thread before
+            // CPython 3.14 (`pthread_exit`: a forced unwind through the Rust frames above, whose
+            // destructors it may not run); the thread waits for the process to end instead, as
+            // CPython 3.14 makes it wait itself.
+            if finalizing() {
+                loop {
+                    std::thread::park();
+                }
+            }
             // SAFETY: the thread state PyEval_SaveThread returned on this thread.
             unsafe { (self.0.PyEval_RestoreThread)(self.1) };
         }
