@@ -80,11 +80,13 @@ def export(obj, **kwargs):
         return None, exc
 
 
-def export_info(obj, *, values=False, **kwargs):
+def export_info(obj, *, values=False, any_major=False, **kwargs):
     """(info of the capsule, None) or (None, exception); the capsule is consumed and deleted
     at once (only its description is kept: data pointers stay comparable while `obj` lives).
     With `values`, ``info["values"]`` holds its float32 elements in row-major order, read
-    before the deletion (a CPU tensor's; None on another device)."""
+    before the deletion (a CPU tensor's; None on another device). A capsule of another DLPack
+    major (only its version may be read), or one whose shape is NULL with ndim > 0, is the
+    exception that says so, unless `any_major` asks for what there is (the version checks)."""
     capsule, error = export(obj, **kwargs)
     if error is not None:
         return None, error
@@ -95,12 +97,27 @@ def export_info(obj, *, values=False, **kwargs):
     except ValueError as exc:  # a capsule of a name DLPack does not give: its destructor is its own
         del capsule
         return None, exc.with_traceback(None)
+    unreadable = None if any_major else _unreadable(info)
+    if unreadable is not None:
+        spied.delete()
+        spied.forget()
+        return None, unreadable
     if values:
         on_cpu = info["device"][0] == abi.KDL_CPU and (info["data"] or not math.prod(info["shape"]))
         info["values"] = read_values(info, row_major(info["shape"])) if on_cpu else None
     spied.delete()
     spied.forget()
     return info, None
+
+
+def _unreadable(info):
+    """Why the kit cannot describe the tensor of a consumed capsule (a ValueError), or None."""
+    if "device" not in info:
+        major, minor = info["version"]
+        return ValueError(f"a capsule of DLPack {major}.{minor}: only its version may be read (the kit reads DLPack 1)")
+    if info["ndim"] > 0 and info["shape"] is None:
+        return ValueError(f"shape is NULL with ndim {info['ndim']}")
+    return None
 
 
 # How far past its compact size a tensor the kit asked a factory for may reach before the kit

@@ -56,13 +56,13 @@ def _legacy_or_buffer_error(info, error):
 
 
 def _check_versions(x, checks):
-    info, error = export_info(x)
+    info, error = export_info(x, any_major=True)
     ok, detail = _legacy_or_buffer_error(info, error)
     checks.record("dlpack.max_version_absent", ok, detail, C.MAX_VERSION_NONE)
-    info, error = export_info(x, max_version=(0, 8))
+    info, error = export_info(x, any_major=True, max_version=(0, 8))
     ok, detail = _legacy_or_buffer_error(info, error)
     checks.record("dlpack.max_version_0", ok, detail, C.MAX_VERSION_NONE)
-    info, error = export_info(x, max_version=V1)
+    info, error = export_info(x, any_major=True, max_version=V1)
     if error is not None:
         checks.record("dlpack.max_version_1", False, describe_error(error), C.MAX_VERSION)
     else:
@@ -70,11 +70,11 @@ def _check_versions(x, checks):
         ok = info["version"] is None or info["version"][0] == 1
         checks.record("dlpack.max_version_1", ok, f"{info['name']} {info['version'] or ''}", C.MAX_VERSION)
         checks.record("dlpack.max_version_1_versioned", info["version"] is not None, f"{info['name']} capsule", C.MAX_VERSION, required=False)
-        if info["version"] is not None and info["version"] >= (1, 2):
+        if info["version"] is not None and (1, 2) <= info["version"] < (2, 0):
             checks.record("dlpack.strides_non_null", info["strides"] is not None, f"version {info['version']}, strides {info['strides']}", C.STRIDES)
         else:
             checks.skip("dlpack.strides_non_null", "no capsule of version 1.2 or later", C.STRIDES)
-    info, error = export_info(x, max_version=(2, 0))
+    info, error = export_info(x, any_major=True, max_version=(2, 0))
     if error is not None:
         checks.record("dlpack.max_version_2", False, describe_error(error), C.MAX_VERSION_NEWER)
     else:

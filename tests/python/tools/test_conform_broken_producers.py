@@ -164,3 +164,26 @@ def test_strides_reaching_far_outside_fail_rows_instead_of_crashing_the_kit():
     checks = check_producer(_make(_strides_far_outside))
     raised = [c for c in checks if c.failed_required and "ValueError: not read: strides (1099511627776" in c.detail]
     assert raised and not checks.ok, [(c.name, c.status, c.detail) for c in checks if c.status != "pass"]
+
+
+def _major_0(capsule, kwargs, array):
+    m, versioned = _struct(capsule)
+    if versioned:
+        m.version.major = 0
+
+
+def _null_shape(capsule, kwargs, array):
+    m, _ = _struct(capsule)
+    if m.dl_tensor.ndim > 0:
+        m.dl_tensor.shape = None
+
+
+@pytest.mark.parametrize("edit, says", [(_major_0, "a capsule of DLPack 0.0: only its version may be read"),
+                                        (_null_shape, "shape is NULL with ndim 2")])
+def test_a_capsule_the_kit_cannot_describe_fails_rows_that_say_why(edit, says):
+    # The kit's checks indexed what it could not read: "KeyError: 'device'", "TypeError:
+    # 'NoneType' object is not iterable" in `<check>.raised` rows.
+    checks = check_producer(_make(edit))
+    failed = [c for c in checks if c.failed_required]
+    assert any(says in c.detail for c in failed), [(c.name, c.detail) for c in failed]
+    assert not [c for c in failed if "KeyError" in c.detail or "NoneType" in c.detail]
