@@ -2,6 +2,7 @@
 //! power-of-two capacity and reused once the work enqueued on them has completed.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use cudarc::driver::sys::CUevent;
@@ -31,6 +32,8 @@ const PINNED_CACHE_BYTES: usize = 256 << 20;
 /// stream), so they are not kept for reuse, and go back to the driver once no capture is known,
 /// after the devices finished their work (at the next pinned allocation or free, or a release).
 static UNFENCED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// Whether UNFENCED may hold a block (so a pinned allocation or free skips its lock otherwise).
+static ANY_UNFENCED: AtomicBool = AtomicBool::new(false);
 
 /// Whether a capture dlpx knows of may be underway (docs/cuda.md, "Graphs").
 fn capture_known() -> bool {
@@ -40,13 +43,14 @@ fn capture_known() -> bool {
 /// Gives back the blocks freed during a capture, once none is known; the devices in use are
 /// synchronised first, as nothing fences those blocks.
 fn free_unfenced(driver: &'static Driver, wait: Wait) -> Result<()> {
-    if capture_known() {
+    if !ANY_UNFENCED.load(Ordering::Acquire) || capture_known() {
         return Ok(());
     }
-    let blocks = std::mem::take(&mut *UNFENCED.lock().unwrap_or_else(|p| p.into_inner()));
-    if blocks.is_empty() {
-        return Ok(());
-    }
+    let blocks = {
+        let mut unfenced = UNFENCED.lock().unwrap_or_else(|p| p.into_inner());
+        ANY_UNFENCED.store(false, Ordering::Release);
+        std::mem::take(&mut *unfenced)
+    };
     let mut first_error = Ok(());
     for device_id in devices_in_use(driver) {
         first_error = first_error.and(on_device(device_id, |driver, _| {
@@ -54,15 +58,17 @@ fn free_unfenced(driver: &'static Driver, wait: Wait) -> Result<()> {
             check(driver, "cuCtxSynchronize", wait_for(wait, || unsafe { (driver.cuCtxSynchronize)() }))
         }));
     }
-    on_device(0, |driver, _| {
-        for ptr in blocks {
+    let freed = on_device(0, |driver, _| {
+        // Every block is freed; the first failure is the answer.
+        let mut first = Ok(());
+        for &ptr in &blocks {
             // SAFETY: a pinned block freed by its tensor, unused since, its device work done.
             let code = wait_for(wait, || unsafe { (driver.cuMemFreeHost)(ptr as *mut c_void) });
-            first_error = std::mem::replace(&mut first_error, Ok(())).and(check(driver, "cuMemFreeHost", code));
+            first = first.and(check(driver, "cuMemFreeHost", code));
         }
-        Ok(())
-    })?;
-    first_error
+        first
+    });
+    first_error.and(freed)
 }
 
 /// The capacity a pinned request of `nbytes` gets (powers of two from 4 KiB, so blocks recycle).
@@ -124,6 +130,7 @@ pub unsafe fn free_pinned(ptr: *mut c_void, capacity: usize, uses: &Uses, may_ke
     if may_keep && capture_known() {
         release_fences(driver, &uses.fences);
         UNFENCED.lock().unwrap_or_else(|p| p.into_inner()).push(ptr as usize);
+        ANY_UNFENCED.store(true, Ordering::Release);
         return Ok(());
     }
     free_unfenced(driver, Wait::Hooked)?;
