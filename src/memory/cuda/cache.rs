@@ -132,10 +132,7 @@ fn climb(device_id: i32, nbytes: usize, class: Option<(StreamKey, usize)>, strea
 /// Whether a capture into a CUDA graph may be underway, as `climb` asks it after the driver ran
 /// out: `stream`'s own (the context current), or one dlpx knows of (a free it put off).
 fn capture_underway(driver: &driver::Driver, stream: *mut c_void) -> bool {
-    let own = !matches!(stream as usize, 0 | STREAM_LEGACY)
-        && settings().fault != Fault::IgnoreCapture
-        && capturing(driver, stream as usize);
-    own || deferred::any()
+    captured_in_context(driver, stream) || deferred::any()
 }
 
 /// For an allocation on a thread's default stream (`key`), an idle block kept for the legacy
@@ -175,14 +172,19 @@ fn cached_device(device_id: i32) -> bool {
 /// Whether `stream` is being captured into a CUDA graph: memory allocated there belongs to the
 /// graph (the driver makes it a graph allocation) and never mixes with the cache's.
 fn captured(device_id: i32, stream: *mut c_void) -> Result<bool> {
-    if settings().fault == Fault::IgnoreCapture {
-        return Ok(false);
-    }
     match stream as usize {
         // The per-thread default stream is the current context's: ask with the device's current.
-        STREAM_PER_THREAD => on_device(device_id, |driver, _| Ok(capturing(driver, STREAM_PER_THREAD))),
-        _ => Ok(capturing(driver::get()?, stream as usize)),
+        STREAM_PER_THREAD => on_device(device_id, |driver, _| Ok(captured_in_context(driver, stream))),
+        _ => Ok(captured_in_context(driver::get()?, stream)),
     }
+}
+
+/// [`captured`], the stream's context current (or `stream` a created one); never the legacy
+/// stream, which cannot be captured.
+fn captured_in_context(driver: &driver::Driver, stream: *mut c_void) -> bool {
+    !matches!(stream as usize, 0 | STREAM_LEGACY)
+        && settings().fault != Fault::IgnoreCapture
+        && capturing(driver, stream as usize)
 }
 
 /// Hands an idle block the caller took from the cache to a tensor (counted by the caller).
