@@ -134,9 +134,7 @@ def _offsets(info, positions, itemsize: int) -> list:
     strides = info["strides"] if info["strides"] is not None else compact_strides(info["shape"])
     offsets = [itemsize * sum(i * s for i, s in zip(index, strides)) for index in positions]
     if offsets:
-        numel = 1
-        for extent in info["shape"]:
-            numel *= extent
+        numel = math.prod(info["shape"])
         span = max(offsets) - min(offsets) + itemsize
         if span > max(SPAN_SLACK * numel * itemsize, SPAN_FLOOR):
             raise ValueError(f"not read: strides {tuple(strides)} span {span} bytes for {numel} elements of "
