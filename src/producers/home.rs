@@ -16,6 +16,7 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::PyObject;
 
 use super::discovered::Discovered;
+use super::table_answer::{failure, succeeded};
 use super::Entry;
 use crate::abi::*;
 use crate::cpython::{attribute, Owned, Python};
@@ -65,27 +66,34 @@ pub fn to_py_in(
     table: &DLPackExchangeAPI,
     managed: *mut DLManagedTensorVersioned,
 ) -> Result<*mut PyObject> {
-    let _ = py; // the table's contract: the GIL held
     let Some(to_py) = table.managed_tensor_to_py_object_no_sync else {
         return Err(Error::buffer("the producer's table has no managed_tensor_to_py_object_no_sync"));
     };
     let mut object: *mut c_void = ptr::null_mut();
     // SAFETY: the table's contract: the GIL held (the token); `managed` moves only on success.
-    match unsafe { to_py(managed, &mut object) } {
+    let returned = unsafe { to_py(managed, &mut object) };
+    match (returned, object.is_null()) {
         // A success without an object is a failure that was not reported: taken as one, the
         // tensor left with the caller (the likelier story than a table that kept it and lost it).
-        0 if object.is_null() => {
+        (0, true) if succeeded(py, returned) => {
             Err(Error::runtime("the table's managed_tensor_to_py_object_no_sync reported success and gave no object"))
         }
-        0 => Ok(object.cast()),
-        _ => Err(Error::python_pending()),
+        (0, false) if succeeded(py, returned) => Ok(object.cast()),
+        // An object made with an exception set (a success not meant): the object, which owns
+        // the tensor now, is released and the exception raised.
+        (0, false) => {
+            let _kept = crate::cpython::ExceptionGuard::save_with_gil(py);
+            py.decref(object.cast());
+            drop(_kept);
+            Err(failure(py, "managed_tensor_to_py_object_no_sync"))
+        }
+        _ => Err(failure(py, "managed_tensor_to_py_object_no_sync")),
     }
 }
 
 /// The current work stream `table`'s framework reports for a device: dlpx's own registry where
 /// it serves the table (`stream::serves`), else the table's `current_work_stream`, with the GIL.
 pub fn current_stream_in(py: Python<'_>, table: &DLPackExchangeAPI, device: DLDevice) -> Result<*mut c_void> {
-    let _ = py; // the table's contract: the GIL held
     let Some(stream) = table.current_work_stream else {
         return Err(Error::buffer("the table has no current_work_stream"));
     };
@@ -94,9 +102,9 @@ pub fn current_stream_in(py: Python<'_>, table: &DLPackExchangeAPI, device: DLDe
     }
     let mut out: *mut c_void = ptr::null_mut();
     // SAFETY: the producer's contract (the GIL held, a writable out).
-    match unsafe { stream(device.device_type, device.device_id, &mut out) } {
-        0 => Ok(out),
-        _ => Err(Error::python_pending()),
+    match succeeded(py, unsafe { stream(device.device_type, device.device_id, &mut out) }) {
+        true => Ok(out),
+        false => Err(failure(py, "current_work_stream")),
     }
 }
 

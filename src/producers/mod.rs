@@ -18,6 +18,7 @@ mod one_path;
 mod rows;
 mod served;
 mod synthetic;
+mod table_answer;
 
 use std::cell::Cell;
 

@@ -8,6 +8,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 use crate::abi::*;
 use crate::cpython::{Owned, Python};
 use crate::error::{Error, Result};
+use crate::producers::table_answer::{failure, succeeded};
 use crate::producers::{Answer, Ask, Entry, Handover, Producer, Row};
 
 pub static ROW: Row = Row { name: "table", synthetic: None, guard: None, suspect: None, home: None, producer: &Table };
@@ -38,10 +39,10 @@ pub fn read_through<'py>(
     if let (Some(out), Some(view)) = (ask.view, api.dltensor_from_py_object_no_sync) {
         // SAFETY: the producer's contract: the GIL held (the token), an object of its type, a
         // writable DLTensor (the cell's, which nothing else borrows during the call).
-        if unsafe { view(object.cast(), out.as_ptr()) } == 0 {
+        if succeeded(py, unsafe { view(object.cast(), out.as_ptr()) }) {
             return Ok(Handover::View);
         }
-        // A view the table cannot give — dlpx's own refuses a read-only tensor, which a view
+        // A view the table cannot give (also one it gave with an exception set: a failure) — dlpx's own refuses a read-only tensor, which a view
         // cannot flag; torch's fails where its managed entry fails too — the owning read asks
         // for: its flags can say what the view could not, and its refusal is the table's answer.
         // SAFETY: the token proves the GIL is held; the view's exception is replaced by what
@@ -54,8 +55,9 @@ pub fn read_through<'py>(
     let mut managed: *mut DLManagedTensorVersioned = ptr::null_mut();
     // SAFETY: the producer's contract: the GIL held (the token), an object of its type, a
     // writable out.
-    if unsafe { from_py(object.cast(), &mut managed) } != 0 {
-        return Err(Error::python_pending());
+    let returned = unsafe { from_py(object.cast(), &mut managed) };
+    if !succeeded(py, returned) {
+        return Err(refused(py, returned, managed));
     }
     let managed =
         NonNull::new(managed).ok_or_else(|| Error::buffer("the producer returned success and a NULL tensor"))?;
@@ -63,24 +65,36 @@ pub fn read_through<'py>(
     let handover = unsafe { Handover::managed(managed) };
     if ask.on_dlpx_stream {
         // SAFETY: live, ours; the device is read before any check (an unknown one has no streams).
-        order_after_producer(api, unsafe { managed.as_ref() }.dl_tensor.device)?;
+        order_after_producer(py, api, unsafe { managed.as_ref() }.dl_tensor.device)?;
     }
     Ok(handover)
+}
+
+/// Why `managed_tensor_from_py_object_no_sync` failed. A tensor it handed over with an exception
+/// set (a success it did not mean) is deleted, once, with the exception kept aside.
+#[cold]
+fn refused(py: Python<'_>, returned: std::ffi::c_int, managed: *mut DLManagedTensorVersioned) -> Error {
+    if let Some(managed) = NonNull::new(managed).filter(|_| returned == 0) {
+        let _kept = crate::cpython::ExceptionGuard::save_with_gil(py);
+        // SAFETY: the table handed its caller the tensor; given up once, here.
+        unsafe { crate::tensor::delete_managed(managed) };
+    }
+    failure(py, "managed_tensor_from_py_object_no_sync")
 }
 
 /// Where memory is stream-ordered, dlpx's current stream waits for the producer's current work
 /// stream (an event, never a device synchronisation), so the work dlpx orders next — a copy, a
 /// kernel on dlpx's stream — sees the data the producer's stream was still writing.
 #[inline]
-fn order_after_producer(api: &DLPackExchangeAPI, device: DLDevice) -> Result<()> {
+fn order_after_producer(py: Python<'_>, api: &DLPackExchangeAPI, device: DLDevice) -> Result<()> {
     if !crate::devices::has_streams(device.device_type) {
         return Ok(());
     }
     let mut producer: *mut std::ffi::c_void = ptr::null_mut();
     if let Some(current_work_stream) = api.current_work_stream {
         // SAFETY: the producer's contract (GIL held, a writable out).
-        if unsafe { current_work_stream(device.device_type, device.device_id, &mut producer) } != 0 {
-            return Err(Error::python_pending());
+        if !succeeded(py, unsafe { current_work_stream(device.device_type, device.device_id, &mut producer) }) {
+            return Err(failure(py, "current_work_stream"));
         }
     }
     crate::devices::order_after(device, producer, crate::stream::current(device))

@@ -212,6 +212,63 @@ def test_a_valid_table_tensor_is_handed_on_unchanged():
     assert tensor.deleter_calls == 1
 
 
+# A table's read entry that breaks its contract (src/producers/table_answer.rs): a failure that
+# sets no exception is named (dlpx's words, after the entry point's name), a success that leaves
+# one set is the producer's failure, its exception raised as any producer's is (never CPython's
+# SystemError), and a tensor handed over with it is deleted once.
+BROKEN_ENTRIES = {
+    "fails without an exception": (
+        hostile.FAILS_WITHOUT_EXCEPTION,
+        "dlpx: {entry}: ",
+        "the producer's exchange table failed in managed_tensor_from_py_object_no_sync and set no exception",
+    ),
+    "succeeds with an exception": (hostile.SUCCEEDS_WITH_EXCEPTION, "", "the producer's own error"),
+}
+
+
+@pytest.fixture(scope="module")
+def first_of():
+    import dlpx.cpp
+
+    source = ("static int first(DlpxCall *call) {\n"
+              "  const DLTensor *a;\n"
+              "  if (dlpx_call_tensor(call, 0, &a, NULL)) return -1;\n"
+              "  return dlpx_call_return_int(call, a->ndim);\n"
+              "}\n"
+              'DLPX_EXPORT_KERNEL(first, first, "first(a) -> int: a\'s rank.")\n')
+    return dlpx.cpp.load_inline("hostile_entries", c_sources=source).first
+
+
+@pytest.mark.parametrize("view", [False, True], ids=["managed", "view"])
+@pytest.mark.parametrize("case", sorted(BROKEN_ENTRIES))
+def test_a_table_entry_that_breaks_its_contract_is_a_clear_error_at_every_entry_point(first_of, case, view):
+    mode, prefix, fact = BROKEN_ENTRIES[case]
+    message = prefix + re.escape(fact) + "$"
+    Hostile, made = hostile_type(dict(shape=(2, 3)), view=view)
+    hostile.arm_entries(mode)
+    try:
+        with pytest.raises(RuntimeError, match="^" + message.format(entry="from_dlpack")):
+            dlpx.from_dlpack(Hostile())
+        # A kernel's argument names the kernel and the parameter, whoever's words follow.
+        with pytest.raises(RuntimeError, match="^dlpx: first: parameter 'a': " + re.escape(fact) + "$"):
+            first_of(Hostile())
+        out = ctypes.c_void_p()
+        with pytest.raises(RuntimeError, match="^" + message.format(entry="import")):
+            LIB.dlpx_import(Hostile(), ctypes.byref(out))
+        assert not out.value
+        view_out = DlpxTensorView()
+        with pytest.raises(RuntimeError, match="^" + message.format(entry="view_of")):
+            LIB.dlpx_view_of(Hostile(), ctypes.byref(view_out))
+        assert not view_out.owner
+    finally:
+        hostile.arm_entries(hostile.KEEPS_CONTRACT)
+    gc.collect()
+    assert all(t.deleter_calls == 1 for t in made()), [t.deleter_calls for t in made()]
+    nothing_pending()
+    # The same table keeping its contract again is read as before.
+    assert first_of(Hostile()) == 2
+
+
 # ---- kernel views of producers that send legacy capsules (src/legacy.rs) ---------------------
 
 

@@ -167,19 +167,33 @@ PyObject *hp_capsule(int id) {
 static hp_spec hp_armed;
 static hp_tensor *hp_view; /* the storage behind the latest view; freed on the next */
 
+/* How the two read entries break the table's contract (`hp_arm_entries`): not at all (0), a
+ * failure that sets no exception (1), or a success that leaves one set (2). */
+static int hp_entries_mode;
+
+void hp_arm_entries(int mode) { hp_entries_mode = mode; }
+
+/* A read entry's answer once it has filled its out: 0, unless the armed mode breaks it. */
+static int hp_entry_answer(void) {
+  if (hp_entries_mode == 2) PyErr_SetString(PyExc_RuntimeError, "the producer's own error");
+  return hp_entries_mode == 1 ? -1 : 0;
+}
+
 static int hp_from_py_object(void *py_object, DLManagedTensorVersioned **out) {
   (void)py_object;
+  if (hp_entries_mode == 1) return -1;
   int id = hp_make(&hp_armed, 1);
   if (id < 0) {
     PyErr_NoMemory();
     return -1;
   }
   *out = &hp_live[id]->managed.versioned;
-  return 0;
+  return hp_entry_answer();
 }
 
 static int hp_view_from_py_object(void *py_object, DLTensor *out) {
   (void)py_object;
+  if (hp_entries_mode == 1) return -1;
   hp_tensor *storage = calloc(1, sizeof *storage);
   if (storage == NULL) {
     PyErr_NoMemory();
@@ -188,7 +202,7 @@ static int hp_view_from_py_object(void *py_object, DLTensor *out) {
   free(hp_view);
   hp_view = storage;
   hp_fill(out, storage, &hp_armed);
-  return 0;
+  return hp_entry_answer();
 }
 
 /* The allocator's answer, armed apart from the other entries' (`hp_arm_allocator`): the tensor

@@ -126,6 +126,8 @@ def library():
     lib.hp_arm.restype = None
     lib.hp_arm_allocator.argtypes = [c_int, ctypes.POINTER(Spec)]
     lib.hp_arm_allocator.restype = None
+    lib.hp_arm_entries.argtypes = [c_int]
+    lib.hp_arm_entries.restype = None
     lib.hp_table_to_py_gives_nothing.argtypes = []
     lib.hp_table_to_py_gives_nothing.restype = c_void_p
     lib.hp_table.argtypes = [c_int]
@@ -176,6 +178,17 @@ def arm_allocator(mode=GIVES, **spec_kwargs) -> None:
     ``spec_kwargs`` say, whatever the request)."""
     _allocated[0] = spec(**spec_kwargs)
     library().hp_arm_allocator(mode, ctypes.byref(_allocated[0]))
+
+
+#: How the table's two read entries break its contract (``arm_entries``): not at all; a failure
+#: that sets no exception; a success that leaves an exception set.
+KEEPS_CONTRACT, FAILS_WITHOUT_EXCEPTION, SUCCEEDS_WITH_EXCEPTION = 0, 1, 2
+
+
+def arm_entries(mode=KEEPS_CONTRACT) -> None:
+    """How the C table's read entries answer from now on (``KEEPS_CONTRACT``: as the table's
+    contract says)."""
+    library().hp_arm_entries(mode)
 
 
 def made_since(count: int) -> list:
