@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 use std::mem::size_of;
-use std::ptr::NonNull;
+use std::ptr::{self, NonNull};
 
 use super::{Core, Owner, Shared, Tensor};
 use crate::abi::*;
@@ -155,24 +155,35 @@ pub(super) fn is_our_export(m: &DLManagedTensorVersioned) -> bool {
 
 unsafe extern "C" fn delete_versioned_export(managed: *mut DLManagedTensorVersioned) {
     if let Some(managed) = NonNull::new(managed) {
-        // SAFETY: `managed` is an export block whose manager_ctx holds one `Shared` reference.
-        unsafe { release_export(managed.as_ref().manager_ctx, managed.cast()) }
+        // SAFETY: `managed` is an export block whose manager_ctx holds one `Shared` reference
+        // (NULL once deleted).
+        unsafe { release_export(ptr::addr_of_mut!((*managed.as_ptr()).manager_ctx), managed.cast()) }
     }
 }
 
 unsafe extern "C" fn delete_legacy_export(managed: *mut DLManagedTensor) {
     if let Some(managed) = NonNull::new(managed) {
         // SAFETY: as above, for the legacy layout.
-        unsafe { release_export(managed.as_ref().manager_ctx, managed.cast()) }
+        unsafe { release_export(ptr::addr_of_mut!((*managed.as_ptr()).manager_ctx), managed.cast()) }
     }
 }
 
 /// # Safety
-/// `ctx` is the `Shared::into_raw` of an export, `block` its export block; both are given up.
-unsafe fn release_export(ctx: *mut c_void, block: NonNull<u8>) {
+/// `ctx` is where the export in `block` keeps its manager_ctx, the `Shared::into_raw` of an
+/// export (NULL once deleted); both are given up.
+unsafe fn release_export(ctx: *mut *mut c_void, block: NonNull<u8>) {
     // SAFETY: per the contract; dropping the reference may run the producer's deleter, on this thread.
     // Called by foreign code through an `extern "C"` deleter: nothing may unwind out of it.
     crate::error::guard("deleter", || unsafe {
+        let held = ctx.replace(ptr::null_mut());
+        if held.is_null() {
+            // Deleted a second time, before its block was reused: releasing it again would free
+            // a tensor a live object still holds (as `allocation`'s deleter, ignored and said).
+            let err = Error::runtime(format!("tensor {block:p} was deleted twice (the second call is ignored)"));
+            crate::error::set_last_error(&err.at("deleter"));
+            return;
+        }
+        let ctx = held;
         let core = Shared::from_raw(ctx.cast_const().cast::<Core>());
         let tail = block.as_ptr().add(TAIL_OFFSET).cast::<ExportTail>().read();
         if tail.stream != 0 {

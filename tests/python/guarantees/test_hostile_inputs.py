@@ -665,3 +665,27 @@ def test_a_to_py_that_reports_success_without_an_object_is_an_error_and_leaves_t
     spied.delete()
     assert spied.forget() == 1
     nothing_pending()
+
+
+# ---- a consumer that breaks the deleter's contract (src/tensor/export.rs) --------------------
+
+
+@pytest.mark.parametrize("max_version", [(1, 3), None], ids=["versioned", "legacy"])
+def test_an_export_deleted_twice_is_said_and_ignored_and_its_tensor_kept(max_version):
+    t = dlpx.from_dlpack(np.arange(64, dtype=np.float32), copy=True)
+    capsule = t.__dlpack__(max_version=max_version)
+    info = abi.read_capsule(capsule)
+    versioned = max_version is not None
+    abi.rename_capsule(capsule, abi.USED_VERSIONED_NAME if versioned else abi.USED_LEGACY_NAME)
+    abi.call_deleter(info["address"], info["deleter"])
+    LIB.dlpx_clear_last_error()
+    # The spec allows one call; the second comes before the export's block is reused, and is
+    # caught there (as the allocator's deleter catches it): releasing the tensor again would
+    # hand its memory to the next allocation while `t` still holds it.
+    abi.call_deleter(info["address"], info["deleter"])
+    assert "was deleted twice (the second call is ignored)" in LIB.dlpx_last_error().decode()
+    others = [dlpx.empty((64,), "float32") for _ in range(4)]
+    assert all(u.data_ptr != t.data_ptr for u in others)
+    for u in others:
+        np.from_dlpack(u)[:] = 7
+    np.testing.assert_array_equal(np.from_dlpack(t), np.arange(64, dtype=np.float32))
