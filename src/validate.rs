@@ -71,6 +71,7 @@ pub unsafe fn check_view(dl: &DLTensor, flags: u64) -> Result<bool> {
 pub unsafe fn is_sound(dl: &DLTensor, flags: u64) -> bool {
     if !(0..=layout::MAX_NDIM as i32).contains(&dl.ndim)
         || !crate::device_names::is_known(dl.device.device_type)
+        || dl.device.device_id < 0
         || !crate::dtype::is_valid(dl.dtype)
     {
         return false;
@@ -161,6 +162,11 @@ unsafe fn check_fully(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
     }
     if !crate::device_names::is_known(dl.device.device_type) {
         return Err(bad(format!("unknown device type {}", dl.device.device_type.0)));
+    }
+    if dl.device.device_id < 0 {
+        // No device has a negative ordinal: such a tensor would be carried and re-exported,
+        // and refused only by the first copy.
+        return Err(bad(format!("device {} has a negative id", crate::device_names::name(dl.device))));
     }
     crate::dtype::check(dl.dtype).map_err(Error::into_buffer_error)?;
     let shape = dims(dl.shape, dl.ndim);

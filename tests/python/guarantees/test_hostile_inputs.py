@@ -72,6 +72,9 @@ MALFORMED = {
     "dtype-complex-odd": dict(dtype=(5, 63, 1)),
     "device-unknown": dict(device=(99, 0)),
     "device-negative": dict(device=(-1, 0)),
+    # No device has a negative ordinal (each was carried and re-exported, refused by a copy only).
+    "device-id-negative-cuda": dict(device=(2, -1)),
+    "device-id-negative-cpu": dict(device=(1, -5)),
     "data-null": dict(data=False),
     # Strides whose byte offsets overflow (issue 44): 2^61 x 4 bytes wraps to INT64_MIN, 2^62 x 4
     # to 0 (every row read as row 0); each stride fits but their sum does not; a negative stride
@@ -140,6 +143,7 @@ REFUSED_FROM_TABLES = {
     "ndim-65": dict(shape=(1,) * 65),
     "dtype-unknown-code": dict(dtype=(99, 32, 1)),
     "device-unknown": dict(device=(99, 0)),
+    "device-id-negative": dict(device=(2, -1)),
     "data-null": dict(data=False),
     "strides-wrap-zero": dict(shape=(2, 4), strides=(2**62, 1)),
 }
