@@ -117,13 +117,24 @@ fn failure(py: Python<'_>, object: *mut PyObject, name: *mut PyObject) -> Error 
             for object in saved {
                 py.decref(object);
             }
-            return Error::type_error(format!(
-                "{} does not support DLPack (no __dlpack__ and no exchange table)",
-                type_name(py, object)
-            ));
+            return Error::type_error(no_dlpack(py, object));
         }
         py.decref(method);
         (py.PyErr_Restore)(saved[0], saved[1], saved[2]);
     }
     Error::python_pending()
+}
+
+/// "T does not support DLPack (…)": an object with no `__dlpack__` and no table dlpx reads —
+/// none published, or one whose chain holds no major dlpx reads (a producer that moved on to a
+/// new major), said so.
+#[cold]
+pub(super) fn no_dlpack(py: Python<'_>, object: *mut PyObject) -> String {
+    let published = crate::producers::published_head(py, crate::cpython::type_of(py, object));
+    // SAFETY: the producer promises a readable chain that lives for the process.
+    let table = match published.map(|head| head.map(|(head, _)| unsafe { crate::chain::select_supported(head) })) {
+        Ok(Some(Err(why))) => format!("its exchange table is not one dlpx reads: {}", why.fact()),
+        _ => "no exchange table".to_string(),
+    };
+    format!("{} does not support DLPack (no __dlpack__, and {table})", type_name(py, object))
 }

@@ -73,9 +73,8 @@ fn on_the_instance<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) ->
 #[cold]
 fn speaks_nothing(py: Python<'_>, object: *mut PyObject) -> Error {
     Error::type_error(format!(
-        "{} does not support DLPack (no __dlpack__ and no exchange table), nor __cuda_array_interface__, \
-         __array_interface__ or the buffer protocol",
-        crate::cpython::type_name(py, object)
+        "{}, nor __cuda_array_interface__, __array_interface__ or the buffer protocol",
+        crate::producers::dlpack_call::no_dlpack(py, object)
     ))
 }
 

@@ -10,7 +10,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 use crate::abi::*;
 use crate::args;
 use crate::capsule;
-use crate::cpython::{int_tuple, type_name, Owned, Python};
+use crate::cpython::{int_tuple, Owned, Python};
 use crate::error::{Error, ErrorKind, Result};
 use crate::producers::dlpack_call;
 use crate::producers::{synthetic, Answer, Ask, Entry, Handover, Producer, Request, Row};
@@ -47,10 +47,7 @@ pub fn export<'py>(py: Python<'py>, object: *mut PyObject, request: Request) -> 
     let result = unsafe {
         let Ok(method) = Owned::new(py, (py.PyObject_GetAttrString)(object, c"__dlpack__".as_ptr())) else {
             (py.PyErr_Clear)();
-            return Err(Error::type_error(format!(
-                "{} does not support DLPack (no __dlpack__ and no exchange table)",
-                type_name(py, object)
-            )));
+            return Err(Error::type_error(crate::producers::dlpack_call::no_dlpack(py, object)));
         };
         let (empty, common_kwargs) = dlpack_call::shared_arguments(py)?;
         let kwargs = request_kwargs(py, request, stream)?;

@@ -235,3 +235,23 @@ def test_info_rejects_a_non_capsule_attribute():
 
     with pytest.raises(TypeError, match=r"^dlpx: exchange_api_info: "):
         dlpx.exchange_api_info(NotACapsule)
+
+
+def test_an_object_whose_only_table_is_of_another_major_is_refused_saying_so():
+    # A producer that moved on to a new major and speaks nothing else: dlpx reads none of it,
+    # and its error says why rather than "no exchange table".
+    newer = abi.DLPackExchangeAPI()
+    newer.header.version.major, newer.header.version.minor = 2, 0
+
+    class Newer:
+        __c_dlpack_exchange_api__ = ctypes.addressof(newer)
+
+    expected = r"its exchange table is not one dlpx reads: no table of major version 1 in the prev_api chain \(majors \[2\]\)"
+    with pytest.raises(TypeError, match=r"^dlpx: from_dlpack: .*Newer does not support DLPack \(no __dlpack__, and " + expected):
+        dlpx.from_dlpack(Newer())
+
+    class Plain:
+        pass
+
+    with pytest.raises(TypeError, match=r"Plain does not support DLPack \(no __dlpack__, and no exchange table\)"):
+        dlpx.from_dlpack(Plain())
