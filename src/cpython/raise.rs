@@ -56,7 +56,9 @@ pub fn take_pending(py: Python<'_>) -> Error {
 /// exactly a builtin one a kind names (numpy's BufferError): an exception of that type with the
 /// prefix before its message, raised from it (its `__cause__`, with its traceback), as Python's
 /// `raise BufferError(prefix + str(e)) from e`. Any other (a subclass, KeyboardInterrupt) stays
-/// as it is. Returns the error standing for the pending exception.
+/// as it is. The new message leaves out a C++ backtrace (torch's tables set exceptions with one:
+/// `without_cpp_backtrace`); the cause keeps it. Returns the error standing for the pending
+/// exception.
 ///
 /// The GIL is held (the token) and an exception is pending.
 pub fn reword_pending(py: Python<'_>, prefix: &str) -> Error {
@@ -71,7 +73,8 @@ pub fn reword_pending(py: Python<'_>, prefix: &str) -> Error {
             true => Owned::new(py, (py.PyObject_Str)(value)).and_then(|t| py.str_value(t.as_ptr(), "exception")).ok(),
             false => None,
         };
-        let Some(message) = text.and_then(|t| std::ffi::CString::new(format!("{prefix}{t}")).ok()) else {
+        let reworded = |t: String| format!("{prefix}{}", crate::error::without_cpp_backtrace(&t));
+        let Some(message) = text.and_then(|t| std::ffi::CString::new(reworded(t)).ok()) else {
             (py.PyErr_Clear)(); // what the str of it raised
             (py.PyErr_Restore)(ty, value, tb);
             return Error::python_pending();

@@ -518,6 +518,19 @@ def test_a_producer_s_own_refusal_names_the_parameter_and_is_raised_from_it(lib)
         lib.add(np.ones(2), Refusing())
     assert info.value.__cause__.__traceback__.tb_frame.f_code.co_name == "user_error", "its traceback is kept"
 
+    # torch's tables set exceptions whose text ends in a C++ backtrace (c10::Error::what()): the
+    # reworded message leaves it out, as torch's own Python errors do; the cause keeps it.
+    backtrace = ("\nException raised from toScalarType at aten/src/ATen/DLConvertor.cpp:191 (most recent call first):"
+                 "\nframe #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98")
+
+    def torch_error(self, **kwargs):
+        raise RuntimeError("Unsupported kUInt bits 8 lanes 4" + backtrace)
+
+    Refusing.__dlpack__ = torch_error
+    with pytest.raises(RuntimeError, match="^dlpx: add: parameter 'b': Unsupported kUInt bits 8 lanes 4$") as info:
+        lib.add(np.ones(2), Refusing())
+    assert str(info.value.__cause__).endswith(backtrace)
+
 
 @pytest.mark.parametrize("call,message", [
     (lambda c: c.scalars("1"), "dlpx: scalars: parameter 'n' takes an int, got str"),
