@@ -146,7 +146,9 @@ static void test_set_error_python_without_python_fills_last_error(void) {
   dlpx_set_error_python(NULL, "NoSuchError", "dlpx: test: unknown kind");
   CHECK(test_streq(dlpx_last_error_kind(), "RuntimeError"), "an unknown kind maps to RuntimeError, got %s",
         test_str(dlpx_last_error_kind()));
-  dlpx_set_error_python(NULL, NULL, NULL); /* must not crash */
+  dlpx_set_error_python(NULL, NULL, NULL); /* must not crash, and says there was no message */
+  CHECK(test_contains(dlpx_last_error(), "with no message"), "a NULL message: \"%s\"", test_str(dlpx_last_error()));
+  CHECK(test_streq(dlpx_last_error_kind(), "RuntimeError"), "a NULL kind: %s", test_str(dlpx_last_error_kind()));
 
   /* As the allocator's SetError, in a process without Python. */
   int64_t shape[1] = {-2};

@@ -103,10 +103,13 @@ impl Error {
     }
 
     /// What a foreign `SetError` reported (an allocator's), less a C++ backtrace
-    /// ([`without_cpp_backtrace`]).
+    /// ([`without_cpp_backtrace`]); a report with no text says that it had none.
     pub fn reported(kind: ErrorKind, message: String) -> Self {
         let mut message = message;
         message.truncate(without_cpp_backtrace(&message).len());
+        if message.trim().is_empty() {
+            message = NO_MESSAGE.to_string();
+        }
         Self::verbatim(kind, message)
     }
 
@@ -186,6 +189,9 @@ pub unsafe fn c_text(text: *const c_char) -> String {
         false => unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned(),
     }
 }
+
+/// What an error reported with no text (a NULL or empty message) says.
+pub const NO_MESSAGE: &str = "(an error was reported with no message)";
 
 /// `text` with the C++ backtrace torch's errors carry cut off: `c10::Error::what()` appends
 /// `Exception raised from … (most recent call first):` and `frame #0: …` lines, which torch's own
@@ -347,7 +353,8 @@ mod tests {
             (enforce, "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory"),
             (checked, "Expected a proper shape"),
             ("two lines\nof an allocator's own", "two lines\nof an allocator's own"),
-            ("", ""),
+            ("", NO_MESSAGE),
+            (" \n", NO_MESSAGE),
         ] {
             let err = Error::reported(ErrorKind::MemoryError, text.to_string());
             assert_eq!(err.message(), kept);
