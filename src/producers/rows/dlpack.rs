@@ -35,13 +35,19 @@ impl Producer for Dlpack {
 }
 
 /// The capsule of `object.__dlpack__(...)`, the producer's own export: with the request's
-/// `dl_device` and `copy`, and dlpx's current stream on the object's CUDA device when one is set.
-/// What every row leaves to the producer ends here.
+/// `dl_device` and `copy`, and dlpx's current stream on the device the tensor will be on (the
+/// one asked for, else the object's own) when that device orders work on streams and this
+/// thread set one. What every row leaves to the producer ends here.
 pub fn export<'py>(py: Python<'py>, object: *mut PyObject, request: Request) -> Result<Handover<'py>> {
-    // A stream belongs to the object's own device: none when another device is asked for.
-    let stream = if request.device.is_none() { stream_request(py, object)? } else { None };
-    if !request.asks_more() && request.copy.is_none() && stream.is_none() {
-        return dlpack_call::call(py, object).map(Handover::capsule);
+    // The spec: a `stream` is one of the device asked for (`dl_device`), else of the object's.
+    let asked = match request.device {
+        None => stream_request(py, object)?,
+        Some(device) => Asked { device: Some(device), stream: dlpx_stream_on(device), named_by: "dl_device asked for" },
+    };
+    if !request.asks_more() && request.copy.is_none() && asked.stream.is_none() {
+        let capsule = dlpack_call::call(py, object)?;
+        check_ordered(py, &capsule, asked)?;
+        return Ok(Handover::capsule(capsule));
     }
     // SAFETY: the token proves the GIL is held; every new reference is owned by an `Owned`.
     let result = unsafe {
@@ -49,22 +55,92 @@ pub fn export<'py>(py: Python<'py>, object: *mut PyObject, request: Request) -> 
             (py.PyErr_Clear)();
             return Err(Error::type_error(crate::producers::dlpack_call::no_dlpack(py, object)));
         };
-        let (empty, common_kwargs) = dlpack_call::shared_arguments(py)?;
-        let kwargs = request_kwargs(py, request, stream)?;
-        let mut result = (py.PyObject_Call)(method.as_ptr(), empty, kwargs.as_ptr());
-        // Producers older than the 2023.12 array API take fewer keywords: retry with max_version
-        // alone, then with none. `finish` then makes any copy or move the producer did not.
-        if result.is_null() && crate::cpython::pending_is(py, ErrorKind::TypeError) {
-            (py.PyErr_Clear)();
-            result = (py.PyObject_Call)(method.as_ptr(), empty, common_kwargs);
-        }
-        if result.is_null() && crate::cpython::pending_is(py, ErrorKind::TypeError) {
-            (py.PyErr_Clear)();
-            result = (py.PyObject_Call)(method.as_ptr(), empty, ptr::null_mut());
+        let (empty, _) = dlpack_call::shared_arguments(py)?;
+        let mut result = ptr::null_mut();
+        // Producers older than the 2023.12 array API take fewer keywords: retried with
+        // max_version and the stream, then the stream alone (the spec's consumer: what a
+        // producer ignores of `copy` and `dl_device`, `finish` makes; a stream it never sees
+        // leaves its work unordered).
+        for keywords in [Keywords::All, Keywords::VersionAndStream, Keywords::Stream] {
+            if keywords != Keywords::All {
+                if !crate::cpython::pending_is(py, ErrorKind::TypeError) {
+                    break;
+                }
+                (py.PyErr_Clear)();
+            }
+            let kwargs = request_kwargs(py, request, asked.stream, keywords)?;
+            result = (py.PyObject_Call)(method.as_ptr(), empty, kwargs.as_ptr());
+            if !result.is_null() {
+                break;
+            }
         }
         result
     };
-    Owned::new(py, result).map(Handover::capsule)
+    let capsule = Owned::new(py, result)?;
+    check_ordered(py, &capsule, asked)?;
+    Ok(Handover::capsule(capsule))
+}
+
+/// Which of a request's keywords a call of `__dlpack__` passes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keywords {
+    /// `max_version`, `dl_device`, `copy` and `stream`, as the request has them.
+    All,
+    /// `max_version`, and `stream` where there is one.
+    VersionAndStream,
+    /// `stream` alone, where there is one (a producer older than `max_version`).
+    Stream,
+}
+
+/// The stream a producer was asked to order its work before: `stream` (None: not passed, the
+/// legacy default stream) on `device` (the device asked for, or the object's by its
+/// `__dlpack_device__`; None when that gave no answer), and which of the two named it.
+#[derive(Clone, Copy)]
+struct Asked {
+    device: Option<DLDevice>,
+    stream: Option<i64>,
+    named_by: &'static str,
+}
+
+/// The `stream` that names dlpx's current stream on `device` to a producer: None where the device
+/// keeps no streams or this thread set none (the legacy default stream, which a producer assumes
+/// for None); the legacy stream's NULL is spelled 1.
+fn dlpx_stream_on(device: DLDevice) -> Option<i64> {
+    if !crate::stream::any_set() || !crate::devices::has_streams(device.device_type) {
+        return None;
+    }
+    let stream = crate::stream::current(device) as usize as i64;
+    Some(if stream == 0 { 1 } else { stream })
+}
+
+/// Refuses a capsule on a stream-ordered device whose work the producer was not asked to order
+/// before dlpx's current stream there: its `__dlpack_device__` named another device, or none,
+/// so the stream passed (or none) was not dlpx's (R9). Nothing to check while this thread set no
+/// stream: the legacy default stream is dlpx's then, and what a producer assumes for none.
+fn check_ordered(py: Python<'_>, capsule: &Owned<'_>, asked: Asked) -> Result<()> {
+    if !crate::stream::any_set() {
+        return Ok(());
+    }
+    // An unreadable capsule is left to the import, which says why.
+    let Some(device) = capsule::device_of(py, capsule.as_ptr()) else { return Ok(()) };
+    let wanted = dlpx_stream_on(device);
+    let passed = match asked.device {
+        Some(d) if d == device => asked.stream,
+        _ if asked.stream.is_none() => None,
+        _ => Some(-1), // a stream of another device orders nothing here
+    };
+    if wanted.unwrap_or(1) == passed.unwrap_or(1) {
+        return Ok(());
+    }
+    let said = match asked.device {
+        Some(d) => format!("{} {}", asked.named_by, crate::device_names::name(d)),
+        None => "__dlpack_device__ named no device".to_string(),
+    };
+    Err(Error::buffer(format!(
+        "__dlpack__ gave a tensor on {} where {said}: the producer's work on it is not ordered \
+         before dlpx's current stream there",
+        crate::device_names::name(device)
+    )))
 }
 
 /// The managed tensor inside a capsule a producer returned, handed on as it is where it can be
@@ -84,30 +160,32 @@ pub fn hand_on(py: Python<'_>, capsule: Owned<'_>) -> Result<NonNull<DLManagedTe
 /// The `stream` to pass to `__dlpack__`: dlpx's current stream when the object is on a CUDA
 /// device and this thread set one; None otherwise, which means the legacy default stream —
 /// dlpx's stream when none is set — so the device is only asked for when it matters.
-fn stream_request(py: Python<'_>, object: *mut PyObject) -> Result<Option<i64>> {
+fn stream_request(py: Python<'_>, object: *mut PyObject) -> Result<Asked> {
+    const UNKNOWN: Asked = Asked { device: None, stream: None, named_by: "__dlpack_device__ said" };
     if !crate::stream::any_set() {
-        return Ok(None);
+        return Ok(UNKNOWN);
     }
     // SAFETY: the token proves the GIL is held; new references are owned; a missing or failing
     // method means "device unknown".
     let answer = unsafe {
         let Ok(method) = Owned::new(py, (py.PyObject_GetAttrString)(object, c"__dlpack_device__".as_ptr())) else {
             (py.PyErr_Clear)();
-            return Ok(None);
+            return Ok(UNKNOWN);
         };
         let Ok(device) = Owned::new(py, (py.PyObject_CallObject)(method.as_ptr(), ptr::null_mut())) else {
             (py.PyErr_Clear)();
-            return Ok(None);
+            return Ok(UNKNOWN);
         };
         args::int_pair(py, device.as_ptr(), "__dlpack_device__()")
     };
     match answer {
-        Ok((t, id)) if i32::try_from(t).is_ok_and(|t| crate::devices::has_streams(DeviceType(t))) => {
-            let device = DLDevice { device_type: DeviceType(t as i32), device_id: id as i32 };
-            let stream = crate::stream::current(device) as usize as i64;
-            Ok(Some(if stream == 0 { 1 } else { stream }))
-        }
-        Ok(_) => Ok(None),
+        Ok((t, id)) => match (i32::try_from(t), i32::try_from(id)) {
+            (Ok(t), Ok(id)) => {
+                let device = DLDevice { device_type: DeviceType(t), device_id: id };
+                Ok(Asked { device: Some(device), stream: dlpx_stream_on(device), named_by: UNKNOWN.named_by })
+            }
+            _ => Ok(UNKNOWN),
+        },
         // An answer that is not a device pair is "unknown" too; reading it may have run Python
         // code that raised (`__index__`, `__getitem__`): cleared, or the import would return
         // with an exception set.
@@ -116,21 +194,23 @@ fn stream_request(py: Python<'_>, object: *mut PyObject) -> Result<Option<i64>> 
                 // SAFETY: the token proves the GIL is held.
                 unsafe { (py.PyErr_Clear)() };
             }
-            Ok(None)
+            Ok(UNKNOWN)
         }
     }
 }
 
-fn request_kwargs(py: Python<'_>, request: Request, stream: Option<i64>) -> Result<Owned<'_>> {
+fn request_kwargs(py: Python<'_>, request: Request, stream: Option<i64>, keywords: Keywords) -> Result<Owned<'_>> {
     // SAFETY: the token proves the GIL is held.
     let kwargs = Owned::new(py, unsafe { (py.PyDict_New)() })?;
-    let version = Owned::new(py, int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
-    set_item(py, &kwargs, c"max_version", version.as_ptr())?;
-    if let Some(d) = request.device {
+    if keywords != Keywords::Stream {
+        let version = Owned::new(py, int_tuple(py, &[DLPACK_MAJOR_VERSION as i64, DLPACK_MINOR_VERSION as i64])?)?;
+        set_item(py, &kwargs, c"max_version", version.as_ptr())?;
+    }
+    if let (Some(d), Keywords::All) = (request.device, keywords) {
         let pair = Owned::new(py, int_tuple(py, &[d.device_type.0 as i64, d.device_id as i64])?)?;
         set_item(py, &kwargs, c"dl_device", pair.as_ptr())?;
     }
-    if let Some(c) = request.copy {
+    if let (Some(c), Keywords::All) = (request.copy, keywords) {
         set_item(py, &kwargs, c"copy", if c { py.true_ } else { py.false_ })?;
     }
     if let Some(handle) = stream {

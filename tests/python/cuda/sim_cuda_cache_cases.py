@@ -484,3 +484,72 @@ def test_randomized_stream_order_with_threads(streams):
     assert stats["allocation.all.current"] == 0 and stats["allocated_bytes.all.current"] == 0
     assert stats["num_cache_hits"] > 0 and stats["num_fenced_frees"] > 0
     assert SIM.sim_cuda_unordered_reuses() == 0
+
+
+# ---- a `__dlpack__` producer's work, ordered before dlpx's current stream (rows/dlpack.rs) ----
+
+
+class Producer:
+    """A producer as the spec has it: it writes its tensor on its own stream, and its
+    `__dlpack__` makes the stream it is given wait for that (None: the legacy stream; -1: none).
+    `claims` is what its `__dlpack_device__` says (None: the truth); `calls` what it was asked."""
+
+    def __init__(self, stream, claims=None):
+        self.t = dlpx.empty((1024,), "float32", "cuda:0")
+        self.own, self.claims, self.calls = stream, claims, []
+        self.order = Ordering()
+        use(self.own, self.t, write=True)
+
+    def __dlpack_device__(self):
+        if self.claims == "raises":
+            raise RuntimeError("no device today")
+        return self.claims or (2, 0)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        self.calls.append(dict(stream=stream, dl_device=dl_device, copy=copy))
+        if stream != -1:
+            self.order.after(self.own, LEGACY if stream is None else stream)
+        return self.t.__dlpack__(stream=-1, max_version=max_version)
+
+    def close(self):
+        self.order.close()
+
+
+class OldProducer(Producer):
+    """One that predates `max_version` (torch < 2.3, cupy < 13): `stream` is all it takes."""
+
+    def __dlpack__(self, stream=None):
+        return Producer.__dlpack__(self, stream=stream)
+
+
+@pytest.mark.parametrize("kind", [Producer, OldProducer])
+@pytest.mark.parametrize("asked", [{}, {"device": "cuda:0"}, {"device": "cuda:0", "copy": False},
+                                   {"device": "cuda:0", "copy": True}, {"copy": True}])
+def test_a_producer_is_given_dlpx_s_stream_whatever_else_is_asked(streams, kind, asked):
+    # The stream went missing where the request named the tensor's own device, and where an
+    # older producer refused the other keywords: its work was then ordered before the legacy
+    # stream only, and dlpx's read (or copy) on its own stream came first (an unordered reuse).
+    p, mine = kind(streams()), streams()
+    with dlpx.cuda.stream(mine):
+        x = dlpx.from_dlpack(p, **asked)
+        use(mine, x)
+    assert p.calls[-1]["stream"] == mine
+    del x
+    p.close()
+
+
+@pytest.mark.parametrize("claims, said", [((2, 1), "__dlpack_device__ said cuda:1"),
+                                          ((1, 0), "__dlpack_device__ said cpu:0"),
+                                          ("raises", "__dlpack_device__ named no device")])
+def test_a_tensor_on_another_device_than_its_producer_said_is_refused_while_a_stream_is_set(streams, claims, said):
+    # The stream passed was for the device __dlpack_device__ named (or none): the producer's work
+    # on the tensor it gave is not ordered before dlpx's stream there.
+    p, mine = Producer(streams(), claims), streams()
+    with dlpx.cuda.stream(mine), pytest.raises(BufferError, match=f"gave a tensor on cuda:0 where {said}: "):
+        dlpx.from_dlpack(p)
+    # With no stream set, the legacy stream is dlpx's and what the producer assumed.
+    p.order.after(p.own, LEGACY)
+    x = dlpx.from_dlpack(p)
+    use(LEGACY, x)
+    del x
+    p.close()
