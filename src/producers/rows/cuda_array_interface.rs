@@ -48,10 +48,13 @@ impl Producer for CudaArrayInterface {
         let ndim = interface.ndim;
         let empty = crate::layout::numel(&interface.shape[..ndim])? == 0;
         let device = match (address, empty) {
-            // An empty array may have no memory: it is on the first device, as numba puts it.
-            (0, true) => DLDevice { device_type: DeviceType::CUDA, device_id: 0 },
+            // An empty array may have no memory — NULL, or the end of an allocation (an empty
+            // tail slice `a[n:]`), which the driver may not know: it is on the first device, as
+            // numba puts it, unless its pointer says another.
+            (0, true) => FIRST_DEVICE,
             (0, false) => return Err(Error::buffer("__cuda_array_interface__: data is NULL for a non-empty array")),
-            _ => devices::device_of_address(address)?,
+            (_, true) => devices::device_of_address(address).unwrap_or(FIRST_DEVICE),
+            (_, false) => devices::device_of_address(address)?,
         };
         if let Some(stream) = interface.stream {
             wait_for(device, stream)?;
@@ -73,6 +76,9 @@ impl Producer for CudaArrayInterface {
         }
     }
 }
+
+/// Where an empty array whose pointer names no device is.
+const FIRST_DEVICE: DLDevice = DLDevice { device_type: DeviceType::CUDA, device_id: 0 };
 
 /// The reader waits for the producer's `stream` (1 the legacy default stream, 2 the per-thread
 /// one, else a handle: the values are the driver's own handles): dlpx's current stream on

@@ -94,6 +94,26 @@ def test_version_3_s_stream_is_waited_on_by_dlpx_s_stream(stream):
     assert SIM.sim_cuda_waits(consumer, producer) == before  # version 2: nothing to wait for
 
 
+@pytest.mark.parametrize("value", [0, 0xDEADBEEF])
+def test_a_stream_key_in_a_version_2_interface_is_not_read(stream, value):
+    # `stream` is version 3's: one in a version-2 dict was waited on (a bogus handle reached the
+    # driver, a misuse) or refused (0).
+    t = dlpx.empty((8,), "float32", "cuda:0")
+    with dlpx.cuda.stream(stream()):
+        imported = dlpx.from_dlpack(OnlyCudaInterface(dict(t.__cuda_array_interface__, version=2, stream=value)))
+    assert imported.data_ptr == t.data_ptr and SIM.sim_cuda_calls(b"cuStreamWaitEvent") == 0
+
+
+def test_an_empty_array_at_the_end_of_its_allocation_is_read():
+    # An empty tail slice (`a[n:]`) points one past its allocation, which the driver may not know:
+    # it has no memory to read, as a NULL one has none.
+    t = dlpx.empty((128,), "float32", "cuda:0")
+    for offset in (256, 512):
+        empty = dict(shape=(0,), typestr="<f4", data=(t.data_ptr + offset, False), version=3, stream=None)
+        imported = dlpx.from_dlpack(OnlyCudaInterface(empty, owner=t))
+        assert imported.shape == (0,) and imported.device == "cuda:0"
+
+
 def test_the_interface_s_read_only_flag_and_exporter_are_kept():
     t = dlpx.empty((4,), "uint8", "cuda:0")
     holder = OnlyCudaInterface(dict(t.__cuda_array_interface__, data=(t.data_ptr, True), stream=None))
