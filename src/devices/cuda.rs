@@ -192,6 +192,10 @@ impl Device for Cuda {
         cuda::order_after(device.device_id, producer, consumer)
     }
 
+    fn order_after_foreign(&self, device: DLDevice, producer: *mut c_void, consumer: *mut c_void) -> Result<()> {
+        cuda::order_after_foreign(device.device_id, producer, consumer)
+    }
+
     fn host_waits_for(&self, device: DLDevice, producer: *mut c_void) -> Result<()> {
         cuda::wait_for_stream(device.device_id, producer)
     }

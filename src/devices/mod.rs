@@ -166,6 +166,12 @@ pub trait Device: Sync {
         Ok(())
     }
 
+    /// [`Device::order_after`] for a `producer` another framework named, which may be a stream
+    /// of another device than `device` (whose memory it wrote).
+    fn order_after_foreign(&self, device: DLDevice, producer: *mut c_void, consumer: *mut c_void) -> Result<()> {
+        self.order_after(device, producer, consumer)
+    }
+
     /// Waits on the host for the work enqueued so far on `producer`, a stream of `device`: the
     /// host reads memory of a host-accessible kind (pinned, managed) that a stream writes.
     fn host_waits_for(&self, device: DLDevice, producer: *mut c_void) -> Result<()> {
@@ -261,14 +267,14 @@ pub fn order_after(device: DLDevice, producer: *mut c_void, consumer: *mut c_voi
     of(device.device_type).map_or(Ok(()), |d| d.order_after(device, producer, consumer))
 }
 
-/// Orders the reader of memory on `device` after `producer`'s work so far: the host, waiting,
-/// for memory it reads directly (pinned, managed: `host_accessible`); else dlpx's current stream
-/// there, with an event.
+/// Orders the reader of memory on `device` after `producer`'s work so far, a stream another
+/// framework named (of any device): the host, waiting, for memory it reads directly (pinned,
+/// managed: `host_accessible`); else dlpx's current stream there, with an event.
 pub fn order_reader_after(device: DLDevice, producer: *mut c_void) -> Result<()> {
     let Some(d) = of(device.device_type) else { return Ok(()) };
     match d.host_accessible(device.device_type) {
         true => d.host_waits_for(device, producer),
-        false => d.order_after(device, producer, crate::stream::current(device)),
+        false => d.order_after_foreign(device, producer, crate::stream::current(device)),
     }
 }
 

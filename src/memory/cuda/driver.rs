@@ -110,6 +110,8 @@ driver_functions! {
     cuDevicePrimaryCtxGetState(CUdevice, *mut c_uint, *mut c_int);
     cuCtxPushCurrent_v2(CUcontext);
     cuCtxPopCurrent_v2(*mut CUcontext);
+    cuCtxGetDevice(*mut CUdevice);
+    cuStreamGetCtx(CUstream, *mut CUcontext);
     cuGetErrorName(c_int, *mut *const c_char);
     cuMemPoolCreate(*mut CUmemoryPool, *const CUmemPoolProps);
     cuMemPoolSetAttribute(CUmemoryPool, c_int, *mut c_void);

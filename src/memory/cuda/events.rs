@@ -3,9 +3,9 @@
 
 use std::ffi::c_void;
 
-use cudarc::driver::sys::{CUevent, CUstream};
+use cudarc::driver::sys::{CUcontext, CUdevice, CUevent, CUstream};
 
-use super::device::{device_state, on_device, DeviceState, EVENT_POOL_SIZE};
+use super::device::{device_state, on_device, with_context, DeviceState, EVENT_POOL_SIZE};
 use super::driver::{self, check, same_stream, Driver};
 use super::uses::{Fence, Uses};
 use crate::error::Result;
@@ -123,4 +123,25 @@ pub fn order_after(device_id: i32, producer: *mut c_void, consumer: *mut c_void)
         return Ok(());
     }
     on_device(device_id, |driver, state| enqueue_wait(driver, state, producer as usize, consumer as usize))
+}
+
+/// [`order_after`] for a `producer` another framework named, which may be a stream of another
+/// device than the memory's, `device_id` (a CUDA array interface's `stream`: a peer kernel
+/// writing this device's memory): its event is recorded in the stream's own context, which the
+/// driver is asked for (a call [`order_after`] spares the streams dlpx knows the device of).
+pub fn order_after_foreign(device_id: i32, producer: *mut c_void, consumer: *mut c_void) -> Result<()> {
+    if driver::is_built_in(producer) || same_stream(producer as usize, consumer as usize) {
+        return order_after(device_id, producer, consumer);
+    }
+    let driver = driver::get()?;
+    let mut context: CUcontext = std::ptr::null_mut();
+    // SAFETY: a stream handle its owner vouches for (the interface's producer), a writable out.
+    check(driver, "cuStreamGetCtx", unsafe { (driver.cuStreamGetCtx)(producer as CUstream, &mut context) })?;
+    let mut owner: CUdevice = 0;
+    // SAFETY: the stream's context, current only for the question, popped by `with_context`.
+    with_context(driver, context, || check(driver, "cuCtxGetDevice", unsafe { (driver.cuCtxGetDevice)(&mut owner) }))?;
+    match owner == device_id {
+        true => order_after(device_id, producer, consumer),
+        false => on_device(device_id, |driver, _| wait_for_peer(driver, owner, producer as usize, consumer as usize)),
+    }
 }

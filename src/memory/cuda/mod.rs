@@ -50,7 +50,7 @@ pub use device::{check_device, synchronise_device};
 pub use driver::{
     as_recordable, is_built_in, present as driver_present, same_stream, STREAM_LEGACY, STREAM_PER_THREAD,
 };
-pub use events::{fence, order_after};
+pub use events::{fence, order_after, order_after_foreign};
 pub use pinned::{alloc_pinned, pinned_capacity};
 pub use pointer::{pointer_device, PointerKind};
 pub use pool::{alloc_managed, free_managed};

@@ -94,6 +94,18 @@ def test_version_3_s_stream_is_waited_on_by_dlpx_s_stream(stream):
     assert SIM.sim_cuda_waits(consumer, producer) == before  # version 2: nothing to wait for
 
 
+def test_version_3_s_stream_of_another_device_is_waited_on_through_its_own_context(stream):
+    # A peer kernel on cuda:0 wrote cuda:1's memory: the event was recorded in cuda:1's context,
+    # which the driver refuses for a cuda:0 stream (a misuse, and the import failed).
+    dlpx.empty((1,), "float32", "cuda:0")  # cuda:0 in use, as the producer's framework has it
+    producer, consumer = stream(0), stream(1)
+    t = dlpx.empty((8,), "float32", "cuda:1")
+    holder = OnlyCudaInterface(dict(t.__cuda_array_interface__, stream=producer))
+    with dlpx.cuda.stream(consumer, device="cuda:1"):
+        assert dlpx.from_dlpack(holder).device == "cuda:1"
+    assert SIM.sim_cuda_waits(consumer, producer) == 1
+
+
 @pytest.mark.parametrize("value", [0, 0xDEADBEEF])
 def test_a_stream_key_in_a_version_2_interface_is_not_read(stream, value):
     # `stream` is version 3's: one in a version-2 dict was waited on (a bogus handle reached the
