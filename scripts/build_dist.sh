@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what dlpx distributes into dist/:
-#   dlpx-<version>-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl     any glibc >= 2.17
-#   dlpx-<version>-cp39-abi3-manylinux_2_17_aarch64.manylinux2014_aarch64.whl   the same, aarch64
+#   dlpx-<version>-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl     any glibc >= 2.17
+#   dlpx-<version>-cp39-abi3-manylinux2014_aarch64.manylinux_2_17_aarch64.whl   the same, aarch64
 #   dlpx-<version>-cp31[45]-cp31[45]t-*.whl                                     free-threaded tags
 #   dlpx-<version>-c-manylinux_2_17_{x86_64,aarch64}.tar.gz    the C package (no Python needed)
 #   dlpx-<version>.tar.gz                                                        the sdist

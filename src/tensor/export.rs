@@ -34,7 +34,8 @@ impl Tensor {
         let block = export_block()?;
         write_tail(block, consumer);
         let managed = block.cast::<DLManagedTensorVersioned>();
-        // SAFETY: the block is 256 bytes, aligned, and exclusively ours until handed out.
+        // SAFETY: the block (`MANAGED_BLOCK`, 128 bytes) holds the tensor and its tail, aligned,
+        // and is exclusively ours until handed out.
         unsafe {
             managed.as_ptr().write(DLManagedTensorVersioned {
                 version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
