@@ -53,11 +53,9 @@ fn parts(py: Python<'_>) -> Result<Parts> {
     })
 }
 
-/// `()` and `{"max_version": (1, 3)}`, for calls that build their own keywords and fall back
-/// to these.
-pub fn shared_arguments(py: Python<'_>) -> Result<(*mut PyObject, *mut PyObject)> {
-    let p = parts(py)?;
-    Ok((p.empty as *mut PyObject, p.kwargs as *mut PyObject))
+/// `()`, for calls that build their own keywords.
+pub fn empty_arguments(py: Python<'_>) -> Result<*mut PyObject> {
+    Ok(parts(py)?.empty as *mut PyObject)
 }
 
 /// `object.__dlpack__(max_version=(1, 3))`, or `object.__dlpack__()` when the producer predates

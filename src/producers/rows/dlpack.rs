@@ -55,13 +55,17 @@ pub fn export<'py>(py: Python<'py>, object: *mut PyObject, request: Request) -> 
             (py.PyErr_Clear)();
             return Err(Error::type_error(crate::producers::dlpack_call::no_dlpack(py, object)));
         };
-        let (empty, _) = dlpack_call::shared_arguments(py)?;
+        let empty = dlpack_call::empty_arguments(py)?;
         let mut result = ptr::null_mut();
         // Producers older than the 2023.12 array API take fewer keywords: retried with
         // max_version and the stream, then the stream alone (the spec's consumer: what a
         // producer ignores of `copy` and `dl_device`, `finish` makes; a stream it never sees
-        // leaves its work unordered).
+        // leaves its work unordered). A retry that would pass what was passed is skipped.
+        let nothing_more = request.device.is_none() && request.copy.is_none();
         for keywords in [Keywords::All, Keywords::VersionAndStream, Keywords::Stream] {
+            if keywords == Keywords::VersionAndStream && nothing_more {
+                continue;
+            }
             if keywords != Keywords::All {
                 if !crate::cpython::pending_is(py, ErrorKind::TypeError) {
                     break;
