@@ -82,9 +82,9 @@ pub fn to_py_in(
         // An object made with an exception set (a success not meant): the object, which owns
         // the tensor now, is released and the exception raised.
         (0, false) => {
-            let _kept = crate::cpython::ExceptionGuard::save_with_gil(py);
+            let kept = crate::cpython::ExceptionGuard::save_with_gil(py);
             py.decref(object.cast());
-            drop(_kept);
+            drop(kept);
             Err(failure(py, "managed_tensor_to_py_object_no_sync"))
         }
         _ => Err(failure(py, "managed_tensor_to_py_object_no_sync")),

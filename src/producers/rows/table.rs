@@ -42,9 +42,10 @@ pub fn read_through<'py>(
         if succeeded(py, unsafe { view(object.cast(), out.as_ptr()) }) {
             return Ok(Handover::View);
         }
-        // A view the table cannot give (also one it gave with an exception set: a failure) — dlpx's own refuses a read-only tensor, which a view
-        // cannot flag; torch's fails where its managed entry fails too — the owning read asks
-        // for: its flags can say what the view could not, and its refusal is the table's answer.
+        // A view the table cannot give (or gave with an exception set: a failure too) — dlpx's
+        // own refuses a read-only tensor, which a view cannot flag; torch's fails where its
+        // managed entry fails too — the owning read asks for: its flags can say what the view
+        // could not, and its refusal is the table's answer.
         // SAFETY: the token proves the GIL is held; the view's exception is replaced by what
         // the owning read gives.
         unsafe { (py.PyErr_Clear)() };
