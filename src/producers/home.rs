@@ -79,14 +79,11 @@ pub fn to_py_in(
             Err(Error::runtime("the table's managed_tensor_to_py_object_no_sync reported success and gave no object"))
         }
         (0, false) if succeeded(py, returned) => Ok(object.cast()),
-        // An object made with an exception set (a success not meant): the object, which owns
-        // the tensor now, is released and the exception raised.
-        (0, false) => {
-            let kept = crate::cpython::ExceptionGuard::save_with_gil(py);
-            py.decref(object.cast());
-            drop(kept);
-            Err(failure(py, "managed_tensor_to_py_object_no_sync"))
-        }
+        // An object made with an exception set: a failure, as CPython takes such a result, and
+        // the tensor is the caller's (R4: the C caller deletes it). The object, which holds the
+        // tensor too, is left unreleased, never to delete it a second time: a breached contract
+        // costs one object, never a double free.
+        (0, false) => Err(failure(py, "managed_tensor_to_py_object_no_sync")),
         _ => Err(failure(py, "managed_tensor_to_py_object_no_sync")),
     }
 }

@@ -693,3 +693,27 @@ def test_an_export_deleted_twice_is_said_and_ignored_and_its_tensor_kept(max_ver
     for u in others:
         np.from_dlpack(u)[:] = 7
     np.testing.assert_array_equal(np.from_dlpack(t), np.arange(64, dtype=np.float32))
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_ENTRIES))
+def test_a_to_py_that_breaks_its_contract_is_a_clear_error_and_the_output_deleted_once(like_kernel, case):
+    # A kernel's output back through the caller's table: a failure that sets no exception is
+    # named; a capsule made with an exception set is a failure, the exception raised (never
+    # CPython's SystemError), the output deleted once by its caller, dlpx (the capsule, which
+    # holds it too, is left unreleased, never to delete it twice).
+    mode, prefix, fact = BROKEN_ENTRIES[case]
+    fact = fact.replace("managed_tensor_from_py_object_no_sync", "managed_tensor_to_py_object_no_sync")
+    hostile.arm(shape=(2, 3))
+    hostile.arm_allocator(hostile.GIVES, shape=(2, 3))
+    Hostile = hostile.table_type(to_py_capsule=True)
+    start = hostile.count()
+    assert abi.capsule_name(like_kernel(Hostile())) == b"dltensor_versioned", "the contract kept: the capsule"
+    hostile.arm_to_py(mode)
+    try:
+        with pytest.raises(RuntimeError, match="^dlpx: like: result: " + re.escape(fact) + "$"):
+            like_kernel(Hostile())
+    finally:
+        hostile.arm_to_py(hostile.KEEPS_CONTRACT)
+    gc.collect()
+    assert [t.deleter_calls for t in hostile.made_since(start)] == [1, 1, 1, 1]  # two arguments, two outputs
+    nothing_pending()

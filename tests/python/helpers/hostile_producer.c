@@ -248,7 +248,23 @@ static int hp_to_py_gives_nothing(DLManagedTensorVersioned *managed, void **out)
   return 0;
 }
 
-static DLPackExchangeAPI hp_tables[3];
+/* A `to_py` that hands the tensor out in a capsule (whose destructor deletes it), breaking the
+ * table's contract as `hp_arm_to_py` says: not at all (0), a failure that sets no exception (1),
+ * or a capsule made with an exception set (2). */
+static int hp_to_py_mode;
+
+void hp_arm_to_py(int mode) { hp_to_py_mode = mode; }
+
+static int hp_to_py_capsule(DLManagedTensorVersioned *managed, void **out) {
+  if (hp_to_py_mode == 1) return -1;
+  PyObject *capsule = PyCapsule_New(managed, HP_VERSIONED_NAME, hp_capsule_destructor);
+  if (capsule == NULL) return -1;
+  *out = capsule;
+  if (hp_to_py_mode == 2) PyErr_SetString(PyExc_RuntimeError, "the producer's own error");
+  return 0;
+}
+
+static DLPackExchangeAPI hp_tables[4];
 
 /* Arms the tables: every later call of their entries makes a tensor as `spec` says. */
 void hp_arm(const hp_spec *spec) { hp_armed = *spec; }
@@ -271,4 +287,11 @@ const DLPackExchangeAPI *hp_table_to_py_gives_nothing(void) {
   hp_tables[2] = *hp_table(0);
   hp_tables[2].managed_tensor_to_py_object_no_sync = hp_to_py_gives_nothing;
   return &hp_tables[2];
+}
+
+/* The first table, with a `to_py` that hands out capsules (`hp_arm_to_py`). */
+const DLPackExchangeAPI *hp_table_to_py_capsule(void) {
+  hp_tables[3] = *hp_table(0);
+  hp_tables[3].managed_tensor_to_py_object_no_sync = hp_to_py_capsule;
+  return &hp_tables[3];
 }

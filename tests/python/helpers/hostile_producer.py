@@ -128,6 +128,10 @@ def library():
     lib.hp_arm_allocator.restype = None
     lib.hp_arm_entries.argtypes = [c_int]
     lib.hp_arm_entries.restype = None
+    lib.hp_arm_to_py.argtypes = [c_int]
+    lib.hp_arm_to_py.restype = None
+    lib.hp_table_to_py_capsule.argtypes = []
+    lib.hp_table_to_py_capsule.restype = c_void_p
     lib.hp_table_to_py_gives_nothing.argtypes = []
     lib.hp_table_to_py_gives_nothing.restype = c_void_p
     lib.hp_table.argtypes = [c_int]
@@ -191,6 +195,12 @@ def arm_entries(mode=KEEPS_CONTRACT) -> None:
     library().hp_arm_entries(mode)
 
 
+def arm_to_py(mode=KEEPS_CONTRACT) -> None:
+    """How the ``to_py_capsule`` table's ``to_py`` answers from now on (the modes of
+    ``arm_entries``: a failure that sets no exception leaves the tensor with its caller)."""
+    library().hp_arm_to_py(mode)
+
+
 def made_since(count: int) -> list:
     """The tensors made since ``hp_count()`` was ``count``."""
     return [HostileTensor(i) for i in range(count, library().hp_count())]
@@ -200,12 +210,18 @@ def count() -> int:
     return library().hp_count()
 
 
-def table_type(view=False, to_py_gives_nothing=False):
+def table_type(view=False, to_py_gives_nothing=False, to_py_capsule=False):
     """A class publishing the C table (its view entry only with ``view``; with
-    ``to_py_gives_nothing`` a ``to_py`` that reports success and gives no object). Its
+    ``to_py_gives_nothing`` a ``to_py`` that reports success and gives no object; with
+    ``to_py_capsule`` one that gives a capsule owning the tensor, as ``arm_to_py`` says). Its
     ``__dlpack__`` hands out a capsule of a tensor made from the armed spec too, so every path
     dlpx may take (table or protocol) meets the same hostile tensor."""
-    address = library().hp_table_to_py_gives_nothing() if to_py_gives_nothing else library().hp_table(int(view))
+    if to_py_gives_nothing:
+        address = library().hp_table_to_py_gives_nothing()
+    elif to_py_capsule:
+        address = library().hp_table_to_py_capsule()
+    else:
+        address = library().hp_table(int(view))
 
     class Hostile:
         __c_dlpack_exchange_api__ = address
