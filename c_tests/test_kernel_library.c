@@ -129,7 +129,7 @@ static void test_keyword_arguments(void) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     n = 99;
     rc = dlpx_kernel_call_named(find("scalars"), values, bad[i].nargs, bad[i].names, bad[i].nnames, results, 4, &n);
-    CHECK(rc == -1 && n == 99, "case %zu: rc %d", i, rc);
+    CHECK(rc == -1 && n == 0, "case %zu: rc %d, nresults %zu", i, rc, n);
     CHECK(test_streq(dlpx_last_error_kind(), bad[i].kind), "case %zu: kind %s", i, test_str(dlpx_last_error_kind()));
     CHECK(test_contains(dlpx_last_error(), bad[i].needle), "case %zu: \"%s\" lacks \"%s\"", i,
           test_str(dlpx_last_error()), bad[i].needle);
@@ -267,19 +267,24 @@ static void test_bad_calls_fail_cleanly_and_lose_nothing(void) {
   check_fails("stream_on_released", device, 3, "ValueError", "dlpx: stream_on_released: stream: device_id = -1 is negative");
   /* No room for the results: both outputs are deleted. */
   DlpxValue results[1];
-  size_t n = 0;
+  size_t n = 12345; /* a failure leaves no count: 0, never what was there */
   int rc = dlpx_kernel_call(find("pair"), one, 1, results, 1, &n);
   CHECK(rc == -1 && test_contains(dlpx_last_error(), "returned 2 results; results has room for 1"), "%s",
         test_str(dlpx_last_error()));
+  CHECK(n == 0, "no room: nresults %zu", n);
   /* A NULL pointer is named. */
   rc = dlpx_kernel_call(find("pair"), one, 1, results, 1, NULL);
   CHECK(rc == -1 && test_contains(dlpx_last_error(), "nresults is NULL"), "%s", test_str(dlpx_last_error()));
+  n = 12345;
   rc = dlpx_kernel_call(find("pair"), one, 1, NULL, 1, &n);
   CHECK(rc == -1 && test_contains(dlpx_last_error(), "results (with capacity > 0) is NULL"), "%s",
         test_str(dlpx_last_error()));
+  CHECK(n == 0, "NULL results: nresults %zu", n);
+  n = 12345;
   rc = dlpx_kernel_call(find("pair"), NULL, 1, results, 1, &n);
   CHECK(rc == -1 && test_contains(dlpx_last_error(), "args (with nargs > 0) is NULL"), "%s",
         test_str(dlpx_last_error()));
+  CHECK(n == 0, "NULL args: nresults %zu", n);
   /* An output allocated and never returned is deleted; the result is none. */
   rc = dlpx_kernel_call(find("allocate_and_drop"), one, 1, results, 1, &n);
   CHECK(rc == 0 && n == 0, "allocate_and_drop: rc %d, n %zu", rc, n);

@@ -695,7 +695,8 @@ const char *dlpx_kernel_signature(const DlpxKernel *kernel);
  * `capacity`), their number to `*nresults`; tensor results are the caller's to delete. Outputs
  * come from dlpx's allocator; a kernel asking for a stream gets dlpx's current stream of this
  * thread. Returns 0, or -1 with the message in `dlpx_last_error()` (`dlpx: add: …`, the
- * kernel's own error or a TypeError naming the parameter) and nothing to delete.
+ * kernel's own error or a TypeError naming the parameter), `*nresults` 0 (when `nresults` is
+ * not NULL) and nothing to delete.
  * `dlpx_kernel_call_named` passes keyword arguments too.
  *
  * # Safety

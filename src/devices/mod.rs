@@ -316,6 +316,16 @@ pub fn allocates_on_host(device_type: DeviceType) -> bool {
     HOST.allocates().contains(&device_type)
 }
 
+/// Refuses an id no device of its kind can have ([`Device::check`]: cpu:1, cuda:-1), asking no
+/// driver; for a kind dlpx has no implementation of, a negative id.
+pub fn check_id(device: DLDevice) -> Result<()> {
+    match of(device.device_type) {
+        Some(d) => d.check(device),
+        None if device.device_id < 0 => Err(crate::device_names::negative_id(device.device_id)),
+        None => Ok(()),
+    }
+}
+
 /// Refuses a device that does not exist ([`Device::check_exists`]); a device dlpx has no
 /// implementation of is not its to judge.
 pub fn check_exists(device: DLDevice) -> Result<()> {

@@ -104,7 +104,8 @@ pub unsafe extern "C" fn dlpx_kernel_signature(kernel: *const DlpxKernel) -> *co
 /// `capacity`), their number to `*nresults`; tensor results are the caller's to delete. Outputs
 /// come from dlpx's allocator; a kernel asking for a stream gets dlpx's current stream of this
 /// thread. Returns 0, or -1 with the message in `dlpx_last_error()` (`dlpx: add: …`, the
-/// kernel's own error or a TypeError naming the parameter) and nothing to delete.
+/// kernel's own error or a TypeError naming the parameter), `*nresults` 0 (when `nresults` is
+/// not NULL) and nothing to delete.
 /// `dlpx_kernel_call_named` passes keyword arguments too.
 ///
 /// # Safety
@@ -214,11 +215,16 @@ unsafe fn call(
 ) -> Result<c_int, Error> {
     // SAFETY: a kernel from dlpx_kernel_find (process lifetime).
     let kernel: &'static Kernel = unsafe { kernel.cast::<Kernel>().as_ref() };
-    match (nresults.is_null(), capacity > 0 && results.is_null(), (nargs > 0 || keywords.count > 0) && args.is_null()) {
-        (true, _, _) => return Err(Error::null("nresults")),
-        (_, true, _) => return Err(Error::null("results (with capacity > 0)")),
-        (_, _, true) if nargs > 0 => return Err(Error::null("args (with nargs > 0)")),
-        (_, _, true) => return Err(Error::null("args (with nnames > 0)")),
+    if nresults.is_null() {
+        return Err(Error::null("nresults"));
+    }
+    // Written first: a failure leaves no count of results that are not there.
+    // SAFETY: non-NULL; writable, by the contract.
+    unsafe { nresults.write(0) };
+    match (capacity > 0 && results.is_null(), (nargs > 0 || keywords.count > 0) && args.is_null()) {
+        (true, _) => return Err(Error::null("results (with capacity > 0)")),
+        (_, true) if nargs > 0 => return Err(Error::null("args (with nargs > 0)")),
+        (_, true) => return Err(Error::null("args (with nnames > 0)")),
         _ => {}
     }
     // SAFETY: the caller's contract.

@@ -198,7 +198,9 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
     };
     match returned {
         None => Ok(py.new_none()),
-        Some(returned) => results::to_py(py, like, returned?).map_err(|err| results::refused(py, kernel.name, err)),
+        Some(returned) => {
+            results::to_py(py, like, returned?).map_err(|refusal| results::refused(py, kernel.name, refusal))
+        }
     }
 }
 

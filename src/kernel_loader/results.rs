@@ -10,11 +10,23 @@ use crate::kernels::inline::Inline;
 use crate::kernels::Returned;
 use crate::producers::{self, Entry};
 
-pub fn to_py(py: Python<'_>, like: Option<Entry>, returned: Inline<Returned, 2>) -> Result<*mut PyObject> {
+/// Why the results could not be made: the error, and which result it was (`result 2 of 3
+/// (bfloat16)`: the framework's own words, numpy's "Unsupported dtype in DLTensor", say
+/// neither).
+pub struct Refusal {
+    err: Error,
+    which: String,
+}
+
+pub fn to_py(
+    py: Python<'_>,
+    like: Option<Entry>,
+    returned: Inline<Returned, 2>,
+) -> std::result::Result<*mut PyObject, Refusal> {
     let returned = returned.as_slice();
     match returned.len() {
         0 => Ok(py.new_none()),
-        1 => one(py, like, returned[0]),
+        1 => one(py, like, returned[0]).map_err(|err| Refusal { err, which: which("result", returned[0]) }),
         n => {
             // SAFETY: GIL held; a new tuple, whose unset items are NULL until filled.
             let tuple = Owned::new(py, unsafe { (py.PyTuple_New)(n as _) });
@@ -22,22 +34,36 @@ pub fn to_py(py: Python<'_>, like: Option<Entry>, returned: Inline<Returned, 2>)
                 Ok(tuple) => tuple,
                 Err(err) => {
                     returned.iter().copied().for_each(Returned::discard);
-                    return Err(err);
+                    return Err(Refusal { err, which: "results".to_string() });
                 }
             };
             let mut results = returned.iter().copied().enumerate();
             while let Some((i, result)) = results.next() {
+                // Read before the result is given up (converted or deleted).
+                let named = which(&format!("result {} of {n}", i + 1), result);
                 match one(py, like, result) {
                     // SAFETY: GIL held; i < n; the tuple steals the new reference.
                     Ok(item) => unsafe { (py.PyTuple_SetItem)(tuple.as_ptr(), i as _, item) },
                     Err(err) => {
                         results.for_each(|(_, rest)| rest.discard());
-                        return Err(err);
+                        return Err(Refusal { err, which: named });
                     }
                 };
             }
             Ok(tuple.into_ptr())
         }
+    }
+}
+
+/// `position`, and a tensor's dtype after it.
+#[cold]
+fn which(position: &str, result: Returned) -> String {
+    match result {
+        // SAFETY: a live result tensor, of a major dlpx reads (the call checked its outputs).
+        Returned::Tensor(managed) => {
+            format!("{position} ({})", crate::dtype::dtype_name(unsafe { managed.as_ref() }.dl_tensor.dtype))
+        }
+        _ => position.to_string(),
     }
 }
 
@@ -53,14 +79,14 @@ fn one(py: Python<'_>, like: Option<Entry>, result: Returned) -> Result<*mut PyO
 }
 
 /// A result the caller's framework could not take (numpy refusing a bfloat16 output), named as
-/// an output's refusal is: `dlpx: bf: result: Unsupported dtype in DLTensor.`, of the kind it
-/// raised. An exception no kind names (KeyboardInterrupt) passes as it is.
+/// an output's refusal is: `dlpx: bf: result (bfloat16): Unsupported dtype in DLTensor.`, of the
+/// kind it raised. An exception no kind names (KeyboardInterrupt) passes as it is.
 #[cold]
-pub fn refused(py: Python<'_>, kernel: &'static str, err: Error) -> Error {
-    let err = match err.is_python_pending() {
+pub fn refused(py: Python<'_>, kernel: &'static str, refusal: Refusal) -> Error {
+    let err = match refusal.err.is_python_pending() {
         true if crate::cpython::pending_kind(py).is_some() => crate::cpython::take_pending(py),
-        true => return err,
-        false => err,
+        true => return refusal.err,
+        false => refusal.err,
     };
-    crate::kernels::call::for_the_call("result", err).at(kernel)
+    crate::kernels::call::for_the_call(&refusal.which, err).at(kernel)
 }

@@ -287,12 +287,15 @@ impl Call<'_> {
     }
 }
 
-/// A request no tensor can answer: an unknown device type or dtype, a negative extent, a byte
-/// size past 64 bits (a shape `ndim` long is the caller's: `dlpx_call_allocate` checked it).
+/// A request no tensor can answer: an unknown device type, an id no device of it has (cpu:1,
+/// cuda:-1: refused here, whatever framework allocates, where torch's allocator gave cpu:0), an
+/// unknown dtype, a negative extent, a byte size past 64 bits (a shape `ndim` long is the
+/// caller's: `dlpx_call_allocate` checked it).
 fn check_request(device: DLDevice, dtype: DLDataType, shape: &[i64]) -> Result<()> {
     if !crate::device_names::is_known(device.device_type) {
         return Err(crate::device_names::unknown(device.device_type));
     }
+    crate::devices::check_id(device)?;
     crate::dtype::check(dtype)?;
     crate::layout::nbytes(crate::layout::numel(shape)?, dtype, 0).map(|_| ())
 }

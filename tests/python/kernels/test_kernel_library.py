@@ -694,12 +694,66 @@ def test_an_output_torch_cannot_allocate_is_an_error(cases):
 def test_an_output_the_caller_s_framework_cannot_take_back_names_the_kernel(cases):
     # numpy has no bfloat16: its refusal is raised as its kind (RuntimeError; BufferError from
     # numpy 2.5), named as an output's refusal is; torch takes the same output back.
-    with pytest.raises((RuntimeError, BufferError), match=r"^dlpx: bfloat16_like: result: \S"):
+    with pytest.raises((RuntimeError, BufferError), match=r"^dlpx: bfloat16_like: result \(bfloat16\): \S"):
         cases.bfloat16_like(np.ones(3))
     torch = pytest.importorskip("torch")
     out = cases.bfloat16_like(torch.ones(2, 3))
     assert (type(out), out.dtype, tuple(out.shape)) == (torch.Tensor, torch.bfloat16, (2, 3))
     assert not out.any()
+
+
+ODD_OUTPUTS = r'''
+static int trio(DlpxCall *call) {
+  DLDataType f32 = {kDLFloat, 32, 1}, bf16 = {kDLBfloat, 16, 1};
+  DLDevice cpu = {kDLCPU, 0};
+  int64_t shape[1] = {2};
+  DLTensor *a, *b;
+  if (dlpx_call_allocate(call, cpu, f32, 1, shape, &a) || dlpx_call_allocate(call, cpu, bf16, 1, shape, &b)) return -1;
+  dlpx_call_return_tensor(call, a);
+  dlpx_call_return_int(call, 7);
+  return dlpx_call_return_tensor(call, b);
+}
+DLPX_EXPORT_KERNEL(trio, trio, "trio(x) -> tuple: float32, 7, bfloat16.")
+
+static int on(DlpxCall *call) {
+  int64_t type, id, shape[1] = {2};
+  DLTensor *out;
+  if (dlpx_argument_int(call, 1, &type) || dlpx_argument_int(call, 2, &id)) return -1;
+  DLDevice device = {(DLDeviceType)type, (int32_t)id};
+  DLDataType f32 = {kDLFloat, 32, 1};
+  if (dlpx_call_allocate(call, device, f32, 1, shape, &out)) return -1;
+  return dlpx_call_return_tensor(call, out);
+}
+DLPX_EXPORT_KERNEL(on, on, "on(x, device_type: int, device_id: int) -> tensor: an output there.")
+'''
+
+
+@pytest.fixture(scope="module")
+def odd_outputs():
+    import dlpx.cpp
+
+    return dlpx.cpp.load_inline("odd_outputs", c_sources=ODD_OUTPUTS)
+
+
+def test_a_result_in_a_tuple_the_caller_s_framework_cannot_take_is_named_by_place_and_dtype(odd_outputs):
+    # numpy's words ("Unsupported dtype in DLTensor.") said neither which result nor its dtype.
+    with pytest.raises((RuntimeError, BufferError), match=r"^dlpx: trio: result 3 of 3 \(bfloat16\): \S"):
+        odd_outputs.trio(np.ones(2, np.float32))
+    torch = pytest.importorskip("torch")
+    first, seven, third = odd_outputs.trio(torch.ones(2))
+    assert (first.dtype, seven, third.dtype) == (torch.float32, 7, torch.bfloat16)
+
+
+@pytest.mark.parametrize("device", [(1, 1), (1, -1), (2, -1), (3, 1)], ids=["cpu:1", "cpu:-1", "cuda:-1", "cuda_host:1"])
+def test_an_output_on_a_device_no_id_names_is_one_value_error_whatever_framework_allocates(odd_outputs, device):
+    # torch's allocator gave cpu:0 for cpu:1, and its output was refused as "other than asked",
+    # a RuntimeError blaming the allocator; dlpx's said ValueError. The request is judged first.
+    inputs = [np.ones(2, np.float32), dlpx.empty((2,), "float32")]
+    torch = pytest.importorskip("torch")
+    inputs.append(torch.ones(2))
+    for x in inputs:
+        with pytest.raises(ValueError, match=r"^dlpx: on: output: (device \S+ is invalid|device_id = -1 is negative)"):
+            odd_outputs.on(x, *device)
 
 
 # ---- the GIL -------------------------------------------------------------------------------------
