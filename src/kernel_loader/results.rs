@@ -59,9 +59,10 @@ pub fn to_py(
 #[cold]
 fn which(position: &str, result: Returned) -> String {
     match result {
-        // SAFETY: a live result tensor, of a major dlpx reads (the call checked its outputs).
         Returned::Tensor(managed) => {
-            format!("{position} ({})", crate::dtype::dtype_name(unsafe { managed.as_ref() }.dl_tensor.dtype))
+            // SAFETY: a live result tensor, of a major dlpx reads (the call checked its outputs).
+            let dtype = unsafe { managed.as_ref() }.dl_tensor.dtype;
+            format!("{position} ({})", crate::dtype::dtype_name(dtype))
         }
         _ => position.to_string(),
     }
