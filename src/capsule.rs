@@ -212,20 +212,22 @@ fn bad_capsule(py: Python<'_>, object: *mut PyObject) -> Error {
     }
 }
 
-/// The device of the tensor in an unconsumed capsule, read in place (nothing is taken); None
-/// for anything else, or a versioned tensor of a major whose layout dlpx cannot read.
-pub fn device_of(py: Python<'_>, capsule: *mut PyObject) -> Option<DLDevice> {
+/// The device and flags (0 for a legacy tensor, which has none) of the tensor in an unconsumed
+/// capsule, read in place (nothing is taken); None for anything else, or a versioned tensor of a
+/// major whose layout dlpx cannot read.
+pub fn device_and_flags(py: Python<'_>, capsule: *mut PyObject) -> Option<(DLDevice, u64)> {
     // SAFETY: GIL held; `capsule` is live; IsValid sets no exception and is false for a NULL
     // pointer; a valid capsule's pointer is its producer's live tensor, of the layout its name
     // says, read whole only at a major dlpx reads.
     unsafe {
         if (py.PyCapsule_IsValid)(capsule, VERSIONED.as_ptr()) != 0 {
             let managed = (py.PyCapsule_GetPointer)(capsule, VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>();
-            return (crate::validate::major_of(managed) == DLPACK_MAJOR_VERSION).then(|| (*managed).dl_tensor.device);
+            return (crate::validate::major_of(managed) == DLPACK_MAJOR_VERSION)
+                .then(|| ((*managed).dl_tensor.device, (*managed).flags));
         }
         if (py.PyCapsule_IsValid)(capsule, LEGACY.as_ptr()) != 0 {
             let managed = (py.PyCapsule_GetPointer)(capsule, LEGACY.as_ptr()).cast::<DLManagedTensor>();
-            return Some((*managed).dl_tensor.device);
+            return Some(((*managed).dl_tensor.device, 0));
         }
     }
     None

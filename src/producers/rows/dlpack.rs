@@ -82,7 +82,23 @@ pub fn export<'py>(py: Python<'py>, object: *mut PyObject, request: Request) -> 
     };
     let capsule = Owned::new(py, result)?;
     check_ordered(py, &capsule, asked)?;
+    if request.copy == Some(false) {
+        check_not_copied(py, &capsule)?;
+    }
     Ok(Handover::capsule(capsule))
+}
+
+/// Refuses a copy a producer made where `copy=False` forbade one (its flags say IS_COPIED): the
+/// caller asked to share the producer's memory, and would write to a copy (R10). The capsule,
+/// unconsumed, deletes its tensor.
+fn check_not_copied(py: Python<'_>, capsule: &Owned<'_>) -> Result<()> {
+    match capsule::device_and_flags(py, capsule.as_ptr()) {
+        Some((_, flags)) if flags & DLPACK_FLAG_BITMASK_IS_COPIED != 0 => Err(Error::buffer(
+            "__dlpack__(copy=False) gave a copy (its tensor is flagged IS_COPIED): copy=False shares the \
+             producer's memory or fails",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Which of a request's keywords a call of `__dlpack__` passes.
@@ -126,7 +142,7 @@ fn check_ordered(py: Python<'_>, capsule: &Owned<'_>, asked: Asked) -> Result<()
         return Ok(());
     }
     // An unreadable capsule is left to the import, which says why.
-    let Some(device) = capsule::device_of(py, capsule.as_ptr()) else { return Ok(()) };
+    let Some((device, _)) = capsule::device_and_flags(py, capsule.as_ptr()) else { return Ok(()) };
     let wanted = dlpx_stream_on(device);
     let passed = match asked.device {
         Some(d) if d == device => asked.stream,

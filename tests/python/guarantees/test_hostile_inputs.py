@@ -717,3 +717,28 @@ def test_a_to_py_that_breaks_its_contract_is_a_clear_error_and_the_output_delete
     gc.collect()
     assert [t.deleter_calls for t in hostile.made_since(start)] == [1, 1, 1, 1]  # two arguments, two outputs
     nothing_pending()
+
+
+# ---- a producer that copies where copy=False forbade it (src/producers/rows/dlpack.rs) -------
+
+
+def test_a_copy_a_producer_made_against_copy_false_is_refused_and_deleted_once():
+    # The caller asked to share the producer's memory: a copy it writes to would be lost.
+    made = []
+
+    class CopiesAnyway:
+        def __dlpack__(self, **kwargs):
+            made.append(hostile.make(True, shape=(2, 3), flags=abi.FLAG_IS_COPIED))
+            return made[-1].capsule()
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(BufferError, match=r"^dlpx: from_dlpack: __dlpack__\(copy=False\) gave a copy"):
+        dlpx.from_dlpack(CopiesAnyway(), copy=False)
+    gc.collect()
+    assert [t.deleter_calls for t in made] == [1]
+    # Where a copy may be made, the producer's is taken.
+    for copy in (None, True):
+        assert dlpx.from_dlpack(CopiesAnyway(), copy=copy).shape == (2, 3)
+    nothing_pending()
