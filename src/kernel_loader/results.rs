@@ -4,6 +4,7 @@
 
 use pyo3_ffi::PyObject;
 
+use crate::abi::DLDataType;
 use crate::cpython::{Owned, Python};
 use crate::error::{Error, Result};
 use crate::kernels::inline::Inline;
@@ -26,7 +27,11 @@ pub fn to_py(
     let returned = returned.as_slice();
     match returned.len() {
         0 => Ok(py.new_none()),
-        1 => one(py, like, returned[0]).map_err(|err| Refusal { err, which: which("result", returned[0]) }),
+        1 => {
+            // Read before the result is given up (converted, or deleted on failure).
+            let dtype = dtype_of(returned[0]);
+            one(py, like, returned[0]).map_err(|err| Refusal { err, which: which("result", dtype) })
+        }
         n => {
             // SAFETY: GIL held; a new tuple, whose unset items are NULL until filled.
             let tuple = Owned::new(py, unsafe { (py.PyTuple_New)(n as _) });
@@ -39,14 +44,14 @@ pub fn to_py(
             };
             let mut results = returned.iter().copied().enumerate();
             while let Some((i, result)) = results.next() {
-                // Read before the result is given up (converted or deleted).
-                let named = which(&format!("result {} of {n}", i + 1), result);
+                // Read before the result is given up (converted, or deleted on failure).
+                let dtype = dtype_of(result);
                 match one(py, like, result) {
                     // SAFETY: GIL held; i < n; the tuple steals the new reference.
                     Ok(item) => unsafe { (py.PyTuple_SetItem)(tuple.as_ptr(), i as _, item) },
                     Err(err) => {
                         results.for_each(|(_, rest)| rest.discard());
-                        return Err(Refusal { err, which: named });
+                        return Err(Refusal { err, which: which(&format!("result {} of {n}", i + 1), dtype) });
                     }
                 };
             }
@@ -55,16 +60,23 @@ pub fn to_py(
     }
 }
 
+/// A tensor result's dtype (None for a scalar), read while the result is still the call's.
+#[inline]
+fn dtype_of(result: Returned) -> Option<DLDataType> {
+    match result {
+        // SAFETY: a live result tensor, not yet given up, of a major dlpx reads (the call
+        // checked its outputs).
+        Returned::Tensor(managed) => Some(unsafe { managed.as_ref() }.dl_tensor.dtype),
+        _ => None,
+    }
+}
+
 /// `position`, and a tensor's dtype after it.
 #[cold]
-fn which(position: &str, result: Returned) -> String {
-    match result {
-        Returned::Tensor(managed) => {
-            // SAFETY: a live result tensor, of a major dlpx reads (the call checked its outputs).
-            let dtype = unsafe { managed.as_ref() }.dl_tensor.dtype;
-            format!("{position} ({})", crate::dtype::dtype_name(dtype))
-        }
-        _ => position.to_string(),
+fn which(position: &str, dtype: Option<DLDataType>) -> String {
+    match dtype {
+        Some(dtype) => format!("{position} ({})", crate::dtype::dtype_name(dtype)),
+        None => position.to_string(),
     }
 }
 
