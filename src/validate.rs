@@ -166,7 +166,7 @@ unsafe fn check_fully(dl: &DLTensor, flags: u64) -> Result<Option<Box<[i64]>>> {
     if dl.device.device_id < 0 {
         // No device has a negative ordinal: such a tensor would be carried and re-exported,
         // and refused only by the first copy.
-        return Err(bad(format!("device {} has a negative id", crate::device_names::name(dl.device))));
+        return Err(crate::device_names::negative_id(dl.device.device_id).into_buffer_error());
     }
     crate::dtype::check(dl.dtype).map_err(Error::into_buffer_error)?;
     let shape = dims(dl.shape, dl.ndim);
