@@ -101,6 +101,23 @@ def _compile(out_dir):
     return library, None
 
 
+#: The C producer's functions: name -> (argtypes, restype).
+_SIGNATURES = {
+    "hp_make": ([ctypes.POINTER(Spec), c_int], c_int),
+    "hp_deleter_calls": ([c_int], c_int),
+    "hp_address": ([c_int], c_void_p),
+    "hp_count": ([], c_int),
+    "hp_capsule": ([c_int], ctypes.py_object),
+    "hp_arm": ([ctypes.POINTER(Spec)], None),
+    "hp_arm_allocator": ([c_int, ctypes.POINTER(Spec)], None),
+    "hp_arm_entries": ([c_int], None),
+    "hp_arm_to_py": ([c_int], None),
+    "hp_table_to_py_capsule": ([], c_void_p),
+    "hp_table_to_py_gives_nothing": ([], c_void_p),
+    "hp_table": ([c_int], c_void_p),
+}
+
+
 @functools.lru_cache(maxsize=None)
 def library():
     """The compiled producer; skips (or fails, under DLPX_REQUIRE_ALL_TESTS) without a compiler."""
@@ -112,30 +129,8 @@ def library():
                 pytest.fail(f"the hostile C producer did not build: {why}")
             pytest.skip(f"the hostile C producer did not build: {why}", allow_module_level=True)
         lib = ctypes.PyDLL(path)
-    lib.hp_make.argtypes = [ctypes.POINTER(Spec), c_int]
-    lib.hp_make.restype = c_int
-    lib.hp_deleter_calls.argtypes = [c_int]
-    lib.hp_deleter_calls.restype = c_int
-    lib.hp_address.argtypes = [c_int]
-    lib.hp_address.restype = c_void_p
-    lib.hp_count.argtypes = []
-    lib.hp_count.restype = c_int
-    lib.hp_capsule.argtypes = [c_int]
-    lib.hp_capsule.restype = ctypes.py_object
-    lib.hp_arm.argtypes = [ctypes.POINTER(Spec)]
-    lib.hp_arm.restype = None
-    lib.hp_arm_allocator.argtypes = [c_int, ctypes.POINTER(Spec)]
-    lib.hp_arm_allocator.restype = None
-    lib.hp_arm_entries.argtypes = [c_int]
-    lib.hp_arm_entries.restype = None
-    lib.hp_arm_to_py.argtypes = [c_int]
-    lib.hp_arm_to_py.restype = None
-    lib.hp_table_to_py_capsule.argtypes = []
-    lib.hp_table_to_py_capsule.restype = c_void_p
-    lib.hp_table_to_py_gives_nothing.argtypes = []
-    lib.hp_table_to_py_gives_nothing.restype = c_void_p
-    lib.hp_table.argtypes = [c_int]
-    lib.hp_table.restype = c_void_p
+    for name, (argtypes, restype) in _SIGNATURES.items():
+        getattr(lib, name).argtypes, getattr(lib, name).restype = argtypes, restype
     return lib
 
 
