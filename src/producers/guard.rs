@@ -110,12 +110,9 @@ impl Guard {
         let module = self.module.to_str().unwrap_or_default();
         let fact =
             format!("the {} direct read disagrees with {module} {version}'s own __dlpack__: {difference}", self.row);
-        if std::env::var_os(STRICT_VARIABLE).is_some() {
-            return Err(Error::runtime(format!("{fact} ({STRICT_VARIABLE} is set)")));
-        }
-        self.state.set(py, State::Off);
-        let message = format!("dlpx: {fact}; dlpx asks __dlpack__ for every such object from now on");
-        crate::cpython::warn(py, "PyExc_RuntimeWarning\0", &message)
+        disagreement(py, &fact, "dlpx asks __dlpack__ for every such object from now on", || {
+            self.state.set(py, State::Off)
+        })
     }
 
     /// The first-use check's verdict on `ours`, the row's handover for an object, held against
@@ -245,6 +242,19 @@ unsafe fn description_difference(a: &DLTensor, b: &DLTensor) -> Option<String> {
         return differ("strides", spelled(a.strides), spelled(b.strides));
     }
     None
+}
+
+/// A fast read found reading otherwise than the producer's own answer (`fact`): an error under
+/// `DLPX_DIRECT_STRICT` (the read left undecided, so that every later object is checked, and
+/// fails, again: a caller that swallows one error hides nothing), else the read is turned off
+/// (`turn_off`) and the difference said once, a RuntimeWarning with what happens `instead`.
+#[cold]
+pub fn disagreement(py: Python<'_>, fact: &str, instead: &str, turn_off: impl FnOnce()) -> Result<()> {
+    if std::env::var_os(STRICT_VARIABLE).is_some() {
+        return Err(Error::runtime(format!("{fact} ({STRICT_VARIABLE} is set)")));
+    }
+    turn_off();
+    crate::cpython::warn(py, "PyExc_RuntimeWarning\0", &format!("dlpx: {fact}; {instead}"))
 }
 
 /// Whether the environment variable names `row` (or `all`).

@@ -11,8 +11,9 @@ use std::cell::{Cell, UnsafeCell};
 
 use crate::cpython::{layout, Python};
 
-/// The reads counted, by row name: the rows with a guard, and torch's native checks.
-const COUNTED: [&str; 5] = ["numpy", "tvm_ffi", "jax", "array_api_strict", "torch"];
+/// The reads counted, by row name: the rows with a guard, torch's native checks and the views
+/// torch's C shim gave.
+const COUNTED: [&str; 6] = ["numpy", "tvm_ffi", "jax", "array_api_strict", "torch", "torch_shim"];
 
 /// The counts on a GIL build.
 struct GilCounts([UnsafeCell<u64>; COUNTED.len()]);

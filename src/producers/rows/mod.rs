@@ -14,4 +14,5 @@ pub(super) mod jax;
 pub(super) mod numpy;
 pub(super) mod table;
 pub(super) mod torch;
+pub(super) mod torch_shim;
 pub(super) mod tvm_ffi;

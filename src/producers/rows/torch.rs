@@ -1,5 +1,6 @@
 //! The `torch` row: torch's own table, with the checks torch's `__dlpack__` makes and its table
-//! skips (docs/design.md, "Faithful import").
+//! skips (docs/design.md, "Faithful import"); a writable view of a `torch.Tensor` read through
+//! torch's C shim instead (`torch_shim`; docs/design.md, "torch's view through its C shim").
 
 use std::ffi::c_void;
 use std::ptr::{self, NonNull};
@@ -7,6 +8,7 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::table;
+use super::torch_shim;
 use crate::abi::*;
 use crate::cpython::{imported_module, vectorcall_method, GilVar, Interned, Owned, Python};
 use crate::error::{Error, Result};
@@ -38,6 +40,18 @@ impl Producer for Torch {
             true => torch_const_table(py).unwrap_or(entry.table),
             false => entry.table,
         };
+        // A writable view: torch's C shim reads what the table would (a read-only one needs the
+        // const table's `const_data_ptr()`, which the shim has no function for).
+        if let (Some(out), false) = (ask.view, ask.read_only) {
+            // SAFETY: `object` is live; the shim reads only exact torch.Tensors, whose own
+            // at::Tensor `at_tensor` gives once the layout checked out (the shim is on only then).
+            let served = unsafe {
+                torch_shim::view(py, object, at_tensor(object), entry.table.dltensor_from_py_object_no_sync, out)
+            };
+            if served? {
+                return Ok(Handover::View);
+            }
+        }
         match table::read_through(py, object, table, ask) {
             Ok(handover) => Ok(handover),
             Err(err) if err.is_python_pending() => Ok(Handover::Refused),
@@ -195,6 +209,7 @@ fn at_tensor(object: *mut PyObject) -> *const c_void {
     crate::cpython::layout::fields(object).cast::<c_void>().cast_const()
 }
 
+/// torch's functions, and with them its C shim's (`torch_shim::found`), once the layout checked out.
 #[cold]
 fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> Option<Native> {
     if crate::producers::guard::named(crate::producers::guard::OFF_VARIABLE, ROW.name) {
@@ -222,6 +237,8 @@ fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> 
             return None;
         }
         let symbol = |name: &std::ffi::CStr| NonNull::new(libc::dlsym(library, name.as_ptr()));
+        let shim = torch_shim::Shim::find(|name| symbol(name));
+        torch_shim::found(py, shim, tensor_type(py));
         let found = (|| {
             Some(Native {
                 is_neg: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> bool>(
@@ -238,6 +255,13 @@ fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> 
         libc::dlclose(library);
         found
     }
+}
+
+/// `torch.Tensor`, kept for the process (NULL where it cannot be read).
+fn tensor_type(py: Python<'_>) -> *mut PyTypeObject {
+    let tensor =
+        imported_module(py, c"torch").and_then(|torch| crate::cpython::attribute(py, torch.as_ptr(), c"Tensor"));
+    tensor.map_or(ptr::null_mut(), |tensor| tensor.into_ptr().cast())
 }
 
 /// A name torch's tensors answer to: an attribute, or a method taking no argument.

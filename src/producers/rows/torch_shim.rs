@@ -1,0 +1,278 @@
+//! torch's view of a tensor read through libtorch's stable C functions (`aoti_torch_get_*`, the
+//! shim AOTInductor's compiled code links: each catches every C++ exception and returns an error
+//! code), in place of its exchange table's `dltensor_from_py_object_no_sync`, which reaches the
+//! same `at::Tensor` through pybind11 (a GIL acquisition the caller already holds, a type check
+//! and a reference count taken and given back): ~580 instructions a tensor where the functions
+//! take ~130. They read what the table's `at::toDLPackNonOwning` reads — `data_ptr()` (the
+//! first element's address, copy-on-write storage materialised as the table's writable view
+//! does), the device, `dim()`, the dtype, `sizes()` and `strides()` (pointers into the tensor's
+//! own metadata), no byte offset — and the view is only used where both agree (docs/design.md,
+//! "torch's view through its C shim"):
+//!
+//! - only strided tensors on the CPU or CUDA, of the dtypes below: anything else (sparse,
+//!   nested, meta, quantized, another device or dtype) is the table's to answer or refuse;
+//! - each pair of dtype and device is read both ways on its first tensor, and the view used
+//!   only after they agreed field by field; a difference turns the shim off for the process
+//!   (a RuntimeWarning, or an error under `DLPX_DIRECT_STRICT`), as a direct read's guard does.
+
+use std::ffi::{c_void, CStr};
+use std::ptr::{self, NonNull};
+
+use crate::abi::*;
+use crate::cpython::{GilVar, Python};
+use crate::error::Result;
+use crate::producers::served::Served;
+
+type Get32 = unsafe extern "C" fn(*const c_void, *mut i32) -> i32;
+type Get64 = unsafe extern "C" fn(*const c_void, *mut i64) -> i32;
+type GetDims = unsafe extern "C" fn(*const c_void, *mut *mut i64) -> i32;
+type GetData = unsafe extern "C" fn(*const c_void, *mut *mut c_void) -> i32;
+type Constant = unsafe extern "C" fn() -> i32;
+
+/// torch's dtypes the shim reads, by the name of the shim function giving torch's code for each
+/// and the DLPack name of the dtype torch exports it as (`at::getDLDataType`): each one checked
+/// against the table on its first tensor.
+const DTYPES: [(&CStr, &str); 15] = [
+    (c"aoti_torch_dtype_bool", "bool"),
+    (c"aoti_torch_dtype_uint8", "uint8"),
+    (c"aoti_torch_dtype_int8", "int8"),
+    (c"aoti_torch_dtype_int16", "int16"),
+    (c"aoti_torch_dtype_int32", "int32"),
+    (c"aoti_torch_dtype_int64", "int64"),
+    (c"aoti_torch_dtype_uint16", "uint16"),
+    (c"aoti_torch_dtype_uint32", "uint32"),
+    (c"aoti_torch_dtype_uint64", "uint64"),
+    (c"aoti_torch_dtype_float16", "float16"),
+    (c"aoti_torch_dtype_bfloat16", "bfloat16"),
+    (c"aoti_torch_dtype_float32", "float32"),
+    (c"aoti_torch_dtype_float64", "float64"),
+    (c"aoti_torch_dtype_complex64", "complex64"),
+    (c"aoti_torch_dtype_complex128", "complex128"),
+];
+
+/// torch's codes for dtypes (`c10::ScalarType`) below this are looked up in one load.
+const CODES: usize = 64;
+
+/// libtorch's functions and the codes they answer in.
+pub struct Shim {
+    layout: Get32,
+    device_type: Get32,
+    device_index: Get32,
+    dtype: Get32,
+    dim: Get64,
+    sizes: GetDims,
+    strides: GetDims,
+    data_ptr: GetData,
+    strided: i32,
+    cpu: i32,
+    cuda: i32,
+    /// By torch's dtype code: the DLPack dtype, and its place in [`DTYPES`] (`u8::MAX`: not read).
+    dtypes: [(DLDataType, u8); CODES],
+}
+
+/// Where the shim stands: its functions found (or not) with torch's other C++ functions, and
+/// the pairs of dtype and device that agreed with the table (bit `2 × dtype + device`).
+#[derive(Clone, Copy)]
+enum State {
+    /// `tensor_type`: `torch.Tensor`, the one type read (its subclasses and any other type
+    /// publishing torch's table go to the table, which checks what it is given).
+    On {
+        shim: &'static Shim,
+        agreed: u64,
+        tensor_type: *mut pyo3_ffi::PyTypeObject,
+    },
+    Off,
+}
+
+// SAFETY: the type pointer is compared, never dereferenced, and the type lives for the process.
+unsafe impl Send for State {}
+
+static STATE: GilVar<State> = GilVar::new(State::Off);
+/// The views the shim gave (`dlpx._native._served("torch_shim")`).
+static SERVED: Served = Served::of("torch_shim");
+
+impl Shim {
+    /// The functions, looked up with `symbol` in libtorch (None where one is missing: an older
+    /// torch), kept for the process.
+    ///
+    /// # Safety
+    /// `symbol` gives libtorch's function of that name, which lives for the process.
+    pub unsafe fn find(symbol: impl Fn(&CStr) -> Option<NonNull<c_void>>) -> Option<&'static Shim> {
+        // SAFETY: the caller's promise; each name below is a function of the type it is read as
+        // (torch/csrc/inductor/aoti_torch/c/shim.h).
+        unsafe {
+            let get = |name: &CStr| symbol(name).map(|f| std::mem::transmute::<*mut c_void, Get32>(f.as_ptr()));
+            let constant = |name: &CStr| {
+                symbol(name).map(|f| std::mem::transmute::<*mut c_void, Constant>(f.as_ptr())()).filter(|&c| c >= 0)
+            };
+            let mut dtypes = [(DLDataType { code: 0, bits: 0, lanes: 0 }, u8::MAX); CODES];
+            for (place, &(function, name)) in DTYPES.iter().enumerate() {
+                let (Some(code), Some(dtype)) = (constant(function), crate::dtype::parse_dtype(name)) else { continue };
+                if let Some(slot) = dtypes.get_mut(code as usize) {
+                    *slot = (dtype, place as u8);
+                }
+            }
+            let shim = Shim {
+                layout: get(c"aoti_torch_get_layout")?,
+                device_type: get(c"aoti_torch_get_device_type")?,
+                device_index: get(c"aoti_torch_get_device_index")?,
+                dtype: get(c"aoti_torch_get_dtype")?,
+                dim: std::mem::transmute::<*mut c_void, Get64>(symbol(c"aoti_torch_get_dim")?.as_ptr()),
+                sizes: std::mem::transmute::<*mut c_void, GetDims>(symbol(c"aoti_torch_get_sizes")?.as_ptr()),
+                strides: std::mem::transmute::<*mut c_void, GetDims>(symbol(c"aoti_torch_get_strides")?.as_ptr()),
+                data_ptr: std::mem::transmute::<*mut c_void, GetData>(symbol(c"aoti_torch_get_data_ptr")?.as_ptr()),
+                strided: constant(c"aoti_torch_layout_strided")?,
+                cpu: constant(c"aoti_torch_device_type_cpu")?,
+                cuda: constant(c"aoti_torch_device_type_cuda")?,
+                dtypes,
+            };
+            Some(Box::leak(Box::new(shim)))
+        }
+    }
+
+    /// `tensor`'s view and the bit of its pair of dtype and device, or None where the shim does
+    /// not read it (or a function failed: torch's error is left in its shim, never raised).
+    ///
+    /// # Safety
+    /// `tensor` is a live `at::Tensor`, its owner held by the caller.
+    #[inline(always)]
+    unsafe fn read(&self, tensor: *const c_void) -> Option<(DLTensor, u64)> {
+        // SAFETY: the caller's promise; every function writes only its out.
+        unsafe {
+            let ok = |status: i32| (status == 0).then_some(());
+            let (mut layout, mut device, mut code) = (0i32, 0i32, 0i32);
+            ok((self.layout)(tensor, &mut layout))?;
+            ok((self.device_type)(tensor, &mut device))?;
+            ok((self.dtype)(tensor, &mut code))?;
+            let (dtype, place) = *self.dtypes.get(usize::try_from(code).ok()?)?;
+            if layout != self.strided || place == u8::MAX {
+                return None;
+            }
+            let (device, cuda) = match device {
+                d if d == self.cpu => (DLDevice::CPU, 0),
+                d if d == self.cuda => {
+                    let mut index = 0i32;
+                    ok((self.device_index)(tensor, &mut index))?;
+                    (DLDevice { device_type: DeviceType::CUDA, device_id: index }, 1)
+                }
+                _ => return None,
+            };
+            let (mut ndim, mut shape, mut strides, mut data) =
+                (0i64, ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+            ok((self.dim)(tensor, &mut ndim))?;
+            ok((self.sizes)(tensor, &mut shape))?;
+            ok((self.strides)(tensor, &mut strides))?;
+            ok((self.data_ptr)(tensor, &mut data))?;
+            let view =
+                DLTensor { data, device, ndim: i32::try_from(ndim).ok()?, dtype, shape, strides, byte_offset: 0 };
+            Some((view, 1u64 << (2 * place as u32 + cuda)))
+        }
+    }
+}
+
+/// Turns the shim on for objects of exactly `tensor_type` (`torch.Tensor`, kept for the
+/// process), with the functions `find` found (once, with torch's other functions).
+pub fn found(py: Python<'_>, shim: Option<&'static Shim>, tensor_type: *mut pyo3_ffi::PyTypeObject) {
+    if let Some(shim) = shim.filter(|_| !tensor_type.is_null()) {
+        STATE.set(py, State::On { shim, agreed: 0, tensor_type });
+    }
+}
+
+/// `tensor`'s view in `out` through the shim: Ok(true) where it gave it. On a pair's first
+/// tensor the table (`table`, torch's `dltensor_from_py_object_no_sync`, for `object`) is asked
+/// too, and its view is the answer; the shim's is used from then on only where they agreed.
+///
+/// # Safety
+/// `object` is live, and where it is a `torch.Tensor`, `tensor` is its own `at::Tensor` (the
+/// layout checked).
+#[inline(always)]
+pub unsafe fn view(
+    py: Python<'_>,
+    object: *mut pyo3_ffi::PyObject,
+    tensor: *const c_void,
+    table: crate::abi::DLPackDLTensorFromPyObjectNoSync,
+    out: &std::cell::Cell<DLTensor>,
+) -> Result<bool> {
+    let State::On { shim, agreed, tensor_type } = STATE.get(py) else { return Ok(false) };
+    if crate::cpython::type_of(py, object) != tensor_type {
+        return Ok(false);
+    }
+    // SAFETY: the caller's promise.
+    let Some((view, pair)) = (unsafe { shim.read(tensor) }) else { return Ok(false) };
+    if agreed & pair == 0 {
+        return first_of_pair(py, object, table, out, view, pair);
+    }
+    out.set(view);
+    SERVED.count(py);
+    Ok(true)
+}
+
+/// A pair's first tensor: read by the table too, the two compared; the table's view is the
+/// answer (Ok(true)), or its failure (Ok(false): the caller asks it again and raises it).
+#[cold]
+fn first_of_pair(
+    py: Python<'_>,
+    object: *mut pyo3_ffi::PyObject,
+    table: crate::abi::DLPackDLTensorFromPyObjectNoSync,
+    out: &std::cell::Cell<DLTensor>,
+    ours: DLTensor,
+    pair: u64,
+) -> Result<bool> {
+    let Some(table) = table else { return Ok(false) };
+    // SAFETY: the table's contract: the GIL held (the token), an object of its type, a writable
+    // DLTensor (the cell's, which nothing else borrows during the call).
+    if unsafe { table(object.cast(), out.as_ptr()) } != 0 {
+        // SAFETY: the token proves the GIL is held; the caller's second read raises it anew.
+        unsafe { (py.PyErr_Clear)() };
+        return Ok(false);
+    }
+    let theirs = out.get();
+    match difference(&ours, &theirs) {
+        None => {
+            STATE.replace(py, |now| match now {
+                State::On { shim, agreed, tensor_type } => State::On { shim, agreed: agreed | pair, tensor_type },
+                off => off,
+            });
+            Ok(true)
+        }
+        Some(difference) => {
+            let fact = format!("torch's C shim reads a tensor otherwise than its exchange table: {difference}");
+            let instead = "dlpx asks torch's exchange table for every tensor from now on";
+            crate::producers::guard::disagreement(py, &fact, instead, || STATE.set(py, State::Off))?;
+            Ok(true)
+        }
+    }
+}
+
+/// What differs between two views of one tensor, or None.
+fn difference(ours: &DLTensor, theirs: &DLTensor) -> Option<String> {
+    let same = ours.data == theirs.data
+        && ours.device == theirs.device
+        && ours.ndim == theirs.ndim
+        && ours.dtype == theirs.dtype
+        && ours.byte_offset == theirs.byte_offset
+        && dims(ours, ours.shape) == dims(theirs, theirs.shape)
+        && dims(ours, ours.strides) == dims(theirs, theirs.strides);
+    (!same).then(|| format!("the shim's {} against the table's {}", describe(ours), describe(theirs)))
+}
+
+/// A view's extents or strides (`at`), or None where it has none.
+fn dims(view: &DLTensor, at: *mut i64) -> Option<Vec<i64>> {
+    let ndim = usize::try_from(view.ndim).ok().filter(|&n| n > 0 && !at.is_null())?;
+    // SAFETY: a view of a live tensor, its shape and strides `ndim` long.
+    Some(unsafe { std::slice::from_raw_parts(at, ndim) }.to_vec())
+}
+
+#[cold]
+fn describe(view: &DLTensor) -> String {
+    format!(
+        "data {:p} + {}, {}, ndim {}, {}, shape {:?}, strides {:?}",
+        view.data,
+        view.byte_offset,
+        crate::device_names::name(view.device),
+        view.ndim,
+        crate::dtype::dtype_name(view.dtype),
+        dims(view, view.shape),
+        dims(view, view.strides)
+    )
+}
