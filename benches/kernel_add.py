@@ -167,8 +167,9 @@ def count_child(calls: int) -> None:
 
 def in_torch(name: str) -> bool:
     """torch's share of a call: its exchange table's entries (the views, the allocator, the
-    conversion to a torch.Tensor) and the output's deallocation (when the next result replaces it)."""
-    return name.startswith(("TorchDLPackExchangeAPI::", "THPVariable_dealloc("))
+    conversion to a torch.Tensor), its C shim's functions (dlpx's views: docs/design.md, "torch's
+    view through its C shim") and the output's deallocation (when the next result replaces it)."""
+    return name.startswith(("TorchDLPackExchangeAPI::", "aoti_torch_", "THPVariable_dealloc("))
 
 
 def count(calls: int) -> int:

@@ -237,7 +237,7 @@ fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> 
             return None;
         }
         let symbol = |name: &std::ffi::CStr| NonNull::new(libc::dlsym(library, name.as_ptr()));
-        let shim = torch_shim::Shim::find(|name| symbol(name));
+        let shim = torch_shim::Shim::find(|name| symbol(name), is_rocm(py));
         torch_shim::found(py, shim, tensor_type(py));
         let found = (|| {
             Some(Native {
@@ -255,6 +255,14 @@ fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> 
         libc::dlclose(library);
         found
     }
+}
+
+/// Whether torch is a ROCm build (`torch.version.hip` set): its "cuda" device is ROCm's. A
+/// version module that cannot be read says so too (no CUDA view through the shim then).
+fn is_rocm(py: Python<'_>) -> bool {
+    let Some(version) = imported_module(py, c"torch.version") else { return true };
+    let hip = crate::cpython::attribute(py, version.as_ptr(), c"hip");
+    hip.is_none_or(|hip| hip.as_ptr() != py.none)
 }
 
 /// `torch.Tensor`, kept for the process (NULL where it cannot be read).

@@ -65,6 +65,7 @@ pub struct Shim {
     data_ptr: GetData,
     strided: i32,
     cpu: i32,
+    /// -1 (no device type's code) where CUDA tensors are not read.
     cuda: i32,
     /// By torch's dtype code: the DLPack dtype, and its place in [`DTYPES`] (`u8::MAX`: not read).
     dtypes: [(DLDataType, u8); CODES],
@@ -93,11 +94,12 @@ static SERVED: Served = Served::of("torch_shim");
 
 impl Shim {
     /// The functions, looked up with `symbol` in libtorch (None where one is missing: an older
-    /// torch), kept for the process.
+    /// torch), kept for the process. `rocm`: a ROCm build of torch, whose "cuda" tensors it
+    /// exports as ROCm's (`kDLROCM`): the shim reads none of them.
     ///
     /// # Safety
     /// `symbol` gives libtorch's function of that name, which lives for the process.
-    pub unsafe fn find(symbol: impl Fn(&CStr) -> Option<NonNull<c_void>>) -> Option<&'static Shim> {
+    pub unsafe fn find(symbol: impl Fn(&CStr) -> Option<NonNull<c_void>>, rocm: bool) -> Option<&'static Shim> {
         // SAFETY: the caller's promise; each name below is a function of the type it is read as
         // (torch/csrc/inductor/aoti_torch/c/shim.h).
         unsafe {
@@ -123,7 +125,7 @@ impl Shim {
                 data_ptr: std::mem::transmute::<*mut c_void, GetData>(symbol(c"aoti_torch_get_data_ptr")?.as_ptr()),
                 strided: constant(c"aoti_torch_layout_strided")?,
                 cpu: constant(c"aoti_torch_device_type_cpu")?,
-                cuda: constant(c"aoti_torch_device_type_cuda")?,
+                cuda: if rocm { -1 } else { constant(c"aoti_torch_device_type_cuda")? },
                 dtypes,
             };
             Some(Box::leak(Box::new(shim)))

@@ -100,6 +100,16 @@ def test_every_layout_is_viewed_as_the_table_views_it(make):
 
 
 @shim_serves
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.version.hip is not None, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("make", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_a_cuda_tensor_is_viewed_as_the_table_views_it(make):
+    t = make().to("cuda")
+    view = shims_view(t)
+    assert view == tables_view(t)
+    assert view["device"] == (2, t.device.index) and view["data"] == t.data_ptr()
+
+
+@shim_serves
 def test_the_view_is_the_tensors_memory_and_metadata():
     t = base()[1:, ::2, 1:4]
     view = shims_view(t)
