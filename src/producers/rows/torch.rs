@@ -43,7 +43,7 @@ impl Producer for Torch {
         // A writable view: torch's C shim reads what the table would (a read-only one needs the
         // const table's `const_data_ptr()`, which the shim has no function for).
         if let (Some(out), false) = (ask.view, ask.read_only) {
-            // SAFETY: `object` is live; the shim reads only exact torch.Tensors, whose own
+            // SAFETY: `object` is live; the shim reads only torch._C.TensorBase objects, whose own
             // at::Tensor `at_tensor` gives once the layout checked out (the shim is on only then).
             let served = unsafe {
                 torch_shim::view(py, object, at_tensor(object), entry.table.dltensor_from_py_object_no_sync, out)
@@ -238,7 +238,7 @@ fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> 
         }
         let symbol = |name: &std::ffi::CStr| NonNull::new(libc::dlsym(library, name.as_ptr()));
         let shim = torch_shim::Shim::find(|name| symbol(name), is_rocm(py));
-        torch_shim::found(py, shim, tensor_type(py));
+        torch_shim::found(py, shim, kept_type(py, c"torch", c"Tensor"), tensor_base(py));
         let found = (|| {
             Some(Native {
                 is_neg: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> bool>(
@@ -265,11 +265,20 @@ fn is_rocm(py: Python<'_>) -> bool {
     hip.is_none_or(|hip| hip.as_ptr() != py.none)
 }
 
-/// `torch.Tensor`, kept for the process (NULL where it cannot be read).
-fn tensor_type(py: Python<'_>) -> *mut PyTypeObject {
-    let tensor =
-        imported_module(py, c"torch").and_then(|torch| crate::cpython::attribute(py, torch.as_ptr(), c"Tensor"));
-    tensor.map_or(ptr::null_mut(), |tensor| tensor.into_ptr().cast())
+/// `torch._C.TensorBase` (`_TensorBase` before torch 2.3), kept for the process; NULL where
+/// neither can be read.
+fn tensor_base(py: Python<'_>) -> *mut PyTypeObject {
+    let base = kept_type(py, c"torch._C", c"TensorBase");
+    if base.is_null() {
+        return kept_type(py, c"torch._C", c"_TensorBase");
+    }
+    base
+}
+
+/// `module.name` (a type), kept for the process; NULL where it cannot be read.
+fn kept_type(py: Python<'_>, module: &std::ffi::CStr, name: &std::ffi::CStr) -> *mut PyTypeObject {
+    let ty = imported_module(py, module).and_then(|module| crate::cpython::attribute(py, module.as_ptr(), name));
+    ty.map_or(ptr::null_mut(), |ty| ty.into_ptr().cast())
 }
 
 /// A name torch's tensors answer to: an attribute, or a method taking no argument.

@@ -9,14 +9,18 @@
 //! own metadata), no byte offset — and the view is only used where both agree (docs/design.md,
 //! "torch's view through its C shim"):
 //!
-//! - only strided tensors on the CPU or CUDA, of the dtypes below: anything else (sparse,
-//!   nested, meta, quantized, another device or dtype) is the table's to answer or refuse;
+//! - only `torch._C.TensorBase` objects (`torch.Tensor`, `nn.Parameter`, any subclass: one C
+//!   layout), strided, on the CPU or CUDA, of the dtypes below: anything else (sparse, nested,
+//!   meta, quantized, another device or dtype, a subclass whose storage cannot be read) is the
+//!   table's to answer or refuse;
 //! - each pair of dtype and device is read both ways on its first tensor, and the view used
 //!   only after they agreed field by field; a difference turns the shim off for the process
 //!   (a RuntimeWarning, or an error under `DLPX_DIRECT_STRICT`), as a direct read's guard does.
 
 use std::ffi::{c_void, CStr};
 use std::ptr::{self, NonNull};
+
+use pyo3_ffi::PyTypeObject;
 
 use crate::abi::*;
 use crate::cpython::{GilVar, Python};
@@ -75,17 +79,20 @@ pub struct Shim {
 /// the pairs of dtype and device that agreed with the table (bit `2 × dtype + device`).
 #[derive(Clone, Copy)]
 enum State {
-    /// `tensor_type`: `torch.Tensor`, the one type read (its subclasses and any other type
-    /// publishing torch's table go to the table, which checks what it is given).
+    /// `tensor_type`: `torch.Tensor`, `torch._C.TensorBase`'s one subclass most objects are of;
+    /// the shim reads objects of `TensorBase` and its subclasses (`nn.Parameter`), whose C layout
+    /// is `THPVariable`'s. Any other type publishing torch's table goes to the table, which checks
+    /// what it is given.
     On {
         shim: &'static Shim,
         agreed: u64,
-        tensor_type: *mut pyo3_ffi::PyTypeObject,
+        tensor_type: *mut PyTypeObject,
+        tensor_base: *mut PyTypeObject,
     },
     Off,
 }
 
-// SAFETY: the type pointer is compared, never dereferenced, and the type lives for the process.
+// SAFETY: the types are compared and asked with the GIL held, and live for the process.
 unsafe impl Send for State {}
 
 static STATE: GilVar<State> = GilVar::new(State::Off);
@@ -172,11 +179,17 @@ impl Shim {
     }
 }
 
-/// Turns the shim on for objects of exactly `tensor_type` (`torch.Tensor`, kept for the
-/// process), with the functions `find` found (once, with torch's other functions).
-pub fn found(py: Python<'_>, shim: Option<&'static Shim>, tensor_type: *mut pyo3_ffi::PyTypeObject) {
-    if let Some(shim) = shim.filter(|_| !tensor_type.is_null()) {
-        STATE.set(py, State::On { shim, agreed: 0, tensor_type });
+/// Turns the shim on for objects of `tensor_base` (`torch._C.TensorBase`) and its subclasses,
+/// `tensor_type` (`torch.Tensor`) the common one (both kept for the process), with the
+/// functions `find` found (once, with torch's other functions).
+pub fn found(
+    py: Python<'_>,
+    shim: Option<&'static Shim>,
+    tensor_type: *mut PyTypeObject,
+    tensor_base: *mut PyTypeObject,
+) {
+    if let Some(shim) = shim.filter(|_| !tensor_type.is_null() && !tensor_base.is_null()) {
+        STATE.set(py, State::On { shim, agreed: 0, tensor_type, tensor_base });
     }
 }
 
@@ -185,8 +198,8 @@ pub fn found(py: Python<'_>, shim: Option<&'static Shim>, tensor_type: *mut pyo3
 /// too, and its view is the answer; the shim's is used from then on only where they agreed.
 ///
 /// # Safety
-/// `object` is live, and where it is a `torch.Tensor`, `tensor` is its own `at::Tensor` (the
-/// layout checked).
+/// `object` is live, and where it is a `torch._C.TensorBase`, `tensor` is its own `at::Tensor`
+/// (the layout checked).
 #[inline(always)]
 pub unsafe fn view(
     py: Python<'_>,
@@ -195,8 +208,10 @@ pub unsafe fn view(
     table: crate::abi::DLPackDLTensorFromPyObjectNoSync,
     out: &std::cell::Cell<DLTensor>,
 ) -> Result<bool> {
-    let State::On { shim, agreed, tensor_type } = STATE.get(py) else { return Ok(false) };
-    if crate::cpython::type_of(py, object) != tensor_type {
+    let State::On { shim, agreed, tensor_type, tensor_base } = STATE.get(py) else { return Ok(false) };
+    let ty = crate::cpython::type_of(py, object);
+    // SAFETY: GIL held; two live types.
+    if ty != tensor_type && unsafe { (py.PyType_IsSubtype)(ty, tensor_base) } == 0 {
         return Ok(false);
     }
     // SAFETY: the caller's promise.
@@ -232,7 +247,9 @@ fn first_of_pair(
     match difference(&ours, &theirs) {
         None => {
             STATE.replace(py, |now| match now {
-                State::On { shim, agreed, tensor_type } => State::On { shim, agreed: agreed | pair, tensor_type },
+                State::On { shim, agreed, tensor_type, tensor_base } => {
+                    State::On { shim, agreed: agreed | pair, tensor_type, tensor_base }
+                }
                 off => off,
             });
             Ok(true)

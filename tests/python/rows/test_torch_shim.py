@@ -1,7 +1,7 @@
 """torch's view through its C shim (docs/design.md, "torch's view through its C shim"): a
 kernel's writable view of a `torch.Tensor` is read through libtorch's `aoti_torch_get_*`
 functions instead of torch's exchange table, and must be the view the table gives, field by
-field, for every layout and dtype the shim reads; what it does not read (subclasses, sparse,
+field, for every layout, dtype and subclass the shim reads; what it does not read (sparse,
 meta, other dtypes, read-only views) is the table's, as before. Each test counts the views the
 shim gave (`dlpx._native._served("torch_shim")`), so a shim that stopped serving fails them, and
 compares with the table called directly, so one that read otherwise fails them too."""
@@ -143,8 +143,45 @@ def test_a_kernel_takes_torch_tensors_through_the_shim(tmp_path_factory):
             assert lib.nop(*xs) is None
 
 
+class Subclass(torch.Tensor):
+    pass
+
+
+SUBCLASSES = {
+    "nn.Parameter": lambda: torch.nn.Parameter(torch.arange(6.0).reshape(2, 3)[:, 1:], requires_grad=False),
+    "a Python subclass": lambda: torch.arange(6.0).reshape(3, 2).t().as_subclass(Subclass),
+}
+
+
+@shim_serves
+@pytest.mark.parametrize("make", SUBCLASSES.values(), ids=SUBCLASSES.keys())
+def test_a_subclass_is_viewed_as_the_table_views_it(make):
+    t = make()
+    assert shims_view(t) == tables_view(t)
+
+
+class Wrapper(torch.Tensor):
+    """A wrapper subclass (as DTensor and FakeTensor are): metadata without storage to read."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise NotImplementedError(f"Wrapper does not run {func}")
+
+
+def test_a_wrapper_subclass_without_storage_is_refused_as_before():
+    wrapper = Wrapper(torch.ones(3))
+    assert tables_view(wrapper)["data"] == 0  # torch's own view: no memory behind it
+    for _ in range(3):
+        with pytest.raises(BufferError, match="data is NULL for 3 elements"):
+            dlpx_view(wrapper)
+    assert dlpx_view(torch.ones(3))["shape"] == (3,)
+
+
 NOT_READ = {
-    "a subclass (nn.Parameter)": lambda: torch.nn.Parameter(torch.ones(3), requires_grad=False),
     "a float8 tensor": lambda: torch.zeros(3, dtype=torch.float8_e4m3fn),
     "a meta tensor": lambda: torch.empty(3, device="meta"),
 }
