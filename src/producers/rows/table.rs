@@ -87,7 +87,7 @@ fn refused(py: Python<'_>, returned: std::ffi::c_int, managed: *mut DLManagedTen
 /// stream (an event, never a device synchronisation), so the work dlpx orders next — a copy, a
 /// kernel on dlpx's stream — sees the data the producer's stream was still writing.
 #[inline]
-fn order_after_producer(py: Python<'_>, api: &DLPackExchangeAPI, device: DLDevice) -> Result<()> {
+pub fn order_after_producer(py: Python<'_>, api: &DLPackExchangeAPI, device: DLDevice) -> Result<()> {
     if !crate::devices::has_streams(device.device_type) {
         return Ok(());
     }

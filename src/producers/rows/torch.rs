@@ -10,7 +10,7 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 use super::table;
 use super::torch_shim;
 use crate::abi::*;
-use crate::cpython::{imported_module, vectorcall_method, GilVar, Interned, Owned, Python};
+use crate::cpython::{imported_module, type_of, vectorcall_method, GilVar, Interned, Owned, Python};
 use crate::error::{Error, Result};
 use crate::producers::discovered::Discovered;
 use crate::producers::served::Served;
@@ -40,16 +40,27 @@ impl Producer for Torch {
             true => torch_const_table(py).unwrap_or(entry.table),
             false => entry.table,
         };
-        // A writable view: torch's C shim reads what the table would (a read-only one needs the
-        // const table's `const_data_ptr()`, which the shim has no function for).
-        if let (Some(out), false) = (ask.view, ask.read_only) {
-            // SAFETY: `object` is live; the shim reads only torch._C.TensorBase objects, whose own
-            // at::Tensor `at_tensor` gives once the layout checked out (the shim is on only then).
-            let served = unsafe {
-                torch_shim::view(py, object, at_tensor(object), entry.table.dltensor_from_py_object_no_sync, out)
+        // A writable view or owning read: torch's C shim reads what the table would (a read-only
+        // one needs the const table's `const_data_ptr()`, which the shim has no function for).
+        if !ask.read_only {
+            let view_entry = entry.table.dltensor_from_py_object_no_sync;
+            // SAFETY: `object` is live; the shim reads only torch.Tensor and nn.Parameter objects,
+            // whose own at::Tensor `at_tensor` gives once the layout checked out (the shim is on
+            // only then).
+            let read = unsafe {
+                match ask.view {
+                    Some(out) => {
+                        torch_shim::view(py, object, at_tensor(object), view_entry, out)?.then_some(Handover::View)
+                    }
+                    // SAFETY: the shim's managed tensor is checked sound and holds the object.
+                    None => torch_shim::held(py, object, at_tensor(object), view_entry)?.map(|m| Handover::made(m)),
+                }
             };
-            if served? {
-                return Ok(Handover::View);
+            if let Some(handover) = read {
+                if let (true, Some(dl)) = (ask.on_dlpx_stream, handover.dl_tensor(ask)) {
+                    table::order_after_producer(py, entry.table, dl.device)?;
+                }
+                return Ok(handover);
             }
         }
         match table::read_through(py, object, table, ask) {
@@ -195,11 +206,17 @@ fn native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> Optio
     match NATIVE.get(py) {
         NativeState::Checked(native) => Some(native),
         NativeState::Off => None,
-        NativeState::Unknown => {
-            let found = find_native(py, object, tensor);
-            NATIVE.set(py, found.map_or(NativeState::Off, NativeState::Checked));
-            found
-        }
+        NativeState::Unknown => match find_native(py, object, tensor)? {
+            // Decided by this object: the functions, or Python's methods from now on.
+            Some(found) => {
+                NATIVE.set(py, NativeState::Checked(found));
+                Some(found)
+            }
+            None => {
+                NATIVE.set(py, NativeState::Off);
+                None
+            }
+        },
     }
 }
 
@@ -209,37 +226,74 @@ fn at_tensor(object: *mut PyObject) -> *const c_void {
     crate::cpython::layout::fields(object).cast::<c_void>().cast_const()
 }
 
-/// torch's functions, and with them its C shim's (`torch_shim::found`), once the layout checked out.
+/// torch's functions, and with them its C shim's (`torch_shim::found`), once the layout checked
+/// out: Some(None) where they are not to be used (switched off, missing, a layout that did not
+/// check out), None where `object` cannot decide (not a `torch.Tensor`: the next one decides).
+///
+/// `torch.Tensor` is torch's own (`THPVariableClass`, the class its C++ makes tensors of), not
+/// whatever `torch.Tensor` names now, and `object`'s `_cdata` is read through that class's
+/// descriptor, which a subclass's attribute cannot override: code that rebinds the name or fakes
+/// the attribute cannot make dlpx read another object as a tensor.
 #[cold]
-fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> Option<Native> {
+fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> Option<Option<Native>> {
     if crate::producers::guard::named(crate::producers::guard::OFF_VARIABLE, ROW.name) {
-        return None;
+        return Some(None);
     }
-    let cdata = crate::cpython::attribute(py, object, c"_cdata")?;
-    // SAFETY: the token proves the GIL is held; an int (or an error, cleared).
-    let reported = unsafe { (py.PyLong_AsVoidPtr)(cdata.as_ptr()) };
-    // SAFETY: a torch tensor object is at least a PyObject and a pointer long: `tensor` is where
-    // its fields begin.
-    let read = unsafe { tensor.cast::<*mut c_void>().read() };
-    if reported.is_null() || read != reported {
-        // SAFETY: as above.
-        unsafe { (py.PyErr_Clear)() };
-        return None;
-    }
-    let torch_c = imported_module(py, c"torch._C")?;
-    let file = crate::cpython::attribute(py, torch_c.as_ptr(), c"__file__")?;
-    let path = std::ffi::CString::new(py.str_value(file.as_ptr(), "torch._C.__file__").ok()?).ok()?;
+    let Some(path) = imported_module(py, c"torch._C")
+        .and_then(|torch_c| crate::cpython::attribute(py, torch_c.as_ptr(), c"__file__"))
+        .and_then(|file| py.str_value(file.as_ptr(), "torch._C.__file__").ok())
+        .and_then(|path| std::ffi::CString::new(path).ok())
+    else {
+        return Some(None);
+    };
     // SAFETY: RTLD_NOLOAD finds the extension Python loaded (no code runs); `dlsym` on its handle
     // searches the libraries it links (libtorch_cpu); the interpreter keeps it loaded.
     unsafe {
         let library = libc::dlopen(path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
         if library.is_null() {
-            return None;
+            return Some(None);
         }
         let symbol = |name: &std::ffi::CStr| NonNull::new(libc::dlsym(library, name.as_ptr()));
-        let shim = torch_shim::Shim::find(|name| symbol(name), is_rocm(py));
-        torch_shim::found(py, shim, kept_type(py, c"torch", c"Tensor"), tensor_base(py));
-        let found = (|| {
+        let decided = decide(py, object, tensor, &symbol);
+        libc::dlclose(library);
+        decided
+    }
+}
+
+/// [`find_native`] with torch's symbols at hand (`symbol`).
+///
+/// # Safety
+/// `symbol` gives torch's symbols, which live for the process.
+unsafe fn decide(
+    py: Python<'_>,
+    object: *mut PyObject,
+    tensor: *const c_void,
+    symbol: &dyn Fn(&std::ffi::CStr) -> Option<NonNull<c_void>>,
+) -> Option<Option<Native>> {
+    // SAFETY: `THPVariableClass` is a `PyObject*` torch sets to torch.Tensor as it loads.
+    let Some(tensor_type) =
+        symbol(c"THPVariableClass").and_then(|at| NonNull::new(unsafe { *at.as_ptr().cast::<*mut PyObject>() }))
+    else {
+        return Some(None);
+    };
+    let tensor_type = tensor_type.as_ptr().cast::<PyTypeObject>();
+    // SAFETY: GIL held; two live types.
+    if unsafe { (py.PyType_IsSubtype)(type_of(py, object), tensor_type) } == 0 {
+        return None;
+    }
+    // SAFETY: a torch tensor object is at least a PyObject and a pointer long: `tensor` is where
+    // its fields begin.
+    let read = unsafe { tensor.cast::<*mut c_void>().read() };
+    let reported = true_cdata(py, tensor_type.cast(), object);
+    if reported.is_null() || read != reported {
+        return Some(None);
+    }
+    // SAFETY: the caller's promise.
+    let shim = unsafe { torch_shim::Shim::find(symbol, is_rocm(py)) };
+    torch_shim::found(py, shim, tensor_type, parameter_type(py, tensor_type));
+    // SAFETY: each symbol is the C++ function of the type it is read as (a reference is a pointer).
+    let found = unsafe {
+        (|| {
             Some(Native {
                 is_neg: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> bool>(
                     symbol(c"_ZN2at6native6is_negERKNS_6TensorE")?.as_ptr(),
@@ -251,9 +305,52 @@ fn find_native(py: Python<'_>, object: *mut PyObject, tensor: *const c_void) -> 
                     symbol(c"_ZN5torch8autograd4impl17get_autograd_metaERKN2at10TensorBaseE")?.as_ptr(),
                 ),
             })
-        })();
-        libc::dlclose(library);
-        found
+        })()
+    };
+    Some(found)
+}
+
+/// `object._cdata` as `tensor_type`'s own descriptor answers it (`torch.Tensor._cdata.__get__`),
+/// NULL where it cannot.
+fn true_cdata(py: Python<'_>, tensor_type: *mut PyObject, object: *mut PyObject) -> *mut c_void {
+    let Some(getter) = crate::cpython::attribute(py, tensor_type, c"_cdata")
+        .and_then(|descriptor| crate::cpython::attribute(py, descriptor.as_ptr(), c"__get__"))
+    else {
+        return ptr::null_mut();
+    };
+    // SAFETY: GIL held; the tuple takes the new reference to `object`; new references are owned;
+    // a failure's exception is cleared.
+    unsafe {
+        let Ok(args) = Owned::new(py, (py.PyTuple_New)(1)) else {
+            (py.PyErr_Clear)();
+            return ptr::null_mut();
+        };
+        (py.Py_IncRef)(object);
+        (py.PyTuple_SetItem)(args.as_ptr(), 0, object);
+        let cdata = match Owned::new(py, (py.PyObject_CallObject)(getter.as_ptr(), args.as_ptr())) {
+            Ok(cdata) => (py.PyLong_AsVoidPtr)(cdata.as_ptr()),
+            Err(_) => ptr::null_mut(),
+        };
+        if cdata.is_null() {
+            (py.PyErr_Clear)();
+        }
+        cdata
+    }
+}
+
+/// `torch.nn.Parameter`, kept for the process, where it is a subclass of `tensor_type` (torch's
+/// own torch.Tensor); NULL otherwise.
+fn parameter_type(py: Python<'_>, tensor_type: *mut PyTypeObject) -> *mut PyTypeObject {
+    let Some(parameter) = imported_module(py, c"torch.nn.parameter")
+        .and_then(|module| crate::cpython::attribute(py, module.as_ptr(), c"Parameter"))
+    else {
+        return ptr::null_mut();
+    };
+    let is_type = crate::cpython::is_type(py, parameter.as_ptr());
+    // SAFETY: GIL held; two live types.
+    match is_type && unsafe { (py.PyType_IsSubtype)(parameter.as_ptr().cast(), tensor_type) } != 0 {
+        true => parameter.into_ptr().cast(),
+        false => ptr::null_mut(),
     }
 }
 
@@ -263,22 +360,6 @@ fn is_rocm(py: Python<'_>) -> bool {
     let Some(version) = imported_module(py, c"torch.version") else { return true };
     let hip = crate::cpython::attribute(py, version.as_ptr(), c"hip");
     hip.is_none_or(|hip| hip.as_ptr() != py.none)
-}
-
-/// `torch._C.TensorBase` (`_TensorBase` before torch 2.3), kept for the process; NULL where
-/// neither can be read.
-fn tensor_base(py: Python<'_>) -> *mut PyTypeObject {
-    let base = kept_type(py, c"torch._C", c"TensorBase");
-    if base.is_null() {
-        return kept_type(py, c"torch._C", c"_TensorBase");
-    }
-    base
-}
-
-/// `module.name` (a type), kept for the process; NULL where it cannot be read.
-fn kept_type(py: Python<'_>, module: &std::ffi::CStr, name: &std::ffi::CStr) -> *mut PyTypeObject {
-    let ty = imported_module(py, module).and_then(|module| crate::cpython::attribute(py, module.as_ptr(), name));
-    ty.map_or(ptr::null_mut(), |ty| ty.into_ptr().cast())
 }
 
 /// A name torch's tensors answer to: an attribute, or a method taking no argument.

@@ -1,18 +1,19 @@
-//! torch's view of a tensor read through libtorch's stable C functions (`aoti_torch_get_*`, the
-//! shim AOTInductor's compiled code links: each catches every C++ exception and returns an error
-//! code), in place of its exchange table's `dltensor_from_py_object_no_sync`, which reaches the
-//! same `at::Tensor` through pybind11 (a GIL acquisition the caller already holds, a type check
-//! and a reference count taken and given back): ~580 instructions a tensor where the functions
-//! take ~130. They read what the table's `at::toDLPackNonOwning` reads — `data_ptr()` (the
-//! first element's address, copy-on-write storage materialised as the table's writable view
-//! does), the device, `dim()`, the dtype, `sizes()` and `strides()` (pointers into the tensor's
-//! own metadata), no byte offset — and the view is only used where both agree (docs/design.md,
-//! "torch's view through its C shim"):
+//! torch's view of a tensor (and, holding the tensor, its owning import) read through libtorch's
+//! stable C functions (`aoti_torch_get_*`, the shim AOTInductor's compiled code links: each
+//! catches every C++ exception and returns an error code), in place of its exchange table's
+//! `dltensor_from_py_object_no_sync`, which reaches the same `at::Tensor` through pybind11 (a GIL
+//! acquisition the caller already holds, a type check and a reference count taken and given
+//! back): ~580 instructions a tensor where the functions take ~140. They read what the table's
+//! `at::toDLPackNonOwning` reads — `data_ptr()` (the first element's address, copy-on-write
+//! storage materialised as the table's writable view does), the device, `dim()`, the dtype,
+//! `sizes()` and `strides()` (pointers into the tensor's own metadata), no byte offset — and the
+//! view is only used where both agree (docs/design.md, "torch's view through its C shim"):
 //!
-//! - only `torch._C.TensorBase` objects (`torch.Tensor`, `nn.Parameter`, any subclass: one C
-//!   layout), strided, on the CPU or CUDA, of the dtypes below: anything else (sparse, nested,
-//!   meta, quantized, another device or dtype, a subclass whose storage cannot be read) is the
-//!   table's to answer or refuse;
+//! - only `torch.Tensor` and `nn.Parameter` objects (their C++ metadata: a subclass may answer
+//!   its sizes in Python), strided, on the CPU or CUDA, of the dtypes below: anything else
+//!   (sparse, nested, meta, quantized, another device or dtype, another type) is the table's to
+//!   answer or refuse; a tensor with no memory to point at (a functional or fake tensor's
+//!   storage) is read as the table reads it, with NULL data, which the view's checks refuse;
 //! - each pair of dtype and device is read both ways on its first tensor, and the view used
 //!   only after they agreed field by field; a difference turns the shim off for the process
 //!   (a RuntimeWarning, or an error under `DLPX_DIRECT_STRICT`), as a direct read's guard does.
@@ -79,15 +80,16 @@ pub struct Shim {
 /// the pairs of dtype and device that agreed with the table (bit `2 × dtype + device`).
 #[derive(Clone, Copy)]
 enum State {
-    /// `tensor_type`: `torch.Tensor`, `torch._C.TensorBase`'s one subclass most objects are of;
-    /// the shim reads objects of `TensorBase` and its subclasses (`nn.Parameter`), whose C layout
-    /// is `THPVariable`'s. Any other type publishing torch's table goes to the table, which checks
-    /// what it is given.
+    /// `tensor_type` and `parameter_type` (NULL where there is none): `torch.Tensor` (torch's
+    /// own) and `nn.Parameter`, the types read. A subclass may compute its sizes in Python
+    /// (`__torch_dispatch__`, a wrapper's), which the shim's reads would run and which frees the
+    /// dimensions it gave when asked again: such objects, and any other type publishing torch's
+    /// table, go to the table.
     On {
         shim: &'static Shim,
         agreed: u64,
         tensor_type: *mut PyTypeObject,
-        tensor_base: *mut PyTypeObject,
+        parameter_type: *mut PyTypeObject,
     },
     Off,
 }
@@ -179,17 +181,17 @@ impl Shim {
     }
 }
 
-/// Turns the shim on for objects of `tensor_base` (`torch._C.TensorBase`) and its subclasses,
-/// `tensor_type` (`torch.Tensor`) the common one (both kept for the process), with the
+/// Turns the shim on for objects of exactly `tensor_type` (torch's own `torch.Tensor`) or
+/// `parameter_type` (`nn.Parameter`, NULL for none), both kept for the process, with the
 /// functions `find` found (once, with torch's other functions).
 pub fn found(
     py: Python<'_>,
     shim: Option<&'static Shim>,
     tensor_type: *mut PyTypeObject,
-    tensor_base: *mut PyTypeObject,
+    parameter_type: *mut PyTypeObject,
 ) {
-    if let Some(shim) = shim.filter(|_| !tensor_type.is_null() && !tensor_base.is_null()) {
-        STATE.set(py, State::On { shim, agreed: 0, tensor_type, tensor_base });
+    if let Some(shim) = shim.filter(|_| !tensor_type.is_null()) {
+        STATE.set(py, State::On { shim, agreed: 0, tensor_type, parameter_type });
     }
 }
 
@@ -198,8 +200,8 @@ pub fn found(
 /// too, and its view is the answer; the shim's is used from then on only where they agreed.
 ///
 /// # Safety
-/// `object` is live, and where it is a `torch._C.TensorBase`, `tensor` is its own `at::Tensor`
-/// (the layout checked).
+/// `object` is live, and where it is a `torch.Tensor` or `nn.Parameter`, `tensor` is its own
+/// `at::Tensor` (the layout checked).
 #[inline(always)]
 pub unsafe fn view(
     py: Python<'_>,
@@ -208,10 +210,9 @@ pub unsafe fn view(
     table: crate::abi::DLPackDLTensorFromPyObjectNoSync,
     out: &std::cell::Cell<DLTensor>,
 ) -> Result<bool> {
-    let State::On { shim, agreed, tensor_type, tensor_base } = STATE.get(py) else { return Ok(false) };
+    let State::On { shim, agreed, tensor_type, parameter_type } = STATE.get(py) else { return Ok(false) };
     let ty = crate::cpython::type_of(py, object);
-    // SAFETY: GIL held; two live types.
-    if ty != tensor_type && unsafe { (py.PyType_IsSubtype)(ty, tensor_base) } == 0 {
+    if ty != tensor_type && ty != parameter_type {
         return Ok(false);
     }
     // SAFETY: the caller's promise.
@@ -222,6 +223,51 @@ pub unsafe fn view(
     out.set(view);
     SERVED.count(py);
     Ok(true)
+}
+
+/// `object`'s tensor through the shim as an owning managed tensor that holds a reference to
+/// `object` (as the numpy row's reads do: `held`), for `from_dlpack` and `dlpx_import`, where
+/// torch's table has the same pybind11 path around `toDLPackVersioned`; Ok(None) where the shim
+/// does not read it, or reads what a managed tensor cannot describe (the table then answers, and
+/// the import's checks refuse what it gives).
+///
+/// # Safety
+/// As for [`view`].
+#[inline]
+pub unsafe fn held(
+    py: Python<'_>,
+    object: *mut pyo3_ffi::PyObject,
+    tensor: *const c_void,
+    table: crate::abi::DLPackDLTensorFromPyObjectNoSync,
+) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
+    let empty = DLTensor {
+        data: ptr::null_mut(),
+        device: DLDevice::CPU,
+        ndim: 0,
+        dtype: DLDataType { code: 0, bits: 0, lanes: 0 },
+        shape: ptr::null_mut(),
+        strides: ptr::null_mut(),
+        byte_offset: 0,
+    };
+    let slot = std::cell::Cell::new(empty);
+    // SAFETY: the caller's promise.
+    if !unsafe { view(py, object, tensor, table, &slot) }? {
+        return Ok(None);
+    }
+    let read = slot.get();
+    // SAFETY: a view of the live tensor: `ndim` extents and strides where it is sound.
+    let sound =
+        (0..=crate::layout::MAX_NDIM as i32).contains(&read.ndim) && unsafe { crate::validate::is_sound(&read, 0) };
+    let Some(object) = NonNull::new(object).filter(|_| sound) else { return Ok(None) };
+    let ndim = read.ndim as usize;
+    let dims = (0..ndim).map(|i| {
+        // SAFETY: `i < ndim`, the length of both (checked sound above).
+        unsafe { (*read.shape.add(i), *read.strides.add(i)) }
+    });
+    let reference = crate::producers::held::Reference::to(py, object);
+    // SAFETY: the reference keeps the tensor, and so its memory, valid while it is held; `dims`
+    // yields `ndim` pairs, at most MAX_NDIM.
+    unsafe { crate::producers::held::managed_holding(py, reference, read, dims, false) }.map(Some)
 }
 
 /// A pair's first tensor: read by the table too, the two compared; the table's view is the
@@ -236,6 +282,9 @@ fn first_of_pair(
     pair: u64,
 ) -> Result<bool> {
     let Some(table) = table else { return Ok(false) };
+    // Ours, copied before the table is asked: asking again may move what the first answer
+    // pointed at (a tensor whose metadata is computed on demand).
+    let (our_shape, our_strides) = (dims(&ours, ours.shape), dims(&ours, ours.strides));
     // SAFETY: the table's contract: the GIL held (the token), an object of its type, a writable
     // DLTensor (the cell's, which nothing else borrows during the call).
     if unsafe { table(object.cast(), out.as_ptr()) } != 0 {
@@ -244,11 +293,11 @@ fn first_of_pair(
         return Ok(false);
     }
     let theirs = out.get();
-    match difference(&ours, &theirs) {
+    match difference((&ours, our_shape, our_strides), &theirs) {
         None => {
             STATE.replace(py, |now| match now {
-                State::On { shim, agreed, tensor_type, tensor_base } => {
-                    State::On { shim, agreed: agreed | pair, tensor_type, tensor_base }
+                State::On { shim, agreed, tensor_type, parameter_type } => {
+                    State::On { shim, agreed: agreed | pair, tensor_type, parameter_type }
                 }
                 off => off,
             });
@@ -263,16 +312,23 @@ fn first_of_pair(
     }
 }
 
-/// What differs between two views of one tensor, or None.
-fn difference(ours: &DLTensor, theirs: &DLTensor) -> Option<String> {
-    let same = ours.data == theirs.data
-        && ours.device == theirs.device
-        && ours.ndim == theirs.ndim
-        && ours.dtype == theirs.dtype
-        && ours.byte_offset == theirs.byte_offset
-        && dims(ours, ours.shape) == dims(theirs, theirs.shape)
-        && dims(ours, ours.strides) == dims(theirs, theirs.strides);
-    (!same).then(|| format!("the shim's {} against the table's {}", describe(ours), describe(theirs)))
+/// What differs between two views of one tensor (ours with its dimensions copied), or None.
+fn difference(ours: (&DLTensor, Option<Vec<i64>>, Option<Vec<i64>>), theirs: &DLTensor) -> Option<String> {
+    let (view, shape, strides) = ours;
+    let theirs_dims = (dims(theirs, theirs.shape), dims(theirs, theirs.strides));
+    let same = view.data == theirs.data
+        && view.device == theirs.device
+        && view.ndim == theirs.ndim
+        && view.dtype == theirs.dtype
+        && view.byte_offset == theirs.byte_offset
+        && (&shape, &strides) == (&theirs_dims.0, &theirs_dims.1);
+    (!same).then(|| {
+        format!(
+            "the shim's {} against the table's {}",
+            describe(view, &shape, &strides),
+            describe(theirs, &theirs_dims.0, &theirs_dims.1)
+        )
+    })
 }
 
 /// A view's extents or strides (`at`), or None where it has none.
@@ -283,15 +339,13 @@ fn dims(view: &DLTensor, at: *mut i64) -> Option<Vec<i64>> {
 }
 
 #[cold]
-fn describe(view: &DLTensor) -> String {
+fn describe(view: &DLTensor, shape: &Option<Vec<i64>>, strides: &Option<Vec<i64>>) -> String {
     format!(
-        "data {:p} + {}, {}, ndim {}, {}, shape {:?}, strides {:?}",
+        "data {:p} + {}, {}, ndim {}, {}, shape {shape:?}, strides {strides:?}",
         view.data,
         view.byte_offset,
         crate::device_names::name(view.device),
         view.ndim,
         crate::dtype::dtype_name(view.dtype),
-        dims(view, view.shape),
-        dims(view, view.strides)
     )
 }

@@ -1,13 +1,17 @@
 """torch's view through its C shim (docs/design.md, "torch's view through its C shim"): a
-kernel's writable view of a `torch.Tensor` is read through libtorch's `aoti_torch_get_*`
+kernel's writable view of a `torch.Tensor`, and an owning import of one (`from_dlpack`,
+`dlpx_import`, holding the tensor), is read through libtorch's `aoti_torch_get_*`
 functions instead of torch's exchange table, and must be the view the table gives, field by
-field, for every layout, dtype and subclass the shim reads; what it does not read (sparse,
-meta, other dtypes, read-only views) is the table's, as before. Each test counts the views the
+field, for every layout and dtype the shim reads; what it does not read (subclasses, sparse,
+meta, other dtypes, read-only views) is the table's, as before, and no rebinding of torch's
+names makes it read another object as a tensor. Each test counts the views the
 shim gave (`dlpx._native._served("torch_shim")`), so a shim that stopped serving fails them, and
 compares with the table called directly, so one that read otherwise fails them too."""
 
 import ctypes
+import gc
 import os
+import sys
 
 import c_build
 import pytest
@@ -110,6 +114,54 @@ def test_a_cuda_tensor_is_viewed_as_the_table_views_it(make):
 
 
 @shim_serves
+@pytest.mark.parametrize("make", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_an_import_through_the_shim_is_the_tensor_itself(make):
+    t = make()
+    dlpx.from_dlpack(t), dlpx.from_dlpack(t)  # the shim found, the pair checked
+    with serves("torch_shim", 1):
+        imported = dlpx.from_dlpack(t)
+    back = torch.from_dlpack(imported)
+    assert (back.data_ptr(), back.shape, back.stride(), back.dtype) == (t.data_ptr(), t.shape, t.stride(), t.dtype)
+    assert torch.equal(back, t)
+
+
+@shim_serves
+def test_an_import_holds_the_tensor_until_it_goes():
+    t = torch.arange(12.0).reshape(3, 4)[1:]
+    dlpx.from_dlpack(t), dlpx.from_dlpack(t)
+    held = sys.getrefcount(t)
+    with serves("torch_shim", 1):
+        imported = dlpx.from_dlpack(t)
+    assert sys.getrefcount(t) == held + 1
+    data, expected = t.data_ptr(), t.clone()
+    del t
+    gc.collect()
+    back = torch.from_dlpack(imported)
+    assert back.data_ptr() == data and torch.equal(back, expected)
+    del back
+    imported = None
+    gc.collect()
+
+
+@shim_serves
+def test_dlpx_import_of_a_torch_tensor_is_read_through_the_shim_and_released_once():
+    t = torch.arange(6, dtype=torch.int32)
+    _LIB.dlpx_import.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_void_p)]
+    out = ctypes.c_void_p()
+    for _ in range(2):
+        assert _LIB.dlpx_import(t, ctypes.byref(out)) == 0
+        abi.call_deleter(out.value, abi.managed_at(out.value).deleter)
+    held = sys.getrefcount(t)
+    with serves("torch_shim", 1):
+        assert _LIB.dlpx_import(t, ctypes.byref(out)) == 0
+    got = abi.read_managed(out.value, True)
+    assert (got["data"], got["shape"], got["strides"], got["flags"]) == (t.data_ptr(), (6,), (1,), 0)
+    assert sys.getrefcount(t) == held + 1
+    abi.call_deleter(out.value, abi.managed_at(out.value).deleter)
+    assert sys.getrefcount(t) == held
+
+
+@shim_serves
 def test_the_view_is_the_tensors_memory_and_metadata():
     t = base()[1:, ::2, 1:4]
     view = shims_view(t)
@@ -143,42 +195,96 @@ def test_a_kernel_takes_torch_tensors_through_the_shim(tmp_path_factory):
             assert lib.nop(*xs) is None
 
 
+@shim_serves
+def test_a_parameter_is_viewed_as_the_table_views_it():
+    weight = torch.nn.Parameter(torch.arange(6.0).reshape(2, 3)[:, 1:], requires_grad=False)
+    assert shims_view(weight) == tables_view(weight)
+
+
 class Subclass(torch.Tensor):
     pass
 
 
-SUBCLASSES = {
-    "nn.Parameter": lambda: torch.nn.Parameter(torch.arange(6.0).reshape(2, 3)[:, 1:], requires_grad=False),
-    "a Python subclass": lambda: torch.arange(6.0).reshape(3, 2).t().as_subclass(Subclass),
-}
-
-
-@shim_serves
-@pytest.mark.parametrize("make", SUBCLASSES.values(), ids=SUBCLASSES.keys())
-def test_a_subclass_is_viewed_as_the_table_views_it(make):
-    t = make()
-    assert shims_view(t) == tables_view(t)
-
-
 class Wrapper(torch.Tensor):
-    """A wrapper subclass (as DTensor and FakeTensor are): metadata without storage to read."""
+    """A wrapper subclass (as DTensor and FakeTensor are): metadata without storage, its sizes
+    answered in Python (`__torch_dispatch__`)."""
 
     @staticmethod
-    def __new__(cls, inner):
-        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)
+    def __new__(cls):
+        return torch.Tensor._make_wrapper_subclass(cls, (2, 3), strides=(3, 1), dtype=torch.float64,
+                                                   dispatch_sizes_strides_policy="sizes")
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        raise NotImplementedError(f"Wrapper does not run {func}")
+        name = func.overloadpacket.__name__.replace("sym_", "")
+        answers = {"dim": 2, "size": (2, 3), "stride": (3, 1), "numel": 6, "storage_offset": 0}
+        if name in answers:
+            return answers[name]
+        raise NotImplementedError(str(func))
 
 
-def test_a_wrapper_subclass_without_storage_is_refused_as_before():
-    wrapper = Wrapper(torch.ones(3))
-    assert tables_view(wrapper)["data"] == 0  # torch's own view: no memory behind it
-    for _ in range(3):
-        with pytest.raises(BufferError, match="data is NULL for 3 elements"):
-            dlpx_view(wrapper)
-    assert dlpx_view(torch.ones(3))["shape"] == (3,)
+SUBCLASSES = {
+    "a Python subclass": lambda: torch.arange(6.0).reshape(3, 2).t().as_subclass(Subclass),
+    "a wrapper subclass, its sizes in Python": Wrapper,
+}
+
+
+@pytest.mark.parametrize("make", SUBCLASSES.values(), ids=SUBCLASSES.keys())
+def test_a_subclass_is_the_tables_to_read_not_the_shims(make):
+    dlpx_view(torch.zeros(3)), dlpx_view(torch.zeros(3))
+    t = make()
+    before = served("torch_shim")
+    expected = tables_view(t)
+    if expected["data"] == 0:  # the wrapper: torch's own view has no memory behind it
+        with pytest.raises(BufferError, match="data is NULL for 6 elements"):
+            dlpx_view(t)
+    else:
+        assert dlpx_view(t) == expected
+    assert served("torch_shim") == before
+
+
+def run_fresh(code):
+    """`code` in a new interpreter (the shim is found on the process's first torch tensor)."""
+    import subprocess
+
+    prelude = f"import sys\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+    prelude += "import test_torch_shim as T\nimport torch, dlpx\n"
+    done = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_rebinding_torch_tensor_cannot_make_dlpx_read_another_object_as_a_tensor():
+    returncode, out = run_fresh("""
+class Plain:
+    __slots__ = ("a",)
+    __dlpack_c_exchange_api__ = torch.Tensor.__dlpack_c_exchange_api__
+torch.Tensor = Plain
+torch._C.TensorBase = object
+x = torch.zeros(3)
+T.dlpx_view(x), T.dlpx_view(x), T.dlpx_view(x)
+p = Plain()
+p.a = "a str where an at::Tensor would be"
+try:
+    T.dlpx_view(p)
+except BufferError:
+    print("refused", dlpx._native._served("torch_shim") > 0)
+""")
+    assert (returncode, out.strip()) == (0, "refused True")
+
+
+def test_a_first_tensor_that_fakes_its_cdata_does_not_turn_the_shim_off():
+    returncode, out = run_fresh("""
+class Faked(torch.Tensor):
+    @property
+    def _cdata(self):
+        return 12345
+T.dlpx_view(torch.zeros(3).as_subclass(Faked))
+T.dlpx_view(torch.zeros(3))
+before = dlpx._native._served("torch_shim")
+T.dlpx_view(torch.zeros(3))
+print(dlpx._native._served("torch_shim") - before, dlpx._native._served("torch") > 0)
+""")
+    assert (returncode, out.strip()) == (0, "1 True")
 
 
 NOT_READ = {
