@@ -190,6 +190,20 @@ pub struct DLTensor {
 }
 
 impl DLTensor {
+    /// No tensor: NULL data and dimensions, 0-d, on the CPU, a zero dtype (a slot before a view
+    /// is written into it). (Rust's alone.)
+    ///
+    /// cbindgen:ignore
+    pub const EMPTY: DLTensor = DLTensor {
+        data: std::ptr::null_mut(),
+        device: DLDevice::CPU,
+        ndim: 0,
+        dtype: DLDataType { code: 0, bits: 0, lanes: 0 },
+        shape: std::ptr::null_mut(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    };
+
     /// Whether two headers are the same (the same pointers to the same shape and strides),
     /// compared as the six words each is (`repr(C)`, no padding): or-ed differences, with no call
     /// (an array's `==` is a `bcmp` call, which costs more on a kernel call's path).

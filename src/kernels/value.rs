@@ -6,7 +6,7 @@ use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 
 use super::signature::Default;
-use crate::abi::{DLDataType, DLDevice, DLManagedTensorVersioned, DLTensor};
+use crate::abi::{DLManagedTensorVersioned, DLTensor};
 
 /// The kind of a kernel's argument or result (`DLPX_VALUE_*`).
 pub type DlpxValueKind = i32;
@@ -55,17 +55,6 @@ const _: () = assert!(
         && std::mem::offset_of!(TensorArgument, flags) == 56
 );
 
-/// The tensor an argument holds until its view is written.
-const EMPTY: DLTensor = DLTensor {
-    data: ptr::null_mut(),
-    device: DLDevice::CPU,
-    ndim: 0,
-    dtype: DLDataType { code: 0, bits: 0, lanes: 0 },
-    shape: ptr::null_mut(),
-    strides: ptr::null_mut(),
-    byte_offset: 0,
-};
-
 /// What a 0-d tensor argument's shape and strides point to where its producer left them NULL
 /// (dlpx's own, jax's, tvm-ffi's, capsules): kernel.h promises a kernel they never are. One
 /// element, so a kernel that reads `shape[0]` of a 0-d tensor by mistake reads a number.
@@ -99,7 +88,7 @@ impl Value {
         // test below), in the slot's memory; every field is written before the slot is used.
         unsafe {
             ptr::addr_of_mut!((*argument).kind).write(DLPX_VALUE_TENSOR);
-            ptr::addr_of_mut!((*argument).tensor).write(EMPTY);
+            ptr::addr_of_mut!((*argument).tensor).write(DLTensor::EMPTY);
             ptr::addr_of_mut!((*argument).flags).write(0);
             (&mut (*argument).tensor, &mut (*argument).flags)
         }

@@ -240,16 +240,7 @@ pub unsafe fn held(
     tensor: *const c_void,
     table: crate::abi::DLPackDLTensorFromPyObjectNoSync,
 ) -> Result<Option<NonNull<DLManagedTensorVersioned>>> {
-    let empty = DLTensor {
-        data: ptr::null_mut(),
-        device: DLDevice::CPU,
-        ndim: 0,
-        dtype: DLDataType { code: 0, bits: 0, lanes: 0 },
-        shape: ptr::null_mut(),
-        strides: ptr::null_mut(),
-        byte_offset: 0,
-    };
-    let slot = std::cell::Cell::new(empty);
+    let slot = std::cell::Cell::new(DLTensor::EMPTY);
     // SAFETY: the caller's promise.
     if !unsafe { view(py, object, tensor, table, &slot) }? {
         return Ok(None);
