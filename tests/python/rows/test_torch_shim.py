@@ -247,7 +247,9 @@ def run_fresh(code):
     """`code` in a new interpreter (the shim is found on the process's first torch tensor)."""
     import subprocess
 
-    prelude = f"import sys\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+    # This folder and the helpers' (conftest.py puts them on sys.path; a child has only its own).
+    paths = [os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(c_build.__file__))]
+    prelude = f"import sys\nsys.path[:0] = {paths!r}\n"
     prelude += "import test_torch_shim as T\nimport torch, dlpx\n"
     done = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=300)
     return done.returncode, done.stdout + done.stderr
