@@ -17,7 +17,7 @@ mod ints;
 
 pub use device::device;
 pub use dtype::dtype;
-pub use ints::{int_pair, int_sequence, int_value, Ints};
+pub use ints::{int_pair, int_sequence, int_value, stream_value, Ints};
 
 /// A function's parameter names, interned once: keyword names at a call site are interned
 /// strings too, so matching is a pointer comparison (string comparison stays the fallback).

@@ -7,6 +7,18 @@ use crate::cpython::{Owned, Python};
 use crate::error::{Error, Result};
 use crate::layout::MAX_NDIM;
 
+/// A stream argument: None, or an integer handle. A bool is refused, as torch's `__dlpack__`
+/// refuses it: `stream=True` is a mistake, not the legacy default stream (1).
+pub fn stream_value(py: Python<'_>, object: *mut PyObject, name: &str) -> Result<Option<i64>> {
+    match object {
+        none if crate::args::is_none(py, none) => Ok(None),
+        flag if flag == py.true_ || flag == py.false_ => {
+            Err(Error::type_error(format!("{name} must be an integer or None, not bool")))
+        }
+        handle => int_value(py, handle, name).map(Some),
+    }
+}
+
 /// An integer argument (anything with `__index__`). `name` is spelled out only for an error (a
 /// sequence's `shape[2]` costs nothing until then).
 pub fn int_value(py: Python<'_>, object: *mut PyObject, name: impl std::fmt::Display) -> Result<i64> {

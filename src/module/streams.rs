@@ -31,7 +31,7 @@ pub(super) fn set_current_stream(py: Python<'_>, _module: *mut PyObject, args: F
     let [device_type, device_id, stream] = args.parse(py, &STREAM_NAMES, 3)?;
     let device = stream_device(py, device_type, device_id)?;
     devices::check_stream_settable(device)?;
-    let handle = if args::is_none(py, stream) { 0 } else { args::int_value(py, stream, "stream")? };
+    let handle = args::stream_value(py, stream, "stream")?.unwrap_or(0);
     let previous = crate::stream::set_current(device, handle as usize as *mut c_void)?;
     py.new_uint(previous as usize as u64)
 }

@@ -164,10 +164,10 @@ pub fn interface_of<'py>(py: Python<'py>, owner: *mut PyObject, kind: Kind) -> R
     };
 
     // `stream` is version 3's (version 2 has no such key: one there is not the producer's word).
-    let stream = match item(&STREAM)?.filter(|s| !args::is_none(py, s.as_ptr())) {
-        Some(s) if kind == Kind::Cuda && version >= 3 => match args::int_value(py, s.as_ptr(), "stream")? {
-            0 => return Err(refuse("stream 0 is ambiguous and not allowed (the interface says 1 or 2)".into())),
-            v => Some(v),
+    let stream = match item(&STREAM)? {
+        Some(s) if kind == Kind::Cuda && version >= 3 => match args::stream_value(py, s.as_ptr(), "stream")? {
+            Some(0) => return Err(refuse("stream 0 is ambiguous and not allowed (the interface says 1 or 2)".into())),
+            v => v,
         },
         _ => None,
     };

@@ -68,7 +68,7 @@ pub(super) fn dlpack(py: Python<'_>, object: *mut PyObject, args: FastArgs<'_>) 
     }
     // A request for another device is refused by export_for below; the stream only means
     // something for the device the capsule will describe.
-    let stream = if args::is_none(py, stream) { None } else { Some(args::int_value(py, stream, "stream")?) };
+    let stream = args::stream_value(py, stream, "stream")?;
     let consumer = match target == device || devices::host_accessible(target.device_type) {
         true => devices::consumer_stream(target, stream)?,
         false => None,

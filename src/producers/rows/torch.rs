@@ -1,6 +1,7 @@
 //! The `torch` row: torch's own table, with the checks torch's `__dlpack__` makes and its table
-//! skips (docs/design.md, "Faithful import"); a writable view of a `torch.Tensor` read through
-//! torch's C shim instead (`torch_shim`; docs/design.md, "torch's view through its C shim").
+//! skips (docs/design.md, "Faithful import"); a writable view or an owning import of a
+//! `torch.Tensor` read through torch's C shim instead (`torch_shim`; docs/design.md, "torch's
+//! view through its C shim").
 
 use std::ffi::c_void;
 use std::ptr::{self, NonNull};

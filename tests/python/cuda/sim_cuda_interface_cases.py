@@ -176,6 +176,12 @@ def test_interfaces_dlpack_cannot_describe_are_refused(change, says):
         dlpx.from_dlpack(OnlyCudaInterface(dict(t.__cuda_array_interface__, **change)))
 
 
+def test_a_bool_stream_is_refused_as_not_a_handle():
+    t = dlpx.empty((8,), "float32", "cuda:0")
+    with pytest.raises(TypeError, match="stream must be an integer or None, not bool"):
+        dlpx.from_dlpack(OnlyCudaInterface(dict(t.__cuda_array_interface__, stream=True)))
+
+
 def test_a_pointer_the_driver_does_not_know_is_refused():
     host = np.zeros(4, np.float32)  # not CUDA memory
     interface = dict(shape=(4,), typestr="<f4", data=(host.ctypes.data, False), version=3, stream=None)

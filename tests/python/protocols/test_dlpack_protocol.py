@@ -124,6 +124,16 @@ def test_a_non_integer_stream_is_a_type_error(tensor, stream):
         tensor.__dlpack__(stream=stream)
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_bool_stream_is_a_type_error_as_torch_says(tensor, stream):
+    # bool is an int to __index__: True would otherwise be stream 1, the legacy default.
+    with pytest.raises(TypeError, match=r"^dlpx: __dlpack__: stream must be an integer or None, not bool"):
+        tensor.__dlpack__(stream=stream)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="stream must be"):
+        torch.zeros(2).__dlpack__(stream=stream)
+
+
 # ---- dl_device ---------------------------------------------------------------------------------
 
 
