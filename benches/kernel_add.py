@@ -167,9 +167,10 @@ def count_child(calls: int) -> None:
 
 def in_torch(name: str) -> bool:
     """torch's share of a call: its exchange table's entries (the views, the allocator, the
-    conversion to a torch.Tensor), its C shim's functions (dlpx's views: docs/design.md, "torch's
-    view through its C shim") and the output's deallocation (when the next result replaces it)."""
-    return name.startswith(("TorchDLPackExchangeAPI::", "aoti_torch_", "THPVariable_dealloc("))
+    conversion to a torch.Tensor), its C shim's functions and `THPVariable_Wrap` (dlpx's views
+    and outputs: docs/design.md, "torch's view through its C shim") and the output's
+    deallocation (when the next result replaces it)."""
+    return name.startswith(("TorchDLPackExchangeAPI::", "aoti_torch_", "THPVariable_dealloc(", "THPVariable_Wrap("))
 
 
 def count(calls: int) -> int:

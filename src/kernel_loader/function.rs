@@ -184,7 +184,10 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
         // A short kernel runs with the GIL this call holds: its stream is asked with it.
         let holding = kernel.short.then_some(py);
         let stream = |device: DLDevice| stream_of(table, device, holding);
-        let allocator = table.and_then(|t| t.managed_tensor_allocator);
+        let allocator = match like {
+            Some(entry) => entry.row.producer.output_allocator(entry),
+            None => table.and_then(|t| t.managed_tensor_allocator),
+        };
         let mut call = Call::new(kernel, arguments.values(), Environment { allocator, stream: &stream });
         let status = call.start(|run| match kernel.short {
             true => run(),

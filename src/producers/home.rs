@@ -119,7 +119,10 @@ pub fn to_py_like(
     let own = tensor_type::own_table().ok_or_else(tensor_type::not_initialised)?;
     let converted = match like {
         Some(entry) if entry.row.synthetic.is_none() && !ptr::eq(entry.table, own) => {
-            to_py_in(py, entry.table, managed.as_ptr())
+            match entry.row.producer.own_output_to_py(py, managed) {
+                Some(converted) => converted,
+                None => to_py_in(py, entry.table, managed.as_ptr()),
+            }
         }
         // SAFETY: an output of dlpx's allocator (dlpx's table and the synthetic tables of rows
         // without one allocate with it), unchanged since (the caller's contract).

@@ -195,6 +195,23 @@ pub trait Producer: Sync {
         Ok(())
     }
 
+    /// The allocator of a kernel's outputs in this row's framework: its table's (`entry.table`)
+    /// unless the row has a faster way to the same tensors (torch: its C shim).
+    fn output_allocator(&self, entry: Entry) -> DLPackManagedTensorAllocator {
+        entry.table.managed_tensor_allocator
+    }
+
+    /// `managed`, an output [`Producer::output_allocator`] made, as the row's object: Some where
+    /// the row made it its own way (on failure the caller keeps `managed`), None for its table's
+    /// `to_py` to convert.
+    fn own_output_to_py(
+        &self,
+        _py: Python<'_>,
+        _managed: std::ptr::NonNull<DLManagedTensorVersioned>,
+    ) -> Option<Result<*mut PyObject>> {
+        None
+    }
+
     /// The attribute that carries the row's protocol (`__dlpack__`, `__cuda_array_interface__`,
     /// `__array_interface__`), for a row that reads a protocol rather than a producer's types: it
     /// claims the types that have it, and an object whose type no row claims but that has it on

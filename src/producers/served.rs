@@ -11,9 +11,9 @@ use std::cell::{Cell, UnsafeCell};
 
 use crate::cpython::{layout, Python};
 
-/// The reads counted, by row name: the rows with a guard, torch's native checks and the views
-/// torch's C shim gave.
-const COUNTED: [&str; 6] = ["numpy", "tvm_ffi", "jax", "array_api_strict", "torch", "torch_shim"];
+/// The reads counted, by row name: the rows with a guard, torch's native checks, the views
+/// torch's C shim gave and the kernel outputs it made `torch.Tensor`s.
+const COUNTED: [&str; 7] = ["numpy", "tvm_ffi", "jax", "array_api_strict", "torch", "torch_shim", "torch_outputs"];
 
 /// The counts on a GIL build.
 struct GilCounts([UnsafeCell<u64>; COUNTED.len()]);

@@ -14,5 +14,7 @@ pub(super) mod jax;
 pub(super) mod numpy;
 pub(super) mod table;
 pub(super) mod torch;
+pub(super) mod torch_outputs;
 pub(super) mod torch_shim;
+pub(super) mod torch_types;
 pub(super) mod tvm_ffi;

@@ -9,7 +9,9 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::{PyObject, PyTypeObject};
 
 use super::table;
+use super::torch_outputs;
 use super::torch_shim;
+use super::torch_types::{is_rocm, parameter_type, true_cdata};
 use crate::abi::*;
 use crate::cpython::{imported_module, type_of, vectorcall_method, GilVar, Interned, Owned, Python};
 use crate::error::{Error, Result};
@@ -69,6 +71,19 @@ impl Producer for Torch {
             Err(err) if err.is_python_pending() => Ok(Handover::Refused),
             Err(err) => Err(err),
         }
+    }
+
+    /// torch's C shim's allocator where it was found (`torch_outputs`), else the table's.
+    fn output_allocator(&self, entry: Entry) -> DLPackManagedTensorAllocator {
+        torch_outputs::allocator(entry.table)
+    }
+
+    fn own_output_to_py(
+        &self,
+        py: Python<'_>,
+        managed: NonNull<DLManagedTensorVersioned>,
+    ) -> Option<Result<*mut PyObject>> {
+        torch_outputs::to_py(py, managed)
     }
 }
 
@@ -291,6 +306,10 @@ unsafe fn decide(
     }
     // SAFETY: the caller's promise.
     let shim = unsafe { torch_shim::Shim::find(symbol, is_rocm(py)) };
+    if let Some(shim) = shim {
+        // SAFETY: as above.
+        unsafe { torch_outputs::Outputs::find(shim, symbol) };
+    }
     torch_shim::found(py, shim, tensor_type, parameter_type(py, tensor_type));
     // SAFETY: each symbol is the C++ function of the type it is read as (a reference is a pointer).
     let found = unsafe {
@@ -309,58 +328,6 @@ unsafe fn decide(
         })()
     };
     Some(found)
-}
-
-/// `object._cdata` as `tensor_type`'s own descriptor answers it (`torch.Tensor._cdata.__get__`),
-/// NULL where it cannot.
-fn true_cdata(py: Python<'_>, tensor_type: *mut PyObject, object: *mut PyObject) -> *mut c_void {
-    let Some(getter) = crate::cpython::attribute(py, tensor_type, c"_cdata")
-        .and_then(|descriptor| crate::cpython::attribute(py, descriptor.as_ptr(), c"__get__"))
-    else {
-        return ptr::null_mut();
-    };
-    // SAFETY: GIL held; the tuple takes the new reference to `object`; new references are owned;
-    // a failure's exception is cleared.
-    unsafe {
-        let Ok(args) = Owned::new(py, (py.PyTuple_New)(1)) else {
-            (py.PyErr_Clear)();
-            return ptr::null_mut();
-        };
-        (py.Py_IncRef)(object);
-        (py.PyTuple_SetItem)(args.as_ptr(), 0, object);
-        let cdata = match Owned::new(py, (py.PyObject_CallObject)(getter.as_ptr(), args.as_ptr())) {
-            Ok(cdata) => (py.PyLong_AsVoidPtr)(cdata.as_ptr()),
-            Err(_) => ptr::null_mut(),
-        };
-        if cdata.is_null() {
-            (py.PyErr_Clear)();
-        }
-        cdata
-    }
-}
-
-/// `torch.nn.Parameter`, kept for the process, where it is a subclass of `tensor_type` (torch's
-/// own torch.Tensor); NULL otherwise.
-fn parameter_type(py: Python<'_>, tensor_type: *mut PyTypeObject) -> *mut PyTypeObject {
-    let Some(parameter) = imported_module(py, c"torch.nn.parameter")
-        .and_then(|module| crate::cpython::attribute(py, module.as_ptr(), c"Parameter"))
-    else {
-        return ptr::null_mut();
-    };
-    let is_type = crate::cpython::is_type(py, parameter.as_ptr());
-    // SAFETY: GIL held; two live types.
-    match is_type && unsafe { (py.PyType_IsSubtype)(parameter.as_ptr().cast(), tensor_type) } != 0 {
-        true => parameter.into_ptr().cast(),
-        false => ptr::null_mut(),
-    }
-}
-
-/// Whether torch is a ROCm build (`torch.version.hip` set): its "cuda" device is ROCm's. A
-/// version module that cannot be read says so too (no CUDA view through the shim then).
-fn is_rocm(py: Python<'_>) -> bool {
-    let Some(version) = imported_module(py, c"torch.version") else { return true };
-    let hip = crate::cpython::attribute(py, version.as_ptr(), c"hip");
-    hip.is_none_or(|hip| hip.as_ptr() != py.none)
 }
 
 /// A name torch's tensors answer to: an attribute, or a method taking no argument.

@@ -74,6 +74,24 @@ pub struct Shim {
     cuda: i32,
     /// By torch's dtype code: the DLPack dtype, and its place in [`DTYPES`] (`u8::MAX`: not read).
     dtypes: [(DLDataType, u8); CODES],
+    /// The other way: torch's code by [`by_dtype`]'s place (-1: not read).
+    codes: [i32; BY_DTYPE],
+}
+
+/// DLPack dtype codes (kDLInt to kDLBool) times the widths 8 to 128 bits.
+const BY_DTYPE: usize = 7 * 5;
+
+/// Where `dtype` (one lane) has its place in [`Shim`]'s `codes`.
+fn by_dtype(dtype: DLDataType) -> Option<usize> {
+    let width = match dtype.bits {
+        8 => 0,
+        16 => 1,
+        32 => 2,
+        64 => 3,
+        128 => 4,
+        _ => return None,
+    };
+    (dtype.lanes == 1 && dtype.code < 7).then_some(dtype.code as usize * 5 + width)
 }
 
 /// Where the shim stands: its functions found (or not) with torch's other C++ functions, and
@@ -117,10 +135,12 @@ impl Shim {
                 symbol(name).map(|f| std::mem::transmute::<*mut c_void, Constant>(f.as_ptr())()).filter(|&c| c >= 0)
             };
             let mut dtypes = [(DLDataType { code: 0, bits: 0, lanes: 0 }, u8::MAX); CODES];
+            let mut codes = [-1; BY_DTYPE];
             for (place, &(function, name)) in DTYPES.iter().enumerate() {
                 let (Some(code), Some(dtype)) = (constant(function), crate::dtype::parse_dtype(name)) else { continue };
-                if let Some(slot) = dtypes.get_mut(code as usize) {
+                if let (Some(slot), Some(back)) = (dtypes.get_mut(code as usize), by_dtype(dtype)) {
                     *slot = (dtype, place as u8);
+                    codes[back] = code;
                 }
             }
             let shim = Shim {
@@ -136,9 +156,33 @@ impl Shim {
                 cpu: constant(c"aoti_torch_device_type_cpu")?,
                 cuda: if rocm { -1 } else { constant(c"aoti_torch_device_type_cuda")? },
                 dtypes,
+                codes,
             };
             Some(Box::leak(Box::new(shim)))
         }
+    }
+
+    /// torch's code for `dtype`, where the shim reads that dtype.
+    pub fn code_of(&self, dtype: DLDataType) -> Option<i32> {
+        self.codes.get(by_dtype(dtype)?).copied().filter(|&code| code >= 0)
+    }
+
+    /// torch's device type and index for `device`: the CPU, or CUDA where the shim reads it.
+    pub fn device_code(&self, device: DLDevice) -> Option<(i32, i32)> {
+        match device.device_type {
+            DeviceType::CPU => Some((self.cpu, device.device_id)),
+            DeviceType::CUDA if self.cuda >= 0 => Some((self.cuda, device.device_id)),
+            _ => None,
+        }
+    }
+
+    /// `tensor`'s view, where the shim reads it.
+    ///
+    /// # Safety
+    /// As for [`Shim::read`].
+    pub unsafe fn describe(&self, tensor: *const c_void) -> Option<DLTensor> {
+        // SAFETY: the caller's promise.
+        unsafe { self.read(tensor) }.map(|(view, _)| view)
     }
 
     /// `tensor`'s view and the bit of its pair of dtype and device, or None where the shim does

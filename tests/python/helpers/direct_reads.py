@@ -1,6 +1,7 @@
 """Which direct read served a call (docs/design.md, "A guard per direct read"). dlpx counts the
 calls each direct read answered (`dlpx._native._served(row)`: numpy, tvm_ffi, jax,
-array_api_strict, torch's native checks, and the views torch's C shim gave, `torch_shim`; the calling thread's, on a free-threaded
+array_api_strict, torch's native checks, the views torch's C shim gave, `torch_shim`, and the
+kernel outputs it made torch.Tensors, `torch_outputs`; the calling thread's, on a free-threaded
 interpreter); a test of a fast path asserts that the path served
 it, so it fails where the path is switched off or fell back to the producer's `__dlpack__`.
 Such a test is marked `direct_read(row)`: with the row switched off (`DLPX_DIRECT_OFF`) it is

@@ -1,0 +1,197 @@
+"""A kernel's outputs in torch made through its C shim (docs/design.md, "torch's outputs through
+its C shim"): allocated with `aoti_torch_empty_strided`, returned as a `torch.Tensor` with
+`THPVariable_Wrap`, in place of torch's exchange table's allocator and `to_py`. The outputs must
+be what the table's are (the same values, dtype, shape, device, compact strides, a plain
+`torch.Tensor`), freed once whichever way the call ends, and an allocation the shim cannot make
+must fail with torch's own error through the table. The tests count the outputs the shim made
+(`dlpx._native._served("torch_outputs")`), so a shim that stopped serving fails them, and
+compare with the same calls in an interpreter where torch's direct reads are off
+(`DLPX_DIRECT_OFF=torch`: the table's outputs)."""
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import c_build
+import numpy as np
+import pytest
+
+import dlpx
+from direct_reads import served, serves
+
+torch = pytest.importorskip("torch")
+
+REPO = c_build.REPO
+shim_serves = pytest.mark.direct_read("torch")
+DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64]
+
+
+@pytest.fixture(scope="module")
+def example_path(tmp_path_factory):
+    source = os.path.join(REPO, "examples", "kernel_library", "kernels.c")
+    return c_build.kernel_library(tmp_path_factory, "c", source, "dlpx_example_kernels")
+
+
+@pytest.fixture(scope="module")
+def lib(example_path):
+    return dlpx.load_library(example_path)
+
+
+@pytest.fixture(scope="module")
+def cases_path(tmp_path_factory):
+    source = os.path.join(REPO, "c_tests", "kernel_cases", "kernel_cases.c")
+    return c_build.kernel_library(tmp_path_factory, "c", source, "kernel_cases")
+
+
+@pytest.fixture(scope="module")
+def cases(cases_path):
+    return dlpx.load_library(cases_path)
+
+
+def operands(dtype, shape):
+    """Two tensors of `shape` and `dtype`, the second not compact where it has two dimensions."""
+    n = int(np.prod(shape)) if shape else 1
+    a = torch.arange(n, dtype=dtype).reshape(shape)
+    b = (torch.arange(n, dtype=dtype) * 3).reshape(shape)
+    if len(shape) == 2:
+        b = b.t().contiguous().t()
+    return a, b
+
+
+def described(t) -> dict:
+    return {"type": type(t).__name__, "dtype": str(t.dtype), "shape": list(t.shape), "strides": list(t.stride()),
+            "device": str(t.device), "values": t.tolist(), "requires_grad": t.requires_grad}
+
+
+SHAPES = [(16,), (), (0,), (3, 5), (2, 0, 4), (1, 1, 7)]
+
+
+@shim_serves
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_an_output_is_a_plain_compact_torch_tensor_holding_the_sum(lib, dtype, shape):
+    a, b = operands(dtype, shape)
+    lib.add(a, b)  # the process's first torch call finds torch's functions
+    with serves("torch_outputs", 1):
+        out = lib.add(a, b)
+    assert type(out) is torch.Tensor and out.dtype == dtype and out.shape == a.shape
+    assert out.is_contiguous() and out.device == a.device and not out.requires_grad
+    assert torch.equal(out, a + b)
+    # Its own memory: not an input's, and torch's own storage (the table's is a DLPack import's).
+    if out.numel():
+        assert out.data_ptr() not in (a.data_ptr(), b.data_ptr())
+    out.add_(1)
+    assert torch.equal(out, a + b + 1)
+
+
+def run(code, env=None):
+    """`code` in a new interpreter (torch's functions are found on its first torch tensor)."""
+    paths = [os.path.dirname(os.path.abspath(c_build.__file__))]
+    prelude = f"import sys\nsys.path[:0] = {paths!r}\nimport json, torch, dlpx\n"
+    done = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, **(env or {})))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@shim_serves
+def test_the_shim_s_outputs_are_the_table_s(example_path):
+    # The same calls with torch's direct reads on and off (its table's allocator and to_py): the
+    # same tensors, field by field.
+    code = f"""
+import test_torch_outputs as T
+lib = dlpx.load_library({example_path!r})
+got = []
+for dtype in T.DTYPES:
+    for shape in T.SHAPES:
+        got.append(T.described(lib.add(*T.operands(dtype, shape))))
+print(json.dumps([got, dlpx._native._served("torch_outputs")]))
+"""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = f"sys.path.insert(0, {here!r})\n" + code
+    env = {"DLPX_DIRECT_OFF": ""}
+    (on, on_served), (off, off_served) = (json.loads(run(code, env)),
+                                          json.loads(run(code, {"DLPX_DIRECT_OFF": "torch"})))
+    assert on_served == len(DTYPES) * len(SHAPES) and off_served == 0
+    assert on == off
+
+
+def test_an_output_torch_cannot_allocate_is_torch_s_memory_error_through_the_table(cases, cases_path):
+    # 128 TiB: the shim fails, and the table, asked instead, says why in torch's words.
+    with pytest.raises(MemoryError, match=r"^dlpx: huge: output: ") as shim:
+        cases.huge(torch.ones(1))
+    out = run(f"""
+lib = dlpx.load_library({cases_path!r})
+try:
+    lib.huge(torch.ones(1))
+except MemoryError as e:
+    print(str(e))
+""", {"DLPX_DIRECT_OFF": "torch"})
+    assert str(shim.value) == out.strip()
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_outputs_returned_dropped_or_failed_after_are_freed(lib, cases):
+    # 4 MiB each: 300 calls of each kind kept would be 3.5 GiB.
+    a = torch.ones(1 << 20)
+    for _ in range(20):
+        lib.add(a, a), cases.allocate_and_drop(a)
+    before = rss()
+    for _ in range(300):
+        del_me = lib.add(a, a)
+        del del_me
+        assert cases.allocate_and_drop(a) is None
+        with pytest.raises(ValueError, match="failed after allocating"):
+            cases.allocate_then_fail(a)
+    assert rss() - before < 64 << 20
+
+
+def test_an_output_outlives_its_call_and_its_inputs(lib):
+    a, b = torch.arange(8.0), torch.ones(8)
+    out = lib.add(a, b)
+    view = out[2:]
+    del a, b, out
+    gc.collect()
+    assert view.tolist() == [3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+
+
+@shim_serves
+def test_outputs_are_made_on_threads_at_once(lib):
+    # A kernel that releases the GIL allocates without it: the shim's allocator on 4 threads.
+    a, b = operands(torch.float32, (64, 33))
+    expected = a + b
+    failures = []
+
+    def work():
+        try:
+            for _ in range(200):
+                if not torch.equal(lib.add(a, b), expected):
+                    failures.append("a wrong sum")
+        except Exception as e:  # noqa: BLE001 - reported below
+            failures.append(repr(e))
+
+    before = served("torch_outputs")
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    # The count is the process's where a GIL serialises it (each thread's own on a free-threaded
+    # interpreter, where this thread made none).
+    if getattr(sys, "_is_gil_enabled", lambda: True)():
+        assert served("torch_outputs") - before == 800
+
+
+def test_a_framework_other_than_torch_is_not_served_by_it(lib):
+    before = served("torch_outputs")
+    out = lib.add(np.ones(4, np.float32), np.ones(4, np.float32))
+    assert type(out) is np.ndarray and served("torch_outputs") == before
