@@ -29,21 +29,24 @@ shim_serves = pytest.mark.direct_read("torch")
 DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64]
 
 
+def built(tmp_path_factory, source, name):
+    """A kernel library built as a user builds one, from `source` under the repository."""
+    return c_build.kernel_library(tmp_path_factory, "c", os.path.join(REPO, source), name)
+
+
 @pytest.fixture(scope="module")
 def example_path(tmp_path_factory):
-    source = os.path.join(REPO, "examples", "kernel_library", "kernels.c")
-    return c_build.kernel_library(tmp_path_factory, "c", source, "dlpx_example_kernels")
+    return built(tmp_path_factory, "examples/kernel_library/kernels.c", "dlpx_example_kernels")
+
+
+@pytest.fixture(scope="module")
+def cases_path(tmp_path_factory):
+    return built(tmp_path_factory, "c_tests/kernel_cases/kernel_cases.c", "kernel_cases")
 
 
 @pytest.fixture(scope="module")
 def lib(example_path):
     return dlpx.load_library(example_path)
-
-
-@pytest.fixture(scope="module")
-def cases_path(tmp_path_factory):
-    source = os.path.join(REPO, "c_tests", "kernel_cases", "kernel_cases.c")
-    return c_build.kernel_library(tmp_path_factory, "c", source, "kernel_cases")
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +115,7 @@ print(json.dumps([got, dlpx._native._served("torch_outputs")]))
 """
     here = os.path.dirname(os.path.abspath(__file__))
     code = f"sys.path.insert(0, {here!r})\n" + code
-    env = {"DLPX_DIRECT_OFF": ""}
-    (on, on_served), (off, off_served) = (json.loads(run(code, env)),
-                                          json.loads(run(code, {"DLPX_DIRECT_OFF": "torch"})))
+    (on, on_served), (off, off_served) = json.loads(run(code)), json.loads(run(code, {"DLPX_DIRECT_OFF": "torch"}))
     assert on_served == len(DTYPES) * len(SHAPES) and off_served == 0
     assert on == off
 
