@@ -176,13 +176,17 @@ impl Shim {
         }
     }
 
-    /// `tensor`'s view, where the shim reads it.
+    /// `tensor`'s sizes and strides (pointers into its own metadata) and its first element.
     ///
     /// # Safety
     /// As for [`Shim::read`].
-    pub unsafe fn describe(&self, tensor: *const c_void) -> Option<DLTensor> {
-        // SAFETY: the caller's promise.
-        unsafe { self.read(tensor) }.map(|(view, _)| view)
+    pub unsafe fn dims_and_data(&self, tensor: *const c_void) -> Option<(*mut i64, *mut i64, *mut c_void)> {
+        let (mut shape, mut strides, mut data) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+        // SAFETY: the caller's promise; each function writes only its out.
+        let status = unsafe {
+            (self.sizes)(tensor, &mut shape) | (self.strides)(tensor, &mut strides) | (self.data_ptr)(tensor, &mut data)
+        };
+        (status == 0).then_some((shape, strides, data))
     }
 
     /// `tensor`'s view and the bit of its pair of dtype and device, or None where the shim does
