@@ -253,7 +253,8 @@ unsafe fn call(
     })
     .map_err(|err| err.at(kernel.name))?;
     let stream = |device| Ok(crate::stream::current(device));
-    let environment = Environment { allocator: Some(crate::allocation::allocator_entry), stream: &stream };
+    let allocator = || Some(crate::allocation::allocator_entry as _);
+    let environment = Environment { allocator: &allocator, stream: &stream };
     let returned = Call::new(kernel, &values, environment).run(|kernel| kernel())?;
     if returned.len() > capacity {
         let n = returned.len();

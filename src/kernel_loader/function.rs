@@ -184,11 +184,12 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
         // A short kernel runs with the GIL this call holds: its stream is asked with it.
         let holding = kernel.short.then_some(py);
         let stream = |device: DLDevice| stream_of(table, device, holding);
-        let allocator = match like {
+        let allocator = || match like {
             Some(entry) => entry.row.producer.output_allocator(entry),
             None => table.and_then(|t| t.managed_tensor_allocator),
         };
-        let mut call = Call::new(kernel, arguments.values(), Environment { allocator, stream: &stream });
+        let environment = Environment { allocator: &allocator, stream: &stream };
+        let mut call = Call::new(kernel, arguments.values(), environment);
         let status = call.start(|run| match kernel.short {
             true => run(),
             // SAFETY: the kernel touches no Python object: its arguments were converted above,

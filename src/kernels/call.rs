@@ -19,9 +19,10 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// The caller's framework, as the kernel reaches it.
 pub struct Environment<'a> {
-    /// Its allocator (the first tensor argument's table's; dlpx's otherwise). Called with or
-    /// without the GIL, as DLPack allows.
-    pub allocator: DLPackManagedTensorAllocator,
+    /// Its allocator (the first tensor argument's framework's; dlpx's otherwise), found when the
+    /// kernel first asks (a call that allocates nothing never looks). Called with or without the
+    /// GIL, as DLPack allows.
+    pub allocator: &'a dyn Fn() -> DLPackManagedTensorAllocator,
     /// Its current stream on a device (not asked for the CPU).
     pub stream: &'a dyn Fn(DLDevice) -> Result<*mut c_void>,
 }
@@ -190,8 +191,9 @@ impl<'a> Call<'a> {
         // framework serves the call (torch's table calls a negative shape a MemoryError).
         check_request(device, dtype, shape).map_err(|err| for_the_call("output", err))?;
         // SAFETY: a table's allocator, under DLPack's contract.
-        let managed = unsafe { super::framework_allocator::allocate(self.environment.allocator, device, dtype, shape) }
-            .map_err(|err| for_the_call("output", err))?;
+        let managed =
+            unsafe { super::framework_allocator::allocate((self.environment.allocator)(), device, dtype, shape) }
+                .map_err(|err| for_the_call("output", err))?;
         self.asked = true;
         self.outputs.keep(managed);
         // SAFETY: a live managed tensor the call owns.

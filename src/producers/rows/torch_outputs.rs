@@ -35,16 +35,16 @@ type Wrap = unsafe extern "C" fn(*mut c_void) -> *mut PyObject;
 
 /// The mangled names `THPVariable_Wrap` has had, the cheapest first: by rvalue reference (moves
 /// the tensor into the object, leaving the handle's empty: its deletion touches no reference
-/// count), by const reference (torch 2.9 and later: a copy), by value (before; the Itanium ABI
-/// passes a non-trivial value as a pointer to a copy the caller owns and destroys, which the
-/// handle here is).
+/// count), by const reference (a copy), by value (an older torch's; the Itanium ABI passes a
+/// non-trivial value as a pointer to a copy the caller owns and destroys, which the handle here
+/// is). torch 2.11 and 2.15 have the first two.
 const WRAPS: [&CStr; 3] = [
     c"_Z16THPVariable_WrapON2at10TensorBaseE",
     c"_Z16THPVariable_WrapRKN2at10TensorBaseE",
     c"_Z16THPVariable_WrapN2at10TensorBaseE",
 ];
 
-/// libtorch's functions for outputs, and the table's allocator to fall back on.
+/// libtorch's functions for outputs.
 pub struct Outputs {
     shim: &'static Shim,
     empty_strided: EmptyStrided,
