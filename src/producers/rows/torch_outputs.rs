@@ -172,12 +172,9 @@ unsafe fn made(outputs: &Outputs, prototype: &DLTensor) -> Option<*mut DLManaged
         // SAFETY: the caller's promise.
         _ => unsafe { std::slice::from_raw_parts(prototype.shape, ndim) },
     };
+    // The request was checked (`check_request`): its byte size fits, so its strides do.
     let mut strides = [0i64; crate::layout::MAX_NDIM];
-    let mut next = 1i64;
-    for (stride, &extent) in strides[..ndim].iter_mut().zip(shape).rev() {
-        *stride = next;
-        next = next.checked_mul(extent.max(1))?;
-    }
+    crate::layout::compact_strides(shape, &mut strides[..ndim]);
     let mut tensor = ptr::null_mut();
     // SAFETY: `ndim` sizes and strides; a writable out.
     let status = unsafe {
