@@ -473,8 +473,10 @@ void dlpx_view_release(DlpxTensorView *view);
 
 /**
  * Allocates an output like `prototype` (dtype, ndim, shape, device) in the framework of
- * `like_py_object` (GIL held): with its table's allocator (a torch tensor in → torch's
- * allocator), or dlpx's when it has none or `like_py_object` is NULL. An error, dlpx's or the
+ * `like_py_object` (GIL held): as a kernel library's outputs are allocated (a torch tensor in →
+ * torch's allocator, through libtorch's C shim where dlpx found it, else torch's table), with
+ * dlpx's allocator for an object of a framework without a table, or when `like_py_object` is
+ * NULL. An error, dlpx's or the
  * table's, goes to `dlpx_last_error()` and, when `SetError` is not NULL, to
  * `SetError(error_ctx, kind, message)` once (`dlpx_set_error_python` raises it as a Python
  * exception): a table's own words, the first it reported. A table's answer that is not the
@@ -492,8 +494,9 @@ int dlpx_allocate_like(void *like_py_object,
 
 /**
  * Turns `managed` into a Python object of `like_py_object`'s framework (GIL held): its table's
- * `managed_tensor_to_py_object_no_sync`, or a `dlpx.Tensor` when it has none (or `like_py_object`
- * is NULL). On success the object owns `managed`; on failure (-1, Python exception set) the
+ * `managed_tensor_to_py_object_no_sync` (an output `dlpx_allocate_like` made through torch's C
+ * shim, its header unchanged, becomes that `torch.Tensor` itself), or a `dlpx.Tensor` when it
+ * has none (or `like_py_object` is NULL). On success the object owns `managed`; on failure (-1, Python exception set) the
  * caller still owns it and must call its deleter. A NULL `managed` (ValueError) and one of a
  * major version dlpx cannot read (BufferError) are refused before any table sees them.
  *

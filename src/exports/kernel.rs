@@ -1,7 +1,7 @@
 //! The kernel API (GIL held): Python objects of any framework in C kernels. Each function is the
 //! shell around the producer seam (`producers`), which reads every object by its row and knows
-//! the framework an object `like` names (`producers::table_like`); the shell checks the caller's
-//! pointers (`c_entry!`'s `out(...)` and `given(...)`).
+//! the framework an object `like` names (`producers::allocator_like`, `to_py_of`); the shell
+//! checks the caller's pointers (`c_entry!`'s `out(...)` and `given(...)`).
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -135,8 +135,10 @@ pub unsafe extern "C" fn dlpx_view_release(view: *mut DlpxTensorView) {
 }
 
 /// Allocates an output like `prototype` (dtype, ndim, shape, device) in the framework of
-/// `like_py_object` (GIL held): with its table's allocator (a torch tensor in → torch's
-/// allocator), or dlpx's when it has none or `like_py_object` is NULL. An error, dlpx's or the
+/// `like_py_object` (GIL held): as a kernel library's outputs are allocated (a torch tensor in →
+/// torch's allocator, through libtorch's C shim where dlpx found it, else torch's table), with
+/// dlpx's allocator for an object of a framework without a table, or when `like_py_object` is
+/// NULL. An error, dlpx's or the
 /// table's, goes to `dlpx_last_error()` and, when `SetError` is not NULL, to
 /// `SetError(error_ctx, kind, message)` once (`dlpx_set_error_python` raises it as a Python
 /// exception): a table's own words, the first it reported. A table's answer that is not the
@@ -159,21 +161,16 @@ pub unsafe extern "C" fn dlpx_allocate_like(
         let prototype = unsafe { prototype.as_ref() };
         // SAFETY: as above.
         let shape = unsafe { crate::layout::dims(prototype.ndim, prototype.shape, "prototype.shape") }?;
-        let api = match like_py_object.is_null() {
-            true => &EXCHANGE_API,
+        let allocator = match like_py_object.is_null() {
+            true => EXCHANGE_API.managed_tensor_allocator,
             // SAFETY: the caller holds the GIL, by this function's contract.
-            false => producers::table_of(unsafe { Python::assume_attached()? }, like_py_object.cast()),
+            false => producers::allocator_like(unsafe { Python::assume_attached()? }, like_py_object.cast()),
         };
         // The table's answer held to the request; an error it reported keeps its own words
         // (less a C++ backtrace), and only the first of several reports is passed on.
         // SAFETY: a table's allocator, under DLPack's contract.
         let managed = unsafe {
-            crate::kernels::framework_allocator::allocate(
-                api.managed_tensor_allocator,
-                prototype.device,
-                prototype.dtype,
-                shape,
-            )
+            crate::kernels::framework_allocator::allocate(allocator, prototype.device, prototype.dtype, shape)
         }?;
         out.put(managed.as_ptr());
         Ok(0)
@@ -181,8 +178,9 @@ pub unsafe extern "C" fn dlpx_allocate_like(
 }
 
 /// Turns `managed` into a Python object of `like_py_object`'s framework (GIL held): its table's
-/// `managed_tensor_to_py_object_no_sync`, or a `dlpx.Tensor` when it has none (or `like_py_object`
-/// is NULL). On success the object owns `managed`; on failure (-1, Python exception set) the
+/// `managed_tensor_to_py_object_no_sync` (an output `dlpx_allocate_like` made through torch's C
+/// shim, its header unchanged, becomes that `torch.Tensor` itself), or a `dlpx.Tensor` when it
+/// has none (or `like_py_object` is NULL). On success the object owns `managed`; on failure (-1, Python exception set) the
 /// caller still owns it and must call its deleter. A NULL `managed` (ValueError) and one of a
 /// major version dlpx cannot read (BufferError) are refused before any table sees them.
 ///
@@ -195,12 +193,11 @@ pub unsafe extern "C" fn dlpx_to_py_like(
     out_py_object: *mut *mut c_void,
 ) -> c_int {
     c_entry!(Raise, "to_py_like", out(out_py_object), given(managed), |py| {
-        let table = producers::table_like(py, like_py_object.cast())?;
         // A major the table's framework may not read is refused here, the tensor left with the
         // caller: torch's to_py reads a major-2 struct as a 1.x one.
         // SAFETY: a live managed tensor, by this function's contract; only its version is read.
         crate::validate::check_major(unsafe { crate::validate::major_of(managed.as_ptr()) })?;
-        out_py_object.put(producers::to_py_in(py, table, managed.as_ptr())?.cast());
+        out_py_object.put(producers::to_py_of(py, like_py_object.cast(), managed)?.cast());
         Ok(0)
     })
 }

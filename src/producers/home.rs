@@ -1,7 +1,8 @@
 //! A kernel's home: the framework its caller's tensors come from, named by an object `like` (the
 //! C kernel API's `*_like` entries) or by its entry (the kernel loader's first tensor argument).
-//! Its table's allocator makes the kernel's outputs (`table_like`), its current stream is where
-//! the kernel launches (`current_stream_in`), and its `to_py` is the way back (`to_py_in`).
+//! Its row's allocator makes the kernel's outputs (`allocator_like`: its table's, or the row's
+//! own way, torch's shim), its current stream is where the kernel launches (`current_stream_in`),
+//! and its `to_py` is the way back (`to_py_of`; `to_py_in` for a table).
 //!
 //! The loader's way back goes further: a tensor dlpx holds (a kernel's output) as an object of
 //! the producer's own type. A row whose producer publishes a table uses the table's `to_py`
@@ -55,6 +56,33 @@ pub fn table_like(py: Python<'_>, like: *mut PyObject) -> Result<&'static DLPack
     match like.is_null() {
         true => tensor_type::own_table().ok_or_else(tensor_type::not_initialised),
         false => Ok(super::table_of(py, like)),
+    }
+}
+
+/// The allocator of outputs like `like` (a live object or type): its row's
+/// (`Producer::output_allocator`), which the kernel loader uses too: its table's, or the row's
+/// faster way to the same tensors (torch: its C shim).
+pub fn allocator_like(py: Python<'_>, like: *mut PyObject) -> DLPackManagedTensorAllocator {
+    let entry = super::entry_of_object_or_type(py, like);
+    entry.row.producer.output_allocator(entry)
+}
+
+/// `managed` (any managed tensor the caller owns) as an object of the framework of `like`
+/// (dlpx's own for NULL): the row's own way back where the row made it as it still is (torch: a
+/// shim output, `Producer::own_output_to_py`), else its table's `to_py`. On failure the caller
+/// keeps ownership of `managed` (docs/design.md R4).
+pub fn to_py_of(
+    py: Python<'_>,
+    like: *mut PyObject,
+    managed: NonNull<DLManagedTensorVersioned>,
+) -> Result<*mut PyObject> {
+    if like.is_null() {
+        return to_py_in(py, table_like(py, like)?, managed.as_ptr());
+    }
+    let entry = super::entry_of_object_or_type(py, like);
+    match entry.row.producer.own_output_to_py(py, managed) {
+        Some(converted) => converted,
+        None => to_py_in(py, entry.table, managed.as_ptr()),
     }
 }
 

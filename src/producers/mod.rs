@@ -29,7 +29,7 @@ pub use faithful::{Suspect, Suspicion};
 pub use framework::{framework_of, framework_type_of, names_framework};
 pub use guard::{warn_of_unknown_names, Guard};
 pub use handover::Handover;
-pub use home::{current_stream_in, table_like, to_py_in, to_py_like};
+pub use home::{allocator_like, current_stream_in, table_like, to_py_in, to_py_like, to_py_of};
 pub use one_path::{import, managed, view, view_in_place};
 pub use rows::table::published_head;
 pub use served::{counted, served};

@@ -60,12 +60,14 @@ static SERVED: Served = Served::of("torch_outputs");
 /// torch's table's allocator: what answers where the shim fails.
 static TABLE_ALLOCATOR: OnceCell<DLPackManagedTensorAllocator> = OnceCell::new();
 
-/// One output: the managed tensor handed over (first: its address is the block's) and the
-/// `at::Tensor` it describes.
+/// One output: the managed tensor handed over (first: its address is the block's), the
+/// `at::Tensor` it describes, and its header as made (a C caller may change the managed tensor's
+/// before `dlpx_to_py_like`: the tensor is then what the header says, not the `at::Tensor`).
 #[repr(C)]
 struct Output {
     managed: DLManagedTensorVersioned,
     tensor: *mut c_void,
+    made: DLTensor,
 }
 
 impl Outputs {
@@ -106,7 +108,8 @@ pub fn allocator(table: &'static DLPackExchangeAPI) -> DLPackManagedTensorAlloca
     }
 }
 
-/// `managed` as a `torch.Tensor` where [`allocate`] made it (None otherwise): on success the
+/// `managed` as a `torch.Tensor` where [`allocate`] made it and its header and flags are as
+/// made (None otherwise: the table's `to_py` then imports what the header says): on success the
 /// object owns the memory and `managed` is gone; on failure the caller still owns it.
 pub fn to_py(py: Python<'_>, managed: NonNull<DLManagedTensorVersioned>) -> Option<Result<*mut PyObject>> {
     let ours = |d| std::ptr::fn_addr_eq(d, delete_output as unsafe extern "C" fn(*mut DLManagedTensorVersioned));
@@ -116,6 +119,11 @@ pub fn to_py(py: Python<'_>, managed: NonNull<DLManagedTensorVersioned>) -> Opti
     }
     let outputs = OUTPUTS.get()?;
     let output = managed.as_ptr().cast::<Output>();
+    // SAFETY: one of ours (its deleter), so an `Output`, live.
+    let as_made = unsafe { (*output).managed.flags == 0 && (*output).managed.dl_tensor.same_header(&(*output).made) };
+    if !as_made {
+        return None;
+    }
     // SAFETY: the GIL is held (the token); one of ours, so an `Output` whose tensor is live.
     let object = unsafe { (outputs.wrap)((*output).tensor) };
     Some(match object.is_null() {
@@ -225,6 +233,7 @@ unsafe fn made(outputs: &Outputs, prototype: &DLTensor) -> Option<*mut DLManaged
                 dl_tensor,
             },
             tensor,
+            made: dl_tensor,
         })
     };
     Some(output.as_ptr().cast())

@@ -8,6 +8,7 @@ must fail with torch's own error through the table. The tests count the outputs 
 compare with the same calls in an interpreter where torch's direct reads are off
 (`DLPX_DIRECT_OFF=torch`: the table's outputs)."""
 
+import ctypes
 import gc
 import json
 import os
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 
 import dlpx
+from dlpx.conform import abi
 from direct_reads import served, serves
 
 torch = pytest.importorskip("torch")
@@ -196,3 +198,94 @@ def test_a_framework_other_than_torch_is_not_served_by_it(lib):
     before = served("torch_outputs")
     out = lib.add(np.ones(4, np.float32), np.ones(4, np.float32))
     assert type(out) is np.ndarray and served("torch_outputs") == before
+
+
+# The C API for CPython-extension authors allocates and hands back the same way as the loader
+# (`dlpx_allocate_like`, `dlpx_to_py_like`: the torch row's output allocator and way back).
+
+_SET_ERROR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+
+
+@pytest.fixture(scope="module")
+def c_api():
+    lib = ctypes.PyDLL(dlpx.library_path())
+    lib.dlpx_allocate_like.argtypes = [ctypes.py_object, ctypes.POINTER(abi.DLTensor), ctypes.POINTER(ctypes.c_void_p),
+                                       ctypes.c_void_p, _SET_ERROR]
+    lib.dlpx_to_py_like.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+    return lib
+
+
+def allocate_like(c_api, like, shape):
+    """A float32 output of `shape` allocated like `like` through the C API: its managed tensor."""
+    out = ctypes.c_void_p()
+    assert c_api.dlpx_allocate_like(like, ctypes.byref(abi.prototype(shape)), ctypes.byref(out), None,
+                                    _SET_ERROR()) == 0
+    return abi.DLManagedTensorVersioned.from_address(out.value), out.value
+
+
+def fill(managed, values):
+    """Writes `values` (float32) into the output's memory, as a kernel would."""
+    data = (ctypes.c_float * len(values)).from_address(managed.dl_tensor.data + managed.dl_tensor.byte_offset)
+    data[:] = values
+
+
+def to_py_like(c_api, like, address):
+    out = ctypes.c_void_p()
+    assert c_api.dlpx_to_py_like(like, address, ctypes.byref(out)) == 0
+    return ctypes.cast(out.value, ctypes.py_object).value, out.value
+
+
+def adopt(pair):
+    """The object `dlpx_to_py_like` gave (a new reference, which ctypes' py_object does not own)."""
+    obj, address = pair
+    ctypes.pythonapi.Py_DecRef(ctypes.c_void_p(address))
+    return obj
+
+
+@shim_serves
+def test_allocate_like_and_to_py_like_give_the_shim_s_torch_tensor(c_api):
+    like = torch.zeros(2)
+    allocate_like(c_api, like, (1,))  # the first torch call finds torch's functions (then freed below)
+    managed, address = allocate_like(c_api, like, (3, 4))
+    assert managed.dl_tensor.byte_offset == 0 and [managed.dl_tensor.strides[i] for i in range(2)] == [4, 1]
+    fill(managed, [float(i) for i in range(12)])
+    with serves("torch_outputs", 1):
+        out = adopt(to_py_like(c_api, like, address))
+    assert type(out) is torch.Tensor and out.dtype == torch.float32 and out.shape == (3, 4) and out.is_contiguous()
+    assert torch.equal(out, torch.arange(12.0).reshape(3, 4))
+    out.add_(1)
+    assert out[2, 3].item() == 12.0
+
+
+def test_a_header_the_caller_changed_is_handed_back_as_it_says(c_api):
+    # An extension author may describe the memory anew before handing it back (a (3, 4) output
+    # as 12 values): the tensor is what the header says, through torch's table, not the
+    # `at::Tensor` the shim made.
+    like = torch.zeros(2)
+    managed, address = allocate_like(c_api, like, (3, 4))
+    fill(managed, [float(i) for i in range(12)])
+    flat, unit = (ctypes.c_int64 * 1)(12), (ctypes.c_int64 * 1)(1)
+    managed.dl_tensor.ndim = 1
+    managed.dl_tensor.shape = ctypes.cast(flat, ctypes.POINTER(ctypes.c_int64))
+    managed.dl_tensor.strides = ctypes.cast(unit, ctypes.POINTER(ctypes.c_int64))
+    before = served("torch_outputs")
+    out = adopt(to_py_like(c_api, like, address))
+    assert served("torch_outputs") == before
+    assert type(out) is torch.Tensor and out.shape == (12,) and out.tolist() == [float(i) for i in range(12)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_c_api_outputs_handed_back_or_deleted_are_freed(c_api):
+    # 4 MiB each: 300 of each kept would be 2.3 GiB.
+    like = torch.zeros(2)
+    for _ in range(20):
+        managed, address = allocate_like(c_api, like, (1 << 20,))
+        abi.call_deleter(address, managed.deleter)
+    before = rss()
+    for _ in range(300):
+        managed, address = allocate_like(c_api, like, (1 << 20,))
+        abi.call_deleter(address, managed.deleter)
+        out = adopt(to_py_like(c_api, like, allocate_like(c_api, like, (1 << 20,))[1]))
+        assert out.shape == (1 << 20,)
+        del out
+    assert rss() - before < 64 << 20
