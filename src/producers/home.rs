@@ -64,6 +64,7 @@ pub fn table_like(py: Python<'_>, like: *mut PyObject) -> Result<&'static DLPack
 /// faster way to the same tensors (torch: its C shim).
 pub fn allocator_like(py: Python<'_>, like: *mut PyObject) -> DLPackManagedTensorAllocator {
     let entry = super::entry_of_object_or_type(py, like);
+    entry.row.producer.ready_outputs(py, like);
     entry.row.producer.output_allocator(entry)
 }
 

@@ -195,6 +195,11 @@ pub trait Producer: Sync {
         Ok(())
     }
 
+    /// Lets the row learn what its outputs need from `like` (an object of its row, or a type;
+    /// GIL held) before [`Producer::output_allocator`] is asked, where no tensor of the row may
+    /// have been read yet (`dlpx_allocate_like`): torch finds its C shim on its first tensor.
+    fn ready_outputs(&self, _py: Python<'_>, _like: *mut PyObject) {}
+
     /// The allocator of a kernel's outputs in this row's framework: its table's (`entry.table`)
     /// unless the row has a faster way to the same tensors (torch: its C shim).
     fn output_allocator(&self, entry: Entry) -> DLPackManagedTensorAllocator {

@@ -73,6 +73,14 @@ impl Producer for Torch {
         }
     }
 
+    /// A torch tensor decides whether torch's functions, its C shim's among them, are used (as
+    /// the first tensor read does); a type leaves it to the next tensor.
+    fn ready_outputs(&self, py: Python<'_>, like: *mut PyObject) {
+        if !crate::cpython::is_type(py, like) {
+            native(py, like, at_tensor(like));
+        }
+    }
+
     /// torch's C shim's allocator where it was found (`torch_outputs`), else the table's.
     fn output_allocator(&self, entry: Entry) -> DLPackManagedTensorAllocator {
         torch_outputs::allocator(entry.table)

@@ -208,6 +208,10 @@ _SET_ERROR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_c
 
 @pytest.fixture(scope="module")
 def c_api():
+    return c_api_library()
+
+
+def c_api_library():
     lib = ctypes.PyDLL(dlpx.library_path())
     lib.dlpx_allocate_like.argtypes = [ctypes.py_object, ctypes.POINTER(abi.DLTensor), ctypes.POINTER(ctypes.c_void_p),
                                        ctypes.c_void_p, _SET_ERROR]
@@ -255,6 +259,21 @@ def test_allocate_like_and_to_py_like_give_the_shim_s_torch_tensor(c_api):
     assert torch.equal(out, torch.arange(12.0).reshape(3, 4))
     out.add_(1)
     assert out[2, 3].item() == 12.0
+
+
+@shim_serves
+def test_the_c_api_finds_the_shim_when_no_torch_tensor_was_read_before():
+    # An extension's first call: dlpx has read no torch tensor yet, so `like` decides.
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = f"""
+sys.path.insert(0, {here!r})
+import test_torch_outputs as T
+lib = T.c_api_library()
+like = torch.zeros(2)
+out = T.adopt(T.to_py_like(lib, like, T.allocate_like(lib, like, (2, 3))[1]))
+print(json.dumps([list(out.shape), dlpx._native._served("torch_outputs")]))
+"""
+    assert json.loads(run(code)) == [[2, 3], 1]
 
 
 def test_a_header_the_caller_changed_is_handed_back_as_it_says(c_api):
