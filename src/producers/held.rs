@@ -60,13 +60,43 @@ fn block_capacity<H>(ndim: usize) -> Capacity {
 
 /// A managed tensor of `tensor` (its `shape` and `strides` are ignored: `dims` gives them,
 /// `(extent, stride)` per dimension, `ndim` of them) that holds `held`, released by its deleter,
-/// with the core's room in front of it (a `Handover::Made`). On failure `held` is released here.
+/// with the core's room in front of it (a `Handover::Made`), its reach checked
+/// (`validate::check_made`). On failure `held` is released here.
 ///
 /// # Safety
 /// GIL held; `held` keeps `tensor.data` valid while it is held; `dims` yields `tensor.ndim` pairs
 /// and `tensor.ndim <= MAX_NDIM`.
 #[inline(always)]
 pub unsafe fn managed_holding<H: Hold>(
+    py: Python<'_>,
+    held: H,
+    tensor: DLTensor,
+    dims: impl Iterator<Item = (i64, i64)>,
+    readonly: bool,
+) -> Result<NonNull<DLManagedTensorVersioned>> {
+    // SAFETY: the caller's contract; its reach is checked below.
+    let managed = unsafe { managed_holding_sound(py, held, tensor, dims, readonly) }?;
+    // SAFETY: a block just filled: its shape and strides are `ndim` long.
+    unsafe {
+        let ndim = tensor.ndim as usize;
+        let dl = &managed.as_ref().dl_tensor;
+        let (shape, strides) = (slice(dl.shape, ndim), slice(dl.strides, ndim));
+        if let Err(err) = crate::validate::check_made(dl, shape, strides, managed.as_ref().flags) {
+            // Refused: its deleter frees the block and lets go of `held`, once.
+            release::<H>(managed.as_ptr());
+            return Err(err);
+        }
+    }
+    Ok(managed)
+}
+
+/// [`managed_holding`] of a tensor that `validate::is_sound` passed with these dims (flags 0,
+/// or READ_ONLY: the same bits an item), which checked its reach already: not checked again.
+///
+/// # Safety
+/// As for [`managed_holding`], and `tensor`, its shape and strides `dims`, is sound.
+#[inline(always)]
+pub unsafe fn managed_holding_sound<H: Hold>(
     py: Python<'_>,
     held: H,
     tensor: DLTensor,
@@ -97,13 +127,6 @@ pub unsafe fn managed_holding<H: Hold>(
             flags: if readonly { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 },
             dl_tensor: DLTensor { shape, strides: shape.add(ndim), ..tensor },
         });
-        let dl = &managed.as_ref().dl_tensor;
-        let (shape, strides) = (slice(dl.shape, ndim), slice(dl.strides, ndim));
-        if let Err(err) = crate::validate::check_made(dl, shape, strides, managed.as_ref().flags) {
-            // Refused: its deleter frees the block and lets go of `held`, once.
-            release::<H>(managed.as_ptr());
-            return Err(err);
-        }
         Ok(managed)
     }
 }

@@ -305,8 +305,10 @@ pub unsafe fn held(
     });
     let reference = crate::producers::held::Reference::to(py, object);
     // SAFETY: the reference keeps the tensor, and so its memory, valid while it is held; `dims`
-    // yields `ndim` pairs, at most MAX_NDIM.
-    unsafe { crate::producers::held::managed_holding(py, reference, read, dims, false) }.map(Some)
+    // yields `ndim` pairs, at most MAX_NDIM, of a view checked sound above (its reach with it;
+    // torch's arrays, read twice, stay as they are while the caller holds the tensor: a resize
+    // on another thread of a free-threaded interpreter races in torch itself, its memory too).
+    unsafe { crate::producers::held::managed_holding_sound(py, reference, read, dims, false) }.map(Some)
 }
 
 /// A pair's first tensor: read by the table too, the two compared; the table's view is the
