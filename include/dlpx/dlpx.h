@@ -476,12 +476,12 @@ void dlpx_view_release(DlpxTensorView *view);
  * `like_py_object` (GIL held): as a kernel library's outputs are allocated (a torch tensor in →
  * torch's allocator, through libtorch's C shim where dlpx found it, else torch's table), with
  * dlpx's allocator for an object of a framework without a table, or when `like_py_object` is
- * NULL. An error, dlpx's or the
- * table's, goes to `dlpx_last_error()` and, when `SetError` is not NULL, to
- * `SetError(error_ctx, kind, message)` once (`dlpx_set_error_python` raises it as a Python
- * exception): a table's own words, the first it reported. A table's answer that is not the
- * tensor asked for (another shape, dtype or device, strides not compact, no data, another DLPack
- * major), or a failure it did not report, is refused (the tensor deleted). Returns 0, or -1.
+ * NULL. An error, dlpx's or the table's, goes to `dlpx_last_error()` and, when `SetError` is not
+ * NULL, to `SetError(error_ctx, kind, message)` once (`dlpx_set_error_python` raises it as a
+ * Python exception): a table's own words, the first it reported. A table's answer that is not
+ * the tensor asked for (another shape, dtype or device, strides not compact, no data, another
+ * DLPack major), or a failure it did not report, is refused (the tensor deleted). Returns 0, or
+ * -1.
  *
  * # Safety
  * The GIL is held; `like_py_object` is NULL or live; `prototype` is valid with `ndim` shape values; `out` is writable.
@@ -496,8 +496,8 @@ int dlpx_allocate_like(void *like_py_object,
  * Turns `managed` into a Python object of `like_py_object`'s framework (GIL held): its table's
  * `managed_tensor_to_py_object_no_sync` (an output `dlpx_allocate_like` made through torch's C
  * shim, its header unchanged, becomes that `torch.Tensor` itself), or a `dlpx.Tensor` when it
- * has none (or `like_py_object` is NULL). On success the object owns `managed`; on failure (-1, Python exception set) the
- * caller still owns it and must call its deleter. A NULL `managed` (ValueError) and one of a
+ * has none (or `like_py_object` is NULL). On success the object owns `managed`; on failure (-1,
+ * Python exception set) the caller still owns it and must call its deleter. A NULL `managed` (ValueError) and one of a
  * major version dlpx cannot read (BufferError) are refused before any table sees them.
  *
  * # Safety
