@@ -61,13 +61,38 @@ static SERVED: Served = Served::of("torch_outputs");
 static TABLE_ALLOCATOR: OnceCell<DLPackManagedTensorAllocator> = OnceCell::new();
 
 /// One output: the managed tensor handed over (first: its address is the block's), the
-/// `at::Tensor` it describes, and its header as made (a C caller may change the managed tensor's
-/// before `dlpx_to_py_like`: the tensor is then what the header says, not the `at::Tensor`).
+/// `at::Tensor` it describes, its header as made and torch's own sizes and strides. The header's
+/// shape and strides are the block's copies, which follow the `Output`: a caller that writes
+/// them (a kernel by mistake; a C caller that describes the memory anew before
+/// `dlpx_to_py_like`) never reaches the `at::Tensor`, and a tensor whose header or arrays changed
+/// is what its header says, not the `at::Tensor` ([`to_py`]).
 #[repr(C)]
 struct Output {
     managed: DLManagedTensorVersioned,
     tensor: *mut c_void,
     made: DLTensor,
+    sizes: *const i64,
+    strides: *const i64,
+}
+
+impl Output {
+    /// Whether the managed tensor is still as made: its flags, its header's words, and its
+    /// arrays' values against torch's (an element loop: `ndim` is small, and a slice compare is
+    /// a `bcmp` call).
+    ///
+    /// # Safety
+    /// A live output [`made`] wrote.
+    unsafe fn as_made(&self) -> bool {
+        let ndim = self.made.ndim as usize;
+        let same = |ours: *const i64, torch: *const i64| {
+            // SAFETY: `ndim` values each: the block's copies, the `at::Tensor`'s arrays.
+            (0..ndim).all(|i| unsafe { *ours.add(i) == *torch.add(i) })
+        };
+        self.managed.flags == 0
+            && self.managed.dl_tensor.same_header(&self.made)
+            && same(self.made.shape, self.sizes)
+            && same(self.made.strides, self.strides)
+    }
 }
 
 impl Outputs {
@@ -120,8 +145,7 @@ pub fn to_py(py: Python<'_>, managed: NonNull<DLManagedTensorVersioned>) -> Opti
     let outputs = OUTPUTS.get()?;
     let output = managed.as_ptr().cast::<Output>();
     // SAFETY: one of ours (its deleter), so an `Output`, live.
-    let as_made = unsafe { (*output).managed.flags == 0 && (*output).managed.dl_tensor.same_header(&(*output).made) };
-    if !as_made {
+    if !unsafe { (*output).as_made() } {
         return None;
     }
     // SAFETY: the GIL is held (the token); one of ours, so an `Output` whose tensor is live.
@@ -202,10 +226,26 @@ unsafe fn made(outputs: &Outputs, prototype: &DLTensor) -> Option<*mut DLManaged
     // Its sizes, strides and memory read back (the rest is what was asked for, which
     // `framework_allocator` holds the answer to, sizes and strides included).
     // SAFETY: a live tensor the shim just made, ours.
-    let Some((shape, strides, data)) = (unsafe { shim.dims_and_data(tensor) }) else {
+    let Some((sizes, torch_strides, data)) = (unsafe { shim.dims_and_data(tensor) }) else {
         // SAFETY: ours, deleted once.
         unsafe { (outputs.delete)(tensor) };
         return None;
+    };
+    let Some(block) = cpu::alloc(block_capacity(ndim)) else {
+        // SAFETY: ours, deleted once.
+        unsafe { (outputs.delete)(tensor) };
+        return None;
+    };
+    let output = block.cast::<Output>();
+    // SAFETY: a block of `ndim` dimensions: the `Output`, then its shape and strides; torch's
+    // arrays hold `ndim` values each.
+    let (shape, strides) = unsafe {
+        let shape = output.as_ptr().add(1).cast::<i64>();
+        if ndim > 0 {
+            ptr::copy_nonoverlapping(sizes, shape, ndim);
+            ptr::copy_nonoverlapping(torch_strides, shape.add(ndim), ndim);
+        }
+        (shape, shape.add(ndim))
     };
     let dl_tensor = DLTensor {
         data,
@@ -216,13 +256,7 @@ unsafe fn made(outputs: &Outputs, prototype: &DLTensor) -> Option<*mut DLManaged
         strides,
         byte_offset: 0,
     };
-    let Some(block) = cpu::alloc(BLOCK) else {
-        // SAFETY: ours, deleted once.
-        unsafe { (outputs.delete)(tensor) };
-        return None;
-    };
-    let output = block.cast::<Output>();
-    // SAFETY: a block of dlpx's allocator, large and aligned enough for an `Output`.
+    // SAFETY: as above: room and alignment for an `Output` first.
     unsafe {
         output.write(Output {
             managed: DLManagedTensorVersioned {
@@ -234,17 +268,19 @@ unsafe fn made(outputs: &Outputs, prototype: &DLTensor) -> Option<*mut DLManaged
             },
             tensor,
             made: dl_tensor,
+            sizes,
+            strides: torch_strides,
         })
     };
     Some(output.as_ptr().cast())
 }
 
-/// An output's block: from dlpx's allocator, whose per-thread cache makes it a pop and a push
-/// where `malloc` and `free` cost ~150 instructions a call.
-const BLOCK: Capacity = match cpu::capacity_for(size_of::<Output>()) {
-    Some(capacity) => capacity,
-    None => panic!("an Output fits a size class"),
-};
+/// The block of an output of `ndim` dimensions (its `Output`, then its shape and strides): from
+/// dlpx's allocator, whose per-thread cache makes it a pop and a push where `malloc` and `free`
+/// cost ~150 instructions a call.
+fn block_capacity(ndim: usize) -> Capacity {
+    cpu::capacity_for(size_of::<Output>() + 2 * ndim * size_of::<i64>()).expect("MAX_NDIM dimensions fit a size class")
+}
 
 /// An output's deleter: the `at::Tensor` released (its memory, where nothing else holds it),
 /// the block freed. Any thread, with or without the GIL: the tensor has no Python object of its
@@ -256,8 +292,10 @@ unsafe extern "C" fn delete_output(managed: *mut DLManagedTensorVersioned) {
     // SAFETY: one of ours (the deleter is only ever ours), deleted once: its tensor read out,
     // its block freed.
     let tensor = unsafe {
-        let tensor = (*managed.cast::<Output>()).tensor;
-        cpu::free(NonNull::new_unchecked(managed.cast()), BLOCK);
+        let output = managed.cast::<Output>();
+        // Its own `ndim` (the header's is the caller's to change).
+        let (tensor, ndim) = ((*output).tensor, (*output).made.ndim as usize);
+        cpu::free(NonNull::new_unchecked(managed.cast()), block_capacity(ndim));
         tensor
     };
     if let Some(outputs) = OUTPUTS.get() {

@@ -249,7 +249,6 @@ def adopt(pair):
 @shim_serves
 def test_allocate_like_and_to_py_like_give_the_shim_s_torch_tensor(c_api):
     like = torch.zeros(2)
-    allocate_like(c_api, like, (1,))  # the first torch call finds torch's functions (then freed below)
     managed, address = allocate_like(c_api, like, (3, 4))
     assert managed.dl_tensor.byte_offset == 0 and [managed.dl_tensor.strides[i] for i in range(2)] == [4, 1]
     fill(managed, [float(i) for i in range(12)])
@@ -276,21 +275,43 @@ print(json.dumps([list(out.shape), dlpx._native._served("torch_outputs")]))
     assert json.loads(run(code)) == [[2, 3], 1]
 
 
-def test_a_header_the_caller_changed_is_handed_back_as_it_says(c_api):
-    # An extension author may describe the memory anew before handing it back (a (3, 4) output
-    # as 12 values): the tensor is what the header says, through torch's table, not the
-    # `at::Tensor` the shim made.
-    like = torch.zeros(2)
-    managed, address = allocate_like(c_api, like, (3, 4))
-    fill(managed, [float(i) for i in range(12)])
+def _as_12_values(managed):
+    """The (3, 4) output described anew as 12 values: the caller's own shape and strides."""
     flat, unit = (ctypes.c_int64 * 1)(12), (ctypes.c_int64 * 1)(1)
     managed.dl_tensor.ndim = 1
     managed.dl_tensor.shape = ctypes.cast(flat, ctypes.POINTER(ctypes.c_int64))
     managed.dl_tensor.strides = ctypes.cast(unit, ctypes.POINTER(ctypes.c_int64))
+    managed._keep = (flat, unit)  # noqa: SLF001 - the arrays live until the tensor is imported
+    return (12,), list(range(12))
+
+
+def _first_two_rows_in_place(managed):
+    """The shape written where the header points (the block's copy, not torch's sizes)."""
+    managed.dl_tensor.shape[0] = 2
+    return (2, 4), list(range(8))
+
+
+def _read_only(managed):
+    managed.flags |= 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+    return (3, 4), list(range(12))
+
+
+@shim_serves
+@pytest.mark.parametrize("edit", [_as_12_values, _first_two_rows_in_place, _read_only], ids=lambda f: f.__name__[1:])
+def test_a_header_the_caller_changed_is_handed_back_as_it_says(c_api, edit):
+    # An extension author may describe the memory anew before handing it back: the tensor is
+    # what the header says, through torch's table, not the `at::Tensor` the shim made.
+    like = torch.zeros(2)
+    with serves("torch_outputs", 1):  # an unchanged output is the shim's (so this one is too)
+        adopt(to_py_like(c_api, like, allocate_like(c_api, like, (3, 4))[1]))
+    managed, address = allocate_like(c_api, like, (3, 4))
+    fill(managed, [float(i) for i in range(12)])
+    shape, values = edit(managed)
     before = served("torch_outputs")
     out = adopt(to_py_like(c_api, like, address))
     assert served("torch_outputs") == before
-    assert type(out) is torch.Tensor and out.shape == (12,) and out.tolist() == [float(i) for i in range(12)]
+    assert type(out) is torch.Tensor and out.shape == shape
+    assert out.flatten().tolist() == [float(v) for v in values]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
