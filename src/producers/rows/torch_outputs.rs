@@ -231,19 +231,20 @@ unsafe fn made(outputs: &Outputs, prototype: &DLTensor) -> Option<*mut DLManaged
         unsafe { (outputs.delete)(tensor) };
         return None;
     };
-    let Some(block) = cpu::alloc(block_capacity(ndim)) else {
+    let Some(block) = alloc_block(ndim) else {
         // SAFETY: ours, deleted once.
         unsafe { (outputs.delete)(tensor) };
         return None;
     };
     let output = block.cast::<Output>();
     // SAFETY: a block of `ndim` dimensions: the `Output`, then its shape and strides; torch's
-    // arrays hold `ndim` values each.
+    // arrays hold `ndim` values each. A loop, not `copy_nonoverlapping` (a `memcpy` call for a
+    // length known only now, ~40 instructions each for an output's one or two values).
     let (shape, strides) = unsafe {
         let shape = output.as_ptr().add(1).cast::<i64>();
-        if ndim > 0 {
-            ptr::copy_nonoverlapping(sizes, shape, ndim);
-            ptr::copy_nonoverlapping(torch_strides, shape.add(ndim), ndim);
+        for i in 0..ndim {
+            shape.add(i).write(*sizes.add(i));
+            shape.add(ndim + i).write(*torch_strides.add(i));
         }
         (shape, shape.add(ndim))
     };
@@ -275,10 +276,42 @@ unsafe fn made(outputs: &Outputs, prototype: &DLTensor) -> Option<*mut DLManaged
     Some(output.as_ptr().cast())
 }
 
-/// The block of an output of `ndim` dimensions (its `Output`, then its shape and strides): from
+/// A block for an output of `ndim` dimensions (its `Output`, then its shape and strides): from
 /// dlpx's allocator, whose per-thread cache makes it a pop and a push where `malloc` and `free`
-/// cost ~150 instructions a call.
-fn block_capacity(ndim: usize) -> Capacity {
+/// cost ~150 instructions a call. One size for the common few dimensions, a constant at the
+/// call (a size class reckoned on every call costs `lib.add` ~40 instructions).
+#[inline(always)]
+fn alloc_block(ndim: usize) -> Option<NonNull<u8>> {
+    match ndim <= SMALL_NDIM {
+        true => cpu::alloc(SMALL_BLOCK),
+        false => cpu::alloc(large_block(ndim)),
+    }
+}
+
+/// Frees a block [`alloc_block`] gave for `ndim` dimensions.
+///
+/// # Safety
+/// As for `cpu::free`.
+#[inline(always)]
+unsafe fn free_block(block: NonNull<u8>, ndim: usize) {
+    // SAFETY: the caller's contract, with the capacity it was allocated with.
+    unsafe {
+        match ndim <= SMALL_NDIM {
+            true => cpu::free(block, SMALL_BLOCK),
+            false => cpu::free(block, large_block(ndim)),
+        }
+    }
+}
+
+/// The block of an output of one dimension, and the dimensions its size class holds (6).
+const SMALL_BLOCK: Capacity = match cpu::capacity_for(size_of::<Output>() + 2 * size_of::<i64>()) {
+    Some(capacity) => capacity,
+    None => panic!("an Output fits a size class"),
+};
+const SMALL_NDIM: usize = (SMALL_BLOCK.bytes() - size_of::<Output>()) / (2 * size_of::<i64>());
+
+#[cold]
+fn large_block(ndim: usize) -> Capacity {
     cpu::capacity_for(size_of::<Output>() + 2 * ndim * size_of::<i64>()).expect("MAX_NDIM dimensions fit a size class")
 }
 
@@ -295,7 +328,7 @@ unsafe extern "C" fn delete_output(managed: *mut DLManagedTensorVersioned) {
         let output = managed.cast::<Output>();
         // Its own `ndim` (the header's is the caller's to change).
         let (tensor, ndim) = ((*output).tensor, (*output).made.ndim as usize);
-        cpu::free(NonNull::new_unchecked(managed.cast()), block_capacity(ndim));
+        free_block(NonNull::new_unchecked(managed.cast()), ndim);
         tensor
     };
     if let Some(outputs) = OUTPUTS.get() {

@@ -71,7 +71,7 @@ def described(t) -> dict:
             "device": str(t.device), "values": t.tolist(), "requires_grad": t.requires_grad}
 
 
-SHAPES = [(16,), (), (0,), (3, 5), (2, 0, 4), (1, 1, 7)]
+SHAPES = [(16,), (), (0,), (3, 5), (2, 0, 4), (1, 1, 7), (2, 1, 3, 1, 1, 2, 1, 2)]  # 8-d: a block of its own size
 
 
 @shim_serves
