@@ -9,81 +9,20 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <stdio.h>
-#include <string.h>
-
 #include "dlpx/dlpx.h"
-
-static int same_dtype(DLDataType x, DLDataType y) {
-  return x.code == y.code && x.bits == y.bits && x.lanes == y.lanes;
-}
-
-static const char *dtype_name(DLDataType t) {
-  if (t.lanes != 1) return "a vector dtype";
-  if (t.code == kDLFloat && t.bits == 32) return "float32";
-  if (t.code == kDLFloat && t.bits == 64) return "float64";
-  if (t.code == kDLInt && t.bits == 32) return "int32";
-  if (t.code == kDLInt && t.bits == 64) return "int64";
-  return NULL;
-}
+/* The arithmetic and its checks, shared with the kernel library written the newer way. */
+#include "../kernel_library/strided_add.h"
 
 /* Sets a Python exception and returns 0 when the arguments cannot be added. */
 static int check_arguments(const DLTensor *a, const DLTensor *b) {
-  if (a->device.device_type != kDLCPU || b->device.device_type != kDLCPU) {
-    PyErr_Format(PyExc_ValueError, "dlpx_demo.add: tensors must be on the CPU, got device types %d and %d",
-                 (int)a->device.device_type, (int)b->device.device_type);
-    return 0;
-  }
-  if (!same_dtype(a->dtype, b->dtype)) {
-    PyErr_Format(PyExc_TypeError, "dlpx_demo.add: dtypes differ: (code %d, bits %d) and (code %d, bits %d)",
-                 a->dtype.code, a->dtype.bits, b->dtype.code, b->dtype.bits);
-    return 0;
-  }
-  if (!dtype_name(a->dtype)) {
-    PyErr_Format(PyExc_TypeError, "dlpx_demo.add: unsupported dtype (code %d, bits %d, lanes %d); "
-                 "expected float32, float64, int32 or int64", a->dtype.code, a->dtype.bits, a->dtype.lanes);
-    return 0;
-  }
-  if (a->ndim != b->ndim || (a->ndim > 0 && memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) != 0)) {
-    PyErr_SetString(PyExc_ValueError, "dlpx_demo.add: shapes differ");
+  char message[160];
+  const char *refused = strided_add_refusal(a, b, message, sizeof message);
+  if (refused) {
+    PyErr_Format(strcmp(refused, "TypeError") == 0 ? PyExc_TypeError : PyExc_ValueError, "dlpx_demo.add: %s",
+                 message);
     return 0;
   }
   return 1;
-}
-
-/* out[i] = a[i] + b[i] over any strides; out is compact (written in order). */
-#define DEFINE_ADD(T)                                                                          \
-  static void add_##T(const DLTensor *a, const DLTensor *b, T *out, int64_t numel) {          \
-    const char *pa = (const char *)a->data + a->byte_offset;                                  \
-    const char *pb = (const char *)b->data + b->byte_offset;                                  \
-    int64_t index[64] = {0};                                                                  \
-    for (int64_t n = 0; n < numel; ++n) {                                                     \
-      int64_t oa = 0, ob = 0;                                                                 \
-      for (int d = 0; d < a->ndim; ++d) {                                                     \
-        oa += index[d] * a->strides[d];                                                       \
-        ob += index[d] * b->strides[d];                                                       \
-      }                                                                                       \
-      out[n] = ((const T *)pa)[oa] + ((const T *)pb)[ob];                                     \
-      for (int d = a->ndim - 1; d >= 0; --d) {                                                \
-        if (++index[d] < a->shape[d]) break;                                                  \
-        index[d] = 0;                                                                         \
-      }                                                                                       \
-    }                                                                                         \
-  }
-DEFINE_ADD(float)
-DEFINE_ADD(double)
-DEFINE_ADD(int32_t)
-DEFINE_ADD(int64_t)
-
-static void compute(const DLTensor *a, const DLTensor *b, DLTensor *out) {
-  int64_t numel = 1;
-  for (int d = 0; d < a->ndim; ++d) numel *= a->shape[d];
-  if (numel == 0) return;
-  void *o = (char *)out->data + out->byte_offset;
-  if (a->dtype.code == kDLFloat && a->dtype.bits == 32) add_float(a, b, (float *)o, numel);
-  else if (a->dtype.code == kDLFloat) add_double(a, b, (double *)o, numel);
-  else if (a->dtype.bits == 32) add_int32_t(a, b, (int32_t *)o, numel);
-  else add_int64_t(a, b, (int64_t *)o, numel);
 }
 
 static PyObject *add(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -102,7 +41,7 @@ static PyObject *add(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   DLManagedTensorVersioned *out = NULL;
   if (check_arguments(&a.tensor, &b.tensor) &&
       dlpx_allocate_like(args[0], &a.tensor, &out, NULL, dlpx_set_error_python) == 0) {
-    compute(&a.tensor, &b.tensor, &out->dl_tensor);
+    strided_add(&a.tensor, &b.tensor, &out->dl_tensor);
     void *object = NULL;
     if (dlpx_to_py_like(args[0], out, &object) == 0) {
       result = (PyObject *)object;

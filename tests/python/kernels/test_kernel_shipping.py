@@ -311,6 +311,8 @@ def test_dlpx_add_kernel_library_builds_c_and_cxx_with_its_stub(tmp_path):
     (source / "CMakeLists.txt").write_text(PROJECT)
     (source / "more.cpp").write_text(MORE)
     os.symlink(EXAMPLE, source / "kernels.c")
+    # What kernels.c includes beside it (a symlinked source finds its includes beside the link).
+    os.symlink(os.path.join(os.path.dirname(EXAMPLE), "strided_add.h"), source / "strided_add.h")
 
     out = configure_and_build(str(source), InDirectory(tmp_path), [f"-DPython3_EXECUTABLE={sys.executable}"])
     library = os.path.join(out, "libshipped.so")
