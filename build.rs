@@ -98,20 +98,25 @@ fn write_enum(dlpack: &mut String, dlpx: &mut String, c_enum: &str, repr: &str, 
     }
 }
 
-const ABI_ITEMS: &[&str] = &[
+/// The structures dlpack.h is generated from (cbindgen's roots: what they name comes with them).
+const DLPACK_ROOTS: &[&str] = &[
     "DLPackVersion",
     "DLDevice",
     "DLDataType",
     "DLTensor",
     "DLManagedTensor",
     "DLManagedTensorVersioned",
+    "DLPackExchangeAPIHeader",
+    "DLPackExchangeAPI",
+];
+
+/// The rest of dlpack.h: what the roots name, and its macros.
+const DLPACK_NAMED: &[&str] = &[
     "DLPackManagedTensorAllocator",
     "DLPackManagedTensorFromPyObjectNoSync",
     "DLPackManagedTensorToPyObjectNoSync",
     "DLPackDLTensorFromPyObjectNoSync",
     "DLPackCurrentWorkStream",
-    "DLPackExchangeAPIHeader",
-    "DLPackExchangeAPI",
     "DLPACK_MAJOR_VERSION",
     "DLPACK_MINOR_VERSION",
     "DLPACK_FLAG_BITMASK_READ_ONLY",
@@ -119,11 +124,15 @@ const ABI_ITEMS: &[&str] = &[
     "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED",
     "DLDeviceType",
     "DLDataTypeCode",
-    "DeviceType",
-    "DataTypeCode",
-    "SetErrorFn",
-    "EnumRow",
 ];
+
+/// src/abi's Rust-side items, in neither header as they are (the enums are written as C by
+/// `enum_texts`).
+const RUST_ONLY: &[&str] = &["DeviceType", "DataTypeCode", "SetErrorFn", "EnumRow"];
+
+fn strings(names: &[&[&str]]) -> Vec<String> {
+    names.iter().flat_map(|list| list.iter().map(|s| s.to_string())).collect()
+}
 
 const DLPACK_PRELUDE: &str = "\
 /** Compatibility with C++. */
@@ -183,20 +192,8 @@ fn main() {
     dlpack.no_includes = true;
     dlpack.sys_includes = vec!["stdint.h".to_string(), "stddef.h".to_string()];
     dlpack.after_includes = Some(format!("{DLPACK_PRELUDE}\n\n{}", enums.trim_end()));
-    dlpack.export.include = [
-        "DLPackVersion",
-        "DLDevice",
-        "DLDataType",
-        "DLTensor",
-        "DLManagedTensor",
-        "DLManagedTensorVersioned",
-        "DLPackExchangeAPIHeader",
-        "DLPackExchangeAPI",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    dlpack.export.exclude = vec!["DeviceType".into(), "DataTypeCode".into(), "SetErrorFn".into(), "EnumRow".into()];
+    dlpack.export.include = strings(&[DLPACK_ROOTS]);
+    dlpack.export.exclude = strings(&[RUST_ONLY]);
     dlpack.export.rename.insert("DeviceType".into(), "DLDeviceType".into());
     cbindgen::Builder::new()
         .with_config(dlpack)
@@ -215,7 +212,8 @@ fn main() {
     dlpx.usize_is_size_t = true;
     dlpx.includes = vec!["dlpack.h".to_string()];
     dlpx.after_includes = Some(format!("{DLPX_PRELUDE}\n\n{}", names.trim_end()));
-    dlpx.export.exclude = ABI_ITEMS.iter().map(|s| s.to_string()).collect();
+    // dlpx.h includes dlpack.h: none of it again.
+    dlpx.export.exclude = strings(&[DLPACK_ROOTS, DLPACK_NAMED, RUST_ONLY]);
     // CPython's entry into the library, not C's: its PyObject type is not in the header.
     dlpx.export.exclude.push("PyInit__native".to_string());
     dlpx.export.rename.insert("DeviceType".into(), "DLDeviceType".into());
