@@ -5,11 +5,15 @@ by hand as a CPython extension (benches/cuda_kernel_overhead), the floor (that e
 with no tensors: what is left above it is the cost of taking tensors), torch.add on the same
 tensors, the library's launch_empty_c (the same kernel on the C ABI alone: what the C++ layer's
 wrapper costs) and tvm-ffi's testing.nop taking them (skipped when apache-tvm-ffi is not
-installed).
+installed). A second table times a call that makes an output: the library's `axpby(a, x, y, b)` (its
+output from torch's allocator, through torch's C shim where dlpx found it) beside `torch.add(x, y,
+alpha=b)` (one allocation and one launch each), and counts the outputs the shim made; run it again
+under DLPX_DIRECT_OFF=torch (`--outputs`, as scripts/gpu_check.sh does) for the same call through
+torch's exchange table.
 Needs a CUDA GPU.
 
     NVCC=nvcc bash scripts/check_cuda_example.sh     # builds both into build/cuda_kernel/
-    python benches/cuda_kernel_bench.py [--library L.so] [--extension E.so] [--quick]
+    python benches/cuda_kernel_bench.py [--library L.so] [--extension E.so] [--quick] [--outputs]
 
 Each timing is of a batch of calls small enough that the launch queue never fills (a full queue
 would make the host wait for the GPU and time the GPU instead), started after an untimed
@@ -69,6 +73,7 @@ def main():
     parser.add_argument("--library", help="the built libdlpx_cuda_kernel.so (default: build/cuda_kernel/)")
     parser.add_argument("--extension", help="the built dlpx_cuda_overhead extension (default: build/cuda_kernel/)")
     parser.add_argument("--quick", action="store_true", help="fewer batches")
+    parser.add_argument("--outputs", action="store_true", help="the outputs table alone")
     parser.add_argument("--batch", type=int, default=200, help="calls per timed batch (keep below the launch queue depth)")
     args = parser.parse_args()
 
@@ -79,6 +84,9 @@ def main():
     import dlpx
 
     library = dlpx.load_library(found(args.library, "libdlpx_cuda_kernel.so", "kernel library"))
+    batches = 50 if args.quick else 400
+    if args.outputs:
+        return outputs(torch, dlpx, library, args.batch, batches)
     extension = load_extension(found(args.extension, "dlpx_cuda_overhead*.so", "hand-written extension"))
     try:
         import tvm_ffi
@@ -86,7 +94,6 @@ def main():
         nop = tvm_ffi.get_global_func("testing.nop")
     except ImportError:
         tvm_ffi, nop = None, None
-    batches = 50 if args.quick else 400
     versions = f"torch {torch.__version__}, dlpx {dlpx.__version__}"
     versions += f", apache-tvm-ffi {tvm_ffi.__version__}" if tvm_ffi else ", apache-tvm-ffi not installed"
     print(f"GPU: {torch.cuda.get_device_name(0)}; {versions}; Python {sys.version.split()[0]}")
@@ -114,6 +121,28 @@ def main():
         lib, ext, floor, add, c_abi = (median for median, _ in rows[:5])
         cells += [f"{lib / ext:.2f}x", f"{lib / add:.2f}x", f"{lib - floor:.0f}", f"{c_abi / ext:.2f}x"]
         print(f"| {n} | " + " | ".join(cells) + " |")
+    print()
+    outputs(torch, dlpx, library, args.batch, batches)
+
+
+def outputs(torch, dlpx, library, batch, batches):
+    """The outputs table: a call that allocates in torch and launches once, each way."""
+    x, y = torch.arange(16.0, device="cuda"), torch.ones(16, device="cuda")
+    shim = os.environ.get("DLPX_DIRECT_OFF", "") not in ("torch", "all")
+    made = dlpx._native._served("torch_outputs")
+    expected = torch.add(2.0 * x, y, alpha=3.0)
+    if not torch.equal(library.axpby(2.0, x, y, 3.0), expected):
+        sys.exit("cuda_kernel_bench: axpby(2, x, y, 3) is not 2 * x + 3 * y; nothing was measured")
+    by_shim = dlpx._native._served("torch_outputs") - made
+    calls = [lambda: library.axpby(2.0, x, y, 3.0), lambda: torch.add(x, y, alpha=3.0)]
+    (lib, lib_best), (add, add_best) = interleaved(calls, batch, batches, torch.cuda.synchronize)
+    way = "torch's C shim" if by_shim else "torch's exchange table"
+    print(f"A call that makes an output (16 float32 on the GPU), ns per call, median (best); the output made "
+          f"through {way} (DLPX_DIRECT_OFF={os.environ.get('DLPX_DIRECT_OFF', '')!r}: the shim "
+          f"{'on' if shim else 'off'}; outputs the shim made for one call: {by_shim})\n")
+    print("| library axpby(2, x, y, 3) | torch.add(x, y, alpha=3) | library / torch.add |")
+    print("|---|---|---|")
+    print(f"| {lib:.0f} ({lib_best:.0f}) | {add:.0f} ({add_best:.0f}) | {lib / add:.2f}x |")
 
 
 if __name__ == "__main__":

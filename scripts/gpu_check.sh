@@ -145,6 +145,9 @@ if [ $simulated = 1 ]; then
 elif [ -n "${DLPX_CUDA_OVERHEAD:-}" ]; then
   run cuda_kernel_bench 120 "$PY" benches/cuda_kernel_bench.py "${bench_args[@]}" --library "$DLPX_CUDA_KERNEL" \
     --extension "$DLPX_CUDA_OVERHEAD"
+  # The same output made through torch's exchange table instead of its C shim.
+  run cuda_outputs_shim_off 60 env DLPX_DIRECT_OFF=torch "$PY" benches/cuda_kernel_bench.py "${bench_args[@]}" \
+    --outputs --library "$DLPX_CUDA_KERNEL"
 fi
 interop_args=("${bench_args[@]}")
 [ $simulated = 1 ] && interop_args+=(--simulated)
@@ -263,6 +266,10 @@ tables() {  # the Markdown a bench printed (tables and their captions), else its
   echo "## A kernel call's host overhead (benches/cuda_kernel_bench.py)"
   echo
   tables cuda_kernel_bench
+  echo
+  echo "With torch's C shim off (DLPX_DIRECT_OFF=torch):"
+  echo
+  tables cuda_outputs_shim_off
   echo
   echo "## The CUDA interop matrix (benches/cuda_interop.py)"
   echo
