@@ -11,7 +11,7 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::PyObject;
 
 use super::guard::State;
-use super::{entry_of, entry_of_type, faithful, Answer, Ask, Handover, Request, Suspicion};
+use super::{entry_of, entry_of_type, faithful, Answer, Ask, Entry, Handover, Request, Suspicion};
 use crate::abi::*;
 use crate::copy;
 use crate::cpython::{type_of, Python};
@@ -31,6 +31,18 @@ pub fn managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManage
     answer_of(py, object, Ask::MANAGED)?.into_managed(py)
 }
 
+/// What [`view`] gives besides the view itself.
+pub struct Viewed {
+    /// The managed tensor that keeps the view valid (NULL for a non-owning view, valid while the
+    /// caller holds the object).
+    pub owner: *mut DLManagedTensorVersioned,
+    /// The view's DLPack flags.
+    pub flags: u64,
+    /// The entry of the object's type that answered (None for an exact `dlpx.Tensor`, read with
+    /// no lookup): a kernel call's first tensor names its framework from it, with no second one.
+    pub entry: Option<Entry>,
+}
+
 /// A view of `object` for a kernel: `out` filled, the managed tensor that keeps it valid (NULL
 /// for a non-owning view, valid while the caller holds `object`), and the view's DLPack flags
 /// (`layout::carried_flags`): READ_ONLY where the tensor may not be written (docs/design.md,
@@ -38,32 +50,36 @@ pub fn managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManage
 /// give none of a read-only tensor.
 /// `read_only`: the kernel only reads (the flag is then always set, and a producer with a
 /// read-only export gives that one: torch's const table).
-pub fn view(
-    py: Python<'_>,
-    object: *mut PyObject,
-    out: &mut DLTensor,
-    read_only: bool,
-) -> Result<(*mut DLManagedTensorVersioned, u64)> {
+pub fn view(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor, read_only: bool) -> Result<Viewed> {
     let asked = if read_only { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 };
     let slot = Cell::from_mut(out);
+    if let Some(tensor) = crate::tensor_type::exact_tensor_of(py, object) {
+        return Ok(Viewed { owner: ptr::null_mut(), flags: view_own(slot, tensor, asked), entry: None });
+    }
+    let entry = entry_of_type(py, type_of(py, object));
     let ask = Ask::view(slot, read_only);
-    let owner = match answer_of(py, object, ask)? {
-        Handover::Own(tensor) => {
-            slot.set(share(tensor));
-            return Ok((ptr::null_mut(), asked | carried_flags(tensor.flags(), tensor.dl_tensor().dtype)));
-        }
+    let viewed = |owner, flags| Ok(Viewed { owner, flags, entry: Some(entry) });
+    let owner = match answer_with(py, object, entry, ask)? {
+        Handover::Own(tensor) => return viewed(ptr::null_mut(), view_own(slot, tensor, asked)),
         Handover::View if view_is_whole(slot)? => {
             name_its_device(slot);
-            return Ok((ptr::null_mut(), asked));
+            return viewed(ptr::null_mut(), asked);
         }
-        Handover::View => answer_of(py, object, ask.managed())?.into_managed(py)?,
+        Handover::View => answer_with(py, object, entry, ask.managed())?.into_managed(py)?,
         handover => handover.into_managed(py)?,
     };
     // SAFETY: a live managed tensor the caller owns until it releases the view.
     let owned = unsafe { owner.as_ref() };
     slot.set(owned.dl_tensor);
     name_its_device(slot);
-    Ok((owner.as_ptr(), asked | carried_flags(owned.flags, owned.dl_tensor.dtype)))
+    viewed(owner.as_ptr(), asked | carried_flags(owned.flags, owned.dl_tensor.dtype))
+}
+
+/// dlpx's own `tensor` as the view in `slot`, and the view's flags.
+#[inline(always)]
+fn view_own(slot: &Cell<DLTensor>, tensor: &Tensor, asked: u64) -> u64 {
+    slot.set(share(tensor));
+    asked | carried_flags(tensor.flags(), tensor.dl_tensor().dtype)
 }
 
 /// A producer's view with its device named as DLPack names it (`DLDevice::canonical`): its
@@ -126,7 +142,12 @@ fn answer_of<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Answe
         return Ok(Handover::Own(tensor));
     }
     // Not an exact dlpx.Tensor: the type's row is the cache's answer.
-    let entry = entry_of_type(py, type_of(py, object));
+    answer_with(py, object, entry_of_type(py, type_of(py, object)), ask)
+}
+
+/// [`answer_of`] for an object that is no exact `dlpx.Tensor`, whose type's `entry` is known.
+#[inline(always)]
+fn answer_with<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
     let row = entry.row;
     let state = row.guard.map_or(State::Trusted, |guard| guard.state(py));
     let ours = match state {
