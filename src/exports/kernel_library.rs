@@ -3,7 +3,7 @@
 //! and scalars in, managed tensors and scalars out. Outputs come from dlpx's allocator; the
 //! stream a kernel asks for is dlpx's current stream of the calling thread.
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::{self, NonNull};
 
 use crate::abi::*;
@@ -252,10 +252,7 @@ unsafe fn call(
         Ok(())
     })
     .map_err(|err| err.at(kernel.name))?;
-    let stream = |device| Ok(crate::stream::current(device));
-    let allocator = || Some(crate::allocation::allocator_entry as _);
-    let environment = Environment { allocator: &allocator, stream: &stream };
-    let returned = Call::new(kernel, &values, environment).run(|kernel| kernel())?;
+    let returned = Call::new(kernel, &values, &Dlpx).run(|kernel| kernel())?;
     if returned.len() > capacity {
         let n = returned.len();
         returned.as_slice().iter().copied().for_each(Returned::discard);
@@ -349,4 +346,17 @@ fn result_value(result: Returned) -> DlpxValue {
         Returned::Bool(b) => (value.kind, value.boolean) = (DLPX_VALUE_BOOL, b),
     }
     value
+}
+
+/// A call from C: outputs from dlpx's allocator, dlpx's current stream.
+struct Dlpx;
+
+impl Environment for Dlpx {
+    fn allocator(&self) -> DLPackManagedTensorAllocator {
+        Some(crate::allocation::allocator_entry as _)
+    }
+
+    fn stream(&self, device: DLDevice) -> crate::error::Result<*mut c_void> {
+        Ok(crate::stream::current(device))
+    }
 }

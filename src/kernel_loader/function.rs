@@ -22,7 +22,7 @@ use crate::args::FastArgs;
 use crate::cpython::{released, FastCallKeywords, Owned, Python, RuntimeDef};
 use crate::error::{Error, Result};
 use crate::kernels::{Call, Environment, Kernel};
-use crate::producers::current_stream_in;
+use crate::producers::{current_stream_in, Entry};
 
 /// What a kernel's function object holds: the definition of its `self` module (first: the
 /// module's `md_def` points into this box), the kernel, its parameters' names interned (a keyword
@@ -180,16 +180,9 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
         let mut arguments = Arguments::new(py);
         arguments.bind(kernel, &object.names, args).map_err(|err| err.at(kernel.name))?;
         let like = super::outputs_like::chosen(py).map_err(|err| err.at(kernel.name))?.or(arguments.like);
-        let table = like.map(|entry| entry.table).or_else(crate::tensor_type::own_table);
         // A short kernel runs with the GIL this call holds: its stream is asked with it.
-        let holding = kernel.short.then_some(py);
-        let stream = |device: DLDevice| stream_of(table, device, holding);
-        let allocator = || match like {
-            Some(entry) => entry.row.producer.output_allocator(entry),
-            None => table.and_then(|t| t.managed_tensor_allocator),
-        };
-        let environment = Environment { allocator: &allocator, stream: &stream };
-        let mut call = Call::new(kernel, arguments.values(), environment);
+        let caller = Caller { like, holding: kernel.short.then_some(py) };
+        let mut call = Call::new(kernel, arguments.values(), &caller);
         let status = call.start(|run| match kernel.short {
             true => run(),
             // SAFETY: the kernel touches no Python object: its arguments were converted above,
@@ -205,6 +198,28 @@ fn call(py: Python<'_>, this: *mut PyObject, args: FastArgs<'_>) -> Result<*mut 
         Some(returned) => {
             results::to_py(py, like, returned?).map_err(|refusal| results::refused(py, kernel.name, refusal))
         }
+    }
+}
+
+/// The caller's framework as a kernel reaches it: `like`'s (the first tensor argument's, or the
+/// `outputs_like` block's), else dlpx's; `holding`: the token of a short kernel's call, which
+/// keeps the GIL.
+struct Caller<'py> {
+    like: Option<Entry>,
+    holding: Option<Python<'py>>,
+}
+
+impl Environment for Caller<'_> {
+    fn allocator(&self) -> DLPackManagedTensorAllocator {
+        match self.like {
+            Some(entry) => entry.row.producer.output_allocator(entry),
+            None => crate::tensor_type::own_table().and_then(|t| t.managed_tensor_allocator),
+        }
+    }
+
+    fn stream(&self, device: DLDevice) -> Result<*mut c_void> {
+        let table = self.like.map(|entry| entry.table).or_else(crate::tensor_type::own_table);
+        stream_of(table, device, self.holding)
     }
 }
 

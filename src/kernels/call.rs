@@ -17,14 +17,13 @@ use super::value::{Returned, Value};
 use crate::abi::*;
 use crate::error::{Error, ErrorKind, Result};
 
-/// The caller's framework, as the kernel reaches it.
-pub struct Environment<'a> {
-    /// Its allocator (the first tensor argument's framework's; dlpx's otherwise), found when the
-    /// kernel first asks (a call that allocates nothing never looks). Called with or without the
-    /// GIL, as DLPack allows.
-    pub allocator: &'a dyn Fn() -> DLPackManagedTensorAllocator,
+/// The caller's framework, as the kernel reaches it: asked only when the kernel asks (a call that
+/// allocates nothing never looks), with or without the GIL, as DLPack allows.
+pub trait Environment {
+    /// Its allocator (the first tensor argument's framework's; dlpx's otherwise).
+    fn allocator(&self) -> DLPackManagedTensorAllocator;
     /// Its current stream on a device (not asked for the CPU).
-    pub stream: &'a dyn Fn(DLDevice) -> Result<*mut c_void>,
+    fn stream(&self, device: DLDevice) -> Result<*mut c_void>;
 }
 
 /// `repr(C)`: its first two fields are kernel.h's `struct DlpxCall`, which kernels read in place
@@ -37,7 +36,7 @@ pub struct Call<'a> {
     /// The arguments as dlpx reads them: `arguments` and `argument_count` are in the kernel's reach,
     /// to write by mistake.
     values: &'a [Value],
-    environment: Environment<'a>,
+    environment: &'a dyn Environment,
     /// Whether the kernel asked the call to keep anything: an output, a result, an error. Until
     /// then the three below are empty, and a call that ends so (a kernel that returns None)
     /// ends with one test of this, where each list's would be a test of its own, twice.
@@ -63,7 +62,7 @@ pub fn for_the_call(what: &str, err: Error) -> Error {
 
 impl<'a> Call<'a> {
     /// A call of `kernel` with `arguments` (at most `i32::MAX`: `bind` refuses more).
-    pub fn new(kernel: &'static Kernel, arguments: &'a [Value], environment: Environment<'a>) -> Self {
+    pub fn new(kernel: &'static Kernel, arguments: &'a [Value], environment: &'a dyn Environment) -> Self {
         debug_assert!(i32::try_from(arguments.len()).is_ok(), "bind refuses more arguments");
         Call {
             arguments: arguments.as_ptr(),
@@ -192,7 +191,7 @@ impl<'a> Call<'a> {
         check_request(device, dtype, shape).map_err(|err| for_the_call("output", err))?;
         // SAFETY: a table's allocator, under DLPack's contract.
         let managed =
-            unsafe { super::framework_allocator::allocate((self.environment.allocator)(), device, dtype, shape) }
+            unsafe { super::framework_allocator::allocate(self.environment.allocator(), device, dtype, shape) }
                 .map_err(|err| for_the_call("output", err))?;
         self.asked = true;
         self.outputs.keep(managed);
@@ -212,7 +211,7 @@ impl<'a> Call<'a> {
             _ if device.device_id < 0 => {
                 Err(for_the_call("stream", crate::device_names::negative_id(device.device_id)))
             }
-            _ => (self.environment.stream)(device).map_err(|err| for_the_call("stream", err)),
+            _ => self.environment.stream(device).map_err(|err| for_the_call("stream", err)),
         }
     }
 
