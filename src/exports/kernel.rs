@@ -106,8 +106,7 @@ unsafe fn view_of(py_object: *mut c_void, out: *mut DlpxTensorView, read_only: b
         crate::module::install_gil_release();
         let mut out = out;
         let out = out.get_mut();
-        let viewed = producers::view(py, py_object.as_ptr().cast(), &mut out.tensor, read_only)?;
-        (out.owner, out.flags) = (viewed.owner, viewed.flags);
+        (out.owner, out.flags) = producers::view(py, py_object.as_ptr().cast(), &mut out.tensor, read_only)?;
         Ok(0)
     })
 }

@@ -150,7 +150,7 @@ impl<'py> Arguments<'py> {
         let py = self.py;
         // SAFETY: the slot is written whole at once.
         let (view, flags) = Value::empty_tensor_in(unsafe { self.values.push_uninit() });
-        match producers::view(py, object, view, false) {
+        match producers::view_seen(py, object, view, false) {
             Ok(viewed) => {
                 crate::kernels::with_dims(view);
                 *flags = viewed.flags;

@@ -50,36 +50,69 @@ pub struct Viewed {
 /// give none of a read-only tensor.
 /// `read_only`: the kernel only reads (the flag is then always set, and a producer with a
 /// read-only export gives that one: torch's const table).
-pub fn view(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor, read_only: bool) -> Result<Viewed> {
+pub fn view(
+    py: Python<'_>,
+    object: *mut PyObject,
+    out: &mut DLTensor,
+    read_only: bool,
+) -> Result<(*mut DLManagedTensorVersioned, u64)> {
     let asked = if read_only { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 };
     let slot = Cell::from_mut(out);
-    if let Some(tensor) = crate::tensor_type::exact_tensor_of(py, object) {
-        return Ok(Viewed { owner: ptr::null_mut(), flags: view_own(slot, tensor, asked), entry: None });
-    }
-    let entry = entry_of_type(py, type_of(py, object));
     let ask = Ask::view(slot, read_only);
-    let viewed = |owner, flags| Ok(Viewed { owner, flags, entry: Some(entry) });
-    let owner = match answer_with(py, object, entry, ask)? {
-        Handover::Own(tensor) => return viewed(ptr::null_mut(), view_own(slot, tensor, asked)),
+    let answer = answer_of(py, object, ask)?;
+    view_from(py, slot, answer, || answer_of(py, object, ask.managed()), asked)
+}
+
+/// [`view`], with the entry of the type it was read through (None for an exact `dlpx.Tensor`,
+/// read with no lookup): a kernel call's first tensor names its framework from it. A function of
+/// its own, so that `view`'s callers (C's `dlpx_view_of`) carry no entry they would drop.
+#[inline(never)]
+pub fn view_seen(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor, read_only: bool) -> Result<Viewed> {
+    let asked = if read_only { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 };
+    let slot = Cell::from_mut(out);
+    let ask = Ask::view(slot, read_only);
+    let (answer, entry) = match crate::tensor_type::exact_tensor_of(py, object) {
+        Some(tensor) => (Handover::Own(tensor), None),
+        None => {
+            let entry = entry_of_type(py, type_of(py, object));
+            (answer_with(py, object, entry, ask)?, Some(entry))
+        }
+    };
+    let again = || match entry {
+        Some(entry) => answer_with(py, object, entry, ask.managed()),
+        None => answer_of(py, object, ask.managed()),
+    };
+    let (owner, flags) = view_from(py, slot, answer, again, asked)?;
+    Ok(Viewed { owner, flags, entry })
+}
+
+/// The view in `slot` that `answer` gives, asking `again` for an owner where the producer's own
+/// view cannot stand alone; `asked`: the flags the ask sets (READ_ONLY for a read-only one).
+#[inline(always)]
+fn view_from<'py>(
+    py: Python<'py>,
+    slot: &Cell<DLTensor>,
+    answer: Handover<'py>,
+    again: impl FnOnce() -> Answer<'py>,
+    asked: u64,
+) -> Result<(*mut DLManagedTensorVersioned, u64)> {
+    let owner = match answer {
+        Handover::Own(tensor) => {
+            slot.set(share(tensor));
+            return Ok((ptr::null_mut(), asked | carried_flags(tensor.flags(), tensor.dl_tensor().dtype)));
+        }
         Handover::View if view_is_whole(slot)? => {
             name_its_device(slot);
-            return viewed(ptr::null_mut(), asked);
+            return Ok((ptr::null_mut(), asked));
         }
-        Handover::View => answer_with(py, object, entry, ask.managed())?.into_managed(py)?,
+        Handover::View => again()?.into_managed(py)?,
         handover => handover.into_managed(py)?,
     };
     // SAFETY: a live managed tensor the caller owns until it releases the view.
     let owned = unsafe { owner.as_ref() };
     slot.set(owned.dl_tensor);
     name_its_device(slot);
-    viewed(owner.as_ptr(), asked | carried_flags(owned.flags, owned.dl_tensor.dtype))
-}
-
-/// dlpx's own `tensor` as the view in `slot`, and the view's flags.
-#[inline(always)]
-fn view_own(slot: &Cell<DLTensor>, tensor: &Tensor, asked: u64) -> u64 {
-    slot.set(share(tensor));
-    asked | carried_flags(tensor.flags(), tensor.dl_tensor().dtype)
+    Ok((owner.as_ptr(), asked | carried_flags(owned.flags, owned.dl_tensor.dtype)))
 }
 
 /// A producer's view with its device named as DLPack names it (`DLDevice::canonical`): its
