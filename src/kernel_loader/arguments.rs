@@ -150,22 +150,21 @@ impl<'py> Arguments<'py> {
         let py = self.py;
         // SAFETY: the slot is written whole at once.
         let (view, flags) = Value::empty_tensor_in(unsafe { self.values.push_uninit() });
-        match producers::view_seen(py, object, view, false) {
-            Ok(viewed) => {
+        match producers::view(py, object, view, false) {
+            Ok((owner, read_flags)) => {
                 crate::kernels::with_dims(view);
-                *flags = viewed.flags;
-                if let Some(owner) = NonNull::new(viewed.owner) {
+                *flags = read_flags;
+                if let Some(owner) = NonNull::new(owner) {
                     self.owners.push(owner);
-                }
-                // The first tensor names the framework, from the entry its view was read through.
-                if self.like.is_none() {
-                    self.like = Some(producers::framework_of_seen(py, object, viewed.entry));
                 }
             }
             Err(err) => {
                 self.values.pop();
                 return Err(tensor_error(py, kernel, param(), object, err));
             }
+        }
+        if self.like.is_none() {
+            self.like = Some(producers::framework_of(py, object));
         }
         Ok(())
     }

@@ -25,14 +25,7 @@ impl Entry {
 /// case (one check past the row's lookup), else its nearest framework base's, else its own.
 #[inline(always)]
 pub fn framework_of(py: Python<'_>, object: *mut PyObject) -> Entry {
-    framework_of_seen(py, object, None)
-}
-
-/// [`framework_of`] where the entry of `object`'s type may be known already (`seen`: what its
-/// view was read through), so that it is not looked up again.
-#[inline(always)]
-pub fn framework_of_seen(py: Python<'_>, object: *mut PyObject, seen: Option<Entry>) -> Entry {
-    let entry = seen.unwrap_or_else(|| entry_of(py, object));
+    let entry = entry_of(py, object);
     match entry.names_framework() {
         true => entry,
         false => framework_of_subtype(py, type_of(py, object), entry),

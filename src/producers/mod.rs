@@ -26,11 +26,11 @@ use pyo3_ffi::{PyObject, PyTypeObject};
 
 pub use cache::{entry_of, entry_of_object_or_type, entry_of_type, row_name, table_of};
 pub use faithful::{Suspect, Suspicion};
-pub use framework::{framework_of, framework_of_seen, framework_type_of, names_framework};
+pub use framework::{framework_of, framework_type_of, names_framework};
 pub use guard::{warn_of_unknown_names, Guard};
 pub use handover::Handover;
 pub use home::{allocator_like, current_stream_in, table_like, to_py_in, to_py_like, to_py_of};
-pub use one_path::{import, managed, view, view_in_place, view_seen, Viewed};
+pub use one_path::{import, managed, view, view_in_place};
 pub use rows::table::published_head;
 pub use served::{counted, served};
 

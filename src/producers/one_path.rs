@@ -11,7 +11,7 @@ use std::ptr::{self, NonNull};
 use pyo3_ffi::PyObject;
 
 use super::guard::State;
-use super::{entry_of, entry_of_type, faithful, Answer, Ask, Entry, Handover, Request, Suspicion};
+use super::{entry_of, entry_of_type, faithful, Answer, Ask, Handover, Request, Suspicion};
 use crate::abi::*;
 use crate::copy;
 use crate::cpython::{type_of, Python};
@@ -31,18 +31,6 @@ pub fn managed(py: Python<'_>, object: *mut PyObject) -> Result<NonNull<DLManage
     answer_of(py, object, Ask::MANAGED)?.into_managed(py)
 }
 
-/// What [`view`] gives besides the view itself.
-pub struct Viewed {
-    /// The managed tensor that keeps the view valid (NULL for a non-owning view, valid while the
-    /// caller holds the object).
-    pub owner: *mut DLManagedTensorVersioned,
-    /// The view's DLPack flags.
-    pub flags: u64,
-    /// The entry of the object's type that answered (None for an exact `dlpx.Tensor`, read with
-    /// no lookup): a kernel call's first tensor names its framework from it, with no second one.
-    pub entry: Option<Entry>,
-}
-
 /// A view of `object` for a kernel: `out` filled, the managed tensor that keeps it valid (NULL
 /// for a non-owning view, valid while the caller holds `object`), and the view's DLPack flags
 /// (`layout::carried_flags`): READ_ONLY where the tensor may not be written (docs/design.md,
@@ -59,44 +47,7 @@ pub fn view(
     let asked = if read_only { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 };
     let slot = Cell::from_mut(out);
     let ask = Ask::view(slot, read_only);
-    let answer = answer_of(py, object, ask)?;
-    view_from(py, slot, answer, || answer_of(py, object, ask.managed()), asked)
-}
-
-/// [`view`], with the entry of the type it was read through (None for an exact `dlpx.Tensor`,
-/// read with no lookup): a kernel call's first tensor names its framework from it. A function of
-/// its own, so that `view`'s callers (C's `dlpx_view_of`) carry no entry they would drop.
-#[inline(never)]
-pub fn view_seen(py: Python<'_>, object: *mut PyObject, out: &mut DLTensor, read_only: bool) -> Result<Viewed> {
-    let asked = if read_only { DLPACK_FLAG_BITMASK_READ_ONLY } else { 0 };
-    let slot = Cell::from_mut(out);
-    let ask = Ask::view(slot, read_only);
-    let (answer, entry) = match crate::tensor_type::exact_tensor_of(py, object) {
-        Some(tensor) => (Handover::Own(tensor), None),
-        None => {
-            let entry = entry_of_type(py, type_of(py, object));
-            (answer_with(py, object, entry, ask)?, Some(entry))
-        }
-    };
-    let again = || match entry {
-        Some(entry) => answer_with(py, object, entry, ask.managed()),
-        None => answer_of(py, object, ask.managed()),
-    };
-    let (owner, flags) = view_from(py, slot, answer, again, asked)?;
-    Ok(Viewed { owner, flags, entry })
-}
-
-/// The view in `slot` that `answer` gives, asking `again` for an owner where the producer's own
-/// view cannot stand alone; `asked`: the flags the ask sets (READ_ONLY for a read-only one).
-#[inline(always)]
-fn view_from<'py>(
-    py: Python<'py>,
-    slot: &Cell<DLTensor>,
-    answer: Handover<'py>,
-    again: impl FnOnce() -> Answer<'py>,
-    asked: u64,
-) -> Result<(*mut DLManagedTensorVersioned, u64)> {
-    let owner = match answer {
+    let owner = match answer_of(py, object, ask)? {
         Handover::Own(tensor) => {
             slot.set(share(tensor));
             return Ok((ptr::null_mut(), asked | carried_flags(tensor.flags(), tensor.dl_tensor().dtype)));
@@ -105,7 +56,7 @@ fn view_from<'py>(
             name_its_device(slot);
             return Ok((ptr::null_mut(), asked));
         }
-        Handover::View => again()?.into_managed(py)?,
+        Handover::View => answer_of(py, object, ask.managed())?.into_managed(py)?,
         handover => handover.into_managed(py)?,
     };
     // SAFETY: a live managed tensor the caller owns until it releases the view.
@@ -175,12 +126,7 @@ fn answer_of<'py>(py: Python<'py>, object: *mut PyObject, ask: Ask<'_>) -> Answe
         return Ok(Handover::Own(tensor));
     }
     // Not an exact dlpx.Tensor: the type's row is the cache's answer.
-    answer_with(py, object, entry_of_type(py, type_of(py, object)), ask)
-}
-
-/// [`answer_of`] for an object that is no exact `dlpx.Tensor`, whose type's `entry` is known.
-#[inline(always)]
-fn answer_with<'py>(py: Python<'py>, object: *mut PyObject, entry: Entry, ask: Ask<'_>) -> Answer<'py> {
+    let entry = entry_of_type(py, type_of(py, object));
     let row = entry.row;
     let state = row.guard.map_or(State::Trusted, |guard| guard.state(py));
     let ours = match state {
